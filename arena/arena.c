@@ -1,0 +1,285 @@
+/*
+ * arena.c: bump carving over chunks from a backing allocator.
+ *
+ * Chunks form an array; chunk `cur` is being carved at `offset`, chunks
+ * before it are spent, chunks after it are empty and kept for reuse. So a
+ * mark is just (cur, offset, used) and rewinding is three stores: no chunk is
+ * released until trim or destroy, and a decode loop that resets its scratch
+ * arena every step never calls the backing allocator after the first step.
+ * Because the chunks after `cur` are all empty, their order is free: growth
+ * first looks for an empty chunk big enough and swaps it in next.
+ *
+ * A planned arena is the same object with exactly one chunk, sized by the
+ * memory planner, that never grows; tensors sit at fixed offsets in it.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct chunk {
+  unsigned char *base;
+  size_t size;
+  size_t align;
+} chunk;
+
+struct ortep_arena {
+  ortep_allocator *backing;
+  bool planned;
+  bool host; /* host code may fill it (debug fill/poison) */
+  size_t chunk_bytes, chunk_align, max_bytes;
+  chunk *chunks;
+  size_t nchunks, chunks_cap;
+  size_t cur, offset;
+  size_t used, high_water, reserved;
+  uint64_t carves;
+};
+
+#define DEFAULT_CHUNK_BYTES ((size_t)1 << 20)
+#define DEFAULT_CHUNK_ALIGN ((size_t)256)
+
+static void debug_fill(const ortep_arena *a, unsigned char *p, size_t n, int byte) {
+#if defined(ORTEP_DEBUG)
+  if (a->host && n) memset(p, byte, n);
+#else
+  (void)a, (void)p, (void)n, (void)byte;
+#endif
+}
+
+static ortep_status arena_new(ortep_allocator *backing, ortep_arena **out) {
+  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_arena_create: out is NULL");
+  *out = NULL;
+  if (!backing)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "ortep_arena_create: backing allocator is NULL; pass one such as ortep_host_allocator_create's");
+  ortep_arena *a = ortep__calloc(1, sizeof *a);
+  if (!a) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_arena_create: no memory for the arena object");
+  a->backing = backing;
+  a->host = ortep__allocator_is_host(backing);
+  *out = a;
+  return ORTEP_OK;
+}
+
+/* Take a chunk of `size` bytes from the backing allocator and insert it at
+ * index `at` (which must be > cur or the array must be empty). On failure
+ * nothing observable changes. */
+static ortep_status add_chunk(ortep_arena *a, size_t size, size_t align, size_t at) {
+  if (a->max_bytes && (size > a->max_bytes || a->reserved > a->max_bytes - size)) {
+    char b1[32], b2[32], b3[32];
+    return ortep__fail(ORTEP_E_BUDGET_EXCEEDED,
+                       "arena: growing by %s would reserve more than its max_bytes %s (%s reserved); raise "
+                       "ortep_arena_options.max_bytes or reset the arena more often",
+                       ortep__format_bytes(size, b1, sizeof b1), ortep__format_bytes(a->max_bytes, b2, sizeof b2),
+                       ortep__format_bytes(a->reserved, b3, sizeof b3));
+  }
+  if (a->nchunks == a->chunks_cap) {
+    size_t cap = a->chunks_cap ? a->chunks_cap * 2 : 4;
+    chunk *grown = ortep__realloc(a->chunks, cap * sizeof *grown);
+    if (!grown) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "arena: no memory to track another chunk");
+    a->chunks = grown;
+    a->chunks_cap = cap;
+  }
+  void *p;
+  ortep_status st = ortep_allocator_allocate(a->backing, size, align, &p);
+  if (st != ORTEP_OK) return ortep__wrap(st, "arena: growing by %zu bytes", size);
+  memmove(&a->chunks[at + 1], &a->chunks[at], (a->nchunks - at) * sizeof *a->chunks);
+  a->chunks[at] = (chunk){p, size, align};
+  a->nchunks++;
+  a->reserved += size;
+  debug_fill(a, p, size, ORTEP_ARENA_DEBUG_FILL_NEW);
+  return ORTEP_OK;
+}
+
+ortep_status ortep_arena_create(ortep_allocator *backing, const ortep_arena_options *opts, ortep_arena **out) {
+  ortep_arena_options o = opts ? *opts : (ortep_arena_options){0};
+  if (o.chunk_align && !ortep__is_pow2(o.chunk_align))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "ortep_arena_create: chunk_align %zu is not a power of two; use e.g. 256 or 0 for the default",
+                       o.chunk_align);
+  ortep_status st = arena_new(backing, out);
+  if (st != ORTEP_OK) return st;
+  (*out)->chunk_bytes = o.chunk_bytes ? o.chunk_bytes : DEFAULT_CHUNK_BYTES;
+  (*out)->chunk_align = o.chunk_align ? o.chunk_align : DEFAULT_CHUNK_ALIGN;
+  (*out)->max_bytes = o.max_bytes;
+  return ORTEP_OK;
+}
+
+ortep_status ortep_arena_create_planned(ortep_allocator *backing, size_t bytes, size_t align, ortep_arena **out) {
+  ortep_status st = ortep_allocation_request_check("ortep_arena_create_planned", bytes, align);
+  if (st != ORTEP_OK) {
+    if (out) *out = NULL;
+    return st;
+  }
+  st = arena_new(backing, out);
+  if (st != ORTEP_OK) return st;
+  ortep_arena *a = *out;
+  a->planned = true;
+  a->chunk_bytes = bytes;
+  a->chunk_align = align;
+  st = add_chunk(a, bytes, align, 0);
+  if (st != ORTEP_OK) {
+    ortep_arena_destroy(a);
+    *out = NULL;
+    return ortep__wrap(st, "ortep_arena_create_planned");
+  }
+  return ORTEP_OK;
+}
+
+void ortep_arena_destroy(ortep_arena *a) {
+  if (!a) return;
+  for (size_t i = 0; i < a->nchunks; i++)
+    ortep_allocator_deallocate(a->backing, a->chunks[i].base, a->chunks[i].size, a->chunks[i].align);
+  ortep__free(a->chunks);
+  ortep__free(a);
+}
+
+/* Bytes of padding that align chunk c's address at off up to align. */
+static size_t pad_for(const chunk *c, size_t off, size_t align) {
+  uintptr_t addr = (uintptr_t)c->base + off;
+  return (size_t)((align - (addr & (align - 1))) & (align - 1));
+}
+
+static bool fits(const chunk *c, size_t off, size_t bytes, size_t align, size_t *pad) {
+  if (off > c->size) return false;
+  *pad = pad_for(c, off, align);
+  return *pad <= c->size - off && bytes <= c->size - off - *pad;
+}
+
+static void carve(ortep_arena *a, size_t pad, size_t bytes, void **out) {
+  *out = a->chunks[a->cur].base + a->offset + pad;
+  a->offset += pad + bytes;
+  a->used += pad + bytes;
+  if (a->used > a->high_water) a->high_water = a->used;
+  a->carves++;
+}
+
+ortep_status ortep_arena_alloc(ortep_arena *a, size_t bytes, size_t align, void **out) {
+  if (!a || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_arena_alloc: %s is NULL", a ? "out" : "arena");
+  *out = NULL;
+  ortep_status st = ortep_allocation_request_check("ortep_arena_alloc", bytes, align);
+  if (st != ORTEP_OK) return st;
+  size_t pad;
+  if (a->nchunks && fits(&a->chunks[a->cur], a->offset, bytes, align, &pad)) {
+    carve(a, pad, bytes, out);
+    return ORTEP_OK;
+  }
+  if (a->planned) {
+    char b1[32], b2[32];
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY,
+                       "planned arena: %zu bytes (align %zu) do not fit: %s of %s used; a planned arena never "
+                       "grows, so plan it with every tensor it must hold",
+                       bytes, align, ortep__format_bytes(a->used, b1, sizeof b1),
+                       ortep__format_bytes(a->chunks[0].size, b2, sizeof b2));
+  }
+  /* Move on: the first empty chunk after cur that fits, else a new one. */
+  size_t next = a->nchunks ? a->cur + 1 : 0;
+  for (size_t j = next; j < a->nchunks; j++) {
+    if (fits(&a->chunks[j], 0, bytes, align, &pad)) {
+      chunk t = a->chunks[j];
+      a->chunks[j] = a->chunks[next];
+      a->chunks[next] = t;
+      goto advance;
+    }
+  }
+  {
+    size_t calign = align > a->chunk_align ? align : a->chunk_align;
+    size_t size = a->chunk_bytes;
+    if (bytes > size) {
+      if (!ortep__align_up(bytes, a->chunk_align, &size))
+        return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_arena_alloc: %zu bytes overflows", bytes);
+    }
+    st = add_chunk(a, size, calign, next);
+    if (st != ORTEP_OK) return st;
+  }
+advance:
+  /* The unused tail of the chunk we leave counts as used until a rewind. */
+  if (next > 0) a->used += a->chunks[a->cur].size - a->offset;
+  a->cur = next;
+  a->offset = 0;
+  fits(&a->chunks[a->cur], 0, bytes, align, &pad);
+  carve(a, pad, bytes, out);
+  return ORTEP_OK;
+}
+
+ortep_status ortep_arena_at(ortep_arena *a, size_t offset, size_t bytes, void **out) {
+  if (!a || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_arena_at: %s is NULL", a ? "out" : "arena");
+  *out = NULL;
+  if (!a->planned)
+    return ortep__fail(ORTEP_E_STATE,
+                       "ortep_arena_at: the arena is not planned; fixed offsets need ortep_arena_create_planned");
+  size_t cap = a->chunks[0].size;
+  if (offset > cap || bytes > cap - offset)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE,
+                       "ortep_arena_at: range [%zu, %zu + %zu) lies outside the planned block of %zu bytes; "
+                       "re-plan with this tensor included",
+                       offset, offset, bytes, cap);
+  *out = a->chunks[0].base + offset;
+  return ORTEP_OK;
+}
+
+void *ortep_arena_base(const ortep_arena *a) { return (a && a->planned) ? a->chunks[0].base : NULL; }
+size_t ortep_arena_capacity(const ortep_arena *a) { return a ? a->reserved : 0; }
+
+ortep_arena_mark ortep_arena_get_mark(const ortep_arena *a) {
+  return a ? (ortep_arena_mark){a->cur, a->offset, a->used} : (ortep_arena_mark){0, 0, 0};
+}
+
+static void poison_from(ortep_arena *a, size_t chunk_index, size_t offset) {
+#if defined(ORTEP_DEBUG)
+  if (!a->host || a->nchunks == 0) return;
+  for (size_t i = chunk_index; i <= a->cur && i < a->nchunks; i++) {
+    size_t from = i == chunk_index ? offset : 0;
+    size_t to = i == a->cur ? a->offset : a->chunks[i].size;
+    if (to > from) debug_fill(a, a->chunks[i].base + from, to - from, ORTEP_ARENA_DEBUG_FILL_FREED);
+  }
+#else
+  (void)a, (void)chunk_index, (void)offset;
+#endif
+}
+
+ortep_status ortep_arena_rewind(ortep_arena *a, ortep_arena_mark m) {
+  if (!a) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_arena_rewind: arena is NULL");
+  bool ahead = m.chunk > a->cur || (m.chunk == a->cur && m.offset > a->offset) || m.used > a->used;
+  bool bad = (a->nchunks == 0 && (m.chunk || m.offset || m.used)) ||
+             (a->nchunks && (m.chunk >= a->nchunks || m.offset > a->chunks[m.chunk].size));
+  if (ahead || bad)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "ortep_arena_rewind: mark (chunk %zu, offset %zu) is %s the arena's position (chunk %zu, "
+                       "offset %zu); rewind only to a mark taken earlier from this arena and not already rewound past",
+                       m.chunk, m.offset, ahead ? "ahead of" : "not valid for", a->cur, a->offset);
+  poison_from(a, m.chunk, m.offset);
+  a->cur = m.chunk;
+  a->offset = m.offset;
+  a->used = m.used;
+  return ORTEP_OK;
+}
+
+void ortep_arena_reset(ortep_arena *a) {
+  if (!a) return;
+  poison_from(a, 0, 0);
+  a->cur = 0;
+  a->offset = 0;
+  a->used = 0;
+}
+
+size_t ortep_arena_trim(ortep_arena *a) {
+  if (!a || a->planned) return 0;
+  size_t keep = (a->used == 0) ? 0 : a->cur + 1;
+  size_t released = 0;
+  for (size_t i = keep; i < a->nchunks; i++) {
+    ortep_allocator_deallocate(a->backing, a->chunks[i].base, a->chunks[i].size, a->chunks[i].align);
+    released += a->chunks[i].size;
+  }
+  a->reserved -= released;
+  a->nchunks = keep;
+  if (keep == 0) a->cur = a->offset = 0;
+  return released;
+}
+
+void ortep_arena_stats_get(const ortep_arena *a, ortep_arena_stats *out) {
+  if (!out) return;
+  if (!a) {
+    *out = (ortep_arena_stats){0};
+    return;
+  }
+  *out = (ortep_arena_stats){a->reserved, a->used, a->high_water, a->nchunks, a->carves};
+}

@@ -1,0 +1,61 @@
+/*
+ * internal.h: what the memory layer's files share: the lock-free counters
+ * used by the governor (per tier) and by each allocator (per allocator).
+ */
+#ifndef ORTEP_ARENA_INTERNAL_H
+#define ORTEP_ARENA_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "../runtime/internal.h"
+
+typedef struct ortep__counters {
+  _Atomic uint64_t current;
+  _Atomic uint64_t peak;
+  _Atomic uint64_t allocated;
+  _Atomic uint64_t freed;
+  _Atomic uint64_t allocations;
+  _Atomic uint64_t frees;
+} ortep__counters;
+
+static inline void ortep__counters_raise_peak(ortep__counters *c, uint64_t now) {
+  uint64_t peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
+  while (now > peak &&
+         !atomic_compare_exchange_weak_explicit(&c->peak, &peak, now, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+/* Record an allocation whose bytes are already added to current (the
+ * governor adds them with a budget check first). */
+static inline void ortep__counters_note_alloc(ortep__counters *c, uint64_t bytes, uint64_t now) {
+  ortep__counters_raise_peak(c, now);
+  atomic_fetch_add_explicit(&c->allocated, bytes, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->allocations, 1, memory_order_relaxed);
+}
+
+static inline void ortep__counters_add(ortep__counters *c, uint64_t bytes) {
+  uint64_t now = atomic_fetch_add_explicit(&c->current, bytes, memory_order_relaxed) + bytes;
+  ortep__counters_note_alloc(c, bytes, now);
+}
+
+static inline void ortep__counters_sub(ortep__counters *c, uint64_t bytes) {
+  atomic_fetch_sub_explicit(&c->current, bytes, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->freed, bytes, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->frees, 1, memory_order_relaxed);
+}
+
+static inline void ortep__counters_read(const ortep__counters *c, ortep_mem_stats *out) {
+  out->current_bytes = atomic_load_explicit(&c->current, memory_order_relaxed);
+  out->peak_bytes = atomic_load_explicit(&c->peak, memory_order_relaxed);
+  out->allocated_bytes = atomic_load_explicit(&c->allocated, memory_order_relaxed);
+  out->freed_bytes = atomic_load_explicit(&c->freed, memory_order_relaxed);
+  out->allocations = atomic_load_explicit(&c->allocations, memory_order_relaxed);
+  out->frees = atomic_load_explicit(&c->frees, memory_order_relaxed);
+}
+
+/* Whether host code may read and write what this allocator hands out. */
+static inline bool ortep__allocator_is_host(const ortep_allocator *a) {
+  return ortep_allocator_device(a).tier == ORTEP_TIER_HOST;
+}
+
+#endif

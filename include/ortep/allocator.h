@@ -1,0 +1,188 @@
+/*
+ * allocator.h: the allocator contract (seed 004) and the host allocator.
+ *
+ * An allocator is something memory comes from. It is a vtable plus state: an
+ * implementation embeds `ortep_allocator` as its first member and fills the
+ * vtable. Three entries are required (allocate, deallocate, device); every
+ * other entry may be NULL and then gets the contract's default through the
+ * ortep_allocator_* dispatch functions below:
+ *
+ *   release                  -> deallocate_with_unmapped, reported COMPLETE
+ *   deallocate_with_unmapped -> deallocate, 0 bytes unmapped
+ *   commits_on_demand        -> false (the safe answer)
+ *   virtual_backing          -> none
+ *   shared_mapping           -> none
+ *   stats                    -> ORTEP_E_NOT_SUPPORTED
+ *   destroy                  -> nothing to free
+ *
+ * The dispatchers validate requests before an implementation sees them: an
+ * alignment that is not a power of two, or a size that overflows once
+ * rounded, is refused with ORTEP_E_INVALID_ARGUMENT and a reason. Zero bytes
+ * is a valid request that yields a usable, distinct, non-null pointer.
+ *
+ * Ownership: every pointer from allocate is released exactly once, by
+ * deallocate or release on the same allocator, with the same bytes and align.
+ */
+#ifndef ORTEP_ALLOCATOR_H
+#define ORTEP_ALLOCATOR_H
+
+#include "ortep/device.h"
+#include "ortep/status.h"
+
+ORTEP_BEGIN_DECLS
+
+/* Which physical memory an allocator draws from: a tier plus an index within
+ * it. Two CUDA devices share a tier but are different keys. */
+typedef struct ortep_device_key {
+  ortep_tier tier;
+  uint32_t index;
+} ortep_device_key;
+
+static inline ortep_device_key ortep_device_key_host(void) { return (ortep_device_key){ORTEP_TIER_HOST, 0}; }
+static inline ortep_device_key ortep_device_key_device(uint32_t index) {
+  return (ortep_device_key){ORTEP_TIER_DEVICE, index};
+}
+static inline bool ortep_device_key_equal(ortep_device_key a, ortep_device_key b) {
+  return a.tier == b.tier && a.index == b.index;
+}
+
+/* How a whole-allocation release ended.
+ *   COMPLETE     everything is gone (freed or pooled); zero unmapped bytes is a
+ *                valid complete result and never signals failure.
+ *   FAILED       nothing changed: the allocation is still live and owned.
+ *   QUARANTINED  a partial teardown: unmapped_bytes were unmapped and
+ *                residual_owned_bytes are still owned by the allocator. */
+typedef enum ortep_release_kind {
+  ORTEP_RELEASE_COMPLETE = 0,
+  ORTEP_RELEASE_FAILED = 1,
+  ORTEP_RELEASE_QUARANTINED = 2,
+} ortep_release_kind;
+
+typedef struct ortep_release_outcome {
+  ortep_release_kind kind;
+  uint64_t allocation_bytes;     /* the size of the allocation released */
+  uint64_t unmapped_bytes;       /* bytes whose mapping went away */
+  uint64_t residual_owned_bytes; /* QUARANTINED only: bytes still owned */
+} ortep_release_outcome;
+
+/* Counters in the style of PyTorch / RMM memory stats. */
+typedef struct ortep_mem_stats {
+  uint64_t current_bytes;   /* live now */
+  uint64_t peak_bytes;      /* the most ever live at once */
+  uint64_t allocated_bytes; /* total ever allocated */
+  uint64_t freed_bytes;     /* total ever freed */
+  uint64_t allocations;     /* number of allocations */
+  uint64_t frees;           /* number of frees */
+} ortep_mem_stats;
+
+typedef struct ortep_allocator ortep_allocator;
+
+/* Optional capability: lazy virtual backing (reserve address space, then
+ * commit and decommit physical memory in ranges). The reservation itself is
+ * released through the allocator's ordinary release. */
+typedef struct ortep_commit_range {
+  void *ptr;               /* the reservation's base */
+  size_t allocation_bytes; /* the reservation's size */
+  size_t align;
+  size_t offset; /* the range, relative to ptr */
+  size_t bytes;
+} ortep_commit_range;
+
+typedef struct ortep_virtual_backing {
+  ortep_status (*reserve)(ortep_allocator *self, size_t bytes, size_t align, void **out);
+  /* *newly_owned_bytes: physical bytes this commit added. */
+  ortep_status (*commit)(ortep_allocator *self, const ortep_commit_range *range,
+                         uint64_t *newly_owned_bytes);
+  /* *released_bytes: physical bytes this decommit gave back. */
+  ortep_status (*decommit)(ortep_allocator *self, const ortep_commit_range *range,
+                           uint64_t *released_bytes);
+} ortep_virtual_backing;
+
+/* Optional capability: one pinned read-only prefix whose physical bytes are
+ * owned (and charged) once, mapped into several allocations. */
+typedef struct ortep_shared_prefix ortep_shared_prefix;
+typedef struct ortep_shared_commit_info {
+  uint64_t additional_owned_bytes; /* zero for every mapping after the first */
+  uint64_t newly_mapped_bytes;
+  size_t granules;
+} ortep_shared_commit_info;
+
+typedef struct ortep_shared_mapping {
+  ortep_status (*create_prefix)(ortep_allocator *self, const void *bytes, size_t len,
+                                ortep_shared_prefix **out);
+  ortep_status (*map_prefix)(ortep_allocator *self, const ortep_shared_prefix *prefix,
+                             void *allocation, size_t allocation_bytes,
+                             ortep_shared_commit_info *out);
+  void (*destroy_prefix)(ortep_allocator *self, ortep_shared_prefix *prefix);
+} ortep_shared_mapping;
+
+typedef struct ortep_allocator_vtable {
+  const char *name; /* for messages: "host", "cuda_pool", "fault" ... */
+  /* Required. Called only with a power-of-two align and a size that does not
+   * overflow; *out receives a pointer aligned to align. */
+  ortep_status (*allocate)(ortep_allocator *self, size_t bytes, size_t align, void **out);
+  /* Required. */
+  void (*deallocate)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
+  /* Required. */
+  ortep_device_key (*device)(const ortep_allocator *self);
+  /* Optional (see the defaults above). */
+  uint64_t (*deallocate_with_unmapped)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
+  ortep_release_outcome (*release)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
+  bool (*commits_on_demand)(const ortep_allocator *self);
+  const ortep_virtual_backing *(*virtual_backing)(ortep_allocator *self);
+  const ortep_shared_mapping *(*shared_mapping)(ortep_allocator *self);
+  ortep_status (*stats)(const ortep_allocator *self, ortep_mem_stats *out);
+  void (*destroy)(ortep_allocator *self);
+} ortep_allocator_vtable;
+
+struct ortep_allocator {
+  const ortep_allocator_vtable *vtable;
+};
+
+/* --- dispatch (validation + the contract's defaults) ----------------------- */
+ORTEP_API ortep_status ortep_allocator_allocate(ortep_allocator *a, size_t bytes, size_t align, void **out);
+ORTEP_API void ortep_allocator_deallocate(ortep_allocator *a, void *ptr, size_t bytes, size_t align);
+ORTEP_API uint64_t ortep_allocator_deallocate_with_unmapped(ortep_allocator *a, void *ptr, size_t bytes,
+                                                            size_t align);
+ORTEP_API ortep_release_outcome ortep_allocator_release(ortep_allocator *a, void *ptr, size_t bytes,
+                                                        size_t align);
+ORTEP_API ortep_device_key ortep_allocator_device(const ortep_allocator *a);
+ORTEP_API const char *ortep_allocator_name(const ortep_allocator *a);
+ORTEP_API bool ortep_allocator_commits_on_demand(const ortep_allocator *a);
+/* NULL when the allocator has no such capability. */
+ORTEP_API const ortep_virtual_backing *ortep_allocator_virtual_backing(ortep_allocator *a);
+ORTEP_API const ortep_shared_mapping *ortep_allocator_shared_mapping(ortep_allocator *a);
+ORTEP_API ortep_status ortep_allocator_stats(const ortep_allocator *a, ortep_mem_stats *out);
+/* Frees the allocator object itself (not its live allocations). NULL is a no-op. */
+ORTEP_API void ortep_allocator_destroy(ortep_allocator *a);
+
+/* Validates (bytes, align) the way allocate does, without allocating. */
+ORTEP_API ortep_status ortep_allocation_request_check(const char *who, size_t bytes, size_t align);
+
+/* --- the host allocator ---------------------------------------------------- */
+typedef struct ortep_governor ortep_governor;
+
+/* Host memory from mimalloc (mi_malloc_aligned / mi_free), or the system
+ * allocator in a build with ORTEP_SYSTEM_ALLOCATOR. Eager: no optional
+ * capability. When governor is non-NULL every allocation is charged to its
+ * HOST tier before it is made and refunded when it is released; the governor
+ * must outlive the allocator. Per-allocator counters through
+ * ortep_allocator_stats. Thread-safe. Destroy with ortep_allocator_destroy. */
+ORTEP_API ortep_status ortep_host_allocator_create(ortep_governor *governor, ortep_allocator **out);
+
+/* --- the fault-injecting wrapper ------------------------------------------- */
+/* Forwards to inner (which must outlive it) and fails on request, for the
+ * SQLite-style OOM loop: fail the Nth allocate counted from the last arm, and
+ * optionally every one after. Failures return ORTEP_E_OUT_OF_MEMORY with a
+ * message saying they were injected. Its stats count what it forwarded. */
+ORTEP_API ortep_status ortep_fault_allocator_create(ortep_allocator *inner, ortep_allocator **out);
+/* nth = 1 fails the next allocate; 0 disarms. persistent: fail every call from
+ * the nth on. Resets the call counter. a must come from ortep_fault_allocator_create. */
+ORTEP_API void ortep_fault_allocator_arm(ortep_allocator *a, uint64_t nth, bool persistent);
+/* allocate calls since the last arm, and failures injected since creation. */
+ORTEP_API uint64_t ortep_fault_allocator_calls(const ortep_allocator *a);
+ORTEP_API uint64_t ortep_fault_allocator_failures(const ortep_allocator *a);
+
+ORTEP_END_DECLS
+
+#endif

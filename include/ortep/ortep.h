@@ -1,0 +1,16 @@
+/* ortep.h: the whole public API. */
+#ifndef ORTEP_H
+#define ORTEP_H
+
+#include "ortep/common.h"
+#include "ortep/status.h"
+#include "ortep/device.h"
+#include "ortep/buffer.h"
+#include "ortep/allocator.h"
+#include "ortep/governor.h"
+#include "ortep/arena.h"
+#include "ortep/slab.h"
+#include "ortep/planner.h"
+#include "ortep/hooks.h"
+
+#endif

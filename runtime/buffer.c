@@ -1,0 +1,61 @@
+/*
+ * buffer.c: the device buffer handle. Construction validates what the seed
+ * leaves to debug assertions (non-null, power-of-two alignment) and reports
+ * it as a status, since a C caller has no borrow checker to lean on.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+static ortep_status make(void *ptr, ortep_device device, size_t size, size_t align, ortep_buffer_owner owner,
+                         const char *who, ortep_buffer *out) {
+  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: out is NULL; pass the address of an ortep_buffer", who);
+  memset(out, 0, sizeof *out);
+  if (!ptr)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "%s: the pointer is NULL; a buffer must name real memory (allocate it first)", who);
+  if (!ortep__is_pow2(align))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "%s: alignment %zu is not a power of two; use 1, 2, 4, ... (e.g. 64)", who, align);
+  if (((uintptr_t)ptr & (align - 1)) != 0)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: pointer %p is not aligned to the stated %zu bytes", who,
+                       ptr, align);
+  *out = (ortep_buffer){ptr, size, align, device, owner};
+  return ORTEP_OK;
+}
+
+ortep_status ortep_buffer_from_raw_parts(void *ptr, ortep_device device, size_t size, size_t align,
+                                         ortep_buffer *out) {
+  return make(ptr, device, size, align, ORTEP_BUFFER_OWNED, "ortep_buffer_from_raw_parts", out);
+}
+
+ortep_status ortep_buffer_from_borrowed_parts(const void *ptr, ortep_device device, size_t size, size_t align,
+                                              ortep_buffer *out) {
+  /* The const is restored by as_mut_ptr refusing to hand out this pointer. */
+  return make((void *)(uintptr_t)ptr, device, size, align, ORTEP_BUFFER_BORROWED,
+              "ortep_buffer_from_borrowed_parts", out);
+}
+
+ortep_status ortep_buffer_from_borrowed_mut_parts(void *ptr, ortep_device device, size_t size, size_t align,
+                                                  ortep_buffer *out) {
+  return make(ptr, device, size, align, ORTEP_BUFFER_BORROWED_MUT, "ortep_buffer_from_borrowed_mut_parts", out);
+}
+
+bool ortep_buffer_is_borrowed(const ortep_buffer *b) { return b && b->owner != ORTEP_BUFFER_OWNED; }
+ortep_device ortep_buffer_device(const ortep_buffer *b) { return b ? b->device : ortep_device_cpu(); }
+size_t ortep_buffer_len(const ortep_buffer *b) { return b ? b->size : 0; }
+bool ortep_buffer_is_empty(const ortep_buffer *b) { return !b || b->size == 0; }
+size_t ortep_buffer_alignment(const ortep_buffer *b) { return b ? b->align : 0; }
+const void *ortep_buffer_as_ptr(const ortep_buffer *b) { return b ? b->ptr : NULL; }
+
+void *ortep_buffer_as_mut_ptr(ortep_buffer *b) {
+  if (!b || b->owner == ORTEP_BUFFER_BORROWED) return NULL;
+  return b->ptr;
+}
+
+void *ortep_buffer_into_raw(ortep_buffer *b) {
+  if (!b) return NULL;
+  void *p = b->ptr;
+  memset(b, 0, sizeof *b);
+  return p;
+}

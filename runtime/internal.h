@@ -1,0 +1,47 @@
+/*
+ * internal.h: what the runtime layer shares with the layers above it but not
+ * with users: setting the per-thread error, the small-object allocation hook,
+ * byte formatting, and the assertion levels.
+ */
+#ifndef ORTEP_RUNTIME_INTERNAL_H
+#define ORTEP_RUNTIME_INTERNAL_H
+
+#include <assert.h>
+#include <stdarg.h>
+
+#include "ortep/ortep.h"
+
+/* Record a failure for ortep_last_error() and return its status. */
+ortep_status ortep__fail(ortep_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ortep_status ortep__failv(ortep_status status, const char *fmt, va_list ap);
+/* Prefix the current message with context ("loading x: <old message>"). */
+ortep_status ortep__wrap(ortep_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The library's small-object allocations (hooks.h). */
+void *ortep__malloc(size_t size);
+void *ortep__calloc(size_t count, size_t size);
+void *ortep__realloc(void *ptr, size_t size);
+void ortep__free(void *ptr);
+
+/* "1.5 GiB", "200 MiB", "64 B". Writes into buf (>= 32 bytes); returns buf. */
+char *ortep__format_bytes(uint64_t bytes, char *buf, size_t len);
+
+static inline bool ortep__is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+/* Round x up to a multiple of align (a power of two); false on overflow. */
+static inline bool ortep__align_up(size_t x, size_t align, size_t *out) {
+  if (x > SIZE_MAX - (align - 1)) return false;
+  *out = (x + align - 1) & ~(align - 1);
+  return true;
+}
+
+/* Assertion levels (SQLite / mimalloc style): ortep__assert guards internal
+ * invariants in every build with assert(); ortep__assert_expensive only in
+ * debug builds. Bad input is never asserted: it returns a status. */
+#define ortep__assert(x) assert(x)
+#if defined(ORTEP_DEBUG)
+#define ortep__assert_expensive(x) assert(x)
+#else
+#define ortep__assert_expensive(x) ((void)0)
+#endif
+
+#endif
