@@ -1,0 +1,132 @@
+/*
+ * testutil.h: what the Check suites share: status assertions that print the
+ * library's message, a seeded PRNG whose seed is printed on failure
+ * (ORTEP_TEST_SEED overrides it), counting/failing small-object hooks for the
+ * OOM loops, and a runner that returns a ctest-friendly exit code.
+ */
+#ifndef ORTEP_TESTUTIL_H
+#define ORTEP_TESTUTIL_H
+
+#include <check.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ortep/ortep.h"
+
+#define ck_assert_ok(expr)                                                                                  \
+  do {                                                                                                      \
+    ortep_status s_ = (expr);                                                                               \
+    ck_assert_msg(s_ == ORTEP_OK, "%s -> %s: %s", #expr, ortep_status_name(s_), ortep_last_error());       \
+  } while (0)
+
+#define ck_assert_status(expr, want)                                                                        \
+  do {                                                                                                      \
+    ortep_status s_ = (expr);                                                                               \
+    ck_assert_msg(s_ == (want), "%s -> %s (want %s): %s", #expr, ortep_status_name(s_),                     \
+                  ortep_status_name(want), ortep_last_error());                                             \
+  } while (0)
+
+#define ck_assert_error_mentions(needle)                                                                    \
+  ck_assert_msg(strstr(ortep_last_error(), (needle)) != NULL, "message '%s' lacks '%s'", ortep_last_error(), \
+                (needle))
+
+/* --- deterministic randomness ------------------------------------------- */
+static inline uint64_t test_seed(void) {
+  const char *s = getenv("ORTEP_TEST_SEED");
+  return s ? strtoull(s, NULL, 0) : 0x0e7e95eedULL;
+}
+typedef struct test_rng {
+  uint64_t state;
+} test_rng;
+static inline test_rng test_rng_new(uint64_t seed) { return (test_rng){seed ? seed : 1}; }
+static inline uint64_t test_rng_next(test_rng *r) {
+  uint64_t x = r->state;
+  x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+  r->state = x;
+  return x * 0x2545F4914F6CDD1DULL;
+}
+/* Uniform in [lo, hi]. */
+static inline uint64_t test_rng_range(test_rng *r, uint64_t lo, uint64_t hi) {
+  return lo + test_rng_next(r) % (hi - lo + 1);
+}
+
+/* --- failing small-object hooks (hooks.h) ---------------------------------- */
+static _Atomic long test_hook_calls;
+static _Atomic long test_hook_fail_at; /* 0: never */
+static _Atomic long test_hook_live;
+static inline bool test_hook_should_fail(void) {
+  long n = atomic_fetch_add(&test_hook_calls, 1) + 1;
+  long at = atomic_load(&test_hook_fail_at);
+  return at && n == at;
+}
+static inline void *test_hook_malloc(size_t n) {
+  if (test_hook_should_fail()) return NULL;
+  void *p = malloc(n);
+  if (p) atomic_fetch_add(&test_hook_live, 1);
+  return p;
+}
+static inline void *test_hook_calloc(size_t c, size_t n) {
+  if (test_hook_should_fail()) return NULL;
+  void *p = calloc(c, n);
+  if (p) atomic_fetch_add(&test_hook_live, 1);
+  return p;
+}
+static inline void *test_hook_realloc(void *p, size_t n) {
+  if (test_hook_should_fail()) return NULL;
+  void *q = realloc(p, n);
+  if (q && !p) atomic_fetch_add(&test_hook_live, 1);
+  return q;
+}
+static inline void test_hook_free(void *p) {
+  if (p) atomic_fetch_sub(&test_hook_live, 1);
+  free(p);
+}
+/* Install the counting hooks; fail_at = N fails the Nth call (0: never). */
+static inline void test_hooks_install(long fail_at) {
+  atomic_store(&test_hook_calls, 0);
+  atomic_store(&test_hook_fail_at, fail_at);
+  atomic_store(&test_hook_live, 0);
+  ck_assert_ok(ortep_replace_allocator(test_hook_malloc, test_hook_calloc, test_hook_realloc, test_hook_free));
+}
+
+/* --- runner -------------------------------------------------------------- */
+static inline int test_run(Suite *s) {
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  if (failed) fprintf(stderr, "(random tests used seed 0x%llx; rerun with ORTEP_TEST_SEED)\n",
+                      (unsigned long long)test_seed());
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+#endif
+
+/* --- a "device" allocator the host cannot touch ---------------------------- */
+/* Hands out PROT_NONE pages and says it is device memory: any host read or
+ * write through its pointers crashes the test, which proves that arena and
+ * slab code never touches memory that is not host-accessible. */
+#include <sys/mman.h>
+typedef struct test_noaccess_allocator {
+  ortep_allocator base;
+  long live;
+} test_noaccess_allocator;
+static inline ortep_status test_noaccess_alloc(ortep_allocator *self, size_t b, size_t a, void **out) {
+  size_t len = (b ? b : 1) + a;
+  unsigned char *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return ORTEP_E_OUT_OF_MEMORY;
+  ((test_noaccess_allocator *)self)->live++;
+  *out = p; /* mmap is page aligned; tests use a <= 4096 */
+  return ORTEP_OK;
+}
+static inline void test_noaccess_free(ortep_allocator *self, void *p, size_t b, size_t a) {
+  munmap(p, (b ? b : 1) + a);
+  ((test_noaccess_allocator *)self)->live--;
+}
+static inline ortep_device_key test_noaccess_device(const ortep_allocator *self) {
+  return ortep_device_key_device(0);
+}
+static const ortep_allocator_vtable test_noaccess_vtable = {.name = "noaccess", .allocate = test_noaccess_alloc, .deallocate = test_noaccess_free,
+                                                            .device = test_noaccess_device};
