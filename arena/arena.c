@@ -30,7 +30,11 @@ struct ortep_arena {
   chunk *chunks;
   size_t nchunks, chunks_cap;
   size_t cur, offset;
-  size_t used, high_water, reserved;
+  /* Bytes spent in chunks before cur (their tails included); used is
+   * spent + offset, derived rather than stored so a carve updates one field
+   * on its dependency chain. */
+  size_t spent;
+  size_t high_water, reserved;
   uint64_t carves;
 };
 
@@ -144,30 +148,33 @@ static bool fits(const chunk *c, size_t off, size_t bytes, size_t align, size_t 
   return *pad <= c->size - off && bytes <= c->size - off - *pad;
 }
 
-static void carve(ortep_arena *a, size_t pad, size_t bytes, void **out) {
+static inline void carve(ortep_arena *a, size_t pad, size_t bytes, void **out) {
   *out = a->chunks[a->cur].base + a->offset + pad;
   a->offset += pad + bytes;
-  a->used += pad + bytes;
-  if (a->used > a->high_water) a->high_water = a->used;
+  size_t used = a->spent + a->offset;
+  if (used > a->high_water) a->high_water = used;
   a->carves++;
 }
 
 ortep_status ortep_arena_alloc(ortep_arena *a, size_t bytes, size_t align, void **out) {
   if (!a || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_arena_alloc: %s is NULL", a ? "out" : "arena");
-  *out = NULL;
-  ortep_status st = ortep_allocation_request_check("ortep_arena_alloc", bytes, align);
-  if (st != ORTEP_OK) return st;
+  /* The fast path: a valid request that fits the current chunk. Anything
+   * else (bad request, growth) takes the slow path below. */
   size_t pad;
-  if (a->nchunks && fits(&a->chunks[a->cur], a->offset, bytes, align, &pad)) {
+  if (ortep__is_pow2(align) && bytes <= SIZE_MAX / 2 && a->nchunks &&
+      fits(&a->chunks[a->cur], a->offset, bytes, align, &pad)) {
     carve(a, pad, bytes, out);
     return ORTEP_OK;
   }
+  *out = NULL;
+  ortep_status st = ortep_allocation_request_check("ortep_arena_alloc", bytes, align);
+  if (st != ORTEP_OK) return st;
   if (a->planned) {
     char b1[32], b2[32];
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY,
                        "planned arena: %zu bytes (align %zu) do not fit: %s of %s used; a planned arena never "
                        "grows, so plan it with every tensor it must hold",
-                       bytes, align, ortep__format_bytes(a->used, b1, sizeof b1),
+                       bytes, align, ortep__format_bytes(a->spent + a->offset, b1, sizeof b1),
                        ortep__format_bytes(a->chunks[0].size, b2, sizeof b2));
   }
   /* Move on: the first empty chunk after cur that fits, else a new one. */
@@ -192,7 +199,7 @@ ortep_status ortep_arena_alloc(ortep_arena *a, size_t bytes, size_t align, void 
   }
 advance:
   /* The unused tail of the chunk we leave counts as used until a rewind. */
-  if (next > 0) a->used += a->chunks[a->cur].size - a->offset;
+  if (next > 0) a->spent += a->chunks[a->cur].size;
   a->cur = next;
   a->offset = 0;
   fits(&a->chunks[a->cur], 0, bytes, align, &pad);
@@ -220,7 +227,7 @@ void *ortep_arena_base(const ortep_arena *a) { return (a && a->planned) ? a->chu
 size_t ortep_arena_capacity(const ortep_arena *a) { return a ? a->reserved : 0; }
 
 ortep_arena_mark ortep_arena_get_mark(const ortep_arena *a) {
-  return a ? (ortep_arena_mark){a->cur, a->offset, a->used} : (ortep_arena_mark){0, 0, 0};
+  return a ? (ortep_arena_mark){a->cur, a->offset, a->spent + a->offset} : (ortep_arena_mark){0, 0, 0};
 }
 
 static void poison_from(ortep_arena *a, size_t chunk_index, size_t offset) {
@@ -238,9 +245,9 @@ static void poison_from(ortep_arena *a, size_t chunk_index, size_t offset) {
 
 ortep_status ortep_arena_rewind(ortep_arena *a, ortep_arena_mark m) {
   if (!a) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_arena_rewind: arena is NULL");
-  bool ahead = m.chunk > a->cur || (m.chunk == a->cur && m.offset > a->offset) || m.used > a->used;
+  bool ahead = m.chunk > a->cur || (m.chunk == a->cur && m.offset > a->offset) || m.used > a->spent + a->offset;
   bool bad = (a->nchunks == 0 && (m.chunk || m.offset || m.used)) ||
-             (a->nchunks && (m.chunk >= a->nchunks || m.offset > a->chunks[m.chunk].size));
+             (a->nchunks && (m.chunk >= a->nchunks || m.offset > a->chunks[m.chunk].size || m.used < m.offset));
   if (ahead || bad)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "ortep_arena_rewind: mark (chunk %zu, offset %zu) is %s the arena's position (chunk %zu, "
@@ -249,7 +256,7 @@ ortep_status ortep_arena_rewind(ortep_arena *a, ortep_arena_mark m) {
   poison_from(a, m.chunk, m.offset);
   a->cur = m.chunk;
   a->offset = m.offset;
-  a->used = m.used;
+  a->spent = m.used - m.offset;
   return ORTEP_OK;
 }
 
@@ -258,12 +265,12 @@ void ortep_arena_reset(ortep_arena *a) {
   poison_from(a, 0, 0);
   a->cur = 0;
   a->offset = 0;
-  a->used = 0;
+  a->spent = 0;
 }
 
 size_t ortep_arena_trim(ortep_arena *a) {
   if (!a || a->planned) return 0;
-  size_t keep = (a->used == 0) ? 0 : a->cur + 1;
+  size_t keep = (a->spent + a->offset == 0) ? 0 : a->cur + 1;
   size_t released = 0;
   for (size_t i = keep; i < a->nchunks; i++) {
     ortep_allocator_deallocate(a->backing, a->chunks[i].base, a->chunks[i].size, a->chunks[i].align);
@@ -281,5 +288,5 @@ void ortep_arena_stats_get(const ortep_arena *a, ortep_arena_stats *out) {
     *out = (ortep_arena_stats){0};
     return;
   }
-  *out = (ortep_arena_stats){a->reserved, a->used, a->high_water, a->nchunks, a->carves};
+  *out = (ortep_arena_stats){a->reserved, a->spent + a->offset, a->high_water, a->nchunks, a->carves};
 }

@@ -131,7 +131,7 @@ static size_t place_all(const ortep_plan_tensor *t, size_t n, const size_t *orde
     for (size_t q = 0; q < np; q++) {
       size_t j = placed[q];
       if (!lifetimes_overlap(&t[i], &t[j])) continue;
-      size_t start;
+      size_t start = top;
       ortep__align_up(top, align, &start);
       if (offsets[j] >= start) {
         size_t gap = offsets[j] - start;
@@ -143,7 +143,10 @@ static size_t place_all(const ortep_plan_tensor *t, size_t n, const size_t *orde
       size_t end = offsets[j] + t[j].size;
       if (end > top) top = end;
     }
-    if (best == SIZE_MAX) ortep__align_up(top, align, &best);
+    if (best == SIZE_MAX) {
+      best = top;
+      ortep__align_up(top, align, &best);
+    }
     offsets[i] = best;
     if (best + t[i].size > total) total = best + t[i].size;
     /* Insert into the offset-sorted list. */

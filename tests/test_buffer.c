@@ -100,7 +100,7 @@ START_TEST(null_and_bad_alignment_are_refused) {
   ck_assert_status(ortep_buffer_from_borrowed_mut_parts(NULL, ortep_device_cpu(), 0, 1, &b), ORTEP_E_INVALID_ARGUMENT);
   ck_assert_error_mentions("NULL");
   ck_assert_uint_eq(b.size, 0); /* zeroed on failure */
-  unsigned char x[64];
+  unsigned char x[64] = {0};
   ck_assert_status(ortep_buffer_from_raw_parts(x, ortep_device_cpu(), 8, 3, &b), ORTEP_E_INVALID_ARGUMENT);
   ck_assert_error_mentions("power of two");
   ck_assert_status(ortep_buffer_from_borrowed_parts(x + 1, ortep_device_cpu(), 8, 64, &b),
@@ -111,7 +111,7 @@ START_TEST(null_and_bad_alignment_are_refused) {
 END_TEST
 
 START_TEST(zero_length_buffer_is_empty) {
-  unsigned char x[1];
+  unsigned char x[1] = {0};
   ortep_buffer b;
   ck_assert_ok(ortep_buffer_from_borrowed_parts(x, ortep_device_cuda(2), 0, 1, &b));
   ck_assert(ortep_buffer_is_empty(&b));

@@ -1,0 +1,46 @@
+/*
+ * bench.h: what the ortep-bench subcommands share: timing, medians, the
+ * machine/build description, the table printer, JSON output through cJSON,
+ * and the usage-error convention (exit 2 naming the bad argument).
+ */
+#ifndef ORTEP_BENCH_H
+#define ORTEP_BENCH_H
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "ortep/ortep.h"
+
+#define BENCH_EXIT_USAGE 2
+
+static inline double bench_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* Median of v[0..n) (sorts v). */
+double bench_median(double *v, size_t n);
+double bench_min(const double *v, size_t n);
+double bench_max(const double *v, size_t n);
+
+/* {"cpu": ..., "cores": ..., "gpu": ...} and {"version", "git_revision", ...}. */
+cJSON *bench_machine_json(void);
+cJSON *bench_build_json(void);
+void bench_print_header(const char *what);
+
+/* Writes root to path (pretty-printed). Returns 0, or 1 with a message. */
+int bench_write_json(const char *path, const cJSON *root);
+
+/* Prints "ortep-bench <cmd>: <message>\n<usage hint>" to stderr; returns 2. */
+int bench_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Parses a positive integer option; on error prints a usage error. */
+int bench_parse_count(const char *cmd, const char *opt, const char *arg, long min, long max, long *out);
+
+/* "1.5 GiB" into buf[32]; returns buf. */
+char *ortep__bench_bytes(uint64_t bytes, char *buf);
+
+int bench_alloc_main(int argc, char **argv);
+
+#endif

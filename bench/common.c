@@ -1,0 +1,132 @@
+/* common.c: the helpers every ortep-bench subcommand uses (bench.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double bench_median(double *v, size_t n) {
+  if (n == 0) return 0;
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+double bench_min(const double *v, size_t n) {
+  double m = n ? v[0] : 0;
+  for (size_t i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+  return m;
+}
+double bench_max(const double *v, size_t n) {
+  double m = n ? v[0] : 0;
+  for (size_t i = 1; i < n; i++) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+static void cpu_model(char *buf, size_t len) {
+  snprintf(buf, len, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "model name", 10) == 0) {
+      char *c = strchr(line, ':');
+      if (c) {
+        c++;
+        while (*c == ' ') c++;
+        c[strcspn(c, "\n")] = '\0';
+        snprintf(buf, len, "%s", c);
+      }
+      break;
+    }
+  }
+  fclose(f);
+}
+
+cJSON *bench_machine_json(void) {
+  char cpu[256];
+  cpu_model(cpu, sizeof cpu);
+  cJSON *m = cJSON_CreateObject();
+  cJSON_AddStringToObject(m, "cpu", cpu);
+  cJSON_AddNumberToObject(m, "cores", (double)sysconf(_SC_NPROCESSORS_ONLN));
+  cJSON_AddNullToObject(m, "gpu");
+  return m;
+}
+
+cJSON *bench_build_json(void) {
+  cJSON *b = cJSON_CreateObject();
+  cJSON_AddStringToObject(b, "version", ortep_version());
+  cJSON_AddStringToObject(b, "git_revision", ortep_git_revision());
+  cJSON_AddStringToObject(b, "build_type", ORTEP_BUILD_TYPE);
+  cJSON_AddBoolToObject(b, "cuda", ORTEP_HAVE_CUDA);
+  cJSON_AddStringToObject(b, "host_allocator", ortep_uses_mimalloc() ? "mimalloc" : "system");
+  cJSON_AddBoolToObject(b, "debug_checks", ortep_debug_checks_enabled());
+  return b;
+}
+
+void bench_print_header(const char *what) {
+  char cpu[256];
+  cpu_model(cpu, sizeof cpu);
+  printf("ortep-bench %s — ortep %s (%s, %s build%s), %s, %ld cores\n", what, ortep_version(), ortep_git_revision(),
+         ORTEP_BUILD_TYPE, ortep_debug_checks_enabled() ? ", debug checks ON: figures are not representative" : "",
+         cpu, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+int bench_write_json(const char *path, const cJSON *root) {
+  char *text = cJSON_Print(root);
+  if (!text) {
+    fprintf(stderr, "ortep-bench: could not render the JSON report (out of memory)\n");
+    return 1;
+  }
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "ortep-bench: cannot write --json %s: %s\n", path, strerror(errno));
+    cJSON_free(text);
+    return 1;
+  }
+  bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+  ok = (fclose(f) == 0) && ok;
+  cJSON_free(text);
+  if (!ok) {
+    fprintf(stderr, "ortep-bench: writing --json %s failed: %s\n", path, strerror(errno));
+    return 1;
+  }
+  return 0;
+}
+
+int bench_usage_error(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "ortep-bench %s: ", cmd);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\nTry 'ortep-bench %s --help'.\n", cmd);
+  va_end(ap);
+  return BENCH_EXIT_USAGE;
+}
+
+int bench_parse_count(const char *cmd, const char *opt, const char *arg, long min, long max, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(arg, &end, 10);
+  if (errno || *end || end == arg || v < min || v > max)
+    return bench_usage_error(cmd, "%s '%s' is not an integer in [%ld, %ld]", opt, arg, min, max);
+  *out = v;
+  return 0;
+}
+
+char *ortep__bench_bytes(uint64_t bytes, char *buf) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, u++;
+  if (u == 0)
+    snprintf(buf, 32, "%llu B", (unsigned long long)bytes);
+  else
+    snprintf(buf, 32, "%.1f %s", v, units[u]);
+  return buf;
+}

@@ -1,0 +1,38 @@
+/*
+ * main.c: ortep-bench, the benchmark driver. Each subcommand has its own
+ * file; this one dispatches and prints the top-level help. Benchmarks report
+ * figures (a table on stdout, --json for machines); they assert nothing.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+static const char usage[] =
+    "usage: ortep-bench <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  alloc     allocator microbenchmark: arena, slab, mimalloc and glibc malloc on a\n"
+    "            decode-like and a random pattern, plus the memory planner's figures\n"
+    "\n"
+    "Run 'ortep-bench <command> --help' for a command's options.\n";
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage, stderr);
+    return BENCH_EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    fputs(usage, stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "--version") == 0) {
+    printf("ortep-bench %s (%s)\n", ortep_version(), ortep_git_revision());
+    return 0;
+  }
+  if (strcmp(cmd, "alloc") == 0) return bench_alloc_main(argc - 1, argv + 1);
+  fprintf(stderr, "ortep-bench: unknown command '%s'; the commands are: alloc\n", cmd);
+  fputs(usage, stderr);
+  return BENCH_EXIT_USAGE;
+}
