@@ -12,5 +12,10 @@
 #include "ortep/slab.h"
 #include "ortep/planner.h"
 #include "ortep/hooks.h"
+#include "ortep/dtype.h"
+#include "ortep/error_word.h"
+#include "ortep/ir.h"
+#include "ortep/ep.h"
+#include "ortep/tensor.h"
 
 #endif

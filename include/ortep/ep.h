@@ -1,0 +1,242 @@
+/*
+ * ep.h: the execution-provider contract (seed 001) and its registry.
+ *
+ * An EP is a vtable plus state: an implementation embeds `ortep_ep` as its
+ * first member. Callers always go through the ortep_ep_* dispatch functions,
+ * which check arguments and give the contract's default for every optional
+ * entry left NULL:
+ *
+ *   copy_from_host / _at, copy_to_host  host memcpy with the seed's bounds and
+ *                                       overflow checks; refused for a device
+ *                                       that is not host-accessible
+ *   device_argmax                       unsupported (the EP's name in the message)
+ *   begin/end capture, replay, replay_segment
+ *                                       unsupported (the EP's name in the message)
+ *   abort_capture                       a no-op (nothing to abort)
+ *   reset_graph                         false (no graph was installed)
+ *   check_error_word                    0 (no error); reset_error_word a no-op
+ *   allocation_counts                   absent
+ *   claim_nodes                         none
+ *   context_source_keys                 none; save/load_context unsupported
+ *   capabilities                        stock (none)
+ *
+ * Kernels: get_kernel specialises a node to concrete shapes and returns an
+ * ortep_kernel. A kernel is run through ortep_ep_run_kernel with the raw
+ * device pointers of its inputs and outputs; while a device-graph capture is
+ * open on the EP, running a kernel records it instead of executing it (CUDA:
+ * stream capture; CPU: a recorded plan of kernel + bound pointers), and a
+ * replay executes the recording with no lookup, shape check or allocation.
+ */
+#ifndef ORTEP_EP_H
+#define ORTEP_EP_H
+
+#include "ortep/buffer.h"
+#include "ortep/dtype.h"
+#include "ortep/ir.h"
+
+ORTEP_BEGIN_DECLS
+
+typedef struct ortep_ep ortep_ep;
+typedef struct ortep_kernel ortep_kernel;
+
+/* --- configuration: namespaced key/value options ("cpu.threads") ---------- */
+typedef struct ortep_config ortep_config;
+ORTEP_API ortep_status ortep_config_create(ortep_config **out);
+ORTEP_API void ortep_config_destroy(ortep_config *config);
+/* Sets (or replaces) key. Keys are "namespace.name". */
+ORTEP_API ortep_status ortep_config_set(ortep_config *config, const char *key, const char *value);
+/* The value, or NULL when unset. */
+ORTEP_API const char *ortep_config_get(const ortep_config *config, const char *key);
+ORTEP_API size_t ortep_config_count(const ortep_config *config);
+ORTEP_API const char *ortep_config_key(const ortep_config *config, size_t i);
+/* For EP implementations: every key in namespace ns ("cpu") must be one of
+ * known[n]; otherwise ORTEP_E_INVALID_ARGUMENT naming the key and the known
+ * ones. Keys of other namespaces are not this EP's business. */
+ORTEP_API ortep_status ortep_config_check_namespace(const ortep_config *config, const char *ns,
+                                                    const char *const *known, size_t n);
+
+/* --- placement ------------------------------------------------------------- */
+typedef enum ortep_layout { ORTEP_LAYOUT_ROW_MAJOR = 0 } ortep_layout;
+
+#define ORTEP_REASON_CAPACITY 384
+typedef struct ortep_kernel_match {
+  bool supported;
+  uint32_t cost; /* lower is better; meaningful when supported */
+  /* When unsupported: what the EP accepts and how to fix the model or the
+   * registration. Never empty for an unsupported match. */
+  char reason[ORTEP_REASON_CAPACITY];
+} ortep_kernel_match;
+
+/* --- kernels --------------------------------------------------------------- */
+/* What a kernel runs on: the raw data pointers of its inputs (NULL for an
+ * absent optional input) and outputs on the EP's device, the EP's error word
+ * (a device pointer), and the EP's stream (NULL on the CPU). */
+typedef struct ortep_kernel_io {
+  const void *const *inputs;
+  size_t n_inputs;
+  void *const *outputs;
+  size_t n_outputs;
+  uint32_t *error_word;
+  void *stream;
+} ortep_kernel_io;
+
+typedef struct ortep_kernel_vtable {
+  ortep_status (*run)(ortep_kernel *self, const ortep_kernel_io *io);
+  void (*destroy)(ortep_kernel *self);
+} ortep_kernel_vtable;
+
+struct ortep_kernel {
+  const ortep_kernel_vtable *vtable;
+  const char *name;  /* "cpu.MatMul" */
+  bool capturable;   /* safe to record into a device graph: no host sync, no
+                        allocation, no host-side data read at run time */
+};
+
+ORTEP_API const char *ortep_kernel_name(const ortep_kernel *kernel);
+ORTEP_API bool ortep_kernel_is_capturable(const ortep_kernel *kernel);
+ORTEP_API void ortep_kernel_destroy(ortep_kernel *kernel);
+
+/* --- fences ---------------------------------------------------------------- */
+typedef struct ortep_fence {
+  uint64_t id;
+  void *event; /* EP-specific (a cudaEvent_t); NULL when already signalled */
+} ortep_fence;
+
+/* --- the vtable ------------------------------------------------------------ */
+typedef struct ortep_ep_capabilities {
+  bool device_graphs; /* begin/end capture and replay work */
+  bool device_argmax;
+  bool host_accessible_memory; /* the EP's buffers are host memory */
+} ortep_ep_capabilities;
+
+typedef struct ortep_ep_vtable {
+  const char *name; /* "cpu_ep", "cuda_ep" */
+  /* Required. */
+  ortep_status (*initialize)(ortep_ep *self, const ortep_config *config);
+  ortep_status (*shutdown)(ortep_ep *self);
+  void (*destroy)(ortep_ep *self);
+  void (*supports_op)(const ortep_ep *self, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
+                      const ortep_dtype *dtypes, const ortep_layout *layouts, size_t n_inputs,
+                      ortep_kernel_match *out);
+  ortep_status (*get_kernel)(ortep_ep *self, const ortep_node *node, const ortep_shape *shapes,
+                             const ortep_dtype *dtypes, size_t n_inputs, int64_t opset, ortep_kernel **out);
+  ortep_status (*allocate)(ortep_ep *self, size_t size, size_t align, ortep_buffer *out);
+  ortep_status (*deallocate)(ortep_ep *self, ortep_buffer *buffer);
+  ortep_status (*copy)(ortep_ep *self, const ortep_buffer *src, ortep_buffer *dst, size_t size);
+  ortep_status (*copy_async)(ortep_ep *self, const ortep_buffer *src, ortep_buffer *dst, size_t size,
+                             ortep_fence *out);
+  ortep_status (*fence_wait)(ortep_ep *self, ortep_fence *fence);
+  ortep_status (*sync)(ortep_ep *self);
+  /* Optional (NULL -> the default in the header comment). */
+  ortep_ep_capabilities (*capabilities)(const ortep_ep *self);
+  ortep_status (*run_kernel)(ortep_ep *self, ortep_kernel *kernel, const ortep_kernel_io *io);
+  ortep_status (*copy_from_host)(ortep_ep *self, const void *src, size_t len, ortep_buffer *dst);
+  ortep_status (*copy_from_host_at)(ortep_ep *self, const void *src, size_t len, ortep_buffer *dst, size_t offset);
+  ortep_status (*copy_to_host)(ortep_ep *self, const ortep_buffer *src, void *dst, size_t len);
+  ortep_status (*copy_to_host_at)(ortep_ep *self, const ortep_buffer *src, size_t offset, void *dst, size_t len);
+  bool (*device_argmax_supported)(const ortep_ep *self);
+  ortep_status (*device_argmax)(ortep_ep *self, const void *logits, size_t elements, ortep_dtype dtype,
+                                ortep_buffer *result);
+  ortep_status (*begin_capture)(ortep_ep *self, ortep_kernel *const *kernels, size_t n);
+  ortep_status (*end_capture)(ortep_ep *self);
+  ortep_status (*abort_capture)(ortep_ep *self);
+  ortep_status (*replay)(ortep_ep *self);
+  ortep_status (*replay_segment)(ortep_ep *self, size_t index);
+  ortep_status (*reset_graph)(ortep_ep *self, bool *had_graph);
+  size_t (*segment_count)(const ortep_ep *self);
+  bool (*capture_active)(const ortep_ep *self);
+  ortep_status (*check_error_word)(ortep_ep *self, uint32_t *bits);
+  ortep_status (*reset_error_word)(ortep_ep *self);
+  uint32_t *(*error_word_ptr)(ortep_ep *self);
+  bool (*allocation_counts)(const ortep_ep *self, uint64_t *allocations, uint64_t *frees);
+  size_t (*claim_nodes)(const ortep_ep *self, const ortep_graph *graph, ortep_node_id *out, size_t cap);
+  size_t (*context_source_keys)(const ortep_ep *self, const char **out, size_t cap);
+  ortep_status (*save_context)(ortep_ep *self, void **blob, size_t *len);
+  ortep_status (*load_context)(ortep_ep *self, const void *blob, size_t len);
+} ortep_ep_vtable;
+
+struct ortep_ep {
+  const ortep_ep_vtable *vtable;
+  ortep_device device;
+  uint32_t id; /* set by the registry */
+};
+
+/* --- dispatch -------------------------------------------------------------- */
+ORTEP_API const char *ortep_ep_name(const ortep_ep *ep);
+ORTEP_API ortep_device ortep_ep_device(const ortep_ep *ep);
+ORTEP_API uint32_t ortep_ep_id(const ortep_ep *ep);
+ORTEP_API ortep_ep_capabilities ortep_ep_get_capabilities(const ortep_ep *ep);
+ORTEP_API ortep_status ortep_ep_initialize(ortep_ep *ep, const ortep_config *config);
+ORTEP_API ortep_status ortep_ep_shutdown(ortep_ep *ep);
+/* Shuts down (if needed) and frees the EP. NULL is a no-op. */
+ORTEP_API void ortep_ep_destroy(ortep_ep *ep);
+
+/* n_inputs entries each; layouts may be NULL (row-major). */
+ORTEP_API void ortep_ep_supports_op(const ortep_ep *ep, const ortep_node *node, int64_t opset,
+                                    const ortep_shape *shapes, const ortep_dtype *dtypes,
+                                    const ortep_layout *layouts, size_t n_inputs, ortep_kernel_match *out);
+ORTEP_API ortep_status ortep_ep_get_kernel(ortep_ep *ep, const ortep_node *node, const ortep_shape *shapes,
+                                           const ortep_dtype *dtypes, size_t n_inputs, int64_t opset,
+                                           ortep_kernel **out);
+ORTEP_API ortep_status ortep_ep_run_kernel(ortep_ep *ep, ortep_kernel *kernel, const ortep_kernel_io *io);
+
+ORTEP_API ortep_status ortep_ep_allocate(ortep_ep *ep, size_t size, size_t align, ortep_buffer *out);
+/* Frees an OWNED buffer of this EP and zeroes the handle; a borrowed buffer is
+ * a no-op free; a buffer of another device is refused (ORTEP_E_WRONG_DEVICE). */
+ORTEP_API ortep_status ortep_ep_deallocate(ortep_ep *ep, ortep_buffer *buffer);
+ORTEP_API ortep_status ortep_ep_copy(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size);
+ORTEP_API ortep_status ortep_ep_copy_async(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size,
+                                           ortep_fence *out);
+ORTEP_API ortep_status ortep_ep_fence_wait(ortep_ep *ep, ortep_fence *fence);
+ORTEP_API ortep_status ortep_ep_copy_from_host(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst);
+ORTEP_API ortep_status ortep_ep_copy_from_host_at(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst,
+                                                  size_t offset);
+ORTEP_API ortep_status ortep_ep_copy_to_host(ortep_ep *ep, const ortep_buffer *src, void *dst, size_t len);
+ORTEP_API ortep_status ortep_ep_copy_to_host_at(ortep_ep *ep, const ortep_buffer *src, size_t offset, void *dst,
+                                                size_t len);
+ORTEP_API ortep_status ortep_ep_sync(ortep_ep *ep);
+
+ORTEP_API bool ortep_ep_device_argmax_supported(const ortep_ep *ep);
+/* Allocation-free argmax over elements f32 or f16 logits at a device pointer:
+ * the first maximum wins, NaN is skipped. result (>= 8 bytes, on this EP)
+ * receives two native-endian u32: the token id, then the error word. */
+ORTEP_API ortep_status ortep_ep_device_argmax(ortep_ep *ep, const void *logits, size_t elements, ortep_dtype dtype,
+                                              ortep_buffer *result);
+
+ORTEP_API ortep_status ortep_ep_begin_capture(ortep_ep *ep, ortep_kernel *const *kernels, size_t n);
+ORTEP_API ortep_status ortep_ep_end_capture(ortep_ep *ep);
+ORTEP_API ortep_status ortep_ep_abort_capture(ortep_ep *ep);
+ORTEP_API ortep_status ortep_ep_replay(ortep_ep *ep);
+ORTEP_API ortep_status ortep_ep_replay_segment(ortep_ep *ep, size_t index);
+ORTEP_API ortep_status ortep_ep_reset_graph(ortep_ep *ep, bool *had_graph);
+ORTEP_API size_t ortep_ep_segment_count(const ortep_ep *ep);
+ORTEP_API bool ortep_ep_capture_active(const ortep_ep *ep);
+/* Reads (without clearing) the latched error word. */
+ORTEP_API ortep_status ortep_ep_check_error_word(ortep_ep *ep, uint32_t *bits);
+ORTEP_API ortep_status ortep_ep_reset_error_word(ortep_ep *ep);
+/* The device pointer kernels OR bits into (NULL when the EP has none). */
+ORTEP_API uint32_t *ortep_ep_error_word_ptr(ortep_ep *ep);
+/* false when the EP keeps no counters. */
+ORTEP_API bool ortep_ep_allocation_counts(const ortep_ep *ep, uint64_t *allocations, uint64_t *frees);
+ORTEP_API size_t ortep_ep_claim_nodes(const ortep_ep *ep, const ortep_graph *graph, ortep_node_id *out, size_t cap);
+ORTEP_API size_t ortep_ep_context_source_keys(const ortep_ep *ep, const char **out, size_t cap);
+ORTEP_API ortep_status ortep_ep_save_context(ortep_ep *ep, void **blob, size_t *len);
+ORTEP_API ortep_status ortep_ep_load_context(ortep_ep *ep, const void *blob, size_t len);
+
+/* --- registry -------------------------------------------------------------- */
+typedef struct ortep_ep_registry ortep_ep_registry;
+ORTEP_API ortep_status ortep_ep_registry_create(ortep_ep_registry **out);
+/* Destroys the registry and every EP registered in it. */
+ORTEP_API void ortep_ep_registry_destroy(ortep_ep_registry *registry);
+/* Takes ownership of ep (also on failure) and gives it the next id (0, 1,
+ * ...). Names must be unique. Registration order is placement preference on
+ * equal cost. */
+ORTEP_API ortep_status ortep_ep_registry_add(ortep_ep_registry *registry, ortep_ep *ep, uint32_t *id);
+ORTEP_API size_t ortep_ep_registry_count(const ortep_ep_registry *registry);
+ORTEP_API ortep_ep *ortep_ep_registry_get(const ortep_ep_registry *registry, uint32_t id);
+/* NULL when no EP has that name. */
+ORTEP_API ortep_ep *ortep_ep_registry_find(const ortep_ep_registry *registry, const char *name);
+
+ORTEP_END_DECLS
+
+#endif

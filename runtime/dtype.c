@@ -1,0 +1,179 @@
+/*
+ * dtype.c: element types, shapes with overflow-checked sizes, and f16 /
+ * bf16 conversions (bit manipulation, round to nearest even).
+ */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+
+size_t ortep_dtype_size(ortep_dtype d) {
+  switch (d) {
+#define SZ(name, str, size) \
+  case ORTEP_DTYPE_##name:  \
+    return size;
+    ORTEP_DTYPE_MAP(SZ)
+#undef SZ
+    default:
+      return 0;
+  }
+}
+
+const char *ortep_dtype_name(ortep_dtype d) {
+  switch (d) {
+#define NM(name, str, size) \
+  case ORTEP_DTYPE_##name:  \
+    return str;
+    ORTEP_DTYPE_MAP(NM)
+#undef NM
+    default:
+      return "unknown";
+  }
+}
+
+ortep_status ortep_dtype_parse(const char *name, ortep_dtype *out) {
+  static const struct {
+    const char *alias;
+    ortep_dtype d;
+  } aliases[] = {{"float32", ORTEP_DTYPE_F32}, {"float", ORTEP_DTYPE_F32},     {"float16", ORTEP_DTYPE_F16},
+                 {"half", ORTEP_DTYPE_F16},    {"bfloat16", ORTEP_DTYPE_BF16}, {"int32", ORTEP_DTYPE_I32},
+                 {"int64", ORTEP_DTYPE_I64},   {"uint8", ORTEP_DTYPE_U8}};
+  if (!name || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_dtype_parse: NULL argument");
+  for (int d = 0; d < ORTEP_DTYPE_COUNT; d++)
+    if (strcasecmp(name, ortep_dtype_name((ortep_dtype)d)) == 0) return *out = (ortep_dtype)d, ORTEP_OK;
+  for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+    if (strcasecmp(name, aliases[i].alias) == 0) return *out = aliases[i].d, ORTEP_OK;
+  return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "unknown dtype '%s'; known: f32, f16, bf16, i32, i64, u8, bool", name);
+}
+
+bool ortep_dtype_is_float(ortep_dtype d) {
+  return d == ORTEP_DTYPE_F32 || d == ORTEP_DTYPE_F16 || d == ORTEP_DTYPE_BF16;
+}
+
+ortep_status ortep_shape_make(const int64_t *dims, size_t rank, ortep_shape *out) {
+  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_shape_make: out is NULL");
+  memset(out, 0, sizeof *out);
+  if (rank > ORTEP_MAX_RANK)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "shape of rank %zu: ranks up to %d are supported", rank,
+                       ORTEP_MAX_RANK);
+  if (rank && !dims) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_shape_make: dims is NULL for rank %zu", rank);
+  for (size_t i = 0; i < rank; i++) {
+    if (dims[i] < -1)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                         "shape dimension %zu is %lld: dimensions are >= 0, or -1 for a dimension not known statically",
+                         i, (long long)dims[i]);
+    out->dims[i] = dims[i];
+  }
+  out->rank = (uint32_t)rank;
+  return ORTEP_OK;
+}
+
+bool ortep_shape_is_static(const ortep_shape *s) {
+  for (uint32_t i = 0; i < s->rank; i++)
+    if (s->dims[i] < 0) return false;
+  return true;
+}
+
+bool ortep_shape_equal(const ortep_shape *a, const ortep_shape *b) {
+  if (a->rank != b->rank) return false;
+  for (uint32_t i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+char *ortep_shape_format(const ortep_shape *s, char *buf, size_t len) {
+  size_t n = 0;
+  n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "[");
+  for (uint32_t i = 0; s && i < s->rank; i++)
+    n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%lld", i ? ", " : "", (long long)s->dims[i]);
+  snprintf(buf + n, n < len ? len - n : 0, "]");
+  return buf;
+}
+
+ortep_status ortep_shape_numel(const ortep_shape *s, size_t *out) {
+  if (!s || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_shape_numel: NULL argument");
+  size_t n = 1;
+  for (uint32_t i = 0; i < s->rank; i++) {
+    char b[160];
+    if (s->dims[i] < 0)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "shape %s is not static: its element count is unknown",
+                         ortep_shape_format(s, b, sizeof b));
+    size_t d = (size_t)s->dims[i];
+    if (d && n > SIZE_MAX / d)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "shape %s: the element count overflows size_t",
+                         ortep_shape_format(s, b, sizeof b));
+    n *= d;
+  }
+  *out = n;
+  return ORTEP_OK;
+}
+
+ortep_status ortep_shape_bytes(const ortep_shape *s, ortep_dtype dtype, size_t *out) {
+  size_t n, es = ortep_dtype_size(dtype);
+  if (!es) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "unknown dtype value %d", (int)dtype);
+  ortep_status st = ortep_shape_numel(s, &n);
+  if (st != ORTEP_OK) return st;
+  if (n > SIZE_MAX / es) {
+    char b[160];
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "shape %s of %s: the byte size overflows size_t",
+                       ortep_shape_format(s, b, sizeof b), ortep_dtype_name(dtype));
+  }
+  *out = n * es;
+  return ORTEP_OK;
+}
+
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+float ortep_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  if (exp == 0) {
+    if (man == 0) return bits_f32(sign);
+    /* subnormal: value = man * 2^-24 */
+    float v = (float)man * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  if (exp == 31) return bits_f32(sign | 0x7f800000u | (man << 13));
+  return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+uint16_t ortep_f32_to_f16(float f) {
+  uint32_t u = f32_bits(f);
+  uint32_t sign = (u >> 16) & 0x8000;
+  uint32_t exp = (u >> 23) & 0xff;
+  uint32_t man = u & 0x7fffff;
+  if (exp == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 | (man >> 13) : 0));
+  int32_t e = (int32_t)exp - 127 + 15;
+  if (e >= 31) return (uint16_t)(sign | 0x7c00);
+  if (e <= 0) {
+    if (e < -10) return (uint16_t)sign;
+    man |= 0x800000;
+    uint32_t shift = (uint32_t)(14 - e);
+    uint32_t half = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) half++;
+    return (uint16_t)(sign | half);
+  }
+  uint32_t half = sign | ((uint32_t)e << 10) | (man >> 13);
+  uint32_t rem = man & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++; /* may carry into the exponent: correct */
+  return (uint16_t)half;
+}
+
+float ortep_bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
+
+uint16_t ortep_f32_to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  u += 0x7fff + ((u >> 16) & 1);
+  return (uint16_t)(u >> 16);
+}

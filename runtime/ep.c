@@ -1,0 +1,457 @@
+/*
+ * ep.c: dispatch for the execution-provider contract (seed 001), the
+ * namespaced configuration, and the EP registry. Every optional vtable entry
+ * left NULL gets the seed's default here, with the seed's bounds checks and
+ * messages, so an EP implements only what it really does.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "strmap.h"
+#include "ortep/ep.h"
+
+/* --- configuration ---------------------------------------------------------- */
+struct ortep_config {
+  char **keys, **vals;
+  size_t n, cap;
+};
+
+ortep_status ortep_config_create(ortep_config **out) {
+  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_config_create: out is NULL");
+  *out = ortep__calloc(1, sizeof **out);
+  return *out ? ORTEP_OK : ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_config_create: no memory");
+}
+
+void ortep_config_destroy(ortep_config *c) {
+  if (!c) return;
+  for (size_t i = 0; i < c->n; i++) ortep__free(c->keys[i]), ortep__free(c->vals[i]);
+  ortep__free(c->keys), ortep__free(c->vals), ortep__free(c);
+}
+
+ortep_status ortep_config_set(ortep_config *c, const char *key, const char *value) {
+  if (!c || !key || !value) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_config_set: NULL argument");
+  const char *dot = strchr(key, '.');
+  if (!dot || dot == key || !dot[1])
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "configuration key '%s' is not namespaced; use 'namespace.name' (e.g. cpu.threads)", key);
+  char *v = ortep__strdup(value);
+  if (!v) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_config_set: no memory");
+  for (size_t i = 0; i < c->n; i++)
+    if (strcmp(c->keys[i], key) == 0) {
+      ortep__free(c->vals[i]);
+      c->vals[i] = v;
+      return ORTEP_OK;
+    }
+  if (c->n == c->cap) {
+    size_t cap = c->cap ? c->cap * 2 : 8;
+    char **k = ortep__realloc(c->keys, cap * sizeof *k);
+    if (k) c->keys = k;
+    char **vv = k ? ortep__realloc(c->vals, cap * sizeof *vv) : NULL;
+    if (vv) c->vals = vv;
+    if (!k || !vv) {
+      ortep__free(v);
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_config_set: no memory");
+    }
+    c->cap = cap;
+  }
+  char *k = ortep__strdup(key);
+  if (!k) {
+    ortep__free(v);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_config_set: no memory");
+  }
+  c->keys[c->n] = k;
+  c->vals[c->n++] = v;
+  return ORTEP_OK;
+}
+
+const char *ortep_config_get(const ortep_config *c, const char *key) {
+  for (size_t i = 0; c && key && i < c->n; i++)
+    if (strcmp(c->keys[i], key) == 0) return c->vals[i];
+  return NULL;
+}
+size_t ortep_config_count(const ortep_config *c) { return c ? c->n : 0; }
+const char *ortep_config_key(const ortep_config *c, size_t i) { return c && i < c->n ? c->keys[i] : NULL; }
+
+ortep_status ortep_config_check_namespace(const ortep_config *c, const char *ns, const char *const *known, size_t n) {
+  size_t nl = strlen(ns);
+  for (size_t i = 0; c && i < c->n; i++) {
+    const char *k = c->keys[i];
+    if (strncmp(k, ns, nl) != 0 || k[nl] != '.') continue;
+    bool ok = false;
+    for (size_t j = 0; j < n && !ok; j++) ok = strcmp(k, known[j]) == 0;
+    if (ok) continue;
+    char list[512] = "";
+    size_t used = 0;
+    for (size_t j = 0; j < n && used < sizeof list; j++)
+      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", j ? ", " : "", known[j]);
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "unknown option '%s' for the %s EP; known options: %s", k, ns,
+                       n ? list : "(none)");
+  }
+  return ORTEP_OK;
+}
+
+/* --- kernels ---------------------------------------------------------------- */
+const char *ortep_kernel_name(const ortep_kernel *k) { return k && k->name ? k->name : "kernel"; }
+bool ortep_kernel_is_capturable(const ortep_kernel *k) { return k && k->capturable; }
+void ortep_kernel_destroy(ortep_kernel *k) {
+  if (k && k->vtable->destroy) k->vtable->destroy(k);
+}
+
+/* --- dispatch ---------------------------------------------------------------- */
+#define NEED_EP(ep, fn) \
+  if (!(ep)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, fn ": the EP is NULL")
+
+const char *ortep_ep_name(const ortep_ep *ep) { return ep && ep->vtable->name ? ep->vtable->name : "ep"; }
+ortep_device ortep_ep_device(const ortep_ep *ep) { return ep ? ep->device : ortep_device_cpu(); }
+uint32_t ortep_ep_id(const ortep_ep *ep) { return ep ? ep->id : 0; }
+
+ortep_ep_capabilities ortep_ep_get_capabilities(const ortep_ep *ep) {
+  if (ep && ep->vtable->capabilities) return ep->vtable->capabilities(ep);
+  return (ortep_ep_capabilities){false, false, ep && ortep_device_is_host_accessible(ep->device)};
+}
+
+ortep_status ortep_ep_initialize(ortep_ep *ep, const ortep_config *config) {
+  NEED_EP(ep, "ortep_ep_initialize");
+  return ep->vtable->initialize(ep, config);
+}
+ortep_status ortep_ep_shutdown(ortep_ep *ep) {
+  NEED_EP(ep, "ortep_ep_shutdown");
+  return ep->vtable->shutdown(ep);
+}
+void ortep_ep_destroy(ortep_ep *ep) {
+  if (ep) ep->vtable->destroy(ep);
+}
+
+void ortep_ep_supports_op(const ortep_ep *ep, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
+                          const ortep_dtype *dtypes, const ortep_layout *layouts, size_t n, ortep_kernel_match *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (!ep || !node || (n && (!shapes || !dtypes))) {
+    snprintf(out->reason, sizeof out->reason, "supports_op: EP, node, shapes and dtypes are required");
+    return;
+  }
+  ep->vtable->supports_op(ep, node, opset, shapes, dtypes, layouts, n, out);
+  if (!out->supported && !out->reason[0]) /* the contract: never a bare decline */
+    snprintf(out->reason, sizeof out->reason, "%s declines %s '%s' without a reason (a bug in that EP)",
+             ortep_ep_name(ep), ortep_node_op_type(node), ortep_node_name(node));
+}
+
+ortep_status ortep_ep_get_kernel(ortep_ep *ep, const ortep_node *node, const ortep_shape *shapes,
+                                 const ortep_dtype *dtypes, size_t n, int64_t opset, ortep_kernel **out) {
+  NEED_EP(ep, "ortep_ep_get_kernel");
+  if (!node || !out || (n && (!shapes || !dtypes)))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_ep_get_kernel: node, shapes, dtypes and out are required");
+  *out = NULL;
+  return ep->vtable->get_kernel(ep, node, shapes, dtypes, n, opset, out);
+}
+
+ortep_status ortep_ep_run_kernel(ortep_ep *ep, ortep_kernel *k, const ortep_kernel_io *io) {
+  if (ep->vtable->run_kernel) return ep->vtable->run_kernel(ep, k, io);
+  return k->vtable->run(k, io);
+}
+
+static ortep_status check_own(const ortep_ep *ep, const ortep_buffer *b, const char *what) {
+  if (!b) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: %s: the buffer is NULL", ortep_ep_name(ep), what);
+  if (b->ptr && !ortep_device_equal(b->device, ep->device)) {
+    char a[32], c[32];
+    return ortep__fail(ORTEP_E_WRONG_DEVICE, "%s: %s: the buffer lives on %s but this EP is on %s; hand it to its own EP",
+                       ortep_ep_name(ep), what, ortep_device_format(b->device, a, sizeof a),
+                       ortep_device_format(ep->device, c, sizeof c));
+  }
+  return ORTEP_OK;
+}
+
+ortep_status ortep_ep_allocate(ortep_ep *ep, size_t size, size_t align, ortep_buffer *out) {
+  NEED_EP(ep, "ortep_ep_allocate");
+  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: allocate: out is NULL", ortep_ep_name(ep));
+  memset(out, 0, sizeof *out);
+  ortep_status st = ortep_allocation_request_check(ortep_ep_name(ep), size, align);
+  if (st != ORTEP_OK) return st;
+  return ep->vtable->allocate(ep, size, align, out);
+}
+
+ortep_status ortep_ep_deallocate(ortep_ep *ep, ortep_buffer *b) {
+  NEED_EP(ep, "ortep_ep_deallocate");
+  ortep_status st = check_own(ep, b, "deallocate");
+  if (st != ORTEP_OK) return st;
+  if (!b->ptr) return ORTEP_OK; /* an already-consumed handle */
+  if (ortep_buffer_is_borrowed(b)) {
+    memset(b, 0, sizeof *b); /* a borrowed buffer is a no-op free */
+    return ORTEP_OK;
+  }
+  st = ep->vtable->deallocate(ep, b);
+  if (st == ORTEP_OK) memset(b, 0, sizeof *b);
+  return st;
+}
+
+ortep_status ortep_ep_copy(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size) {
+  NEED_EP(ep, "ortep_ep_copy");
+  if (!src || !dst) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: copy: NULL buffer", ortep_ep_name(ep));
+  if (size > src->size || size > dst->size)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: copy of %zu bytes exceeds the %s (%zu bytes)", ortep_ep_name(ep),
+                       size, size > src->size ? "source" : "destination", size > src->size ? src->size : dst->size);
+  if (dst->owner == ORTEP_BUFFER_BORROWED)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: copy into a read-only borrowed buffer", ortep_ep_name(ep));
+  return ep->vtable->copy(ep, src, dst, size);
+}
+
+ortep_status ortep_ep_copy_async(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size,
+                                 ortep_fence *out) {
+  NEED_EP(ep, "ortep_ep_copy_async");
+  if (!src || !dst || !out)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: copy_async: NULL argument", ortep_ep_name(ep));
+  if (size > src->size || size > dst->size)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: async copy of %zu bytes exceeds the %s (%zu bytes)",
+                       ortep_ep_name(ep), size, size > src->size ? "source" : "destination",
+                       size > src->size ? src->size : dst->size);
+  return ep->vtable->copy_async(ep, src, dst, size, out);
+}
+
+ortep_status ortep_ep_fence_wait(ortep_ep *ep, ortep_fence *fence) {
+  NEED_EP(ep, "ortep_ep_fence_wait");
+  if (!fence) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: fence_wait: fence is NULL", ortep_ep_name(ep));
+  return ep->vtable->fence_wait(ep, fence);
+}
+
+ortep_status ortep_ep_copy_from_host(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst) {
+  NEED_EP(ep, "ortep_ep_copy_from_host");
+  if (ep->vtable->copy_from_host) return ep->vtable->copy_from_host(ep, src, len, dst);
+  if (!dst || (len && !src))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload: NULL argument", ortep_ep_name(ep));
+  char d[32];
+  if (!ortep_device_is_host_accessible(dst->device))
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: host upload is not implemented for device %s", ortep_ep_name(ep),
+                       ortep_device_format(dst->device, d, sizeof d));
+  if (len > dst->size)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host upload of %zu bytes exceeds destination %zu bytes",
+                       ortep_ep_name(ep), len, dst->size);
+  if (len == 0) return ORTEP_OK;
+  void *p = ortep_buffer_as_mut_ptr(dst);
+  if (!p) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload into a read-only borrowed buffer", ortep_ep_name(ep));
+  memcpy(p, src, len);
+  return ORTEP_OK;
+}
+
+ortep_status ortep_ep_copy_from_host_at(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst, size_t offset) {
+  NEED_EP(ep, "ortep_ep_copy_from_host_at");
+  if (ep->vtable->copy_from_host_at) return ep->vtable->copy_from_host_at(ep, src, len, dst, offset);
+  if (!dst || (len && !src))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: ranged host upload: NULL argument", ortep_ep_name(ep));
+  if (offset > SIZE_MAX - len)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host upload range overflows", ortep_ep_name(ep));
+  size_t end = offset + len;
+  if (end > dst->size)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host upload range %zu..%zu exceeds destination %zu bytes",
+                       ortep_ep_name(ep), offset, end, dst->size);
+  if (len == 0) return ORTEP_OK;
+  char d[32];
+  if (!ortep_device_is_host_accessible(dst->device))
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: ranged host upload is not implemented for device %s",
+                       ortep_ep_name(ep), ortep_device_format(dst->device, d, sizeof d));
+  unsigned char *p = ortep_buffer_as_mut_ptr(dst);
+  if (!p) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload into a read-only borrowed buffer", ortep_ep_name(ep));
+  memcpy(p + offset, src, len);
+  return ORTEP_OK;
+}
+
+ortep_status ortep_ep_copy_to_host(ortep_ep *ep, const ortep_buffer *src, void *dst, size_t len) {
+  NEED_EP(ep, "ortep_ep_copy_to_host");
+  if (ep->vtable->copy_to_host) return ep->vtable->copy_to_host(ep, src, dst, len);
+  if (!src || (len && !dst))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host download: NULL argument", ortep_ep_name(ep));
+  char d[32];
+  if (!ortep_device_is_host_accessible(src->device))
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: host download is not implemented for device %s", ortep_ep_name(ep),
+                       ortep_device_format(src->device, d, sizeof d));
+  if (len > src->size)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host download of %zu bytes exceeds source %zu bytes",
+                       ortep_ep_name(ep), len, src->size);
+  if (len) memcpy(dst, src->ptr, len);
+  return ORTEP_OK;
+}
+
+ortep_status ortep_ep_copy_to_host_at(ortep_ep *ep, const ortep_buffer *src, size_t offset, void *dst, size_t len) {
+  NEED_EP(ep, "ortep_ep_copy_to_host_at");
+  if (ep->vtable->copy_to_host_at) return ep->vtable->copy_to_host_at(ep, src, offset, dst, len);
+  if (!src || (len && !dst))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: ranged host download: NULL argument", ortep_ep_name(ep));
+  if (offset > SIZE_MAX - len || offset + len > src->size)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host download range %zu..+%zu exceeds source %zu bytes",
+                       ortep_ep_name(ep), offset, len, src->size);
+  char d[32];
+  if (!ortep_device_is_host_accessible(src->device))
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: ranged host download is not implemented for device %s",
+                       ortep_ep_name(ep), ortep_device_format(src->device, d, sizeof d));
+  if (len) memcpy(dst, (const unsigned char *)src->ptr + offset, len);
+  return ORTEP_OK;
+}
+
+ortep_status ortep_ep_sync(ortep_ep *ep) {
+  NEED_EP(ep, "ortep_ep_sync");
+  return ep->vtable->sync(ep);
+}
+
+bool ortep_ep_device_argmax_supported(const ortep_ep *ep) {
+  return ep && ep->vtable->device_argmax_supported && ep->vtable->device_argmax_supported(ep);
+}
+
+ortep_status ortep_ep_device_argmax(ortep_ep *ep, const void *logits, size_t elements, ortep_dtype dtype,
+                                    ortep_buffer *result) {
+  NEED_EP(ep, "ortep_ep_device_argmax");
+  if (!ep->vtable->device_argmax)
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: device argmax is not supported", ortep_ep_name(ep));
+  if (!logits || !result || elements == 0)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: device argmax needs logits, at least one element and a result",
+                       ortep_ep_name(ep));
+  if (dtype != ORTEP_DTYPE_F32 && dtype != ORTEP_DTYPE_F16)
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: device argmax takes f32 or f16 logits, not %s", ortep_ep_name(ep),
+                       ortep_dtype_name(dtype));
+  if (elements > UINT32_MAX)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: device argmax over %zu elements: token ids are u32",
+                       ortep_ep_name(ep), elements);
+  ortep_status st = check_own(ep, result, "device argmax");
+  if (st != ORTEP_OK) return st;
+  if (result->size < 8 || !ortep_buffer_as_mut_ptr(result))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "%s: device argmax needs a writable 8-byte result buffer (token id, error word); got %zu bytes",
+                       ortep_ep_name(ep), result->size);
+  return ep->vtable->device_argmax(ep, logits, elements, dtype, result);
+}
+
+#define GRAPH_DEFAULT(entry, what)                                                               \
+  if (!ep->vtable->entry)                                                                        \
+  return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: " what " is not supported", ortep_ep_name(ep))
+
+ortep_status ortep_ep_begin_capture(ortep_ep *ep, ortep_kernel *const *kernels, size_t n) {
+  NEED_EP(ep, "ortep_ep_begin_capture");
+  GRAPH_DEFAULT(begin_capture, "device graph capture");
+  for (size_t i = 0; i < n; i++)
+    if (!ortep_kernel_is_capturable(kernels[i]))
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                         "%s: kernel %zu (%s) is not capturable; run it as an eager seam between segments",
+                         ortep_ep_name(ep), i, ortep_kernel_name(kernels[i]));
+  return ep->vtable->begin_capture(ep, kernels, n);
+}
+ortep_status ortep_ep_end_capture(ortep_ep *ep) {
+  NEED_EP(ep, "ortep_ep_end_capture");
+  GRAPH_DEFAULT(end_capture, "device graph capture");
+  return ep->vtable->end_capture(ep);
+}
+ortep_status ortep_ep_abort_capture(ortep_ep *ep) {
+  NEED_EP(ep, "ortep_ep_abort_capture");
+  return ep->vtable->abort_capture ? ep->vtable->abort_capture(ep) : ORTEP_OK;
+}
+ortep_status ortep_ep_replay(ortep_ep *ep) {
+  NEED_EP(ep, "ortep_ep_replay");
+  GRAPH_DEFAULT(replay, "device graph replay");
+  return ep->vtable->replay(ep);
+}
+ortep_status ortep_ep_replay_segment(ortep_ep *ep, size_t index) {
+  NEED_EP(ep, "ortep_ep_replay_segment");
+  GRAPH_DEFAULT(replay_segment, "segmented device graph replay");
+  return ep->vtable->replay_segment(ep, index);
+}
+ortep_status ortep_ep_reset_graph(ortep_ep *ep, bool *had_graph) {
+  NEED_EP(ep, "ortep_ep_reset_graph");
+  if (!ep->vtable->reset_graph) {
+    if (had_graph) *had_graph = false;
+    return ORTEP_OK;
+  }
+  bool dummy;
+  return ep->vtable->reset_graph(ep, had_graph ? had_graph : &dummy);
+}
+size_t ortep_ep_segment_count(const ortep_ep *ep) {
+  return ep && ep->vtable->segment_count ? ep->vtable->segment_count(ep) : 0;
+}
+bool ortep_ep_capture_active(const ortep_ep *ep) {
+  return ep && ep->vtable->capture_active && ep->vtable->capture_active(ep);
+}
+ortep_status ortep_ep_check_error_word(ortep_ep *ep, uint32_t *bits) {
+  NEED_EP(ep, "ortep_ep_check_error_word");
+  if (!bits) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: check_error_word: bits is NULL", ortep_ep_name(ep));
+  if (!ep->vtable->check_error_word) return *bits = 0, ORTEP_OK;
+  return ep->vtable->check_error_word(ep, bits);
+}
+ortep_status ortep_ep_reset_error_word(ortep_ep *ep) {
+  NEED_EP(ep, "ortep_ep_reset_error_word");
+  return ep->vtable->reset_error_word ? ep->vtable->reset_error_word(ep) : ORTEP_OK;
+}
+uint32_t *ortep_ep_error_word_ptr(ortep_ep *ep) {
+  return ep && ep->vtable->error_word_ptr ? ep->vtable->error_word_ptr(ep) : NULL;
+}
+bool ortep_ep_allocation_counts(const ortep_ep *ep, uint64_t *a, uint64_t *f) {
+  return ep && ep->vtable->allocation_counts && ep->vtable->allocation_counts(ep, a, f);
+}
+size_t ortep_ep_claim_nodes(const ortep_ep *ep, const ortep_graph *g, ortep_node_id *out, size_t cap) {
+  return ep && ep->vtable->claim_nodes ? ep->vtable->claim_nodes(ep, g, out, cap) : 0;
+}
+size_t ortep_ep_context_source_keys(const ortep_ep *ep, const char **out, size_t cap) {
+  return ep && ep->vtable->context_source_keys ? ep->vtable->context_source_keys(ep, out, cap) : 0;
+}
+ortep_status ortep_ep_save_context(ortep_ep *ep, void **blob, size_t *len) {
+  NEED_EP(ep, "ortep_ep_save_context");
+  if (!ep->vtable->save_context)
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: EPContext is not supported (this EP has no compile step)",
+                       ortep_ep_name(ep));
+  return ep->vtable->save_context(ep, blob, len);
+}
+ortep_status ortep_ep_load_context(ortep_ep *ep, const void *blob, size_t len) {
+  NEED_EP(ep, "ortep_ep_load_context");
+  if (!ep->vtable->load_context)
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: EPContext is not supported (this EP has no compile step)",
+                       ortep_ep_name(ep));
+  return ep->vtable->load_context(ep, blob, len);
+}
+
+/* --- registry ----------------------------------------------------------------- */
+struct ortep_ep_registry {
+  ortep_ep **eps;
+  size_t n, cap;
+};
+
+ortep_status ortep_ep_registry_create(ortep_ep_registry **out) {
+  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_ep_registry_create: out is NULL");
+  *out = ortep__calloc(1, sizeof **out);
+  return *out ? ORTEP_OK : ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_ep_registry_create: no memory");
+}
+
+void ortep_ep_registry_destroy(ortep_ep_registry *r) {
+  if (!r) return;
+  for (size_t i = r->n; i-- > 0;) ortep_ep_destroy(r->eps[i]);
+  ortep__free(r->eps);
+  ortep__free(r);
+}
+
+ortep_status ortep_ep_registry_add(ortep_ep_registry *r, ortep_ep *ep, uint32_t *id) {
+  if (!r || !ep) {
+    ortep_ep_destroy(ep);
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_ep_registry_add: registry and EP are required");
+  }
+  if (ortep_ep_registry_find(r, ortep_ep_name(ep))) {
+    const char *name = ortep_ep_name(ep);
+    ortep__fail(ORTEP_E_INVALID_ARGUMENT, "an EP named '%s' is already registered; names must be unique", name);
+    ortep_ep_destroy(ep);
+    return ORTEP_E_INVALID_ARGUMENT;
+  }
+  if (r->n == r->cap) {
+    size_t cap = r->cap ? r->cap * 2 : 4;
+    ortep_ep **eps = ortep__realloc(r->eps, cap * sizeof *eps);
+    if (!eps) {
+      ortep_ep_destroy(ep);
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_ep_registry_add: no memory");
+    }
+    r->eps = eps, r->cap = cap;
+  }
+  ep->id = (uint32_t)r->n;
+  r->eps[r->n++] = ep;
+  if (id) *id = ep->id;
+  return ORTEP_OK;
+}
+
+size_t ortep_ep_registry_count(const ortep_ep_registry *r) { return r ? r->n : 0; }
+ortep_ep *ortep_ep_registry_get(const ortep_ep_registry *r, uint32_t id) { return r && id < r->n ? r->eps[id] : NULL; }
+ortep_ep *ortep_ep_registry_find(const ortep_ep_registry *r, const char *name) {
+  for (size_t i = 0; r && name && i < r->n; i++)
+    if (strcmp(ortep_ep_name(r->eps[i]), name) == 0) return r->eps[i];
+  return NULL;
+}
