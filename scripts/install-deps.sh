@@ -4,7 +4,7 @@
 # optional and not installed here: when /usr/local/cuda exists the CUDA parts
 # are built too.
 set -euo pipefail
-packages=(build-essential cmake pkg-config git libmimalloc-dev check libcjson-dev)
+packages=(build-essential cmake pkg-config git libmimalloc-dev check libcjson-dev libopenblas-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

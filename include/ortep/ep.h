@@ -83,6 +83,11 @@ typedef struct ortep_kernel_io {
 typedef struct ortep_kernel_vtable {
   ortep_status (*run)(ortep_kernel *self, const ortep_kernel_io *io);
   void (*destroy)(ortep_kernel *self);
+  /* Optional: called instead of run while a device-graph capture records the
+   * kernel on an EP whose recording does not execute it (the CPU EP's
+   * recorded plan). It validates what will be replayed; a failure aborts the
+   * capture. */
+  ortep_status (*record)(ortep_kernel *self, const ortep_kernel_io *io);
 } ortep_kernel_vtable;
 
 struct ortep_kernel {

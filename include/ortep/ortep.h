@@ -17,5 +17,6 @@
 #include "ortep/ir.h"
 #include "ortep/ep.h"
 #include "ortep/tensor.h"
+#include "ortep/cpu_ep.h"
 
 #endif

@@ -1,0 +1,38 @@
+/*
+ * cpu_ep.h: the CPU execution provider ("cpu_ep"). Always built.
+ *
+ * Memory comes from the host allocator (mimalloc) charged to an optional
+ * governor; fences are signalled at once; device graphs are recorded plans
+ * (capture records each kernel with its bound pointers, replay runs them
+ * with no lookup, shape check or allocation); argmax and the error word live
+ * in host memory.
+ *
+ * Ops (f32 compute; f16 / bf16 accepted for weights, outputs f32):
+ *   Gather                            embedding lookup, axis 0, i32/i64 indices
+ *   MatMul                            A [..., K] x B [K, N] (B 2-D)
+ *   Gemm                              A [M, K] x B ([N, K] with transB=1), + C, alpha, beta
+ *   Add, Mul                          B equal, a trailing-dims suffix of A, or one element
+ *   Sigmoid, Softmax (last axis), ArgMax (last axis, i64 out)
+ *   ortep:SiLUMul                     silu(gate) * up
+ *   SimplifiedLayerNormalization      RMSNorm over the last axis
+ *   com.microsoft:SkipSimplifiedLayerNormalization
+ *   com.microsoft:RotaryEmbedding     [B, S, heads x head_dim], positions from a tensor
+ *   com.microsoft:GroupQueryAttention decode form: one token, KV caches updated in place
+ *
+ * Options (ortep_ep_initialize): cpu.threads = N (BLAS threads; default: all cores).
+ */
+#ifndef ORTEP_CPU_EP_H
+#define ORTEP_CPU_EP_H
+
+#include "ortep/ep.h"
+#include "ortep/governor.h"
+
+ORTEP_BEGIN_DECLS
+
+/* Creates the CPU EP (uninitialised). governor may be NULL; it must outlive
+ * the EP. Initialise with ortep_ep_initialize before use. */
+ORTEP_API ortep_status ortep_cpu_ep_create(ortep_governor *governor, ortep_ep **out);
+
+ORTEP_END_DECLS
+
+#endif

@@ -1,0 +1,331 @@
+/*
+ * ep.c: the CPU execution provider: host memory through the host allocator
+ * and governor, copies, fences already signalled, argmax and the error word
+ * in host memory, and device graphs as recorded plans.
+ *
+ * A recorded plan is the CPU's CUDA Graph: while a capture is open, running
+ * a kernel appends (kernel, bound pointers) to the segment being recorded
+ * instead of executing it; ending the capture seals the segment. Replay walks
+ * the records and calls each kernel's run directly: no lookup, no shape check,
+ * no allocation. Bound pointers stay valid because the executor carves every
+ * activation from a planned arena at a fixed offset.
+ */
+#include <cblas.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "ortep/cpu_ep.h"
+
+/* OpenBLAS's thread control (declared in its cblas.h as well on Debian). */
+void openblas_set_num_threads(int num_threads);
+
+typedef struct record {
+  ortep_kernel *kernel;
+  ortep_kernel_io io;
+} record;
+
+typedef struct segment {
+  record *records;
+  size_t n;
+} segment;
+
+typedef struct cpu_ep {
+  ortep_ep base;
+  ortep_governor *governor;
+  ortep_allocator *host;
+  bool initialized;
+  _Atomic uint64_t allocations, frees, fences;
+  uint32_t error_word;
+  bool capturing;
+  segment open; /* the segment being recorded */
+  size_t open_cap;
+  segment *segments;
+  size_t n_segments, segments_cap;
+} cpu_ep;
+
+static cpu_ep *self_of(ortep_ep *ep) { return (cpu_ep *)ep; }
+static const cpu_ep *cself_of(const ortep_ep *ep) { return (const cpu_ep *)ep; }
+
+static ortep_status need_init(const cpu_ep *e, const char *what) {
+  if (!e->initialized)
+    return ortep__fail(ORTEP_E_STATE, "%s: %s before ortep_ep_initialize; initialise the EP first", CPU_EP_NAME, what);
+  return ORTEP_OK;
+}
+
+static ortep_status cpu_initialize(ortep_ep *ep, const ortep_config *config) {
+  cpu_ep *e = self_of(ep);
+  static const char *const known[] = {"cpu.threads"};
+  ortep_status st = ortep_config_check_namespace(config, "cpu", known, 1);
+  if (st != ORTEP_OK) return st;
+  const char *threads = ortep_config_get(config, "cpu.threads");
+  if (threads) {
+    char *end;
+    long n = strtol(threads, &end, 10);
+    if (*end || end == threads || n < 1 || n > 1024)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cpu.threads = '%s': use a whole number of threads from 1 to 1024",
+                         threads);
+    openblas_set_num_threads((int)n);
+  }
+  if (!e->host && (st = ortep_host_allocator_create(e->governor, &e->host)) != ORTEP_OK) return st;
+  e->initialized = true;
+  return ORTEP_OK;
+}
+
+static void free_segments(cpu_ep *e) {
+  for (size_t i = 0; i < e->n_segments; i++) {
+    for (size_t r = 0; r < e->segments[i].n; r++)
+      ortep__free((void *)(uintptr_t)e->segments[i].records[r].io.inputs);
+    ortep__free(e->segments[i].records);
+  }
+  e->n_segments = 0;
+}
+
+static void drop_open(cpu_ep *e) {
+  for (size_t r = 0; r < e->open.n; r++) ortep__free((void *)(uintptr_t)e->open.records[r].io.inputs);
+  e->open.n = 0;
+}
+
+static ortep_status cpu_shutdown(ortep_ep *ep) {
+  cpu_ep *e = self_of(ep);
+  drop_open(e);
+  e->capturing = false;
+  free_segments(e);
+  e->initialized = false;
+  return ORTEP_OK;
+}
+
+static void cpu_destroy(ortep_ep *ep) {
+  cpu_ep *e = self_of(ep);
+  cpu_shutdown(ep);
+  ortep__free(e->open.records);
+  ortep__free(e->segments);
+  ortep_allocator_destroy(e->host);
+  ortep__free(e);
+}
+
+static ortep_ep_capabilities cpu_capabilities(const ortep_ep *ep) { return (ortep_ep_capabilities){true, true, true}; }
+
+static void cpu_supports(const ortep_ep *ep, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
+                         const ortep_dtype *dtypes, const ortep_layout *layouts, size_t n, ortep_kernel_match *out) {
+  for (size_t i = 0; layouts && i < n; i++)
+    if (layouts[i] != ORTEP_LAYOUT_ROW_MAJOR) {
+      snprintf(out->reason, sizeof out->reason, "%s takes row-major inputs only; input %zu has another layout",
+               CPU_EP_NAME, i);
+      return;
+    }
+  ortep__cpu_supports(node, opset, shapes, dtypes, n, out);
+}
+
+static ortep_status cpu_get_kernel(ortep_ep *ep, const ortep_node *node, const ortep_shape *shapes,
+                                   const ortep_dtype *dtypes, size_t n, int64_t opset, ortep_kernel **out) {
+  return ortep__cpu_make_kernel(node, shapes, dtypes, n, opset, out);
+}
+
+static ortep_status cpu_allocate(ortep_ep *ep, size_t size, size_t align, ortep_buffer *out) {
+  cpu_ep *e = self_of(ep);
+  ortep_status st = need_init(e, "allocate");
+  if (st != ORTEP_OK) return st;
+  if (e->capturing)
+    return ortep__fail(ORTEP_E_CAPTURE_ACTIVE,
+                       "%s: allocation of %zu bytes while a device-graph capture is open; carve from the arena "
+                       "before capture",
+                       CPU_EP_NAME, size);
+  void *p;
+  if ((st = ortep_allocator_allocate(e->host, size, align, &p)) != ORTEP_OK) return st;
+  atomic_fetch_add(&e->allocations, 1);
+  return ortep_buffer_from_raw_parts(p, ep->device, size, align, out);
+}
+
+static ortep_status cpu_deallocate(ortep_ep *ep, ortep_buffer *b) {
+  cpu_ep *e = self_of(ep);
+  ortep_allocator_deallocate(e->host, b->ptr, b->size, b->align);
+  atomic_fetch_add(&e->frees, 1);
+  return ORTEP_OK;
+}
+
+static ortep_status cpu_copy(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size) {
+  if (size) memmove(dst->ptr, src->ptr, size);
+  return ORTEP_OK;
+}
+
+static ortep_status cpu_copy_async(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size,
+                                   ortep_fence *out) {
+  cpu_copy(ep, src, dst, size);
+  *out = (ortep_fence){atomic_fetch_add(&self_of(ep)->fences, 1) + 1, NULL}; /* already signalled */
+  return ORTEP_OK;
+}
+
+static ortep_status cpu_fence_wait(ortep_ep *ep, ortep_fence *f) { return ORTEP_OK; }
+static ortep_status cpu_sync(ortep_ep *ep) { return ORTEP_OK; }
+static bool cpu_argmax_supported(const ortep_ep *ep) { return true; }
+
+static ortep_status cpu_argmax(ortep_ep *ep, const void *logits, size_t n, ortep_dtype dtype, ortep_buffer *result) {
+  cpu_ep *e = self_of(ep);
+  uint32_t token = dtype == ORTEP_DTYPE_F16 ? ortep__cpu_argmax_f16(logits, n, &e->error_word)
+                                            : ortep__cpu_argmax_f32(logits, n, &e->error_word);
+  uint32_t pair[2] = {token, __atomic_load_n(&e->error_word, __ATOMIC_RELAXED)};
+  memcpy(result->ptr, pair, sizeof pair);
+  return ORTEP_OK;
+}
+
+/* --- device graphs: recorded plans ------------------------------------------ */
+static ortep_status cpu_run_kernel(ortep_ep *ep, ortep_kernel *k, const ortep_kernel_io *io) {
+  cpu_ep *e = self_of(ep);
+  if (!e->capturing) return k->vtable->run(k, io);
+  if (k->vtable->record) {
+    ortep_status st = k->vtable->record(k, io);
+    if (st != ORTEP_OK) return ortep__wrap(st, "%s: recording %s failed", CPU_EP_NAME, ortep_kernel_name(k));
+  }
+  if (e->open.n == e->open_cap) {
+    size_t cap = e->open_cap ? e->open_cap * 2 : 32;
+    record *r = ortep__realloc(e->open.records, cap * sizeof *r);
+    if (!r) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to record a kernel", CPU_EP_NAME);
+    e->open.records = r, e->open_cap = cap;
+  }
+  /* One block holds the bound pointers: inputs, then outputs. */
+  size_t slots = io->n_inputs + io->n_outputs;
+  void **ptrs = ortep__malloc((slots ? slots : 1) * sizeof *ptrs);
+  if (!ptrs) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to record a kernel's bindings", CPU_EP_NAME);
+  for (size_t i = 0; i < io->n_inputs; i++) ptrs[i] = (void *)(uintptr_t)io->inputs[i];
+  for (size_t i = 0; i < io->n_outputs; i++) ptrs[io->n_inputs + i] = io->outputs[i];
+  record *r = &e->open.records[e->open.n++];
+  r->kernel = k;
+  r->io = (ortep_kernel_io){(const void *const *)ptrs, io->n_inputs, ptrs + io->n_inputs, io->n_outputs,
+                            &e->error_word, NULL};
+  return ORTEP_OK;
+}
+
+static ortep_status cpu_begin_capture(ortep_ep *ep, ortep_kernel *const *kernels, size_t n) {
+  cpu_ep *e = self_of(ep);
+  ortep_status st = need_init(e, "begin_capture");
+  if (st != ORTEP_OK) return st;
+  if (e->capturing)
+    return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: a capture is already open; end or abort it first", CPU_EP_NAME);
+  e->capturing = true;
+  e->open.n = 0;
+  return ORTEP_OK;
+}
+
+static ortep_status cpu_end_capture(ortep_ep *ep) {
+  cpu_ep *e = self_of(ep);
+  if (!e->capturing) return ortep__fail(ORTEP_E_STATE, "%s: end_capture without begin_capture", CPU_EP_NAME);
+  if (e->n_segments == e->segments_cap) {
+    size_t cap = e->segments_cap ? e->segments_cap * 2 : 8;
+    segment *s = ortep__realloc(e->segments, cap * sizeof *s);
+    if (!s) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to install a segment", CPU_EP_NAME);
+    e->segments = s, e->segments_cap = cap;
+  }
+  record *exact = ortep__malloc((e->open.n ? e->open.n : 1) * sizeof *exact);
+  if (!exact) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to install a segment", CPU_EP_NAME);
+  if (e->open.n) memcpy(exact, e->open.records, e->open.n * sizeof *exact);
+  e->segments[e->n_segments++] = (segment){exact, e->open.n};
+  e->open.n = 0;
+  e->capturing = false;
+  return ORTEP_OK;
+}
+
+static ortep_status cpu_abort_capture(ortep_ep *ep) {
+  cpu_ep *e = self_of(ep);
+  drop_open(e);
+  e->capturing = false;
+  return ORTEP_OK;
+}
+
+static ortep_status replay_one(cpu_ep *e, const segment *s) {
+  for (size_t i = 0; i < s->n; i++) {
+    ortep_status st = s->records[i].kernel->vtable->run(s->records[i].kernel, &s->records[i].io);
+    if (st != ORTEP_OK) return st;
+  }
+  return ORTEP_OK;
+}
+
+static ortep_status cpu_replay(ortep_ep *ep) {
+  cpu_ep *e = self_of(ep);
+  if (e->capturing) return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: replay while a capture is open", CPU_EP_NAME);
+  if (!e->n_segments) return ortep__fail(ORTEP_E_STATE, "%s: replay with no captured graph; capture first", CPU_EP_NAME);
+  for (size_t i = 0; i < e->n_segments; i++) {
+    ortep_status st = replay_one(e, &e->segments[i]);
+    if (st != ORTEP_OK) return st;
+  }
+  return ORTEP_OK;
+}
+
+static ortep_status cpu_replay_segment(ortep_ep *ep, size_t index) {
+  cpu_ep *e = self_of(ep);
+  if (e->capturing) return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: replay while a capture is open", CPU_EP_NAME);
+  if (index >= e->n_segments)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: segment %zu does not exist (%zu captured)", CPU_EP_NAME, index,
+                       e->n_segments);
+  return replay_one(e, &e->segments[index]);
+}
+
+static ortep_status cpu_reset_graph(ortep_ep *ep, bool *had) {
+  cpu_ep *e = self_of(ep);
+  *had = e->n_segments > 0;
+  free_segments(e);
+  return ORTEP_OK;
+}
+
+static size_t cpu_segment_count(const ortep_ep *ep) { return cself_of(ep)->n_segments; }
+static bool cpu_capture_active(const ortep_ep *ep) { return cself_of(ep)->capturing; }
+
+static ortep_status cpu_check_error(ortep_ep *ep, uint32_t *bits) {
+  *bits = __atomic_load_n(&self_of(ep)->error_word, __ATOMIC_RELAXED);
+  return ORTEP_OK;
+}
+static ortep_status cpu_reset_error(ortep_ep *ep) {
+  __atomic_store_n(&self_of(ep)->error_word, 0, __ATOMIC_RELAXED);
+  return ORTEP_OK;
+}
+static uint32_t *cpu_error_ptr(ortep_ep *ep) { return &self_of(ep)->error_word; }
+
+static bool cpu_counts(const ortep_ep *ep, uint64_t *a, uint64_t *f) {
+  const cpu_ep *e = cself_of(ep);
+  if (a) *a = atomic_load(&((cpu_ep *)(uintptr_t)e)->allocations);
+  if (f) *f = atomic_load(&((cpu_ep *)(uintptr_t)e)->frees);
+  return true;
+}
+
+static const ortep_ep_vtable cpu_vtable = {
+    .name = CPU_EP_NAME,
+    .initialize = cpu_initialize,
+    .shutdown = cpu_shutdown,
+    .destroy = cpu_destroy,
+    .supports_op = cpu_supports,
+    .get_kernel = cpu_get_kernel,
+    .allocate = cpu_allocate,
+    .deallocate = cpu_deallocate,
+    .copy = cpu_copy,
+    .copy_async = cpu_copy_async,
+    .fence_wait = cpu_fence_wait,
+    .sync = cpu_sync,
+    .capabilities = cpu_capabilities,
+    .run_kernel = cpu_run_kernel,
+    .device_argmax_supported = cpu_argmax_supported,
+    .device_argmax = cpu_argmax,
+    .begin_capture = cpu_begin_capture,
+    .end_capture = cpu_end_capture,
+    .abort_capture = cpu_abort_capture,
+    .replay = cpu_replay,
+    .replay_segment = cpu_replay_segment,
+    .reset_graph = cpu_reset_graph,
+    .segment_count = cpu_segment_count,
+    .capture_active = cpu_capture_active,
+    .check_error_word = cpu_check_error,
+    .reset_error_word = cpu_reset_error,
+    .error_word_ptr = cpu_error_ptr,
+    .allocation_counts = cpu_counts,
+};
+
+ortep_status ortep_cpu_ep_create(ortep_governor *governor, ortep_ep **out) {
+  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_cpu_ep_create: out is NULL");
+  *out = NULL;
+  cpu_ep *e = ortep__calloc(1, sizeof *e);
+  if (!e) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_cpu_ep_create: no memory for the EP");
+  e->base = (ortep_ep){&cpu_vtable, ortep_device_cpu(), 0};
+  e->governor = governor;
+  *out = &e->base;
+  return ORTEP_OK;
+}

@@ -1,0 +1,235 @@
+/*
+ * ops.c: the CPU op kernels (ops.h). f32 weights go through CBLAS
+ * (OpenBLAS); f16 / bf16 weights are widened element by element with f32
+ * accumulation. Every loop runs in a fixed order, so a kernel gives bitwise
+ * the same result each time it runs on the same inputs: replay equals eager.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+
+void ortep__cpu_gather(cpu_weights table, size_t rows, size_t h, const void *index, bool index64, size_t n,
+                       float *out, uint32_t *error_word) {
+  for (size_t i = 0; i < n; i++) {
+    int64_t r = index64 ? ((const int64_t *)index)[i] : ((const int32_t *)index)[i];
+    float *dst = out + i * h;
+    if (r < 0 || (uint64_t)r >= rows) {
+      cpu_latch(error_word, ORTEP_ERROR_GATHER_INDEX);
+      memset(dst, 0, h * sizeof *dst);
+      continue;
+    }
+    size_t base = (size_t)r * h;
+    if (table.dtype == ORTEP_DTYPE_F32)
+      memcpy(dst, (const float *)table.data + base, h * sizeof *dst);
+    else
+      for (size_t j = 0; j < h; j++) dst[j] = cpu_w(table, base + j);
+  }
+}
+
+void ortep__cpu_gemm(const float *a, cpu_weights b, bool trans_b, const float *c_f32, cpu_weights c, size_t c_rows,
+                     float alpha, float beta, size_t m, size_t k, size_t n, float *y) {
+  bool has_c = c.data != NULL || c_f32 != NULL;
+  if (has_c && beta != 0.0f) {
+    for (size_t i = 0; i < m; i++) {
+      size_t row = c_rows == 1 ? 0 : i;
+      for (size_t j = 0; j < n; j++) y[i * n + j] = c_f32 ? c_f32[row * n + j] : cpu_w(c, row * n + j);
+    }
+  }
+  float bet = has_c ? beta : 0.0f;
+  if (b.dtype == ORTEP_DTYPE_F32) {
+    const float *bw = b.data;
+    int M = (int)m, N = (int)n, K = (int)k;
+    if (m == 1) {
+      if (trans_b)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, alpha, bw, K, a, 1, bet, y, 1);
+      else
+        cblas_sgemv(CblasRowMajor, CblasTrans, K, N, alpha, bw, N, a, 1, bet, y, 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, a, K, bw,
+                  trans_b ? K : N, bet, y, N);
+    }
+    return;
+  }
+  for (size_t i = 0; i < m; i++) {
+    const float *ar = a + i * k;
+    float *yr = y + i * n;
+    if (trans_b) {
+      for (size_t j = 0; j < n; j++) {
+        float acc = 0.0f;
+        size_t base = j * k;
+        for (size_t t = 0; t < k; t++) acc += ar[t] * cpu_w(b, base + t);
+        yr[j] = alpha * acc + bet * (bet != 0.0f ? yr[j] : 0.0f);
+      }
+    } else {
+      /* b is [K, N]: accumulate row by row so b is read contiguously. */
+      if (bet == 0.0f)
+        memset(yr, 0, n * sizeof *yr);
+      else
+        for (size_t j = 0; j < n; j++) yr[j] *= bet;
+      for (size_t t = 0; t < k; t++) {
+        float av = alpha * ar[t];
+        size_t base = t * n;
+        for (size_t j = 0; j < n; j++) yr[j] += av * cpu_w(b, base + j);
+      }
+    }
+  }
+}
+
+void ortep__cpu_add(const float *a, cpu_weights b, size_t nb, size_t n, float *y) {
+  if (b.dtype == ORTEP_DTYPE_F32) {
+    const float *bf = b.data;
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + bf[i % nb];
+  } else {
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + cpu_w(b, i % nb);
+  }
+}
+
+void ortep__cpu_mul(const float *a, cpu_weights b, size_t nb, size_t n, float *y) {
+  if (b.dtype == ORTEP_DTYPE_F32) {
+    const float *bf = b.data;
+    for (size_t i = 0; i < n; i++) y[i] = a[i] * bf[i % nb];
+  } else {
+    for (size_t i = 0; i < n; i++) y[i] = a[i] * cpu_w(b, i % nb);
+  }
+}
+
+void ortep__cpu_sigmoid(const float *x, size_t n, float *y) {
+  for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+
+void ortep__cpu_silu_mul(const float *gate, const float *up, size_t n, float *y) {
+  for (size_t i = 0; i < n; i++) {
+    float g = gate[i];
+    y[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+void ortep__cpu_rmsnorm(const float *x, const float *skip, cpu_weights bias, bool has_bias, cpu_weights scale,
+                        size_t rows, size_t h, float eps, float *y, float *sum) {
+  for (size_t r = 0; r < rows; r++) {
+    const float *xr = x + r * h;
+    const float *sr = skip ? skip + r * h : NULL;
+    float ss = 0.0f;
+    for (size_t j = 0; j < h; j++) {
+      float v = xr[j] + (sr ? sr[j] : 0.0f) + (has_bias ? cpu_w(bias, j) : 0.0f);
+      if (sum) sum[r * h + j] = v;
+      ss += v * v;
+    }
+    float inv = 1.0f / sqrtf(ss / (float)h + eps);
+    for (size_t j = 0; j < h; j++) {
+      float v = xr[j] + (sr ? sr[j] : 0.0f) + (has_bias ? cpu_w(bias, j) : 0.0f);
+      y[r * h + j] = v * inv * cpu_w(scale, j);
+    }
+  }
+}
+
+void ortep__cpu_rotary(const float *x, const void *pos, bool pos64, size_t tokens, size_t heads, size_t head_dim,
+                       size_t rot_dim, bool interleaved, cpu_weights cos_cache, cpu_weights sin_cache, size_t max_pos,
+                       float *y, uint32_t *error_word) {
+  size_t half = rot_dim / 2, row = heads * head_dim;
+  for (size_t t = 0; t < tokens; t++) {
+    int64_t p = pos64 ? ((const int64_t *)pos)[t] : ((const int32_t *)pos)[t];
+    const float *xt = x + t * row;
+    float *yt = y + t * row;
+    if (p < 0 || (uint64_t)p >= max_pos) {
+      cpu_latch(error_word, ORTEP_ERROR_ROTARY_POSITION);
+      if (yt != xt) memcpy(yt, xt, row * sizeof *yt);
+      continue;
+    }
+    size_t cbase = (size_t)p * half;
+    for (size_t hd = 0; hd < heads; hd++) {
+      const float *xh = xt + hd * head_dim;
+      float *yh = yt + hd * head_dim;
+      for (size_t i = 0; i < half; i++) {
+        float c = cpu_w(cos_cache, cbase + i), s = cpu_w(sin_cache, cbase + i);
+        size_t i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
+        float x1 = xh[i1], x2 = xh[i2];
+        yh[i1] = x1 * c - x2 * s;
+        yh[i2] = x2 * c + x1 * s;
+      }
+      for (size_t i = rot_dim; i < head_dim; i++) yh[i] = xh[i];
+    }
+  }
+}
+
+void ortep__cpu_gqa_decode(const float *q, const float *k, const float *v, float *k_cache, float *v_cache,
+                           const int32_t *pos, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
+                           float scale, float *scores, float *out, uint32_t *error_word) {
+  int32_t p = *pos;
+  if (p < 0 || (size_t)p >= capacity) {
+    cpu_latch(error_word, ORTEP_ERROR_KV_SLOT);
+    memset(out, 0, heads * head_dim * sizeof *out);
+    return;
+  }
+  size_t slot = (size_t)p;
+  for (size_t g = 0; g < kv_heads; g++) {
+    memcpy(k_cache + (g * capacity + slot) * head_dim, k + g * head_dim, head_dim * sizeof *k);
+    memcpy(v_cache + (g * capacity + slot) * head_dim, v + g * head_dim, head_dim * sizeof *v);
+  }
+  size_t group = heads / kv_heads;
+  for (size_t h = 0; h < heads; h++) {
+    size_t g = h / group;
+    const float *qh = q + h * head_dim;
+    const float *kc = k_cache + g * capacity * head_dim;
+    const float *vc = v_cache + g * capacity * head_dim;
+    float mx = -INFINITY;
+    for (size_t t = 0; t <= slot; t++) {
+      float d = 0.0f;
+      for (size_t i = 0; i < head_dim; i++) d += qh[i] * kc[t * head_dim + i];
+      scores[t] = d * scale;
+      if (scores[t] > mx) mx = scores[t];
+    }
+    float denom = 0.0f;
+    for (size_t t = 0; t <= slot; t++) denom += (scores[t] = expf(scores[t] - mx));
+    float *oh = out + h * head_dim;
+    memset(oh, 0, head_dim * sizeof *oh);
+    for (size_t t = 0; t <= slot; t++) {
+      float w = scores[t] / denom;
+      for (size_t i = 0; i < head_dim; i++) oh[i] += w * vc[t * head_dim + i];
+    }
+  }
+}
+
+void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y) {
+  for (size_t r = 0; r < rows; r++) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    float mx = -INFINITY;
+    for (size_t i = 0; i < n; i++) mx = xr[i] > mx ? xr[i] : mx;
+    float s = 0.0f;
+    for (size_t i = 0; i < n; i++) s += (yr[i] = expf(xr[i] - mx));
+    for (size_t i = 0; i < n; i++) yr[i] /= s;
+  }
+}
+
+uint32_t ortep__cpu_argmax_f32(const float *x, size_t n, uint32_t *error_word) {
+  size_t best = n;
+  float bv = 0;
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i];
+    if (v != v) continue; /* NaN */
+    if (best == n || v > bv) best = i, bv = v;
+  }
+  if (best == n) {
+    cpu_latch(error_word, ORTEP_ERROR_ARGMAX_NO_NUMBER);
+    return 0;
+  }
+  return (uint32_t)best;
+}
+
+uint32_t ortep__cpu_argmax_f16(const uint16_t *x, size_t n, uint32_t *error_word) {
+  size_t best = n;
+  float bv = 0;
+  for (size_t i = 0; i < n; i++) {
+    float v = ortep_f16_to_f32(x[i]);
+    if (v != v) continue;
+    if (best == n || v > bv) best = i, bv = v;
+  }
+  if (best == n) {
+    cpu_latch(error_word, ORTEP_ERROR_ARGMAX_NO_NUMBER);
+    return 0;
+  }
+  return (uint32_t)best;
+}

@@ -1,0 +1,68 @@
+/*
+ * ops.h: the CPU op kernels as plain functions on pointers and sizes. They
+ * know nothing of EPs, tensors or graphs (kernels/cpu/ep.c wraps them).
+ * Activations are f32; weights ("w" arguments) may be f32, f16 or bf16 and
+ * are widened to f32 as they are read. Index checks OR a bit of the error
+ * word (error_word.h) and skip the access, leaving a defined output.
+ */
+#ifndef ORTEP_KERNELS_CPU_OPS_H
+#define ORTEP_KERNELS_CPU_OPS_H
+
+#include "../../runtime/internal.h"
+
+/* A weight operand: data of one float dtype. */
+typedef struct cpu_weights {
+  const void *data;
+  ortep_dtype dtype;
+} cpu_weights;
+
+static inline float cpu_w(cpu_weights w, size_t i) {
+  switch (w.dtype) {
+    case ORTEP_DTYPE_F16:
+      return ortep_f16_to_f32(((const uint16_t *)w.data)[i]);
+    case ORTEP_DTYPE_BF16:
+      return ortep_bf16_to_f32(((const uint16_t *)w.data)[i]);
+    default:
+      return ((const float *)w.data)[i];
+  }
+}
+
+static inline void cpu_latch(uint32_t *error_word, uint32_t bit) {
+  if (error_word) __atomic_fetch_or(error_word, bit, __ATOMIC_RELAXED);
+}
+
+/* out[n, h] = table[index[n], h]; index i32 or i64. */
+void ortep__cpu_gather(cpu_weights table, size_t rows, size_t h, const void *index, bool index64, size_t n,
+                       float *out, uint32_t *error_word);
+/* y[M, N] = a[M, K] @ b[K, N] (trans_b: b is [N, K]) * alpha + beta * c[N]
+ * (c may be NULL; c_rows = 1 broadcasts a bias, M a full matrix). */
+void ortep__cpu_gemm(const float *a, cpu_weights b, bool trans_b, const float *c_f32, cpu_weights c, size_t c_rows,
+                     float alpha, float beta, size_t m, size_t k, size_t n, float *y);
+/* y[i] = a[i] + b[i % nb] (add) or a[i] * b[i % nb] (mul). */
+void ortep__cpu_add(const float *a, cpu_weights b, size_t nb, size_t n, float *y);
+void ortep__cpu_mul(const float *a, cpu_weights b, size_t nb, size_t n, float *y);
+void ortep__cpu_sigmoid(const float *x, size_t n, float *y);
+/* y = silu(gate) * up */
+void ortep__cpu_silu_mul(const float *gate, const float *up, size_t n, float *y);
+/* RMSNorm over rows of h: y = x / sqrt(mean(x^2) + eps) * scale. With skip:
+ * x = input + skip (+ bias), and sum (if non-NULL) receives x. */
+void ortep__cpu_rmsnorm(const float *x, const float *skip, cpu_weights bias, bool has_bias, cpu_weights scale,
+                        size_t rows, size_t h, float eps, float *y, float *sum);
+/* Rotary embedding over tokens x [tokens, heads, head_dim] at positions (i32
+ * or i64, one per token) with cos/sin caches [max_pos, rot_dim / 2]. */
+void ortep__cpu_rotary(const float *x, const void *pos, bool pos64, size_t tokens, size_t heads, size_t head_dim,
+                       size_t rot_dim, bool interleaved, cpu_weights cos_cache, cpu_weights sin_cache, size_t max_pos,
+                       float *y, uint32_t *error_word);
+/* Decode attention for one token at position *pos (i32): writes k/v into the
+ * caches [kv_heads, capacity, head_dim] at pos, then attends causally over
+ * 0..pos. scores has capacity floats of scratch. */
+void ortep__cpu_gqa_decode(const float *q, const float *k, const float *v, float *k_cache, float *v_cache,
+                           const int32_t *pos, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
+                           float scale, float *scores, float *out, uint32_t *error_word);
+/* Softmax over rows of n. */
+void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y);
+/* Index of the first maximum of x[n] skipping NaN; 0 (and the bit) when all are NaN. */
+uint32_t ortep__cpu_argmax_f32(const float *x, size_t n, uint32_t *error_word);
+uint32_t ortep__cpu_argmax_f16(const uint16_t *x, size_t n, uint32_t *error_word);
+
+#endif
