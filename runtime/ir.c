@@ -225,10 +225,13 @@ ortep_status ortep_graph_add_node(ortep_graph *g, const char *op_type, const cha
   if ((n_inputs && !inputs) || (n_outputs && !outputs))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "node %s (op %s): inputs/outputs array is NULL", name ? name : "?",
                        op_type);
-  for (size_t i = 0; i < n_outputs; i++)
-    if (!outputs[i] || !*outputs[i])
-      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "node %s (op %s): output %zu has no name", name ? name : "?",
-                         op_type, i);
+  size_t named = 0;
+  for (size_t i = 0; i < n_outputs; i++) named += outputs[i] && *outputs[i];
+  if (n_outputs && !named)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "node %s (op %s): every output is unnamed; name at least one (\"\" marks an absent optional "
+                       "output)",
+                       name ? name : "?", op_type);
   if (!reserve((void **)&g->nodes, &g->nodes_cap, g->n_nodes + 1, sizeof *g->nodes)) return OOM("a node");
   ortep_node *n = ortep__calloc(1, sizeof *n);
   if (!n) return OOM("a node");
@@ -345,6 +348,7 @@ ortep_status ortep_graph_topo_order(const ortep_graph *g, ortep_node_id *order) 
     const ortep_node *nd = g->nodes[i];
     for (size_t o = 0; o < nd->n_outputs; o++) {
       const char *v = nd->outputs[o];
+      if (!*v) continue; /* an absent optional output */
       uint32_t other;
       if (ortep__strmap_get(&producer, v, &other)) {
         st = ortep__fail(ORTEP_E_INVALID_ARGUMENT, "node '%s' (op %s): output '%s' is also produced by node '%s'",

@@ -130,3 +130,80 @@ static inline ortep_device_key test_noaccess_device(const ortep_allocator *self)
 }
 static const ortep_allocator_vtable test_noaccess_vtable = {.name = "noaccess", .allocate = test_noaccess_alloc, .deallocate = test_noaccess_free,
                                                             .device = test_noaccess_device};
+
+/* --- a minimal EP: only the contract's required entries ------------------- */
+/* Memory is host memory (or PROT_NONE pages for a non-host device, so any
+ * host access through it would crash the test). Counts what it does. */
+typedef struct test_min_ep {
+  ortep_ep base;
+  long allocs, frees;
+} test_min_ep;
+static inline ortep_status tmin_init(ortep_ep *e, const ortep_config *c) {
+  static const char *const known[] = {"min.flag"};
+  return ortep_config_check_namespace(c, "min", known, 1);
+}
+static inline ortep_status tmin_shutdown(ortep_ep *e) { return ORTEP_OK; }
+static inline void tmin_destroy(ortep_ep *e) { free(e); }
+static inline void tmin_supports(const ortep_ep *e, const ortep_node *n, int64_t o, const ortep_shape *s,
+                                 const ortep_dtype *d, const ortep_layout *l, size_t k, ortep_kernel_match *m) {
+  m->supported = false; /* a bare decline: the dispatcher must fill a reason */
+}
+static inline ortep_status tmin_get_kernel(ortep_ep *e, const ortep_node *n, const ortep_shape *s,
+                                           const ortep_dtype *d, size_t k, int64_t o, ortep_kernel **out) {
+  return ORTEP_E_NOT_SUPPORTED;
+}
+static inline ortep_status tmin_alloc(ortep_ep *e, size_t size, size_t align, ortep_buffer *out) {
+  void *p;
+  if (ortep_device_is_host_accessible(e->device)) {
+    if (posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, size ? size : 1)) return ORTEP_E_OUT_OF_MEMORY;
+  } else {
+    p = mmap(NULL, size ? size : 1, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return ORTEP_E_OUT_OF_MEMORY;
+  }
+  ((test_min_ep *)e)->allocs++;
+  return ortep_buffer_from_raw_parts(p, e->device, size, align, out);
+}
+static inline ortep_status tmin_dealloc(ortep_ep *e, ortep_buffer *b) {
+  if (ortep_device_is_host_accessible(e->device))
+    free(b->ptr);
+  else
+    munmap(b->ptr, b->size ? b->size : 1);
+  ((test_min_ep *)e)->frees++;
+  return ORTEP_OK;
+}
+static inline ortep_status tmin_copy(ortep_ep *e, const ortep_buffer *s, ortep_buffer *d, size_t n) {
+  if (!ortep_device_is_host_accessible(e->device)) return ORTEP_E_NOT_SUPPORTED;
+  memmove(d->ptr, s->ptr, n);
+  return ORTEP_OK;
+}
+static inline ortep_status tmin_copy_async(ortep_ep *e, const ortep_buffer *s, ortep_buffer *d, size_t n,
+                                           ortep_fence *f) {
+  *f = (ortep_fence){1, NULL};
+  return tmin_copy(e, s, d, n);
+}
+static inline ortep_status tmin_wait(ortep_ep *e, ortep_fence *f) { return ORTEP_OK; }
+static inline ortep_status tmin_sync(ortep_ep *e) { return ORTEP_OK; }
+static const ortep_ep_vtable test_min_ep_vtable = {
+    .name = "min_ep", .initialize = tmin_init, .shutdown = tmin_shutdown, .destroy = tmin_destroy,
+    .supports_op = tmin_supports, .get_kernel = tmin_get_kernel, .allocate = tmin_alloc,
+    .deallocate = tmin_dealloc, .copy = tmin_copy, .copy_async = tmin_copy_async, .fence_wait = tmin_wait,
+    .sync = tmin_sync};
+static inline test_min_ep *test_min_ep_new(ortep_device device) {
+  test_min_ep *e = calloc(1, sizeof *e);
+  e->base = (ortep_ep){&test_min_ep_vtable, device, 0};
+  return e;
+}
+
+/* A CPU EP, initialised. */
+static inline ortep_ep *test_cpu_ep(void) {
+  ortep_ep *ep;
+  ck_assert_ok(ortep_cpu_ep_create(NULL, &ep));
+  ck_assert_ok(ortep_ep_initialize(ep, NULL));
+  return ep;
+}
+static inline ortep_shape test_shape(size_t rank, const int64_t *dims) {
+  ortep_shape s;
+  ck_assert_ok(ortep_shape_make(dims, rank, &s));
+  return s;
+}
+#define SHAPE(...) test_shape(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), (int64_t[]){__VA_ARGS__})

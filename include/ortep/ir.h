@@ -57,7 +57,9 @@ ORTEP_API ortep_status ortep_graph_add_output(ortep_graph *graph, const char *na
  * declares the value with the tensor's dtype and shape. */
 ORTEP_API ortep_status ortep_graph_add_initializer(ortep_graph *graph, const char *name, ortep_tensor *tensor);
 
-/* Adds a node. domain NULL means ONNX; name NULL gets "<op_type>_<id>". */
+/* Adds a node. domain NULL means ONNX; name NULL gets "<op_type>_<id>". An
+ * input or output named "" (or NULL) is an absent optional one; at least one
+ * output must be named. */
 ORTEP_API ortep_status ortep_graph_add_node(ortep_graph *graph, const char *op_type, const char *domain,
                                             const char *name, const char *const *inputs, size_t n_inputs,
                                             const char *const *outputs, size_t n_outputs, ortep_node_id *out);

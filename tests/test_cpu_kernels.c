@@ -1,0 +1,465 @@
+/* test_cpu_kernels.c: every CPU kernel against a plain reference computed
+ * here in double precision (small shapes, random inputs from a fixed seed),
+ * the out-of-range paths of the error word (bit set, defined output, no
+ * out-of-bounds access: ASan checks that), and the refusal reasons.
+ *
+ * Tolerance: |got - want| <= 1e-4 * (1 + |want|) for f32 math; the f16/bf16
+ * weight paths compare against references fed the same widened weights. */
+#include <math.h>
+
+#include "testutil.h"
+
+#define TOL(w) (1e-4 * (1.0 + fabs(w)))
+
+typedef struct tin {
+  ortep_dtype dt;
+  ortep_shape shape;
+  const void *data; /* NULL: an absent optional input */
+} tin;
+
+typedef struct tattr {
+  const char *name;
+  int is_float;
+  int64_t i;
+  float f;
+} tattr;
+
+static ortep_ep *g_cpu;
+static ortep_kernel_match g_match;
+
+/* Builds a one-node graph, asks supports_op, creates the kernel, runs it. */
+static ortep_status run_node(const char *op, const char *domain, const tattr *attrs, size_t nattrs, const tin *ins,
+                             size_t nin, void **outs, size_t nout) {
+  ortep_graph *g;
+  ck_assert_ok(ortep_graph_create(&g));
+  char names[8][24], onames[4][24];
+  const char *in_names[8], *out_names[4];
+  ortep_shape shapes[8];
+  ortep_dtype dtypes[8];
+  const void *in_ptrs[8];
+  for (size_t i = 0; i < nin; i++) {
+    snprintf(names[i], sizeof names[i], "i%zu", i);
+    in_names[i] = ins[i].data ? names[i] : "";
+    shapes[i] = ins[i].shape;
+    dtypes[i] = ins[i].dt;
+    in_ptrs[i] = ins[i].data;
+  }
+  for (size_t i = 0; i < nout; i++) {
+    snprintf(onames[i], sizeof onames[i], "o%zu", i);
+    out_names[i] = outs[i] ? onames[i] : "";
+  }
+  ortep_node_id id;
+  ck_assert_ok(ortep_graph_add_node(g, op, domain, "n", in_names, nin, out_names, nout, &id));
+  for (size_t i = 0; i < nattrs; i++) {
+    if (attrs[i].is_float)
+      ck_assert_ok(ortep_graph_set_attr_float(g, id, attrs[i].name, attrs[i].f));
+    else
+      ck_assert_ok(ortep_graph_set_attr_int(g, id, attrs[i].name, attrs[i].i));
+  }
+  const ortep_node *node = ortep_graph_node(g, id);
+  ortep_ep_supports_op(g_cpu, node, 17, shapes, dtypes, NULL, nin, &g_match);
+  ortep_status st = ORTEP_E_NOT_SUPPORTED;
+  if (g_match.supported) {
+    ortep_kernel *k;
+    ck_assert_ok(ortep_ep_get_kernel(g_cpu, node, shapes, dtypes, nin, 17, &k));
+    ortep_kernel_io io = {in_ptrs, nin, outs, nout, ortep_ep_error_word_ptr(g_cpu), NULL};
+    st = ortep_ep_run_kernel(g_cpu, k, &io);
+    ortep_kernel_destroy(k);
+  } else {
+    ck_assert_msg(strlen(g_match.reason) > 0, "an unsupported match without a reason");
+    ortep_kernel *k = NULL;
+    ck_assert_status(ortep_ep_get_kernel(g_cpu, node, shapes, dtypes, nin, 17, &k), ORTEP_E_NOT_SUPPORTED);
+    ck_assert_ptr_null(k);
+  }
+  ortep_graph_destroy(g);
+  return st;
+}
+
+static uint32_t error_bits(void) {
+  uint32_t b;
+  ck_assert_ok(ortep_ep_check_error_word(g_cpu, &b));
+  return b;
+}
+
+static void setup(void) {
+  g_cpu = test_cpu_ep();
+  ortep_ep_reset_error_word(g_cpu);
+}
+static void teardown(void) {
+  uint64_t a, f;
+  ortep_ep_allocation_counts(g_cpu, &a, &f);
+  ck_assert_uint_eq(a, f);
+  ortep_ep_destroy(g_cpu);
+}
+
+static void fill(test_rng *r, float *x, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) x[i] = scale * ((float)(test_rng_next(r) % 20001) / 10000.0f - 1.0f);
+}
+
+/* Weights of a dtype from f32 values, and the f32 values they really hold. */
+static void *as_dtype(const float *x, size_t n, ortep_dtype d, float *actual) {
+  if (d == ORTEP_DTYPE_F32) {
+    memcpy(actual, x, n * sizeof *x);
+    float *c = malloc(n * sizeof *c);
+    memcpy(c, x, n * sizeof *c);
+    return c;
+  }
+  uint16_t *h = malloc(n * sizeof *h);
+  for (size_t i = 0; i < n; i++) {
+    h[i] = d == ORTEP_DTYPE_F16 ? ortep_f32_to_f16(x[i]) : ortep_f32_to_bf16(x[i]);
+    actual[i] = d == ORTEP_DTYPE_F16 ? ortep_f16_to_f32(h[i]) : ortep_bf16_to_f32(h[i]);
+  }
+  return h;
+}
+
+static void expect_close(const float *got, const double *want, size_t n, const char *what) {
+  for (size_t i = 0; i < n; i++)
+    ck_assert_msg(fabs(got[i] - want[i]) <= TOL(want[i]), "%s[%zu]: got %.7g, want %.7g", what, i, got[i], want[i]);
+}
+
+static const ortep_dtype wdt[3] = {ORTEP_DTYPE_F32, ORTEP_DTYPE_F16, ORTEP_DTYPE_BF16};
+
+START_TEST(gather_rows_and_out_of_range_indices) {
+  test_rng r = test_rng_new(test_seed() + 1);
+  enum { V = 10, H = 6 };
+  float table[V * H], actual[V * H];
+  fill(&r, table, V * H, 1.0f);
+  void *t = as_dtype(table, V * H, wdt[_i], actual);
+  int64_t idx64[4] = {3, 0, 9, 3};
+  int32_t idx32[4] = {-1, 2, 10, 9};
+  float out[4 * H];
+  ck_assert_ok(run_node("Gather", "", NULL, 0, (tin[]){{wdt[_i], SHAPE(V, H), t}, {ORTEP_DTYPE_I64, SHAPE(1, 4), idx64}},
+                        2, (void *[]){out}, 1));
+  for (int n = 0; n < 4; n++)
+    for (int j = 0; j < H; j++) ck_assert_float_eq(out[n * H + j], actual[idx64[n] * H + j]);
+  ck_assert_uint_eq(error_bits(), 0);
+  memset(out, 0x7f, sizeof out);
+  ck_assert_ok(run_node("Gather", "", NULL, 0, (tin[]){{wdt[_i], SHAPE(V, H), t}, {ORTEP_DTYPE_I32, SHAPE(4), idx32}},
+                        2, (void *[]){out}, 1));
+  ck_assert_uint_eq(error_bits(), ORTEP_ERROR_GATHER_INDEX);
+  for (int j = 0; j < H; j++) {
+    ck_assert_float_eq(out[0 * H + j], 0.0f); /* -1: zeroed */
+    ck_assert_float_eq(out[1 * H + j], actual[2 * H + j]);
+    ck_assert_float_eq(out[2 * H + j], 0.0f); /* == rows: zeroed */
+    ck_assert_float_eq(out[3 * H + j], actual[9 * H + j]);
+  }
+  free(t);
+}
+END_TEST
+
+START_TEST(matmul_and_gemm_match_the_reference) {
+  test_rng r = test_rng_new(test_seed() + 2 + (uint64_t)_i);
+  enum { M = 3, K = 17, N = 5 };
+  float a[M * K], b[K * N], bact[K * N], c[N], out[M * N];
+  double want[M * N];
+  fill(&r, a, M * K, 1.0f);
+  fill(&r, b, K * N, 0.5f);
+  fill(&r, c, N, 1.0f);
+  void *bw = as_dtype(b, K * N, wdt[_i], bact);
+  for (size_t m = 1; m <= M; m += 2) { /* M = 1 (gemv path) and M = 3 */
+    /* MatMul: B [K, N] */
+    ck_assert_ok(run_node("MatMul", "", NULL, 0,
+                          (tin[]){{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), a}, {wdt[_i], SHAPE(K, N), bw}}, 2,
+                          (void *[]){out}, 1));
+    for (size_t i = 0; i < m; i++)
+      for (size_t j = 0; j < N; j++) {
+        double s = 0;
+        for (size_t t = 0; t < K; t++) s += (double)a[i * K + t] * bact[t * N + j];
+        want[i * N + j] = s;
+      }
+    expect_close(out, want, m * N, "MatMul");
+    /* Gemm with transB=1: the same bytes read as B [N, K], plus a bias, alpha, beta */
+    tattr at[] = {{"transB", 0, 1, 0}, {"alpha", 1, 0, 0.5f}, {"beta", 1, 0, 2.0f}};
+    ck_assert_ok(run_node("Gemm", "", at, 3,
+                          (tin[]){{ORTEP_DTYPE_F32, SHAPE((int64_t)m, K), a},
+                                  {wdt[_i], SHAPE(N, K), bw},
+                                  {ORTEP_DTYPE_F32, SHAPE(N), c}},
+                          3, (void *[]){out}, 1));
+    for (size_t i = 0; i < m; i++)
+      for (size_t j = 0; j < N; j++) {
+        double s = 0;
+        for (size_t t = 0; t < K; t++) s += (double)a[i * K + t] * bact[j * K + t];
+        want[i * N + j] = 0.5 * s + 2.0 * c[j];
+      }
+    expect_close(out, want, m * N, "Gemm transB");
+    /* Gemm without C and without transB */
+    ck_assert_ok(run_node("Gemm", "", NULL, 0,
+                          (tin[]){{ORTEP_DTYPE_F32, SHAPE((int64_t)m, K), a}, {wdt[_i], SHAPE(K, N), bw}}, 2,
+                          (void *[]){out}, 1));
+    for (size_t i = 0; i < m; i++)
+      for (size_t j = 0; j < N; j++) {
+        double s = 0;
+        for (size_t t = 0; t < K; t++) s += (double)a[i * K + t] * bact[t * N + j];
+        want[i * N + j] = s;
+      }
+    expect_close(out, want, m * N, "Gemm");
+  }
+  free(bw);
+}
+END_TEST
+
+START_TEST(elementwise_ops_and_broadcasting) {
+  test_rng r = test_rng_new(test_seed() + 3);
+  enum { R = 3, C = 4 };
+  float a[R * C], b[R * C], bias[C], one[1] = {2.5f}, out[R * C];
+  double want[R * C];
+  fill(&r, a, R * C, 3.0f);
+  fill(&r, b, R * C, 3.0f);
+  fill(&r, bias, C, 1.0f);
+  ck_assert_ok(run_node("Add", "", NULL, 0, (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}, {ORTEP_DTYPE_F32, SHAPE(R, C), b}},
+                        2, (void *[]){out}, 1));
+  for (int i = 0; i < R * C; i++) want[i] = (double)a[i] + b[i];
+  expect_close(out, want, R * C, "Add");
+  float bias_act[C];
+  void *bias16 = as_dtype(bias, C, ORTEP_DTYPE_F16, bias_act);
+  ck_assert_ok(run_node("Add", "", NULL, 0, (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}, {ORTEP_DTYPE_F16, SHAPE(C), bias16}},
+                        2, (void *[]){out}, 1));
+  for (int i = 0; i < R * C; i++) want[i] = (double)a[i] + bias_act[i % C];
+  expect_close(out, want, R * C, "Add bias f16");
+  ck_assert_ok(run_node("Mul", "", NULL, 0, (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}, {ORTEP_DTYPE_F32, SHAPE(1), one}},
+                        2, (void *[]){out}, 1));
+  for (int i = 0; i < R * C; i++) want[i] = (double)a[i] * 2.5;
+  expect_close(out, want, R * C, "Mul scalar");
+  ck_assert_ok(run_node("Sigmoid", "", NULL, 0, (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}}, 1, (void *[]){out}, 1));
+  for (int i = 0; i < R * C; i++) want[i] = 1.0 / (1.0 + exp(-(double)a[i]));
+  expect_close(out, want, R * C, "Sigmoid");
+  ck_assert_ok(run_node("SiLUMul", ORTEP_DOMAIN_ORTEP, NULL, 0,
+                        (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}, {ORTEP_DTYPE_F32, SHAPE(R, C), b}}, 2,
+                        (void *[]){out}, 1));
+  for (int i = 0; i < R * C; i++) want[i] = (double)a[i] / (1.0 + exp(-(double)a[i])) * b[i];
+  expect_close(out, want, R * C, "SiLUMul");
+  /* a shape that does not broadcast is refused with what is accepted */
+  float bad[3] = {0};
+  ck_assert_int_eq(run_node("Add", "", NULL, 0,
+                            (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}, {ORTEP_DTYPE_F32, SHAPE(3), bad}}, 2,
+                            (void *[]){out}, 1),
+                   ORTEP_E_NOT_SUPPORTED);
+  ck_assert_msg(strstr(g_match.reason, "trailing dimensions"), "%s", g_match.reason);
+  free(bias16);
+}
+END_TEST
+
+START_TEST(rmsnorm_and_skip_rmsnorm) {
+  test_rng r = test_rng_new(test_seed() + 4);
+  enum { R = 2, H = 16 };
+  float x[R * H], skip[R * H], scale[H], bias[H], out[R * H], sum[R * H], sact[H];
+  double want[R * H], wsum[R * H];
+  fill(&r, x, R * H, 2.0f);
+  fill(&r, skip, R * H, 2.0f);
+  fill(&r, scale, H, 1.0f);
+  fill(&r, bias, H, 0.5f);
+  void *sw = as_dtype(scale, H, ORTEP_DTYPE_BF16, sact);
+  tattr eps[] = {{"epsilon", 1, 0, 1e-6f}};
+  ck_assert_ok(run_node("SimplifiedLayerNormalization", "", eps, 1,
+                        (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, H), x}, {ORTEP_DTYPE_BF16, SHAPE(H), sw}}, 2,
+                        (void *[]){out}, 1));
+  for (int rr = 0; rr < R; rr++) {
+    double ss = 0;
+    for (int j = 0; j < H; j++) ss += (double)x[rr * H + j] * x[rr * H + j];
+    double inv = 1.0 / sqrt(ss / H + 1e-6);
+    for (int j = 0; j < H; j++) want[rr * H + j] = x[rr * H + j] * inv * sact[j];
+  }
+  expect_close(out, want, R * H, "RMSNorm");
+  ck_assert_ok(run_node("SkipSimplifiedLayerNormalization", ORTEP_DOMAIN_MS, eps, 1,
+                        (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, H), x},
+                                {ORTEP_DTYPE_F32, SHAPE(R, H), skip},
+                                {ORTEP_DTYPE_BF16, SHAPE(H), sw},
+                                {ORTEP_DTYPE_F32, SHAPE(H), bias}},
+                        4, (void *[]){out, NULL, NULL, sum}, 4));
+  for (int rr = 0; rr < R; rr++) {
+    double ss = 0;
+    for (int j = 0; j < H; j++) {
+      wsum[rr * H + j] = (double)x[rr * H + j] + skip[rr * H + j] + bias[j];
+      ss += wsum[rr * H + j] * wsum[rr * H + j];
+    }
+    double inv = 1.0 / sqrt(ss / H + 1e-6);
+    for (int j = 0; j < H; j++) want[rr * H + j] = wsum[rr * H + j] * inv * sact[j];
+  }
+  expect_close(out, want, R * H, "SkipRMSNorm");
+  expect_close(sum, wsum, R * H, "SkipRMSNorm sum");
+  free(sw);
+}
+END_TEST
+
+static void rotary_ref(const float *x, const int64_t *pos, size_t tokens, size_t heads, size_t hd, size_t rd,
+                       bool inter, const float *cosc, const float *sinc, double *y) {
+  size_t half = rd / 2;
+  for (size_t t = 0; t < tokens; t++)
+    for (size_t h = 0; h < heads; h++) {
+      const float *xh = x + (t * heads + h) * hd;
+      double *yh = y + (t * heads + h) * hd;
+      for (size_t i = 0; i < hd; i++) yh[i] = xh[i];
+      for (size_t i = 0; i < half; i++) {
+        double c = cosc[pos[t] * (int64_t)half + (int64_t)i], s = sinc[pos[t] * (int64_t)half + (int64_t)i];
+        size_t i1 = inter ? 2 * i : i, i2 = inter ? 2 * i + 1 : i + half;
+        yh[i1] = xh[i1] * c - xh[i2] * s;
+        yh[i2] = xh[i2] * c + xh[i1] * s;
+      }
+    }
+}
+
+START_TEST(rotary_embedding_both_layouts_and_bad_positions) {
+  test_rng r = test_rng_new(test_seed() + 5);
+  enum { T = 2, NH = 3, HD = 8, MAXP = 12 };
+  size_t rd = _i == 2 ? 4 : HD; /* loop 2: partial rotary */
+  bool inter = _i == 1;
+  float x[T * NH * HD], cosc[MAXP * HD / 2], sinc[MAXP * HD / 2], out[T * NH * HD];
+  double want[T * NH * HD];
+  fill(&r, x, T * NH * HD, 1.0f);
+  for (int p = 0; p < MAXP; p++)
+    for (size_t i = 0; i < rd / 2; i++) {
+      double th = p * pow(10000.0, -2.0 * (double)i / (double)rd);
+      cosc[p * rd / 2 + i] = (float)cos(th), sinc[p * rd / 2 + i] = (float)sin(th);
+    }
+  int64_t pos[T] = {5, 11};
+  tattr at[] = {{"num_heads", 0, NH, 0}, {"interleaved", 0, inter, 0}, {"rotary_embedding_dim", 0, (int64_t)rd, 0}};
+  tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, T, NH * HD), x},
+               {ORTEP_DTYPE_I64, SHAPE(1, T), pos},
+               {ORTEP_DTYPE_F32, SHAPE(MAXP, (int64_t)rd / 2), cosc},
+               {ORTEP_DTYPE_F32, SHAPE(MAXP, (int64_t)rd / 2), sinc}};
+  ck_assert_ok(run_node("RotaryEmbedding", ORTEP_DOMAIN_MS, at, 3, ins, 4, (void *[]){out}, 1));
+  rotary_ref(x, pos, T, NH, HD, rd, inter, cosc, sinc, want);
+  expect_close(out, want, T * NH * HD, "RotaryEmbedding");
+  ck_assert_uint_eq(error_bits(), 0);
+  /* a position past the cache: its token passes unrotated, the bit is set */
+  pos[1] = MAXP;
+  ck_assert_ok(run_node("RotaryEmbedding", ORTEP_DOMAIN_MS, at, 3, ins, 4, (void *[]){out}, 1));
+  ck_assert_uint_eq(error_bits(), ORTEP_ERROR_ROTARY_POSITION);
+  for (int i = 0; i < NH * HD; i++) ck_assert_float_eq(out[NH * HD + i], x[NH * HD + i]);
+  expect_close(out, want, NH * HD, "RotaryEmbedding token 0");
+}
+END_TEST
+
+START_TEST(group_query_attention_decode_steps_and_bad_slots) {
+  test_rng r = test_rng_new(test_seed() + 6);
+  enum { NH = 4, KV = 2, HD = 8, CAP = 6 };
+  float kc[KV * CAP * HD] = {0}, vc[KV * CAP * HD] = {0};
+  float kref[KV * CAP * HD] = {0}, vref[KV * CAP * HD] = {0};
+  tattr at[] = {{"num_heads", 0, NH, 0}, {"kv_num_heads", 0, KV, 0}};
+  for (int32_t p = 0; p < CAP; p++) {
+    float q[NH * HD], k[KV * HD], v[KV * HD], out[NH * HD];
+    double want[NH * HD];
+    fill(&r, q, NH * HD, 1.0f), fill(&r, k, KV * HD, 1.0f), fill(&r, v, KV * HD, 1.0f);
+    tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q},  {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
+                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v},  {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc},
+                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc},   {ORTEP_DTYPE_I32, SHAPE(1), &p}};
+    ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){out}, 1));
+    for (int g = 0; g < KV; g++)
+      for (int i = 0; i < HD; i++) kref[(g * CAP + p) * HD + i] = k[g * HD + i], vref[(g * CAP + p) * HD + i] = v[g * HD + i];
+    for (int h = 0; h < NH; h++) {
+      int g = h / (NH / KV);
+      double sc[CAP], mx = -1e300, den = 0;
+      for (int t = 0; t <= p; t++) {
+        double d = 0;
+        for (int i = 0; i < HD; i++) d += (double)q[h * HD + i] * kref[(g * CAP + t) * HD + i];
+        sc[t] = d / sqrt((double)HD);
+        mx = sc[t] > mx ? sc[t] : mx;
+      }
+      for (int t = 0; t <= p; t++) den += (sc[t] = exp(sc[t] - mx));
+      for (int i = 0; i < HD; i++) {
+        double s = 0;
+        for (int t = 0; t <= p; t++) s += sc[t] / den * vref[(g * CAP + t) * HD + i];
+        want[h * HD + i] = s;
+      }
+    }
+    expect_close(out, want, NH * HD, "GroupQueryAttention");
+    ck_assert_mem_eq(kc, kref, sizeof kc); /* the new K/V landed at position p */
+    ck_assert_mem_eq(vc, vref, sizeof vc);
+  }
+  ck_assert_uint_eq(error_bits(), 0);
+  /* a slot outside the cache: bit set, output zeroed, caches untouched */
+  float q[NH * HD], k[KV * HD], v[KV * HD], out[NH * HD];
+  fill(&r, q, NH * HD, 1.0f), fill(&r, k, KV * HD, 1.0f), fill(&r, v, KV * HD, 1.0f);
+  int32_t bad = CAP;
+  tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q},  {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
+               {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v},  {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc},
+               {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc},   {ORTEP_DTYPE_I32, SHAPE(1), &bad}};
+  memset(out, 0x7f, sizeof out);
+  ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){out}, 1));
+  ck_assert_uint_eq(error_bits(), ORTEP_ERROR_KV_SLOT);
+  for (int i = 0; i < NH * HD; i++) ck_assert_float_eq(out[i], 0.0f);
+  ck_assert_mem_eq(kc, kref, sizeof kc);
+  bad = -1;
+  ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){out}, 1));
+  ck_assert_mem_eq(vc, vref, sizeof vc);
+}
+END_TEST
+
+START_TEST(softmax_and_argmax) {
+  float x[2 * 5] = {1, 3, 3, NAN, 0, -1, -2, 5, 5, 4}, out[10];
+  int64_t idx[2];
+  ck_assert_ok(run_node("ArgMax", "", (tattr[]){{"axis", 0, -1, 0}}, 1, (tin[]){{ORTEP_DTYPE_F32, SHAPE(2, 5), x}}, 1,
+                        (void *[]){idx}, 1));
+  ck_assert_int_eq(idx[0], 1); /* ties: first; NaN skipped */
+  ck_assert_int_eq(idx[1], 2);
+  float y[2 * 4] = {1, 2, 3, 4, -1, 0, 1, 100};
+  double want[8];
+  ck_assert_ok(run_node("Softmax", "", NULL, 0, (tin[]){{ORTEP_DTYPE_F32, SHAPE(2, 4), y}}, 1, (void *[]){out}, 1));
+  for (int rr = 0; rr < 2; rr++) {
+    double mx = -1e300, s = 0;
+    for (int i = 0; i < 4; i++) mx = y[rr * 4 + i] > mx ? y[rr * 4 + i] : mx;
+    for (int i = 0; i < 4; i++) s += exp(y[rr * 4 + i] - mx);
+    for (int i = 0; i < 4; i++) want[rr * 4 + i] = exp(y[rr * 4 + i] - mx) / s;
+  }
+  expect_close(out, want, 8, "Softmax");
+  ck_assert_int_eq(run_node("Softmax", "", (tattr[]){{"axis", 0, 0, 0}}, 1, (tin[]){{ORTEP_DTYPE_F32, SHAPE(2, 4), y}}, 1,
+                            (void *[]){out}, 1),
+                   ORTEP_E_NOT_SUPPORTED);
+  ck_assert_msg(strstr(g_match.reason, "only the last axis"), "%s", g_match.reason);
+}
+END_TEST
+
+/* Every refusal names what the EP accepts. */
+START_TEST(refusals_say_what_is_accepted) {
+  float f[64] = {0};
+  int32_t i32[4] = {0};
+  struct {
+    const char *op, *domain;
+    tattr attr;
+    size_t nattr;
+    tin ins[6];
+    size_t nin;
+    const char *needle;
+  } cases[] = {
+      {"Relu", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(4), f}}, 1, "the CPU EP supports Gather, MatMul"},
+      {"Gather", "", {"axis", 0, 1, 0}, 1, {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_I32, SHAPE(1), i32}}, 2, "only axis 0"},
+      {"Gather", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_F32, SHAPE(1), f}}, 2, "indices must be i32 or i64"},
+      {"MatMul", "", {0}, 0, {{ORTEP_DTYPE_I32, SHAPE(1, 2), i32}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}}, 2, "insert a Cast to f32"},
+      {"MatMul", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(1, 3), f}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}}, 2, "differs from B's first"},
+      {"MatMul", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(-1, 2), f}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}}, 2, "not static"},
+      {"Gemm", "", {"transA", 0, 1, 0}, 1, {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}}, 2, "transA=1"},
+      {"RotaryEmbedding", ORTEP_DOMAIN_MS, {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(1, 1, 8), f}, {ORTEP_DTYPE_I64, SHAPE(1, 1), f},
+        {ORTEP_DTYPE_F32, SHAPE(4, 4), f}, {ORTEP_DTYPE_F32, SHAPE(4, 4), f}}, 4, "num_heads attribute"},
+      {"GroupQueryAttention", ORTEP_DOMAIN_MS, {"num_heads", 0, 2, 0}, 1, {{ORTEP_DTYPE_F32, SHAPE(1, 1, 8), f},
+        {ORTEP_DTYPE_F32, SHAPE(1, 1, 8), f}, {ORTEP_DTYPE_F32, SHAPE(1, 1, 8), f}, {ORTEP_DTYPE_F32, SHAPE(2, 4, 4), f},
+        {ORTEP_DTYPE_F32, SHAPE(2, 4, 4), f}, {ORTEP_DTYPE_I32, SHAPE(1), i32}}, 6, "kv_num_heads"},
+      {"SimplifiedLayerNormalization", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(2, 4), f}, {ORTEP_DTYPE_F32, SHAPE(3), f}}, 2,
+       "with 4 elements"},
+      {"ArgMax", "", {"select_last_index", 0, 1, 0}, 1, {{ORTEP_DTYPE_F32, SHAPE(4), f}}, 1, "first maximum wins"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    float out[64];
+    ortep_status st = run_node(cases[c].op, cases[c].domain, &cases[c].attr, cases[c].nattr, cases[c].ins,
+                               cases[c].nin, (void *[]){out}, 1);
+    ck_assert_msg(st == ORTEP_E_NOT_SUPPORTED, "case %zu (%s) was accepted", c, cases[c].op);
+    ck_assert_msg(strstr(g_match.reason, "cpu_ep cannot run") && strstr(g_match.reason, cases[c].needle),
+                  "case %zu: reason '%s' lacks '%s'", c, g_match.reason, cases[c].needle);
+  }
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("cpu_kernels");
+  TCase *tc = tcase_create("core");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_loop_test(tc, gather_rows_and_out_of_range_indices, 0, 3);
+  tcase_add_loop_test(tc, matmul_and_gemm_match_the_reference, 0, 3);
+  tcase_add_test(tc, elementwise_ops_and_broadcasting);
+  tcase_add_test(tc, rmsnorm_and_skip_rmsnorm);
+  tcase_add_loop_test(tc, rotary_embedding_both_layouts_and_bad_positions, 0, 3);
+  tcase_add_test(tc, group_query_attention_decode_steps_and_bad_slots);
+  tcase_add_test(tc, softmax_and_argmax);
+  tcase_add_test(tc, refusals_say_what_is_accepted);
+  suite_add_tcase(s, tc);
+  return test_run(s);
+}
