@@ -182,6 +182,17 @@ START_TEST(matmul_and_gemm_match_the_reference) {
         want[i * N + j] = 0.5 * s + 2.0 * c[j];
       }
     expect_close(out, want, m * N, "Gemm transB");
+    /* FusedMatMul with transB=1 on a rank-3 A */
+    ck_assert_ok(run_node("FusedMatMul", ORTEP_DOMAIN_MS, (tattr[]){{"transB", 0, 1, 0}}, 1,
+                          (tin[]){{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), a}, {wdt[_i], SHAPE(N, K), bw}}, 2,
+                          (void *[]){out}, 1));
+    for (size_t i = 0; i < m; i++)
+      for (size_t j = 0; j < N; j++) {
+        double s = 0;
+        for (size_t t = 0; t < K; t++) s += (double)a[i * K + t] * bact[j * K + t];
+        want[i * N + j] = s;
+      }
+    expect_close(out, want, m * N, "FusedMatMul transB");
     /* Gemm without C and without transB */
     ck_assert_ok(run_node("Gemm", "", NULL, 0,
                           (tin[]){{ORTEP_DTYPE_F32, SHAPE((int64_t)m, K), a}, {wdt[_i], SHAPE(K, N), bw}}, 2,

@@ -11,6 +11,7 @@
  *   Gather                            embedding lookup, axis 0, i32/i64 indices
  *   MatMul                            A [..., K] x B [K, N] (B 2-D)
  *   Gemm                              A [M, K] x B ([N, K] with transB=1), + C, alpha, beta
+ *   com.microsoft:FusedMatMul         alpha x A [..., K] x B ([N, K] with transB=1)
  *   Add, Mul                          B equal, a trailing-dims suffix of A, or one element
  *   Sigmoid, Softmax (last axis), ArgMax (last axis, i64 out)
  *   ortep:SiLUMul                     silu(gate) * up

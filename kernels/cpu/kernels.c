@@ -144,6 +144,28 @@ static bool check_matmul(ctx *c) {
   return true;
 }
 
+/* com.microsoft FusedMatMul: alpha * A [..., K] x B, B 2-D [K, N] or, with
+ * transB=1, [N, K] (the Hugging Face Linear layout, read in place). */
+static bool check_fused_matmul(ctx *c) {
+  if (!common(c, 2, 2, true)) return false;
+  if (ortep_node_attr_int_or(c->node, "transA", 0) || ortep_node_attr_int_or(c->node, "transBatchA", 0) ||
+      ortep_node_attr_int_or(c->node, "transBatchB", 0))
+    return refuse(c, "transA and the batch transposes are not supported; only transB");
+  bool tb = ortep_node_attr_int_or(c->node, "transB", 0) != 0;
+  if (c->shapes[0].rank < 1 || c->shapes[1].rank != 2 || !is_w(c->dtypes[1]))
+    return refuse(c, "it takes A f32 [..., K] and a 2-D f32/f16/bf16 weight B ([K, N], or [N, K] with transB=1)");
+  size_t k = last_dim(&c->shapes[0]);
+  size_t bk = (size_t)c->shapes[1].dims[tb ? 1 : 0], n = (size_t)c->shapes[1].dims[tb ? 0 : 1];
+  if (bk != k) return refuse(c, "A's last dimension %zu differs from B's K %zu (transB=%d)", k, bk, tb);
+  if (c->k) {
+    c->k->kind = K_GEMM;
+    c->k->p.gemm = (__typeof__(c->k->p.gemm)){.m = k ? numel(&c->shapes[0]) / k : 0, .k = k, .n = n,
+                                              .bdt = c->dtypes[1], .trans_b = tb,
+                                              .alpha = ortep_node_attr_float_or(c->node, "alpha", 1.0f)};
+  }
+  return true;
+}
+
 static bool check_gemm(ctx *c) {
   if (!common(c, 2, 3, true)) return false;
   if (ortep_node_attr_int_or(c->node, "transA", 0) != 0)
@@ -337,7 +359,7 @@ static bool check_last_axis(ctx *c, kind kd, int64_t default_axis) {
 
 static const char supported_list[] =
     "Gather, MatMul, Gemm, Add, Mul, Sigmoid, Softmax, ArgMax, SimplifiedLayerNormalization, ortep:SiLUMul, "
-    "com.microsoft:SkipSimplifiedLayerNormalization, com.microsoft:RotaryEmbedding, "
+    "com.microsoft:FusedMatMul, com.microsoft:SkipSimplifiedLayerNormalization, com.microsoft:RotaryEmbedding, "
     "com.microsoft:GroupQueryAttention";
 
 static bool check(ctx *c) {
@@ -356,6 +378,7 @@ static bool check(ctx *c) {
   if ((onnx || ms) && !strcmp(op, "SimplifiedLayerNormalization")) return check_rmsnorm(c, false);
   if (ms && !strcmp(op, "SkipSimplifiedLayerNormalization")) return check_rmsnorm(c, true);
   if (ms && !strcmp(op, "RotaryEmbedding")) return check_rotary(c);
+  if (ms && !strcmp(op, "FusedMatMul")) return check_fused_matmul(c);
   if (ms && !strcmp(op, "GroupQueryAttention")) return check_gqa(c);
   if (own && !strcmp(op, "SiLUMul")) return check_silumul(c);
   return refuse(c, "the op %s%s%s is not implemented; the CPU EP supports %s. Rewrite the model with these ops or "
