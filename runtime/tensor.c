@@ -68,7 +68,7 @@ ortep_status ortep_tensor_create(ortep_ep *ep, ortep_dtype dtype, const ortep_sh
   size_t bytes;
   ortep_status s = describe(dtype, shape, &bytes);
   if (s != ORTEP_OK) return s;
-  storage *st;
+  storage *st = NULL;
   if ((s = new_storage(ep, bytes, &st)) != ORTEP_OK) return s;
   if ((s = new_tensor(st, dtype, shape, 0, bytes, out)) != ORTEP_OK) {
     ortep__free(st);
@@ -105,7 +105,7 @@ ortep_status ortep_tensor_from_borrowed(ortep_ep *ep, ortep_dtype dtype, const o
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "ortep_tensor_from_borrowed: %s %s needs %zu bytes, the buffer has %zu",
                        ortep_dtype_name(dtype), ortep_shape_format(shape, b, sizeof b), bytes, buffer->size);
   }
-  storage *st;
+  storage *st = NULL;
   if ((s = new_storage(ep, buffer->size, &st)) != ORTEP_OK) return s;
   st->buf = *buffer;
   st->allocated = true;

@@ -18,5 +18,6 @@
 #include "ortep/ep.h"
 #include "ortep/tensor.h"
 #include "ortep/cpu_ep.h"
+#include "ortep/safetensors.h"
 
 #endif
