@@ -257,8 +257,23 @@ const ortep_safetensors_entry *ortep_safetensors_find(const ortep_safetensors *s
   return st && name && ortep__strmap_get(&st->index, name, &i) ? &st->entries[i] : NULL;
 }
 
+static ortep_status copy_data(void *user, size_t index, void *scratch) {
+  const ortep_safetensors_entry *e = user;
+  memcpy(scratch, e[index].data, e[index].size);
+  return ORTEP_OK;
+}
+
 ortep_status ortep_safetensors_write(const char *path, const ortep_safetensors_entry *e, size_t n) {
-  if (!path || (n && !e)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_safetensors_write: NULL argument");
+  for (size_t i = 0; i < n && e; i++)
+    if (e[i].size && !e[i].data)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_safetensors_write: tensor '%s' has no data", e[i].name);
+  return ortep_safetensors_write_stream(path, e, n, copy_data, (void *)(uintptr_t)e);
+}
+
+ortep_status ortep_safetensors_write_stream(const char *path, const ortep_safetensors_entry *e, size_t n,
+                                            ortep_safetensors_producer produce, void *user) {
+  if (!path || (n && !e) || !produce)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_safetensors_write: NULL argument");
   cJSON *root = cJSON_CreateObject();
   if (!root) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "safetensors: no memory for the header");
   uint64_t off = 0;
@@ -292,17 +307,27 @@ ortep_status ortep_safetensors_write(const char *path, const ortep_safetensors_e
     cJSON_free(header);
     return ortep__fail(ORTEP_E_IO, "cannot create %s: %s", tmp, strerror(errno));
   }
+  size_t biggest = 1;
+  for (size_t i = 0; i < n; i++) biggest = e[i].size > biggest ? e[i].size : biggest;
+  void *scratch = ortep__malloc(biggest);
   unsigned char lenb[8];
   for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-  bool ok = fwrite(lenb, 1, 8, f) == 8 && fwrite(header, 1, hl, f) == hl;
+  bool ok = scratch && fwrite(lenb, 1, 8, f) == 8 && fwrite(header, 1, hl, f) == hl;
   for (size_t i = hl; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
-  for (size_t i = 0; ok && i < n; i++) ok = e[i].size == 0 || fwrite(e[i].data, 1, e[i].size, f) == e[i].size;
-  int saved = errno;
-  ok = (fclose(f) == 0) && ok;
+  ortep_status produced = ORTEP_OK;
+  for (size_t i = 0; ok && i < n; i++) {
+    if (!e[i].size) continue;
+    if ((produced = produce(user, i, scratch)) != ORTEP_OK) break;
+    ok = fwrite(scratch, 1, e[i].size, f) == e[i].size;
+  }
+  int saved = scratch ? errno : ENOMEM;
+  ok = (fclose(f) == 0) && ok && produced == ORTEP_OK;
   cJSON_free(header);
+  ortep__free(scratch);
   if (!ok || rename(tmp, path) != 0) {
     if (ok) saved = errno;
     unlink(tmp);
+    if (produced != ORTEP_OK) return ortep__wrap(produced, "writing %s", path);
     return ortep__fail(ORTEP_E_IO, "writing %s failed: %s", path, strerror(saved));
   }
   return ORTEP_OK;

@@ -19,5 +19,8 @@
 #include "ortep/tensor.h"
 #include "ortep/cpu_ep.h"
 #include "ortep/safetensors.h"
+#include "ortep/session.h"
+#include "ortep/model.h"
+#include "ortep/decode.h"
 
 #endif

@@ -45,6 +45,13 @@ ORTEP_API const ortep_safetensors_entry *ortep_safetensors_find(const ortep_safe
  * write never leaves a truncated file under path. */
 ORTEP_API ortep_status ortep_safetensors_write(const char *path, const ortep_safetensors_entry *entries, size_t n);
 
+/* The same, with each tensor's bytes produced on demand (entries[].data is
+ * ignored): produce fills scratch (entries[index].size bytes) and returns
+ * ORTEP_OK. Only one tensor is in memory at a time. */
+typedef ortep_status (*ortep_safetensors_producer)(void *user, size_t index, void *scratch);
+ORTEP_API ortep_status ortep_safetensors_write_stream(const char *path, const ortep_safetensors_entry *entries,
+                                                      size_t n, ortep_safetensors_producer produce, void *user);
+
 ORTEP_END_DECLS
 
 #endif

@@ -1,0 +1,218 @@
+/*
+ * decode.c: greedy decoding (decode.h). Everything a step touches is set up
+ * at open: the session (planned arenas, kernels, bindings), the 8-byte
+ * argmax result buffer on the EP, and the addresses of the token, position
+ * and logits values. A step is then two 4-byte uploads, a run or replay, a
+ * device argmax and one 8-byte read: no allocation.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "llama.h"
+#include "ortep/cpu_ep.h"
+#include "ortep/decode.h"
+#include "ortep/governor.h"
+
+struct ortep_decoder {
+  ortep_governor *governor;
+  ortep_ep_registry *registry;
+  ortep_ep *ep;
+  ortep_model *model;
+  ortep_graph *graph;
+  ortep_session *session;
+  ortep_buffer result;
+  void *logits;
+  size_t vocab, max_seq, pos;
+  int32_t next;
+  bool have_next, failed;
+  uint32_t last_bits;
+};
+
+void ortep_decoder_close(ortep_decoder *d) {
+  if (!d) return;
+  ortep_session_destroy(d->session); /* graphs reset before arenas go */
+  if (d->result.ptr) ortep_ep_deallocate(d->ep, &d->result);
+  ortep_graph_destroy(d->graph);
+  ortep_model_close(d->model);
+  ortep_ep_registry_destroy(d->registry);
+  ortep_governor_destroy(d->governor);
+  ortep__free(d);
+}
+
+static ortep_status apply_governor_config(ortep_governor *g, const ortep_config *c) {
+  for (size_t i = 0; i < ortep_config_count(c); i++) {
+    const char *k = ortep_config_key(c, i);
+    if (strncmp(k, "ortep.", 6) != 0) continue;
+    ortep_status st = ortep_governor_configure(g, k, ortep_config_get(c, k));
+    if (st != ORTEP_OK) return st;
+  }
+  return ORTEP_OK;
+}
+
+static ortep_status zero_value(ortep_decoder *d, const char *name) {
+  ortep_ep *ep;
+  void *p;
+  size_t bytes;
+  ortep_status st = ortep_session_value(d->session, name, &ep, &p, &bytes);
+  if (st != ORTEP_OK) return st;
+  void *zeros = ortep__calloc(1, bytes);
+  if (!zeros) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory to clear '%s'", name);
+  st = ortep_session_write(d->session, name, zeros, bytes);
+  ortep__free(zeros);
+  return st;
+}
+
+ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *options, ortep_decoder **out) {
+  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_open: out is NULL");
+  *out = NULL;
+  if (!dir) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_open: the model directory is NULL");
+  ortep_decoder_options o = options ? *options : (ortep_decoder_options){0};
+  const char *want = o.ep ? o.ep : "auto";
+  if (strcmp(want, "auto") && strcmp(want, "cpu") && strcmp(want, "cuda"))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "unknown EP '%s'; choose auto, cpu or cuda", want);
+  if (!strcmp(want, "cuda"))
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED,
+                       "the CUDA EP is not part of this build of ortep yet; use ep \"cpu\" (or \"auto\")");
+  ortep_decoder *d = ortep__calloc(1, sizeof *d);
+  if (!d) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the decoder");
+  ortep_status st;
+  ortep_ep *cpu = NULL;
+  if ((st = ortep_governor_create(&d->governor)) || (st = apply_governor_config(d->governor, o.config)) ||
+      (st = ortep_ep_registry_create(&d->registry)) || (st = ortep_cpu_ep_create(d->governor, &cpu)))
+    goto fail;
+  if ((st = ortep_ep_initialize(cpu, o.config)) != ORTEP_OK) {
+    ortep_ep_destroy(cpu);
+    goto fail;
+  }
+  if ((st = ortep_ep_registry_add(d->registry, cpu, NULL))) goto fail;
+  d->ep = cpu;
+  if ((st = ortep_model_open(dir, &d->model))) goto fail;
+  const ortep_model_config *c = ortep_model_get_config(d->model);
+  size_t limit = (size_t)c->max_position_embeddings;
+  d->max_seq = o.max_seq_len ? o.max_seq_len : (limit < 1024 ? limit : 1024);
+  if (d->max_seq > limit || d->max_seq > INT32_MAX) {
+    st = ortep__fail(ORTEP_E_INVALID_ARGUMENT, "max_seq_len %zu exceeds the model's max_position_embeddings %zu",
+                     d->max_seq, limit);
+    goto fail;
+  }
+  d->vocab = (size_t)c->vocab_size;
+  if ((st = ortep__llama_build(d->model, cpu, d->max_seq, &d->graph))) goto fail;
+  ortep_session_options so = {o.eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH, o.forced_seams, o.seam_every};
+  if ((st = ortep_session_create(d->graph, d->registry, &so, &d->session))) goto fail;
+  if ((st = ortep_ep_allocate(d->ep, 8, 8, &d->result))) goto fail;
+  if ((st = ortep_session_value(d->session, ORTEP_OUTPUT_LOGITS, NULL, &d->logits, NULL))) goto fail;
+  char name[64];
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+    snprintf(name, sizeof name, "past_key.%lld", (long long)l);
+    if ((st = zero_value(d, name))) goto fail;
+    snprintf(name, sizeof name, "past_value.%lld", (long long)l);
+    if ((st = zero_value(d, name))) goto fail;
+  }
+  if ((st = ortep_ep_reset_error_word(d->ep))) goto fail;
+  *out = d;
+  return ORTEP_OK;
+fail:
+  ortep_decoder_close(d);
+  return st;
+}
+
+ortep_status ortep_decoder_step(ortep_decoder *d, int32_t token, int32_t position, int32_t *next) {
+  if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_step: decoder is NULL");
+  if (d->failed)
+    return ortep__fail(ORTEP_E_STATE,
+                       "the decoder stopped on a device validation error (bits 0x%x); call ortep_decoder_reset to "
+                       "start over",
+                       d->last_bits);
+  ortep_status st;
+  if ((st = ortep_session_write(d->session, ORTEP_INPUT_TOKEN, &token, sizeof token)) ||
+      (st = ortep_session_write(d->session, ORTEP_INPUT_POSITION, &position, sizeof position)) ||
+      (st = ortep_session_run(d->session)) ||
+      (st = ortep_ep_device_argmax(d->ep, d->logits, d->vocab, ORTEP_DTYPE_F32, &d->result)))
+    return st;
+  uint32_t pair[2];
+  if ((st = ortep_ep_copy_to_host(d->ep, &d->result, pair, sizeof pair))) return st; /* the one sync */
+  if (pair[1]) {
+    d->failed = true;
+    d->last_bits = pair[1];
+    ortep_session_invalidate(d->session);
+    char what[512];
+    return ortep__fail(ORTEP_E_DEVICE_VALIDATION,
+                       "step at position %d (token %d): the device error word is 0x%x: %s; the token was not "
+                       "emitted and the graph was invalidated; call ortep_decoder_reset to start over",
+                       position, token, pair[1], ortep_error_word_describe(pair[1], what, sizeof what));
+  }
+  if (next) *next = (int32_t)pair[0];
+  return ORTEP_OK;
+}
+
+ortep_status ortep_decoder_prefill(ortep_decoder *d, const int32_t *tokens, size_t n, int32_t *next) {
+  if (!d || (n && !tokens)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_prefill: NULL argument");
+  if (n == 0) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_prefill: the prompt is empty");
+  if (d->pos + n > d->max_seq)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE,
+                       "a prompt of %zu tokens at position %zu does not fit max_seq_len %zu; shorten it or open the "
+                       "decoder with a larger max_seq_len",
+                       n, d->pos, d->max_seq);
+  for (size_t i = 0; i < n; i++) {
+    int32_t t;
+    ortep_status st = ortep_decoder_step(d, tokens[i], (int32_t)d->pos, &t);
+    if (st != ORTEP_OK) return ortep__wrap(st, "prefill token %zu of %zu", i, n);
+    d->pos++;
+    d->next = t;
+  }
+  d->have_next = true;
+  if (next) *next = d->next;
+  return ORTEP_OK;
+}
+
+ortep_status ortep_decoder_generate(ortep_decoder *d, size_t max_tokens, ortep_token_callback cb, void *user,
+                                    size_t *generated) {
+  if (generated) *generated = 0;
+  if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_generate: decoder is NULL");
+  if (!d->have_next)
+    return ortep__fail(ORTEP_E_STATE, "ortep_decoder_generate: nothing to continue from; prefill a prompt first");
+  for (size_t i = 0; i < max_tokens; i++) {
+    int32_t tok = d->next;
+    if (generated) *generated = i + 1;
+    if (cb && !cb(tok, i, user)) break;
+    if (i + 1 == max_tokens) break;
+    if (d->pos >= d->max_seq)
+      return ortep__fail(ORTEP_E_OUT_OF_RANGE,
+                         "the KV cache is full (max_seq_len %zu) after %zu generated tokens; open the decoder with a "
+                         "larger max_seq_len",
+                         d->max_seq, i + 1);
+    ortep_status st = ortep_decoder_step(d, tok, (int32_t)d->pos, &d->next);
+    if (st != ORTEP_OK) {
+      d->have_next = false;
+      return st;
+    }
+    d->pos++;
+  }
+  return ORTEP_OK;
+}
+
+ortep_status ortep_decoder_reset(ortep_decoder *d) {
+  if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_reset: decoder is NULL");
+  ortep_status st = ortep_ep_reset_error_word(d->ep);
+  if (st == ORTEP_OK) st = ortep_session_invalidate(d->session);
+  d->pos = 0;
+  d->have_next = false;
+  d->failed = false;
+  d->last_bits = 0;
+  return st;
+}
+
+ortep_status ortep_decoder_logits(ortep_decoder *d, float *dst, size_t n) {
+  if (!d || !dst) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_logits: NULL argument");
+  if (n > d->vocab) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_logits: %zu > vocab %zu", n, d->vocab);
+  return ortep_session_read(d->session, ORTEP_OUTPUT_LOGITS, dst, n * sizeof *dst);
+}
+
+size_t ortep_decoder_position(const ortep_decoder *d) { return d ? d->pos : 0; }
+size_t ortep_decoder_vocab_size(const ortep_decoder *d) { return d ? d->vocab : 0; }
+size_t ortep_decoder_max_seq_len(const ortep_decoder *d) { return d ? d->max_seq : 0; }
+uint32_t ortep_decoder_last_error_bits(const ortep_decoder *d) { return d ? d->last_bits : 0; }
+ortep_session *ortep_decoder_session(ortep_decoder *d) { return d ? d->session : NULL; }
+ortep_ep *ortep_decoder_ep(ortep_decoder *d) { return d ? d->ep : NULL; }

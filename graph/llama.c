@@ -1,0 +1,225 @@
+/*
+ * llama.c: the decode-step graph of a LLaMA / Qwen2 model: token id and
+ * position in, logits out, one token per step, built from the CPU EP's op
+ * set. Weights are initializers borrowing the mapped safetensors bytes
+ * (zero-copy); the rotary cos/sin tables are computed here; the KV caches
+ * are graph inputs, so the executor gives them fixed places in the EP's
+ * planned arena that persist from step to step.
+ *
+ *   h = Gather(embed, token_id)
+ *   per layer l:
+ *     x   = RMSNorm(h)                         (input_layernorm)
+ *     q,k,v = x W^T (+ bias)                   (FusedMatMul transB=1, Add)
+ *     q,k = RotaryEmbedding(q|k, position)
+ *     a   = GroupQueryAttention(q, k, v, cache_k[l], cache_v[l], position)
+ *     o   = a Wo^T
+ *     y, h' = SkipRMSNorm(o, h)                (post_attention_layernorm; h' = o + h)
+ *     m   = SiLUMul(y Wg^T, y Wu^T) Wd^T
+ *     h   = h' + m
+ *   logits = RMSNorm(h) Wlm^T                  (lm_head, or embed when tied)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+#include "llama.h"
+#include "ortep/tensor.h"
+
+typedef struct builder {
+  ortep_graph *g;
+  const ortep_model *m;
+  ortep_ep *host;
+  ortep_status st;
+} builder;
+
+static void value(builder *b, const char *name, int64_t d0, int64_t d1, int64_t d2) {
+  if (b->st) return;
+  ortep_shape s = {3, {d0, d1, d2}};
+  b->st = ortep_graph_add_value(b->g, name, ORTEP_DTYPE_F32, &s);
+}
+
+/* An initializer over the mapped weight (copied only when misaligned). */
+static void weight(builder *b, const char *name) {
+  if (b->st || ortep_graph_initializer(b->g, name)) return;
+  const ortep_safetensors_entry *e = ortep_model_tensor(b->m, name);
+  if (!e) {
+    b->st = ortep__fail(ORTEP_E_FORMAT, "model: tensor '%s' is missing", name);
+    return;
+  }
+  ortep_tensor *t = NULL;
+  size_t es = ortep_dtype_size(e->dtype);
+  if ((uintptr_t)e->data % es == 0) {
+    ortep_buffer buf;
+    b->st = ortep_buffer_from_borrowed_parts(e->data, ortep_ep_device(b->host), e->size, es, &buf);
+    if (!b->st) b->st = ortep_tensor_from_borrowed(b->host, e->dtype, &e->shape, &buf, &t);
+  } else {
+    b->st = ortep_tensor_create(b->host, e->dtype, &e->shape, false, &t);
+    if (!b->st) b->st = ortep_tensor_copyin(t, e->data, e->size);
+  }
+  if (!b->st)
+    b->st = ortep_graph_add_initializer(b->g, name, t);
+  else
+    ortep_tensor_release(t);
+}
+
+static ortep_node_id node(builder *b, const char *op, const char *domain, const char *name, const char *const *in,
+                          size_t nin, const char *const *out, size_t nout) {
+  ortep_node_id id = 0;
+  if (!b->st) b->st = ortep_graph_add_node(b->g, op, domain, name, in, nin, out, nout, &id);
+  return id;
+}
+
+static void attr_i(builder *b, ortep_node_id id, const char *k, int64_t v) {
+  if (!b->st) b->st = ortep_graph_set_attr_int(b->g, id, k, v);
+}
+static void attr_f(builder *b, ortep_node_id id, const char *k, float v) {
+  if (!b->st) b->st = ortep_graph_set_attr_float(b->g, id, k, v);
+}
+
+/* out = in W^T (+ bias): the HF Linear. */
+static void linear(builder *b, const char *name, const char *in, const char *w, const char *bias, const char *out,
+                   int64_t width) {
+  char mm[160];
+  snprintf(mm, sizeof mm, "%s.mm", out);
+  const char *target = bias ? mm : out;
+  value(b, target, 1, 1, width);
+  weight(b, w);
+  ortep_node_id id = node(b, "FusedMatMul", ORTEP_DOMAIN_MS, name, (const char *[]){in, w}, 2, &target, 1);
+  attr_i(b, id, "transB", 1);
+  if (bias) {
+    char bn[160];
+    snprintf(bn, sizeof bn, "%s.bias", name);
+    weight(b, bias);
+    value(b, out, 1, 1, width);
+    node(b, "Add", "", bn, (const char *[]){mm, bias}, 2, &out, 1);
+  }
+}
+
+static void rope_tables(builder *b, size_t rows, int64_t head_dim, double theta) {
+  if (b->st) return;
+  size_t half = (size_t)head_dim / 2;
+  ortep_shape s = {2, {(int64_t)rows, (int64_t)half}};
+  ortep_tensor *c = NULL, *sn = NULL;
+  float *cd, *sd;
+  b->st = ortep_tensor_create(b->host, ORTEP_DTYPE_F32, &s, false, &c);
+  if (!b->st) b->st = ortep_tensor_create(b->host, ORTEP_DTYPE_F32, &s, false, &sn);
+  if (!b->st) b->st = ortep_tensor_host_data_mut(c, ORTEP_DTYPE_F32, (void **)&cd);
+  if (!b->st) b->st = ortep_tensor_host_data_mut(sn, ORTEP_DTYPE_F32, (void **)&sd);
+  if (!b->st)
+    for (size_t p = 0; p < rows; p++)
+      for (size_t i = 0; i < half; i++) {
+        double inv = pow(theta, -2.0 * (double)i / (double)head_dim);
+        double a = (double)p * inv;
+        cd[p * half + i] = (float)cos(a);
+        sd[p * half + i] = (float)sin(a);
+      }
+  if (!b->st) {
+    b->st = ortep_graph_add_initializer(b->g, "rope.cos", c);
+    c = NULL;
+  }
+  if (!b->st) {
+    b->st = ortep_graph_add_initializer(b->g, "rope.sin", sn);
+    sn = NULL;
+  }
+  ortep_tensor_release(c);
+  ortep_tensor_release(sn);
+}
+
+ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max_seq, ortep_graph **out) {
+  const ortep_model_config *c = ortep_model_get_config(m);
+  builder b = {NULL, m, host, ORTEP_OK};
+  *out = NULL;
+  if ((b.st = ortep_graph_create(&b.g))) return b.st;
+  int64_t H = c->hidden_size, I = c->intermediate_size, NH = c->num_attention_heads, KV = c->num_key_value_heads;
+  int64_t HD = c->head_dim, V = c->vocab_size, S = (int64_t)max_seq;
+  ortep_graph_set_opset(b.g, "", 17);
+  ortep_graph_set_opset(b.g, ORTEP_DOMAIN_MS, 1);
+  ortep_graph_set_opset(b.g, ORTEP_DOMAIN_ORTEP, 1);
+  ortep_shape one = {2, {1, 1}}, cache = {3, {KV, S, HD}};
+  b.st = ortep_graph_add_input(b.g, ORTEP_INPUT_TOKEN, ORTEP_DTYPE_I32, &one);
+  if (!b.st) b.st = ortep_graph_add_input(b.g, ORTEP_INPUT_POSITION, ORTEP_DTYPE_I32, &one);
+  rope_tables(&b, (size_t)S, HD, c->rope_theta);
+  char h[64] = "h.0";
+  value(&b, h, 1, 1, H);
+  weight(&b, "model.embed_tokens.weight");
+  node(&b, "Gather", "", "embed", (const char *[]){"model.embed_tokens.weight", ORTEP_INPUT_TOKEN}, 2,
+       (const char *[]){h}, 1);
+  float eps = (float)c->rms_norm_eps;
+  for (int64_t l = 0; l < c->num_hidden_layers && !b.st; l++) {
+    char p[64], n[12][96], w[12][128], nm[24][96];
+#define NAME(i, fmt) snprintf(n[i], sizeof n[i], "layers.%lld." fmt, (long long)l)
+#define W(i, fmt) snprintf(w[i], sizeof w[i], "model.layers.%lld." fmt, (long long)l)
+#define NODE(i, fmt) snprintf(nm[i], sizeof nm[i], "layers.%lld." fmt, (long long)l)
+    snprintf(p, sizeof p, "layers.%lld", (long long)l);
+    NAME(0, "x"), NAME(1, "q"), NAME(2, "k"), NAME(3, "v"), NAME(4, "q_rot"), NAME(5, "k_rot");
+    NAME(6, "attn"), NAME(7, "o"), NAME(8, "y"), NAME(9, "h_mid"), NAME(10, "mlp"), NAME(11, "down");
+    W(0, "input_layernorm.weight"), W(1, "self_attn.q_proj.weight"), W(2, "self_attn.k_proj.weight");
+    W(3, "self_attn.v_proj.weight"), W(4, "self_attn.o_proj.weight"), W(5, "post_attention_layernorm.weight");
+    W(6, "mlp.gate_proj.weight"), W(7, "mlp.up_proj.weight"), W(8, "mlp.down_proj.weight");
+    W(9, "self_attn.q_proj.bias"), W(10, "self_attn.k_proj.bias"), W(11, "self_attn.v_proj.bias");
+    NODE(0, "input_norm"), NODE(1, "q_proj"), NODE(2, "k_proj"), NODE(3, "v_proj"), NODE(4, "q_rotary");
+    NODE(5, "k_rotary"), NODE(6, "attention"), NODE(7, "o_proj"), NODE(8, "post_norm"), NODE(9, "gate_proj");
+    NODE(10, "up_proj"), NODE(11, "silu_mul"), NODE(12, "down_proj"), NODE(13, "residual");
+    char ck[64], cv[64], gate[96], up[96], hn[64];
+    snprintf(ck, sizeof ck, "past_key.%lld", (long long)l);
+    snprintf(cv, sizeof cv, "past_value.%lld", (long long)l);
+    snprintf(gate, sizeof gate, "layers.%lld.gate", (long long)l);
+    snprintf(up, sizeof up, "layers.%lld.up", (long long)l);
+    snprintf(hn, sizeof hn, "h.%lld", (long long)l + 1);
+    if (!b.st) b.st = ortep_graph_add_input(b.g, ck, ORTEP_DTYPE_F32, &cache);
+    if (!b.st) b.st = ortep_graph_add_input(b.g, cv, ORTEP_DTYPE_F32, &cache);
+    bool bias = c->attention_bias;
+    value(&b, n[0], 1, 1, H);
+    weight(&b, w[0]);
+    ortep_node_id id = node(&b, "SimplifiedLayerNormalization", "", nm[0], (const char *[]){h, w[0]}, 2,
+                            (const char *[]){n[0]}, 1);
+    attr_f(&b, id, "epsilon", eps);
+    linear(&b, nm[1], n[0], w[1], bias ? w[9] : NULL, n[1], NH * HD);
+    linear(&b, nm[2], n[0], w[2], bias ? w[10] : NULL, n[2], KV * HD);
+    linear(&b, nm[3], n[0], w[3], bias ? w[11] : NULL, n[3], KV * HD);
+    for (int r = 0; r < 2; r++) {
+      value(&b, n[4 + r], 1, 1, (r ? KV : NH) * HD);
+      id = node(&b, "RotaryEmbedding", ORTEP_DOMAIN_MS, nm[4 + r],
+                (const char *[]){n[1 + r], ORTEP_INPUT_POSITION, "rope.cos", "rope.sin"}, 4, (const char *[]){n[4 + r]}, 1);
+      attr_i(&b, id, "num_heads", r ? KV : NH);
+    }
+    value(&b, n[6], 1, 1, NH * HD);
+    id = node(&b, "GroupQueryAttention", ORTEP_DOMAIN_MS, nm[6],
+              (const char *[]){n[4], n[5], n[3], ck, cv, ORTEP_INPUT_POSITION}, 6, (const char *[]){n[6]}, 1);
+    attr_i(&b, id, "num_heads", NH);
+    attr_i(&b, id, "kv_num_heads", KV);
+    linear(&b, nm[7], n[6], w[4], NULL, n[7], H);
+    value(&b, n[8], 1, 1, H);
+    value(&b, n[9], 1, 1, H);
+    weight(&b, w[5]);
+    id = node(&b, "SkipSimplifiedLayerNormalization", ORTEP_DOMAIN_MS, nm[8], (const char *[]){n[7], h, w[5]}, 3,
+              (const char *[]){n[8], "", "", n[9]}, 4);
+    attr_f(&b, id, "epsilon", eps);
+    linear(&b, nm[9], n[8], w[6], NULL, gate, I);
+    linear(&b, nm[10], n[8], w[7], NULL, up, I);
+    value(&b, n[10], 1, 1, I);
+    node(&b, "SiLUMul", ORTEP_DOMAIN_ORTEP, nm[11], (const char *[]){gate, up}, 2, (const char *[]){n[10]}, 1);
+    linear(&b, nm[12], n[10], w[8], NULL, n[11], H);
+    value(&b, hn, 1, 1, H);
+    node(&b, "Add", "", nm[13], (const char *[]){n[9], n[11]}, 2, (const char *[]){hn}, 1);
+    snprintf(h, sizeof h, "%s", hn);
+#undef NAME
+#undef W
+#undef NODE
+  }
+  value(&b, "final", 1, 1, H);
+  weight(&b, "model.norm.weight");
+  ortep_node_id id = node(&b, "SimplifiedLayerNormalization", "", "final_norm", (const char *[]){h, "model.norm.weight"},
+                          2, (const char *[]){"final"}, 1);
+  attr_f(&b, id, "epsilon", eps);
+  linear(&b, "lm_head", "final", c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", NULL,
+         ORTEP_OUTPUT_LOGITS, V);
+  if (!b.st) b.st = ortep_graph_add_output(b.g, ORTEP_OUTPUT_LOGITS);
+  if (b.st) {
+    ortep_graph_destroy(b.g);
+    return ortep__wrap(b.st, "building the decode graph");
+  }
+  *out = b.g;
+  return ORTEP_OK;
+}

@@ -1,0 +1,254 @@
+/*
+ * model.c: config.json (cJSON) and model.safetensors for LLaMA / Qwen2, and
+ * the check that the weights are exactly what the config implies.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "internal.h"
+#include "ortep/model.h"
+
+struct ortep_model {
+  ortep_model_config config;
+  ortep_safetensors *weights;
+};
+
+#define CFG_FAIL(...) ortep__fail(ORTEP_E_FORMAT, "config.json: " __VA_ARGS__)
+
+static ortep_status get_int(const cJSON *root, const char *key, bool required, int64_t fallback, int64_t *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (!v || cJSON_IsNull(v)) {
+    if (required)
+      return CFG_FAIL("missing required key '%s' (LlamaForCausalLM and Qwen2ForCausalLM configs have it)", key);
+    *out = fallback;
+    return ORTEP_OK;
+  }
+  if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < 1 ||
+      v->valuedouble > 1e12)
+    return CFG_FAIL("'%s' must be a positive integer", key);
+  *out = (int64_t)v->valuedouble;
+  return ORTEP_OK;
+}
+
+static ortep_status get_num(const cJSON *root, const char *key, bool required, double fallback, double *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (!v || cJSON_IsNull(v)) {
+    if (required) return CFG_FAIL("missing required key '%s'", key);
+    *out = fallback;
+    return ORTEP_OK;
+  }
+  if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) return CFG_FAIL("'%s' must be a positive number", key);
+  *out = v->valuedouble;
+  return ORTEP_OK;
+}
+
+static ortep_status get_bool(const cJSON *root, const char *key, bool fallback, bool *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (!v || cJSON_IsNull(v)) return *out = fallback, ORTEP_OK;
+  if (!cJSON_IsBool(v)) return CFG_FAIL("'%s' must be true or false", key);
+  *out = cJSON_IsTrue(v);
+  return ORTEP_OK;
+}
+
+static ortep_status parse_config(const cJSON *root, ortep_model_config *c) {
+  if (!cJSON_IsObject(root)) return CFG_FAIL("the document is not a JSON object");
+  const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+  const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+  const char *a0 = cJSON_IsArray(arch) && cJSON_IsString(cJSON_GetArrayItem(arch, 0))
+                       ? cJSON_GetArrayItem(arch, 0)->valuestring
+                       : NULL;
+  const char *type = cJSON_IsString(mt) ? mt->valuestring : NULL;
+  if ((type && !strcmp(type, "llama")) || (!type && a0 && !strcmp(a0, "LlamaForCausalLM")))
+    c->arch = ORTEP_ARCH_LLAMA;
+  else if ((type && !strcmp(type, "qwen2")) || (!type && a0 && !strcmp(a0, "Qwen2ForCausalLM")))
+    c->arch = ORTEP_ARCH_QWEN2;
+  else if (!type && !a0)
+    return CFG_FAIL("missing required key 'model_type' (or 'architectures'); ortep runs \"llama\" and \"qwen2\"");
+  else
+    return CFG_FAIL("model_type '%s' is not supported; ortep runs \"llama\" (LlamaForCausalLM) and \"qwen2\" "
+                    "(Qwen2ForCausalLM)",
+                    type ? type : a0);
+  ortep_status st;
+  if ((st = get_int(root, "hidden_size", true, 0, &c->hidden_size)) ||
+      (st = get_int(root, "intermediate_size", true, 0, &c->intermediate_size)) ||
+      (st = get_int(root, "num_hidden_layers", true, 0, &c->num_hidden_layers)) ||
+      (st = get_int(root, "num_attention_heads", true, 0, &c->num_attention_heads)) ||
+      (st = get_int(root, "vocab_size", true, 0, &c->vocab_size)) ||
+      (st = get_int(root, "max_position_embeddings", true, 0, &c->max_position_embeddings)) ||
+      (st = get_num(root, "rms_norm_eps", true, 0, &c->rms_norm_eps)) ||
+      (st = get_int(root, "num_key_value_heads", false, c->num_attention_heads, &c->num_key_value_heads)) ||
+      (st = get_num(root, "rope_theta", false, 10000.0, &c->rope_theta)) ||
+      (st = get_bool(root, "tie_word_embeddings", false, &c->tie_word_embeddings)) ||
+      (st = get_bool(root, "attention_bias", c->arch == ORTEP_ARCH_QWEN2, &c->attention_bias)))
+    return st;
+  if (c->hidden_size % c->num_attention_heads && !cJSON_GetObjectItemCaseSensitive(root, "head_dim"))
+    return CFG_FAIL("hidden_size %lld is not a multiple of num_attention_heads %lld", (long long)c->hidden_size,
+                    (long long)c->num_attention_heads);
+  if ((st = get_int(root, "head_dim", false, c->hidden_size / c->num_attention_heads, &c->head_dim))) return st;
+  if (c->head_dim % 2) return CFG_FAIL("head_dim %lld must be even for rotary embeddings", (long long)c->head_dim);
+  if (c->num_attention_heads % c->num_key_value_heads)
+    return CFG_FAIL("num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
+                    (long long)c->num_attention_heads, (long long)c->num_key_value_heads);
+  if (c->vocab_size > INT32_MAX) return CFG_FAIL("vocab_size %lld exceeds what i32 token ids hold", (long long)c->vocab_size);
+  const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+  if (rs && !cJSON_IsNull(rs))
+    return CFG_FAIL("rope_scaling is set; ortep implements plain RoPE only (remove it or use a model without it)");
+  return ORTEP_OK;
+}
+
+ortep_status ortep_model_config_parse(const char *json, size_t len, ortep_model_config *out) {
+  if (!json || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_config_parse: NULL argument");
+  memset(out, 0, sizeof *out);
+  cJSON *root = cJSON_ParseWithLength(json, len);
+  if (!root) {
+    const char *at = cJSON_GetErrorPtr();
+    size_t where = at && at >= json && at <= json + len ? (size_t)(at - json) : 0;
+    size_t line = 1;
+    for (size_t i = 0; i < where; i++) line += json[i] == '\n';
+    return CFG_FAIL("not valid JSON (syntax error at line %zu, byte %zu)", line, where);
+  }
+  ortep_status st = parse_config(root, out);
+  cJSON_Delete(root);
+  return st;
+}
+
+static ortep_status read_file(const char *path, char **out, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return ortep__fail(ORTEP_E_IO, "cannot open %s: %s", path, strerror(errno));
+  char *buf = NULL;
+  size_t cap = 0, n = 0;
+  for (;;) {
+    if (n == cap) {
+      cap = cap ? cap * 2 : 4096;
+      if (cap > (16u << 20)) {
+        fclose(f), ortep__free(buf);
+        return ortep__fail(ORTEP_E_FORMAT, "%s is larger than 16 MiB; it is not a model config", path);
+      }
+      char *g = ortep__realloc(buf, cap);
+      if (!g) {
+        fclose(f), ortep__free(buf);
+        return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory to read %s", path);
+      }
+      buf = g;
+    }
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (r == 0) break;
+  }
+  bool err = ferror(f);
+  fclose(f);
+  if (err) {
+    ortep__free(buf);
+    return ortep__fail(ORTEP_E_IO, "reading %s failed", path);
+  }
+  *out = buf, *len = n;
+  return ORTEP_OK;
+}
+
+static ortep_status expect(const ortep_model *m, const char *name, int64_t d0, int64_t d1) {
+  const ortep_safetensors_entry *e = ortep_safetensors_find(m->weights, name);
+  if (!e)
+    return ortep__fail(ORTEP_E_FORMAT, "model.safetensors: tensor '%s' is missing (the config implies it)", name);
+  if (!ortep_dtype_is_float(e->dtype))
+    return ortep__fail(ORTEP_E_FORMAT, "model.safetensors: tensor '%s' is %s; weights must be f32, f16 or bf16", name,
+                       ortep_dtype_name(e->dtype));
+  bool ok = d1 < 0 ? (e->shape.rank == 1 && e->shape.dims[0] == d0)
+                   : (e->shape.rank == 2 && e->shape.dims[0] == d0 && e->shape.dims[1] == d1);
+  if (!ok) {
+    char got[160];
+    ortep_shape_format(&e->shape, got, sizeof got);
+    if (d1 < 0)
+      return ortep__fail(ORTEP_E_FORMAT, "model.safetensors: tensor '%s' has shape %s; the config implies [%lld]", name,
+                         got, (long long)d0);
+    return ortep__fail(ORTEP_E_FORMAT, "model.safetensors: tensor '%s' has shape %s; the config implies [%lld, %lld]",
+                       name, got, (long long)d0, (long long)d1);
+  }
+  return ORTEP_OK;
+}
+
+static ortep_status check_weights(const ortep_model *m) {
+  const ortep_model_config *c = &m->config;
+  int64_t H = c->hidden_size, I = c->intermediate_size, q = c->num_attention_heads * c->head_dim;
+  int64_t kv = c->num_key_value_heads * c->head_dim;
+  ortep_status st;
+  char n[256];
+  if ((st = expect(m, "model.embed_tokens.weight", c->vocab_size, H))) return st;
+  if ((st = expect(m, "model.norm.weight", H, -1))) return st;
+  if (!c->tie_word_embeddings && (st = expect(m, "lm_head.weight", c->vocab_size, H))) return st;
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+    struct {
+      const char *suffix;
+      int64_t d0, d1;
+      bool want;
+    } t[] = {{"input_layernorm.weight", H, -1, true},
+             {"post_attention_layernorm.weight", H, -1, true},
+             {"self_attn.q_proj.weight", q, H, true},
+             {"self_attn.k_proj.weight", kv, H, true},
+             {"self_attn.v_proj.weight", kv, H, true},
+             {"self_attn.o_proj.weight", H, q, true},
+             {"self_attn.q_proj.bias", q, -1, c->attention_bias},
+             {"self_attn.k_proj.bias", kv, -1, c->attention_bias},
+             {"self_attn.v_proj.bias", kv, -1, c->attention_bias},
+             {"mlp.gate_proj.weight", I, H, true},
+             {"mlp.up_proj.weight", I, H, true},
+             {"mlp.down_proj.weight", H, I, true}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+      if (!t[i].want) continue;
+      snprintf(n, sizeof n, "model.layers.%lld.%s", (long long)l, t[i].suffix);
+      if ((st = expect(m, n, t[i].d0, t[i].d1))) return st;
+    }
+  }
+  return ORTEP_OK;
+}
+
+ortep_status ortep_model_open(const char *dir, ortep_model **out) {
+  if (!dir || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_open: NULL argument");
+  *out = NULL;
+  char path[4096];
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return ortep__fail(ORTEP_E_IO, "model directory '%s' does not exist; it must hold config.json and model.safetensors",
+                       dir);
+  ortep_model *m = ortep__calloc(1, sizeof *m);
+  if (!m) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the model");
+  char *json = NULL;
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  ortep_status st = read_file(path, &json, &len);
+  if (st == ORTEP_OK) {
+    st = ortep_model_config_parse(json, len, &m->config);
+    if (st != ORTEP_OK) ortep__wrap(st, "%s", path);
+  }
+  ortep__free(json);
+  if (st == ORTEP_OK) {
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st = ortep_safetensors_open(path, &m->weights);
+  }
+  if (st == ORTEP_OK && (st = check_weights(m)) != ORTEP_OK) ortep__wrap(st, "%s", dir);
+  if (st != ORTEP_OK) {
+    ortep_model_close(m);
+    return st;
+  }
+  *out = m;
+  return ORTEP_OK;
+}
+
+void ortep_model_close(ortep_model *m) {
+  if (!m) return;
+  ortep_safetensors_close(m->weights);
+  ortep__free(m);
+}
+
+const ortep_model_config *ortep_model_get_config(const ortep_model *m) { return m ? &m->config : NULL; }
+const ortep_safetensors_entry *ortep_model_tensor(const ortep_model *m, const char *name) {
+  return m ? ortep_safetensors_find(m->weights, name) : NULL;
+}
+size_t ortep_model_weight_bytes(const ortep_model *m) {
+  size_t n = 0;
+  for (size_t i = 0; m && i < ortep_safetensors_count(m->weights); i++) n += ortep_safetensors_at(m->weights, i)->size;
+  return n;
+}

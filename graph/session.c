@@ -1,0 +1,816 @@
+/*
+ * session.c: the executor (session.h).
+ *
+ * Build turns the graph into a flat list of steps (node launches and cross-EP
+ * copies) whose kernel_io pointer arrays are resolved once, against planned
+ * arenas, so running a step is a loop of kernel calls with no lookup and no
+ * allocation. GRAPH mode groups the steps into units, each a captured segment
+ * (maximal run of capturable nodes on one graph-capable EP) or an eager seam,
+ * and replays the units in order.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "ortep/session.h"
+#include "ortep/tensor.h"
+
+#define SLOT_ALIGN 256
+#define NONE UINT32_MAX
+
+typedef struct slot {
+  const char *name;
+  uint32_t ep;
+  ortep_dtype dtype;
+  size_t bytes;
+  uint32_t first, last;
+  bool persistent; /* graph inputs/outputs: never share memory */
+  bool bound;      /* an initializer bound in place or uploaded: not planned */
+  size_t offset;
+  void *ptr;
+} slot;
+
+typedef enum step_kind { STEP_NODE, STEP_COPY } step_kind;
+
+typedef struct step {
+  step_kind kind;
+  uint32_t ep;
+  const ortep_node *node;
+  ortep_kernel *kernel;
+  uint32_t *in, *out; /* slot indices; NONE for an absent optional value */
+  size_t n_in, n_out;
+  const void **in_ptrs;
+  void **out_ptrs;
+  ortep_kernel_io io;
+  uint32_t src, dst; /* copy steps */
+  bool seam;
+  char reason[200];
+  bool record_failed;
+} step;
+
+typedef struct unit {
+  bool segment;
+  uint32_t ep;
+  size_t ep_segment;
+  size_t first, count; /* steps */
+} unit;
+
+typedef struct ep_state {
+  ortep_ep *ep;
+  ortep_allocator *alloc;
+  ortep_arena *arena;
+  ortep_plan_summary plan;
+  ortep_buffer *uploads;
+  size_t n_uploads, uploads_cap;
+  bool used;
+} ep_state;
+
+struct ortep_session {
+  const ortep_graph *graph;
+  ortep_session_options opts;
+  char *forced;
+  ep_state *eps;
+  size_t n_eps;
+  slot *slots;
+  size_t n_slots, slots_cap;
+  ortep__strmap home; /* value name -> home slot */
+  step *steps;
+  size_t n_steps, steps_cap;
+  unit *units;
+  size_t n_units;
+  void *staging; /* host bounce buffer for device-to-device copies across EPs */
+  size_t staging_bytes;
+  bool captured;
+  ortep_run_mode mode;
+  char fallback[400];
+  uint64_t n_run, captures, retries;
+};
+
+/* --- small helpers ------------------------------------------------------------- */
+static bool grow(void **arr, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return true;
+  size_t c = *cap ? *cap * 2 : 16;
+  while (c < need) c *= 2;
+  void *p = ortep__realloc(*arr, c * elem);
+  if (!p) return false;
+  *arr = p, *cap = c;
+  return true;
+}
+
+static ortep_status oom(const char *what) {
+  return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "session: no memory for %s", what);
+}
+
+static ortep_status add_slot(ortep_session *s, const char *name, uint32_t ep, ortep_dtype dtype, size_t bytes,
+                             uint32_t first, uint32_t *out) {
+  if (!grow((void **)&s->slots, &s->slots_cap, s->n_slots + 1, sizeof *s->slots)) return oom("a value");
+  s->slots[s->n_slots] = (slot){.name = name, .ep = ep, .dtype = dtype, .bytes = bytes, .first = first, .last = first};
+  *out = (uint32_t)s->n_slots++;
+  return ORTEP_OK;
+}
+
+static step *new_step(ortep_session *s) {
+  if (!grow((void **)&s->steps, &s->steps_cap, s->n_steps + 1, sizeof *s->steps)) return NULL;
+  step *st = &s->steps[s->n_steps++];
+  memset(st, 0, sizeof *st);
+  st->src = st->dst = NONE;
+  return st;
+}
+
+static bool in_list(const char *list, const char *item) {
+  if (!list || !*list) return false;
+  size_t n = strlen(item);
+  for (const char *p = list; *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    while (len && *p == ' ') p++, len--;
+    while (len && p[len - 1] == ' ') len--;
+    if (len == n && strncmp(p, item, n) == 0) return true;
+    if (!end) break;
+    p = end + 1;
+  }
+  return false;
+}
+
+static const char *ep_name(const ortep_session *s, uint32_t ep) { return ortep_ep_name(s->eps[ep].ep); }
+
+/* --- placement --------------------------------------------------------------------- */
+static ortep_status node_signature(const ortep_graph *g, const ortep_node *n, ortep_shape *shapes, ortep_dtype *dtypes) {
+  for (size_t i = 0; i < ortep_node_input_count(n); i++) {
+    const char *v = ortep_node_input(n, i);
+    if (!*v) {
+      shapes[i] = (ortep_shape){0};
+      dtypes[i] = ORTEP_DTYPE_F32;
+      continue;
+    }
+    if (ortep_graph_value_info(g, v, &dtypes[i], &shapes[i]) != ORTEP_OK)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                         "node '%s' (op %s): input '%s' has no declared dtype and shape; declare it with "
+                         "ortep_graph_add_value",
+                         ortep_node_name(n), ortep_node_op_type(n), v);
+  }
+  for (size_t i = 0; i < ortep_node_output_count(n); i++) {
+    const char *v = ortep_node_output(n, i);
+    ortep_shape sh;
+    if (*v && ortep_graph_value_info(g, v, NULL, &sh) != ORTEP_OK)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                         "node '%s' (op %s): output '%s' has no declared dtype and shape; declare it with "
+                         "ortep_graph_add_value",
+                         ortep_node_name(n), ortep_node_op_type(n), v);
+    if (*v && !ortep_shape_is_static(&sh)) {
+      char b[160];
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                         "node '%s' (op %s): output '%s' has shape %s, which is not static; planned memory needs "
+                         "static shapes",
+                         ortep_node_name(n), ortep_node_op_type(n), v, ortep_shape_format(&sh, b, sizeof b));
+    }
+  }
+  return ORTEP_OK;
+}
+
+static int64_t node_opset(const ortep_graph *g, const ortep_node *n) {
+  const char *d = ortep_node_domain(n);
+  int64_t v = ortep_graph_opset(g, d);
+  if (!v && !*d) v = ortep_graph_opset(g, "ai.onnx");
+  return v;
+}
+
+static ortep_status place(ortep_session *s, const ortep_node_id *order, size_t n, uint32_t *where) {
+  const ortep_graph *g = s->graph;
+  size_t total = ortep_graph_node_count(g);
+  for (size_t i = 0; i < total; i++) where[i] = NONE;
+  /* claims first, in registry order (the first claim wins) */
+  ortep_node_id *claimed = ortep__malloc((total ? total : 1) * sizeof *claimed);
+  if (!claimed) return oom("placement");
+  for (size_t e = 0; e < s->n_eps; e++) {
+    size_t c = ortep_ep_claim_nodes(s->eps[e].ep, g, claimed, total);
+    for (size_t k = 0; k < c && k < total; k++)
+      if (claimed[k] < total && where[claimed[k]] == NONE) where[claimed[k]] = (uint32_t)e;
+  }
+  ortep__free(claimed);
+  ortep_shape shapes[64];
+  ortep_dtype dtypes[64];
+  for (size_t k = 0; k < n; k++) {
+    const ortep_node *node = ortep_graph_node(g, order[k]);
+    size_t nin = ortep_node_input_count(node);
+    if (nin > 64) return ortep__fail(ORTEP_E_NOT_SUPPORTED, "node '%s' has %zu inputs; at most 64", ortep_node_name(node), nin);
+    ortep_status st = node_signature(g, node, shapes, dtypes);
+    if (st != ORTEP_OK) return st;
+    if (where[order[k]] != NONE) continue;
+    uint32_t best = NONE, best_cost = UINT32_MAX;
+    char why[2048];
+    size_t used = 0;
+    for (size_t e = 0; e < s->n_eps; e++) {
+      ortep_kernel_match m;
+      ortep_ep_supports_op(s->eps[e].ep, node, node_opset(g, node), shapes, dtypes, NULL, nin, &m);
+      if (m.supported && m.cost < best_cost) best = (uint32_t)e, best_cost = m.cost;
+      if (!m.supported && used < sizeof why)
+        used += (size_t)snprintf(why + used, sizeof why - used, "%s%s", used ? " | " : "", m.reason);
+    }
+    if (best == NONE)
+      return ortep__fail(ORTEP_E_NOT_SUPPORTED, "node '%s' (op %s%s%s) is supported by no registered EP: %s",
+                         ortep_node_name(node), *ortep_node_domain(node) ? ortep_node_domain(node) : "",
+                         *ortep_node_domain(node) ? ":" : "", ortep_node_op_type(node),
+                         s->n_eps ? why : "no EP is registered");
+    where[order[k]] = best;
+  }
+  return ORTEP_OK;
+}
+
+/* --- slots and steps ------------------------------------------------------------- */
+static bool is_graph_output(const ortep_graph *g, const char *v) {
+  for (size_t i = 0; i < ortep_graph_output_count(g); i++)
+    if (strcmp(ortep_graph_output(g, i), v) == 0) return true;
+  return false;
+}
+
+/* The slot holding value v on EP e, creating an initializer binding or a
+ * cross-EP copy as needed. */
+static ortep_status slot_for(ortep_session *s, const char *v, uint32_t e, uint32_t *out) {
+  const ortep_graph *g = s->graph;
+  for (size_t i = 0; i < s->n_slots; i++)
+    if (s->slots[i].ep == e && strcmp(s->slots[i].name, v) == 0) return *out = (uint32_t)i, ORTEP_OK;
+  ortep_tensor *init = ortep_graph_initializer(g, v);
+  ortep_status st;
+  if (init) {
+    ortep_ep *ep = s->eps[e].ep;
+    ortep_dtype dt = ortep_tensor_dtype(init);
+    void *p = ortep_tensor_data_ptr(init);
+    if ((st = add_slot(s, v, e, dt, ortep_tensor_size(init), 0, out)) != ORTEP_OK)
+      return st;
+    slot *sl = &s->slots[*out];
+    sl->bound = true;
+    bool readable = ortep_device_is_host_accessible(ortep_ep_device(ep)) &&
+                    ortep_device_is_host_accessible(ortep_ep_device(ortep_tensor_ep(init)));
+    if (!p)
+      return ortep__fail(ORTEP_E_NOT_ALLOCATED, "initializer '%s' has no data; allocate and fill it before the session",
+                         v);
+    if (readable && ((uintptr_t)p % ortep_dtype_size(dt)) == 0) {
+      sl->ptr = p; /* BORROWED in place: zero-copy */
+      return ORTEP_OK;
+    }
+    ep_state *es = &s->eps[e];
+    if (!grow((void **)&es->uploads, &es->uploads_cap, es->n_uploads + 1, sizeof *es->uploads)) return oom("an upload");
+    ortep_buffer b;
+    if ((st = ortep_ep_allocate(ep, sl->bytes, SLOT_ALIGN, &b)) != ORTEP_OK)
+      return ortep__wrap(st, "uploading initializer '%s' to %s", v, ortep_ep_name(ep));
+    es->uploads[es->n_uploads++] = b;
+    if ((st = ortep_ep_copy_from_host(ep, p, sl->bytes, &es->uploads[es->n_uploads - 1])) != ORTEP_OK) return st;
+    sl->ptr = b.ptr;
+    return ORTEP_OK;
+  }
+  uint32_t home;
+  if (!ortep__strmap_get(&s->home, v, &home))
+    return ortep__fail(ORTEP_E_INTERNAL, "session: value '%s' has no producer (the graph changed?)", v);
+  /* A cross-EP copy, emitted now (before the consumer). */
+  uint32_t copy;
+  if ((st = add_slot(s, s->slots[home].name, e, s->slots[home].dtype, s->slots[home].bytes, (uint32_t)s->n_steps,
+                     &copy)) != ORTEP_OK)
+    return st;
+  step *cp = new_step(s);
+  if (!cp) return oom("a copy step");
+  cp->kind = STEP_COPY;
+  cp->ep = e;
+  cp->src = home;
+  cp->dst = copy;
+  s->slots[home].last = (uint32_t)(s->n_steps - 1);
+  *out = copy;
+  return ORTEP_OK;
+}
+
+static ortep_status build_steps(ortep_session *s, const ortep_node_id *order, size_t n, const uint32_t *where) {
+  const ortep_graph *g = s->graph;
+  ortep_status st;
+  /* graph inputs live on the EP of their first consumer */
+  for (size_t i = 0; i < ortep_graph_input_count(g); i++) {
+    const char *v = ortep_graph_input(g, i);
+    uint32_t e = 0;
+    for (size_t k = 0; k < n && e == 0; k++) {
+      const ortep_node *node = ortep_graph_node(g, order[k]);
+      for (size_t j = 0; j < ortep_node_input_count(node); j++)
+        if (strcmp(ortep_node_input(node, j), v) == 0) {
+          e = where[order[k]];
+          k = n;
+          break;
+        }
+    }
+    ortep_dtype dt;
+    ortep_shape sh;
+    size_t bytes;
+    ortep_graph_value_info(g, v, &dt, &sh);
+    if ((st = ortep_shape_bytes(&sh, dt, &bytes)) != ORTEP_OK) return ortep__wrap(st, "graph input '%s'", v);
+    uint32_t sl;
+    if ((st = add_slot(s, v, e, dt, bytes, 0, &sl)) != ORTEP_OK) return st;
+    s->slots[sl].persistent = true;
+    if (!ortep__strmap_put(&s->home, s->slots[sl].name, sl)) return oom("the value index");
+  }
+  for (size_t k = 0; k < n; k++) {
+    const ortep_node *node = ortep_graph_node(g, order[k]);
+    uint32_t e = where[order[k]];
+    size_t nin = ortep_node_input_count(node), nout = ortep_node_output_count(node);
+    uint32_t *in = ortep__malloc((nin + nout + 1) * sizeof *in);
+    if (!in) return oom("a step");
+    for (size_t j = 0; j < nin; j++) {
+      const char *v = ortep_node_input(node, j);
+      in[j] = NONE;
+      if (*v && (st = slot_for(s, v, e, &in[j])) != ORTEP_OK) {
+        ortep__free(in);
+        return st;
+      }
+    }
+    step *sp = new_step(s);
+    if (!sp) {
+      ortep__free(in);
+      return oom("a step");
+    }
+    sp->kind = STEP_NODE;
+    sp->ep = e;
+    sp->node = node;
+    sp->in = in;
+    sp->n_in = nin;
+    sp->out = in + nin;
+    sp->n_out = nout;
+    uint32_t here = (uint32_t)(s->n_steps - 1);
+    for (size_t j = 0; j < nin; j++)
+      if (in[j] != NONE && s->slots[in[j]].last < here) s->slots[in[j]].last = here;
+    for (size_t j = 0; j < nout; j++) {
+      const char *v = ortep_node_output(node, j);
+      sp->out[j] = NONE;
+      if (!*v) continue;
+      ortep_dtype dt;
+      ortep_shape sh;
+      size_t bytes;
+      ortep_graph_value_info(g, v, &dt, &sh);
+      if ((st = ortep_shape_bytes(&sh, dt, &bytes)) != ORTEP_OK) return ortep__wrap(st, "value '%s'", v);
+      uint32_t sl;
+      if ((st = add_slot(s, v, e, dt, bytes, here, &sl)) != ORTEP_OK) return st;
+      s->steps[s->n_steps - 1].out[j] = sl;
+      s->slots[sl].persistent = is_graph_output(g, v);
+      if (!ortep__strmap_put(&s->home, s->slots[sl].name, sl)) return oom("the value index");
+    }
+  }
+  /* persistent values span the whole step */
+  for (size_t i = 0; i < s->n_slots; i++)
+    if (s->slots[i].persistent) s->slots[i].first = 0, s->slots[i].last = (uint32_t)s->n_steps;
+  return ORTEP_OK;
+}
+
+static ortep_status make_kernels(ortep_session *s) {
+  ortep_shape shapes[64];
+  ortep_dtype dtypes[64];
+  for (size_t i = 0; i < s->n_steps; i++) {
+    step *sp = &s->steps[i];
+    if (sp->kind != STEP_NODE) continue;
+    node_signature(s->graph, sp->node, shapes, dtypes);
+    ortep_status st = ortep_ep_get_kernel(s->eps[sp->ep].ep, sp->node, shapes, dtypes, sp->n_in,
+                                          node_opset(s->graph, sp->node), &sp->kernel);
+    if (st != ORTEP_OK)
+      return ortep__wrap(st, "creating the kernel of node '%s' on %s", ortep_node_name(sp->node), ep_name(s, sp->ep));
+  }
+  return ORTEP_OK;
+}
+
+static ortep_status plan_memory(ortep_session *s) {
+  ortep_status st = ORTEP_OK;
+  ortep_plan_tensor *t = ortep__malloc((s->n_slots + 1) * sizeof *t);
+  size_t *idx = ortep__malloc((s->n_slots + 1) * sizeof *idx);
+  size_t *off = ortep__malloc((s->n_slots + 1) * sizeof *off);
+  if (!t || !idx || !off) {
+    st = oom("the memory plan");
+    goto out;
+  }
+  for (size_t e = 0; e < s->n_eps; e++) {
+    size_t n = 0;
+    for (size_t i = 0; i < s->n_slots; i++) {
+      if (s->slots[i].ep != e || s->slots[i].bound) continue;
+      t[n] = (ortep_plan_tensor){s->slots[i].bytes, SLOT_ALIGN, s->slots[i].first, s->slots[i].last};
+      idx[n++] = i;
+    }
+    if (n == 0) continue;
+    ep_state *es = &s->eps[e];
+    es->used = true;
+    if ((st = ortep_plan_memory(t, n, off, &es->plan)) != ORTEP_OK) goto out;
+    if ((st = ortep__ep_allocator_create(es->ep, &es->alloc)) != ORTEP_OK) goto out;
+    if ((st = ortep_arena_create_planned(es->alloc, es->plan.total, SLOT_ALIGN, &es->arena)) != ORTEP_OK) {
+      st = ortep__wrap(st, "the planned arena of %s (%zu bytes)", ortep_ep_name(es->ep), es->plan.total);
+      goto out;
+    }
+    for (size_t k = 0; k < n; k++) {
+      slot *sl = &s->slots[idx[k]];
+      sl->offset = off[k];
+      if ((st = ortep_arena_at(es->arena, off[k], sl->bytes, &sl->ptr)) != ORTEP_OK) goto out;
+    }
+  }
+out:
+  ortep__free(t), ortep__free(idx), ortep__free(off);
+  return st;
+}
+
+static ortep_status bind_io(ortep_session *s) {
+  for (size_t i = 0; i < s->n_steps; i++) {
+    step *sp = &s->steps[i];
+    if (sp->kind == STEP_COPY) {
+      ortep_device a = ortep_ep_device(s->eps[s->slots[sp->src].ep].ep), b = ortep_ep_device(s->eps[sp->ep].ep);
+      if (!ortep_device_is_host_accessible(a) && !ortep_device_is_host_accessible(b) &&
+          s->slots[sp->src].bytes > s->staging_bytes)
+        s->staging_bytes = s->slots[sp->src].bytes;
+      continue;
+    }
+    sp->in_ptrs = ortep__calloc(sp->n_in + 1, sizeof *sp->in_ptrs);
+    sp->out_ptrs = ortep__calloc(sp->n_out + 1, sizeof *sp->out_ptrs);
+    if (!sp->in_ptrs || !sp->out_ptrs) return oom("kernel bindings");
+    for (size_t j = 0; j < sp->n_in; j++) sp->in_ptrs[j] = sp->in[j] == NONE ? NULL : s->slots[sp->in[j]].ptr;
+    for (size_t j = 0; j < sp->n_out; j++) sp->out_ptrs[j] = sp->out[j] == NONE ? NULL : s->slots[sp->out[j]].ptr;
+    ortep_ep *ep = s->eps[sp->ep].ep;
+    sp->io = (ortep_kernel_io){sp->in_ptrs, sp->n_in, sp->out_ptrs, sp->n_out, ortep_ep_error_word_ptr(ep), NULL};
+  }
+  if (s->staging_bytes && !(s->staging = ortep__malloc(s->staging_bytes))) return oom("the copy staging buffer");
+  return ORTEP_OK;
+}
+
+/* --- running ------------------------------------------------------------------------ */
+static ortep_buffer view(const ortep_session *s, uint32_t sl, bool writable) {
+  const slot *x = &s->slots[sl];
+  return (ortep_buffer){x->ptr, x->bytes, 1, ortep_ep_device(s->eps[x->ep].ep),
+                        writable ? ORTEP_BUFFER_BORROWED_MUT : ORTEP_BUFFER_BORROWED};
+}
+
+static ortep_status run_copy(ortep_session *s, const step *sp) {
+  const slot *src = &s->slots[sp->src], *dst = &s->slots[sp->dst];
+  ortep_ep *se = s->eps[src->ep].ep, *de = s->eps[dst->ep].ep;
+  ortep_buffer sb = view(s, sp->src, false), db = view(s, sp->dst, true);
+  if (ortep_device_is_host_accessible(sb.device)) return ortep_ep_copy_from_host(de, sb.ptr, sb.size, &db);
+  if (ortep_device_is_host_accessible(db.device)) return ortep_ep_copy_to_host(se, &sb, db.ptr, db.size);
+  ortep_status st = ortep_ep_copy_to_host(se, &sb, s->staging, sb.size);
+  return st == ORTEP_OK ? ortep_ep_copy_from_host(de, s->staging, db.size, &db) : st;
+}
+
+static ortep_status run_step(ortep_session *s, step *sp) {
+  if (sp->kind == STEP_COPY) return run_copy(s, sp);
+  ortep_status st = ortep_ep_run_kernel(s->eps[sp->ep].ep, sp->kernel, &sp->io);
+  if (st != ORTEP_OK) return ortep__wrap(st, "node '%s' (%s)", ortep_node_name(sp->node), ortep_kernel_name(sp->kernel));
+  return ORTEP_OK;
+}
+
+static void reset_graphs(ortep_session *s) {
+  for (size_t e = 0; e < s->n_eps; e++)
+    if (s->eps[e].used) ortep_ep_reset_graph(s->eps[e].ep, NULL);
+  s->captured = false;
+}
+
+static void decide_seams(ortep_session *s) {
+  size_t node_index = 0;
+  for (size_t i = 0; i < s->n_steps; i++) {
+    step *sp = &s->steps[i];
+    if (sp->kind == STEP_COPY) {
+      sp->seam = true;
+      snprintf(sp->reason, sizeof sp->reason, "cross-EP copy %s -> %s", ep_name(s, s->slots[sp->src].ep),
+               ep_name(s, sp->ep));
+      continue;
+    }
+    node_index++;
+    if (sp->record_failed) continue; /* keeps its reason */
+    sp->seam = true;
+    const char *op = ortep_node_op_type(sp->node), *name = ortep_node_name(sp->node);
+    if (in_list(s->forced, op))
+      snprintf(sp->reason, sizeof sp->reason, "forced by the user (op %s)", op);
+    else if (in_list(s->forced, name))
+      snprintf(sp->reason, sizeof sp->reason, "forced by the user (node %s)", name);
+    else if (s->opts.seam_every >= 2 && node_index % s->opts.seam_every == 0)
+      snprintf(sp->reason, sizeof sp->reason, "forced by the user (every %u nodes)", s->opts.seam_every);
+    else if (!ortep_ep_get_capabilities(s->eps[sp->ep].ep).device_graphs)
+      snprintf(sp->reason, sizeof sp->reason, "EP %s has no device graphs", ep_name(s, sp->ep));
+    else if (!ortep_kernel_is_capturable(sp->kernel))
+      snprintf(sp->reason, sizeof sp->reason, "kernel %s is not capturable", ortep_kernel_name(sp->kernel));
+    else
+      sp->seam = false, sp->reason[0] = '\0';
+  }
+}
+
+static ortep_status build_units(ortep_session *s) {
+  decide_seams(s);
+  ortep__free(s->units);
+  s->n_units = 0;
+  s->units = ortep__calloc(s->n_steps + 1, sizeof *s->units);
+  if (!s->units) return oom("the replay list");
+  for (size_t i = 0; i < s->n_steps; i++) {
+    step *sp = &s->steps[i];
+    unit *last = s->n_units ? &s->units[s->n_units - 1] : NULL;
+    if (!sp->seam && last && last->segment && last->ep == sp->ep) {
+      last->count++;
+      continue;
+    }
+    s->units[s->n_units++] = (unit){!sp->seam, sp->ep, 0, i, 1};
+  }
+  return ORTEP_OK;
+}
+
+/* Records every segment. On a node's failure: aborts that capture and
+ * reports the step. */
+static ortep_status record_all(ortep_session *s, size_t *failed) {
+  *failed = SIZE_MAX;
+  ortep_kernel *kernels[1024];
+  for (size_t u = 0; u < s->n_units; u++) {
+    unit *un = &s->units[u];
+    if (!un->segment) continue;
+    ortep_ep *ep = s->eps[un->ep].ep;
+    size_t nk = 0;
+    for (size_t i = 0; i < un->count && nk < 1024; i++) kernels[nk++] = s->steps[un->first + i].kernel;
+    ortep_status st = ortep_ep_begin_capture(ep, kernels, un->count <= 1024 ? nk : 0);
+    if (st != ORTEP_OK) return st;
+    for (size_t i = 0; i < un->count; i++) {
+      st = run_step(s, &s->steps[un->first + i]);
+      if (st != ORTEP_OK) {
+        ortep_ep_abort_capture(ep);
+        *failed = un->first + i;
+        return st;
+      }
+    }
+    if ((st = ortep_ep_end_capture(ep)) != ORTEP_OK) {
+      ortep_ep_abort_capture(ep);
+      return st;
+    }
+    un->ep_segment = ortep_ep_segment_count(ep) - 1;
+  }
+  return ORTEP_OK;
+}
+
+static ortep_status capture(ortep_session *s) {
+  for (int attempt = 0; attempt < 2; attempt++) {
+    reset_graphs(s);
+    ortep_status st = build_units(s);
+    if (st != ORTEP_OK) return st;
+    size_t failed;
+    st = record_all(s, &failed);
+    if (st == ORTEP_OK) {
+      s->captured = true;
+      s->captures++;
+      return ORTEP_OK;
+    }
+    reset_graphs(s);
+    if (failed == SIZE_MAX || attempt == 1) {
+      snprintf(s->fallback, sizeof s->fallback, "capture failed%s: %s", attempt ? " again after a retry" : "",
+               ortep_last_error());
+      break;
+    }
+    step *sp = &s->steps[failed];
+    sp->record_failed = true;
+    sp->seam = true;
+    snprintf(sp->reason, sizeof sp->reason, "recording failed: %s", ortep_last_error());
+    s->retries++;
+  }
+  s->mode = ORTEP_RUN_EAGER; /* the fallback: still correct, just slower */
+  build_units(s);
+  return ORTEP_OK;
+}
+
+ortep_status ortep_session_run(ortep_session *s) {
+  if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_run: session is NULL");
+  ortep_status st;
+  if (s->mode == ORTEP_RUN_GRAPH && !s->captured && (st = capture(s)) != ORTEP_OK) return st;
+  if (s->mode == ORTEP_RUN_EAGER) {
+    for (size_t i = 0; i < s->n_steps; i++)
+      if ((st = run_step(s, &s->steps[i])) != ORTEP_OK) return st;
+  } else {
+    for (size_t u = 0; u < s->n_units; u++) {
+      const unit *un = &s->units[u];
+      st = un->segment ? ortep_ep_replay_segment(s->eps[un->ep].ep, un->ep_segment) : run_step(s, &s->steps[un->first]);
+      if (st != ORTEP_OK) return st;
+    }
+  }
+  s->n_run++;
+  return ORTEP_OK;
+}
+
+ortep_status ortep_session_invalidate(ortep_session *s) {
+  if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_invalidate: session is NULL");
+  reset_graphs(s);
+  return ORTEP_OK;
+}
+
+/* --- lifecycle ------------------------------------------------------------------------ */
+void ortep_session_destroy(ortep_session *s) {
+  if (!s) return;
+  reset_graphs(s); /* before any buffer a graph references is released */
+  for (size_t i = 0; i < s->n_steps; i++) {
+    ortep_kernel_destroy(s->steps[i].kernel);
+    ortep__free(s->steps[i].in);
+    ortep__free(s->steps[i].in_ptrs);
+    ortep__free(s->steps[i].out_ptrs);
+  }
+  for (size_t e = 0; e < s->n_eps; e++) {
+    ep_state *es = &s->eps[e];
+    ortep_arena_destroy(es->arena);
+    for (size_t u = 0; u < es->n_uploads; u++) ortep_ep_deallocate(es->ep, &es->uploads[u]);
+    ortep__free(es->uploads);
+    ortep_allocator_destroy(es->alloc);
+  }
+  ortep__free(s->eps);
+  ortep__free(s->slots);
+  ortep__free(s->steps);
+  ortep__free(s->units);
+  ortep__free(s->staging);
+  ortep__free(s->forced);
+  ortep__strmap_free(&s->home);
+  ortep__free(s);
+}
+
+ortep_status ortep_session_create(const ortep_graph *graph, ortep_ep_registry *registry,
+                                  const ortep_session_options *options, ortep_session **out) {
+  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_create: out is NULL");
+  *out = NULL;
+  if (!graph || !registry)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_create: a graph and an EP registry are required");
+  if (ortep_ep_registry_count(registry) == 0)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "ortep_session_create: the registry has no EP; register one (e.g. ortep_cpu_ep_create)");
+  ortep_session *s = ortep__calloc(1, sizeof *s);
+  if (!s) return oom("the session");
+  s->graph = graph;
+  if (options) s->opts = *options;
+  s->mode = s->opts.mode;
+  ortep_status st = ORTEP_OK;
+  size_t n = ortep_graph_node_count(graph);
+  ortep_node_id *order = ortep__malloc((n + 1) * sizeof *order);
+  uint32_t *where = ortep__malloc((n + 1) * sizeof *where);
+  s->n_eps = ortep_ep_registry_count(registry);
+  s->eps = ortep__calloc(s->n_eps, sizeof *s->eps);
+  if (s->opts.forced_seams && !(s->forced = ortep__strdup(s->opts.forced_seams))) st = oom("options");
+  if (!order || !where || !s->eps) st = oom("building");
+  if (st == ORTEP_OK) {
+    for (size_t e = 0; e < s->n_eps; e++) s->eps[e].ep = ortep_ep_registry_get(registry, (uint32_t)e);
+    if ((st = ortep_graph_topo_order(graph, order)) == ORTEP_OK && (st = place(s, order, n, where)) == ORTEP_OK &&
+        (st = build_steps(s, order, n, where)) == ORTEP_OK && (st = make_kernels(s)) == ORTEP_OK &&
+        (st = plan_memory(s)) == ORTEP_OK && (st = bind_io(s)) == ORTEP_OK)
+      st = build_units(s);
+  }
+  ortep__free(order);
+  ortep__free(where);
+  if (st != ORTEP_OK) {
+    ortep_session_destroy(s);
+    return st;
+  }
+  *out = s;
+  return ORTEP_OK;
+}
+
+/* --- values ------------------------------------------------------------------------- */
+static ortep_status find_io(const ortep_session *s, const char *name, uint32_t *out) {
+  uint32_t sl = 0;
+  if (!s || !name || !ortep__strmap_get(&s->home, name, &sl) || !s->slots[sl].persistent)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "'%s' is not a graph input or output of this session",
+                       name ? name : "(null)");
+  *out = sl;
+  return ORTEP_OK;
+}
+
+ortep_status ortep_session_value(const ortep_session *s, const char *name, ortep_ep **ep, void **ptr, size_t *bytes) {
+  uint32_t sl = 0;
+  ortep_status st = find_io(s, name, &sl);
+  if (st != ORTEP_OK) return st;
+  if (ep) *ep = s->eps[s->slots[sl].ep].ep;
+  if (ptr) *ptr = s->slots[sl].ptr;
+  if (bytes) *bytes = s->slots[sl].bytes;
+  return ORTEP_OK;
+}
+
+ortep_status ortep_session_write(ortep_session *s, const char *name, const void *src, size_t len) {
+  uint32_t sl = 0;
+  ortep_status st = find_io(s, name, &sl);
+  if (st != ORTEP_OK) return st;
+  if (len != s->slots[sl].bytes)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "writing '%s': %zu bytes given, the value holds %zu", name, len,
+                       s->slots[sl].bytes);
+  ortep_buffer b = view(s, sl, true);
+  return ortep_ep_copy_from_host(s->eps[s->slots[sl].ep].ep, src, len, &b);
+}
+
+ortep_status ortep_session_read(ortep_session *s, const char *name, void *dst, size_t len) {
+  uint32_t sl = 0;
+  ortep_status st = find_io(s, name, &sl);
+  if (st != ORTEP_OK) return st;
+  if (len > s->slots[sl].bytes)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "reading '%s': %zu bytes asked, the value holds %zu", name, len,
+                       s->slots[sl].bytes);
+  ortep_buffer b = view(s, sl, false);
+  return ortep_ep_copy_to_host(s->eps[s->slots[sl].ep].ep, &b, dst, len);
+}
+
+/* --- introspection ---------------------------------------------------------------------- */
+void ortep_session_get_stats(const ortep_session *s, ortep_session_stats *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (!s) return;
+  out->mode = s->mode;
+  out->nodes = ortep_graph_node_count(s->graph);
+  for (size_t i = 0; i < s->n_steps; i++) {
+    if (s->steps[i].kind == STEP_NODE)
+      out->kernels_per_step++;
+    else
+      out->copies_per_step++;
+  }
+  if (s->mode == ORTEP_RUN_GRAPH)
+    for (size_t u = 0; u < s->n_units; u++) {
+      if (s->units[u].segment)
+        out->segments++;
+      else
+        out->seams++;
+    }
+  for (size_t e = 0; e < s->n_eps; e++) {
+    if (!s->eps[e].used) continue;
+    out->eps_used++;
+    out->planned_bytes += s->eps[e].plan.total;
+    out->lower_bound_bytes += s->eps[e].plan.lower_bound;
+    out->naive_bytes += s->eps[e].plan.naive_sum;
+    uint64_t a = 0, f = 0;
+    if (ortep_ep_allocation_counts(s->eps[e].ep, &a, &f)) out->ep_allocations += a, out->ep_frees += f;
+  }
+  out->steps = s->n_run;
+  out->captures = s->captures;
+  out->capture_retries = s->retries;
+  out->fallback_reason = s->fallback[0] ? s->fallback : NULL;
+}
+
+size_t ortep_session_seam_count(const ortep_session *s) {
+  size_t n = 0;
+  for (size_t u = 0; s && s->mode == ORTEP_RUN_GRAPH && u < s->n_units; u++) n += !s->units[u].segment;
+  return n;
+}
+
+ortep_status ortep_session_seam(const ortep_session *s, size_t i, const char **node, const char **op,
+                                const char **reason) {
+  size_t k = 0;
+  for (size_t u = 0; s && s->mode == ORTEP_RUN_GRAPH && u < s->n_units; u++) {
+    if (s->units[u].segment) continue;
+    if (k++ != i) continue;
+    const step *sp = &s->steps[s->units[u].first];
+    if (node) *node = sp->kind == STEP_NODE ? ortep_node_name(sp->node) : s->slots[sp->dst].name;
+    if (op) *op = sp->kind == STEP_NODE ? ortep_node_op_type(sp->node) : "(copy)";
+    if (reason) *reason = sp->reason;
+    return ORTEP_OK;
+  }
+  return ortep__fail(ORTEP_E_OUT_OF_RANGE, "seam %zu does not exist (%zu seams)", i, ortep_session_seam_count(s));
+}
+
+ortep_ep *ortep_session_node_ep(const ortep_session *s, const char *name) {
+  for (size_t i = 0; s && name && i < s->n_steps; i++)
+    if (s->steps[i].kind == STEP_NODE && strcmp(ortep_node_name(s->steps[i].node), name) == 0)
+      return s->eps[s->steps[i].ep].ep;
+  return NULL;
+}
+
+ortep_status ortep_session_format_plan(const ortep_session *s, char **text) {
+  if (!s || !text) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_format_plan: NULL argument");
+  size_t len;
+  FILE *f = open_memstream(text, &len);
+  if (!f) return oom("the plan text");
+  ortep_session_stats st;
+  ortep_session_get_stats(s, &st);
+  fprintf(f, "plan: %zu nodes, %zu kernels and %zu copies per step, mode %s", st.nodes, st.kernels_per_step,
+          st.copies_per_step, s->mode == ORTEP_RUN_GRAPH ? "graph" : "eager");
+  if (s->mode == ORTEP_RUN_GRAPH) fprintf(f, ", %zu segments, %zu seams", st.segments, st.seams);
+  if (s->fallback[0]) fprintf(f, " (fell back to eager: %s)", s->fallback);
+  fprintf(f, "\n  %-4s %-34s %-30s %-8s %-12s %s\n", "#", "node", "op", "ep", "run", "outputs: name @ offset +bytes");
+  for (size_t u = 0; u < s->n_units; u++) {
+    const unit *un = &s->units[u];
+    for (size_t i = 0; i < un->count; i++) {
+      size_t k = un->first + i;
+      const step *sp = &s->steps[k];
+      char run[48];
+      if (s->mode == ORTEP_RUN_EAGER)
+        snprintf(run, sizeof run, "eager");
+      else if (un->segment)
+        snprintf(run, sizeof run, "segment %zu", u);
+      else
+        snprintf(run, sizeof run, "seam");
+      if (sp->kind == STEP_COPY) {
+        fprintf(f, "  %-4zu %-34s %-30s %-8s %-12s %s @ %zu +%zu", k, s->slots[sp->dst].name, "(copy)",
+                ep_name(s, sp->ep), run, s->slots[sp->dst].name, s->slots[sp->dst].offset, s->slots[sp->dst].bytes);
+      } else {
+        fprintf(f, "  %-4zu %-34s %-30s %-8s %-12s", k, ortep_node_name(sp->node), ortep_node_op_type(sp->node),
+                ep_name(s, sp->ep), run);
+        for (size_t j = 0; j < sp->n_out; j++)
+          if (sp->out[j] != NONE)
+            fprintf(f, "%s%s @ %zu +%zu", j ? ", " : "", s->slots[sp->out[j]].name, s->slots[sp->out[j]].offset,
+                    s->slots[sp->out[j]].bytes);
+      }
+      if (s->mode == ORTEP_RUN_GRAPH && sp->seam) fprintf(f, "  [seam: %s]", sp->reason);
+      fputc('\n', f);
+    }
+  }
+  char b1[32], b2[32], b3[32];
+  for (size_t e = 0; e < s->n_eps; e++) {
+    if (!s->eps[e].used) continue;
+    const ortep_plan_summary *p = &s->eps[e].plan;
+    fprintf(f, "memory %s: planned arena %s (lower bound %s, naive sum %s)\n", ep_name(s, (uint32_t)e),
+            ortep__format_bytes(p->total, b1, sizeof b1), ortep__format_bytes(p->lower_bound, b2, sizeof b2),
+            ortep__format_bytes(p->naive_sum, b3, sizeof b3));
+  }
+  if (fclose(f) != 0) {
+    free(*text);
+    *text = NULL;
+    return oom("the plan text");
+  }
+  return ORTEP_OK;
+}

@@ -1,0 +1,78 @@
+/*
+ * decode.h: greedy decoding of a LLaMA / Qwen2 model, one token per step.
+ *
+ * Per step: the token id and its position are written into fixed input
+ * buffers; the decode-step graph runs (eager) or replays (graph: segments and
+ * seams); device argmax writes (token id, error word) into one 8-byte result;
+ * one 8-byte read brings both to the host; a non-zero error word fails the
+ * step with ORTEP_E_DEVICE_VALIDATION naming the bits, the token is not
+ * emitted and the captured graph is invalidated. After warm-up a step makes
+ * no allocation. The KV cache (capacity max_seq_len per layer) lives in the
+ * EP's planned arena; attention reads the position from device memory, so
+ * the cache grows without re-capture.
+ *
+ *   ortep_decoder *d;
+ *   ortep_decoder_open("models/tiny", NULL, &d);
+ *   int32_t prompt[] = {1, 2, 3};
+ *   ortep_decoder_prefill(d, prompt, 3);
+ *   ortep_decoder_generate(d, 16, print_token, NULL, NULL);
+ *   ortep_decoder_close(d);
+ */
+#ifndef ORTEP_DECODE_H
+#define ORTEP_DECODE_H
+
+#include "ortep/ep.h"
+#include "ortep/session.h"
+
+ORTEP_BEGIN_DECLS
+
+typedef struct ortep_decoder ortep_decoder;
+
+typedef struct ortep_decoder_options {
+  const char *ep;            /* "auto" (default: CUDA when built and a device exists, else CPU), "cpu", "cuda" */
+  size_t max_seq_len;        /* KV-cache capacity; 0: min(max_position_embeddings, 1024) */
+  bool eager;                /* false (default): graph mode (segments + seams); true: eager */
+  const char *forced_seams;  /* op types / node names to run as seams (session.h) */
+  uint32_t seam_every;       /* session.h */
+  const ortep_config *config; /* EP options ("cpu.threads") and governor budgets ("ortep.host.budget_bytes") */
+} ortep_decoder_options;
+
+/* Opens model_dir (model.h), builds the decode-step graph and a session on
+ * the chosen EP. options may be NULL (defaults). */
+ORTEP_API ortep_status ortep_decoder_open(const char *model_dir, const ortep_decoder_options *options,
+                                          ortep_decoder **out);
+ORTEP_API void ortep_decoder_close(ortep_decoder *decoder);
+
+/* Runs the prompt through the model, one step per token, from the current
+ * position; afterwards the next token is known (ortep_decoder_generate emits
+ * it first). *next may be NULL. */
+ORTEP_API ortep_status ortep_decoder_prefill(ortep_decoder *decoder, const int32_t *tokens, size_t n, int32_t *next);
+
+/* Called with each generated token; return false to stop. */
+typedef bool (*ortep_token_callback)(int32_t token, size_t index, void *user);
+
+/* Emits up to max_tokens tokens greedily (needs a prefill first). Stops with
+ * ORTEP_E_OUT_OF_RANGE when the KV cache is full. *generated may be NULL. */
+ORTEP_API ortep_status ortep_decoder_generate(ortep_decoder *decoder, size_t max_tokens, ortep_token_callback cb,
+                                              void *user, size_t *generated);
+
+/* One step: token at position; *next receives the argmax. The position is
+ * not checked on the host: the device error word is the check. */
+ORTEP_API ortep_status ortep_decoder_step(ortep_decoder *decoder, int32_t token, int32_t position, int32_t *next);
+
+/* Starts over: position 0, error word cleared, graph invalidated. */
+ORTEP_API ortep_status ortep_decoder_reset(ortep_decoder *decoder);
+
+/* The logits of the last step (vocab f32 values). */
+ORTEP_API ortep_status ortep_decoder_logits(ortep_decoder *decoder, float *dst, size_t n);
+ORTEP_API size_t ortep_decoder_position(const ortep_decoder *decoder);
+ORTEP_API size_t ortep_decoder_vocab_size(const ortep_decoder *decoder);
+ORTEP_API size_t ortep_decoder_max_seq_len(const ortep_decoder *decoder);
+/* The device error word seen at the last failed step (0 when none). */
+ORTEP_API uint32_t ortep_decoder_last_error_bits(const ortep_decoder *decoder);
+ORTEP_API ortep_session *ortep_decoder_session(ortep_decoder *decoder);
+ORTEP_API ortep_ep *ortep_decoder_ep(ortep_decoder *decoder);
+
+ORTEP_END_DECLS
+
+#endif

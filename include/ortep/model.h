@@ -1,0 +1,59 @@
+/*
+ * model.h: LLaMA / Qwen2 models in the Hugging Face layout. A model is a
+ * directory holding config.json (the keys of LlamaForCausalLM and
+ * Qwen2ForCausalLM) and model.safetensors (Hugging Face tensor names, each
+ * f32, f16 or bf16). Opening a model parses the config with cJSON, maps the
+ * weights and checks that every tensor the config implies is present with
+ * the right shape; an error names the key or tensor and the problem.
+ */
+#ifndef ORTEP_MODEL_H
+#define ORTEP_MODEL_H
+
+#include "ortep/safetensors.h"
+
+ORTEP_BEGIN_DECLS
+
+typedef enum ortep_arch { ORTEP_ARCH_LLAMA = 0, ORTEP_ARCH_QWEN2 = 1 } ortep_arch;
+
+typedef struct ortep_model_config {
+  ortep_arch arch;
+  int64_t hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads;
+  int64_t vocab_size, max_position_embeddings, head_dim;
+  double rms_norm_eps, rope_theta;
+  bool tie_word_embeddings;
+  bool attention_bias; /* q/k/v biases: Qwen2 has them */
+} ortep_model_config;
+
+/* Parses config.json text. Required: hidden_size, intermediate_size,
+ * num_hidden_layers, num_attention_heads, vocab_size,
+ * max_position_embeddings, rms_norm_eps, and model_type ("llama" or "qwen2")
+ * or architectures. Optional: num_key_value_heads (= heads), rope_theta
+ * (10000), tie_word_embeddings (false), attention_bias (Qwen2: true),
+ * head_dim (hidden / heads). rope_scaling is refused. */
+ORTEP_API ortep_status ortep_model_config_parse(const char *json, size_t len, ortep_model_config *out);
+
+typedef struct ortep_model ortep_model;
+ORTEP_API ortep_status ortep_model_open(const char *dir, ortep_model **out);
+ORTEP_API void ortep_model_close(ortep_model *model);
+ORTEP_API const ortep_model_config *ortep_model_get_config(const ortep_model *model);
+/* A weight by its Hugging Face name (NULL when absent). */
+ORTEP_API const ortep_safetensors_entry *ortep_model_tensor(const ortep_model *model, const char *name);
+/* The bytes of every weight. */
+ORTEP_API size_t ortep_model_weight_bytes(const ortep_model *model);
+
+/* Writes a synthetic model (deterministic pseudo-random weights from seed,
+ * scaled so activations stay finite) into dir (created if missing). Presets:
+ *   "tiny"          Qwen2-style, hidden 64, 2 layers, 4 heads / 2 KV heads,
+ *                   vocab 512, tied embeddings, q/k/v biases (a fast CPU default)
+ *   "tiny-llama"    LLaMA-style, hidden 64, 2 layers, 4 heads / 1 KV head,
+ *                   vocab 384, untied lm_head, no biases
+ *   "qwen2.5-0.5b"  the exact shapes of Qwen2.5-0.5B: hidden 896, 24 layers,
+ *                   14 heads / 2 KV heads, intermediate 4864, vocab 151936,
+ *                   tied embeddings, q/k/v biases
+ * dtype: f32, f16 or bf16. */
+ORTEP_API ortep_status ortep_model_write_synthetic(const char *dir, const char *preset, ortep_dtype dtype,
+                                                   uint64_t seed);
+
+ORTEP_END_DECLS
+
+#endif

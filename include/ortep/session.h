@@ -1,0 +1,101 @@
+/*
+ * session.h: the executor. A session turns a graph and the registered EPs
+ * into something that runs one step (e.g. one decoded token) as fast as the
+ * hardware allows:
+ *
+ *   1. place: claim_nodes first, then the cheapest EP whose supports_op
+ *      accepts the node (a node no EP supports is an error naming it, its op
+ *      and every EP's reason); copies are inserted where a value crosses EPs;
+ *   2. kernels are created, specialised to the graph's static shapes;
+ *   3. memory: every activation, graph input and graph output gets a fixed
+ *      offset in one planned arena block per EP (graph inputs and outputs,
+ *      like KV caches, live for the whole step and keep their contents
+ *      between steps); initializers are bound in place (BORROWED) when the EP
+ *      can read them, else uploaded once;
+ *   4. run: EAGER dispatches node by node; GRAPH captures maximal runs of
+ *      capturable nodes on a graph-capable EP as segments and runs every
+ *      other node as an eager seam between segment replays, each seam with
+ *      its reason. A node whose recording fails aborts that capture, becomes
+ *      a seam ("recording failed") and capture is retried; if the retry fails
+ *      too the session falls back to eager and says why.
+ *
+ * Replay is bitwise identical to eager. After the first step a step makes no
+ * allocation. The graph must outlive the session.
+ */
+#ifndef ORTEP_SESSION_H
+#define ORTEP_SESSION_H
+
+#include "ortep/ep.h"
+
+ORTEP_BEGIN_DECLS
+
+typedef struct ortep_session ortep_session;
+
+typedef enum ortep_run_mode { ORTEP_RUN_EAGER = 0, ORTEP_RUN_GRAPH = 1 } ortep_run_mode;
+
+typedef struct ortep_session_options {
+  ortep_run_mode mode;
+  /* Nodes to run as eager seams even when capturable: a comma-separated list
+   * of op types and/or node names, e.g. "GroupQueryAttention,layers.0.o_proj".
+   * NULL or "" for none. */
+  const char *forced_seams;
+  /* Also force every Nth node (in execution order, N >= 2) to be a seam: a
+   * testing aid for seam handling. 0: off. */
+  uint32_t seam_every;
+} ortep_session_options;
+
+typedef struct ortep_session_stats {
+  ortep_run_mode mode;       /* the mode in force (GRAPH may have fallen back to EAGER) */
+  size_t nodes;              /* graph nodes */
+  size_t kernels_per_step;   /* kernel launches per step */
+  size_t copies_per_step;    /* cross-EP copies per step */
+  size_t segments;           /* captured segments (GRAPH) */
+  size_t seams;              /* eager steps between segments (GRAPH) */
+  size_t eps_used;
+  size_t planned_bytes;      /* arena bytes over all EPs */
+  size_t lower_bound_bytes;  /* the most bytes live at one step */
+  size_t naive_bytes;        /* every value its own memory */
+  uint64_t steps;            /* steps run */
+  uint64_t captures;         /* successful captures (re-captures included) */
+  uint64_t capture_retries;  /* captures retried after a recording failure */
+  uint64_t graph_updates;    /* executable graphs updated in place (CUDA) */
+  uint64_t instantiations;   /* executable graphs instantiated (CUDA) */
+  uint64_t ep_allocations;   /* EP allocations since creation (all EPs) */
+  uint64_t ep_frees;
+  const char *fallback_reason; /* why GRAPH fell back to EAGER, or NULL */
+} ortep_session_stats;
+
+/* Builds a session; registry's EPs must be initialised and outlive it. */
+ORTEP_API ortep_status ortep_session_create(const ortep_graph *graph, ortep_ep_registry *registry,
+                                            const ortep_session_options *options, ortep_session **out);
+/* Resets device graphs, then releases arenas, uploads and kernels. */
+ORTEP_API void ortep_session_destroy(ortep_session *session);
+
+/* Where a graph input or output lives: its EP and device address (in the
+ * EP's planned arena; fixed for the session's lifetime) and size. */
+ORTEP_API ortep_status ortep_session_value(const ortep_session *session, const char *name, ortep_ep **ep,
+                                           void **device_ptr, size_t *bytes);
+/* Host -> a graph input / graph output -> host, through the owning EP. */
+ORTEP_API ortep_status ortep_session_write(ortep_session *session, const char *name, const void *src, size_t len);
+ORTEP_API ortep_status ortep_session_read(ortep_session *session, const char *name, void *dst, size_t len);
+
+/* Runs one step: eager, or (GRAPH) capture when needed, then replay. */
+ORTEP_API ortep_status ortep_session_run(ortep_session *session);
+/* Drops the captured graphs (the next GRAPH step re-captures). */
+ORTEP_API ortep_status ortep_session_invalidate(ortep_session *session);
+
+ORTEP_API void ortep_session_get_stats(const ortep_session *session, ortep_session_stats *out);
+/* The seams, in execution order: node name, op type, reason. */
+ORTEP_API size_t ortep_session_seam_count(const ortep_session *session);
+ORTEP_API ortep_status ortep_session_seam(const ortep_session *session, size_t i, const char **node,
+                                          const char **op_type, const char **reason);
+/* The EP a node was placed on (NULL when unknown). */
+ORTEP_API ortep_ep *ortep_session_node_ep(const ortep_session *session, const char *node_name);
+
+/* The plan as text: node -> EP, segment or seam (reason), output offsets, and
+ * the memory summary. The caller frees *text with free(). */
+ORTEP_API ortep_status ortep_session_format_plan(const ortep_session *session, char **text);
+
+ORTEP_END_DECLS
+
+#endif
