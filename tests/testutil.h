@@ -207,3 +207,19 @@ static inline ortep_shape test_shape(size_t rank, const int64_t *dims) {
   return s;
 }
 #define SHAPE(...) test_shape(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), (int64_t[]){__VA_ARGS__})
+
+/* --- synthetic models in a scratch directory ------------------------------ */
+#include <unistd.h>
+static inline void test_model_dir(char *dir, size_t len, const char *preset, ortep_dtype dtype) {
+  snprintf(dir, len, "/tmp/ortep-test-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_ok(ortep_model_write_synthetic(dir, preset, dtype, 1234));
+}
+static inline void test_model_dir_remove(const char *dir) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  unlink(p);
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  unlink(p);
+  rmdir(dir);
+}

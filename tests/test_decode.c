@@ -1,0 +1,249 @@
+/* test_decode.c: greedy decoding through the public API: eager and replay
+ * agree bitwise (also with forced seams); ortep agrees with an independent
+ * reference forward pass; the device error word stops bad steps; a steady
+ * state step allocates nothing. */
+#include <math.h>
+
+#include "reference_llama.h"
+#include "testutil.h"
+
+static char g_dir[64];
+static const int32_t prompt[] = {5, 17, 2, 99};
+
+static ortep_decoder *open_with(const ortep_decoder_options *o) {
+  ortep_decoder *d;
+  ck_assert_ok(ortep_decoder_open(g_dir, o, &d));
+  return d;
+}
+
+/* Decode 64 steps in eager mode and in graph mode (with options o); tokens
+ * and logits must match bit for bit. */
+static void compare_eager_and_graph(const ortep_decoder_options *graph_opts, size_t expect_seams) {
+  ortep_decoder *e = open_with(&(ortep_decoder_options){.eager = true, .max_seq_len = 80});
+  ortep_decoder *g = open_with(graph_opts);
+  size_t V = ortep_decoder_vocab_size(e);
+  float *le = malloc(V * sizeof *le), *lg = malloc(V * sizeof *lg);
+  int32_t te, tg;
+  ck_assert_ok(ortep_decoder_prefill(e, prompt, 4, &te));
+  ck_assert_ok(ortep_decoder_prefill(g, prompt, 4, &tg));
+  int32_t pos = 4;
+  for (int step = 0; step < 64; step++, pos++) {
+    ck_assert_msg(te == tg, "step %d: eager token %d, graph token %d", step, te, tg);
+    ck_assert_ok(ortep_decoder_logits(e, le, V));
+    ck_assert_ok(ortep_decoder_logits(g, lg, V));
+    ck_assert_msg(memcmp(le, lg, V * sizeof *le) == 0, "step %d: logits differ between eager and replay", step);
+    ck_assert_ok(ortep_decoder_step(e, te, pos, &te));
+    ck_assert_ok(ortep_decoder_step(g, tg, pos, &tg));
+  }
+  ortep_session_stats st;
+  ortep_session_get_stats(ortep_decoder_session(g), &st);
+  ck_assert_int_eq(st.mode, ORTEP_RUN_GRAPH);
+  ck_assert_ptr_null(st.fallback_reason);
+  ck_assert_uint_eq(st.seams, expect_seams);
+  ck_assert_uint_eq(st.captures, 1); /* captured once, replayed ever since */
+  ck_assert_uint_ge(st.segments, 1);
+  free(le), free(lg);
+  ortep_decoder_close(e);
+  ortep_decoder_close(g);
+}
+
+START_TEST(eager_and_replay_agree_bitwise) {
+  compare_eager_and_graph(&(ortep_decoder_options){.max_seq_len = 80}, 0);
+}
+END_TEST
+
+START_TEST(eager_and_replay_agree_with_attention_as_seams) {
+  /* tiny has 2 layers: each attention node becomes a seam */
+  compare_eager_and_graph(&(ortep_decoder_options){.max_seq_len = 80, .forced_seams = "GroupQueryAttention"}, 2);
+  ortep_decoder *g = open_with(&(ortep_decoder_options){.max_seq_len = 16, .forced_seams = "GroupQueryAttention"});
+  ck_assert_ok(ortep_decoder_prefill(g, prompt, 1, NULL));
+  const char *node, *op, *reason;
+  ck_assert_ok(ortep_session_seam(ortep_decoder_session(g), 0, &node, &op, &reason));
+  ck_assert_str_eq(node, "layers.0.attention");
+  ck_assert_str_eq(op, "GroupQueryAttention");
+  ck_assert_str_eq(reason, "forced by the user (op GroupQueryAttention)");
+  ortep_decoder_close(g);
+}
+END_TEST
+
+START_TEST(eager_and_replay_agree_with_every_third_node_a_seam) {
+  ortep_decoder *g = open_with(&(ortep_decoder_options){.max_seq_len = 8, .seam_every = 3});
+  ck_assert_ok(ortep_decoder_prefill(g, prompt, 1, NULL));
+  ortep_session_stats st;
+  ortep_session_get_stats(ortep_decoder_session(g), &st);
+  size_t expect = st.kernels_per_step / 3;
+  ortep_decoder_close(g);
+  compare_eager_and_graph(&(ortep_decoder_options){.max_seq_len = 80, .seam_every = 3}, expect);
+}
+END_TEST
+
+/* ortep against the reference, for a Qwen2-style and a LLaMA-style model.
+ * Tokens must be identical for 32 steps; logits within
+ * |ortep - reference| <= 1e-3 * (1 + |reference|). */
+static void against_reference(const char *preset, ortep_dtype dtype) {
+  char dir[64];
+  test_model_dir(dir, sizeof dir, preset, dtype);
+  ref_model *ref = ref_open(dir, 64);
+  ck_assert_msg(ref != NULL, "%s", ortep_last_error());
+  ortep_decoder *d;
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.max_seq_len = 64}, &d));
+  size_t V = ref_vocab(ref);
+  double *want = malloc(V * sizeof *want);
+  float *got = malloc(V * sizeof *got);
+  int32_t token = prompt[0];
+  for (int pos = 0; pos < 36; pos++) {
+    int32_t next;
+    ck_assert_ok(ortep_decoder_step(d, token, pos, &next));
+    ref_step(ref, token, pos, want);
+    ck_assert_ok(ortep_decoder_logits(d, got, V));
+    size_t best = 0;
+    for (size_t i = 0; i < V; i++) {
+      ck_assert_msg(fabs(got[i] - want[i]) <= 1e-3 * (1.0 + fabs(want[i])), "%s %s pos %d logit %zu: %.6f vs %.6f",
+                    preset, ortep_dtype_name(dtype), pos, i, got[i], want[i]);
+      if (want[i] > want[best]) best = i;
+    }
+    if (pos >= 4) ck_assert_msg((size_t)next == best, "%s pos %d: ortep token %d, reference %zu", preset, pos, next, best);
+    token = pos + 1 < 4 ? prompt[pos + 1] : next;
+  }
+  free(want), free(got);
+  ref_close(ref);
+  ortep_decoder_close(d);
+  test_model_dir_remove(dir);
+}
+
+START_TEST(matches_the_reference_qwen2_style) { against_reference("tiny", ORTEP_DTYPE_F32); }
+END_TEST
+START_TEST(matches_the_reference_llama_style) { against_reference("tiny-llama", ORTEP_DTYPE_F32); }
+END_TEST
+START_TEST(matches_the_reference_with_bf16_and_f16_weights) {
+  against_reference("tiny", ORTEP_DTYPE_BF16);
+  against_reference("tiny-llama", ORTEP_DTYPE_F16);
+}
+END_TEST
+
+static bool collect(int32_t t, size_t i, void *user) {
+  ((int32_t *)user)[i] = t;
+  return true;
+}
+
+START_TEST(bad_token_fails_the_step_with_the_gather_bit) {
+  ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = 32, .eager = _i == 1});
+  int32_t bad[] = {3, 512, 4}; /* vocab is 512 */
+  ck_assert_status(ortep_decoder_prefill(d, bad, 3, NULL), ORTEP_E_DEVICE_VALIDATION);
+  ck_assert_error_mentions("GATHER_INDEX");
+  ck_assert_error_mentions("token 512");
+  ck_assert_error_mentions("not emitted");
+  ck_assert_uint_eq(ortep_decoder_last_error_bits(d) & ORTEP_ERROR_GATHER_INDEX, ORTEP_ERROR_GATHER_INDEX);
+  ck_assert_uint_eq(ortep_decoder_position(d), 1); /* the bad token did not advance */
+  size_t n = 99;
+  ck_assert_status(ortep_decoder_generate(d, 4, NULL, NULL, &n), ORTEP_E_STATE);
+  ck_assert_uint_eq(n, 0); /* nothing emitted */
+  ck_assert_status(ortep_decoder_step(d, 3, 1, NULL), ORTEP_E_STATE);
+  ck_assert_error_mentions("ortep_decoder_reset");
+  /* after a reset the decoder works again, and decodes what a fresh one does */
+  ck_assert_ok(ortep_decoder_reset(d));
+  int32_t a[8], b[8];
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
+  ck_assert_ok(ortep_decoder_generate(d, 8, collect, a, NULL));
+  ortep_decoder *fresh = open_with(&(ortep_decoder_options){.max_seq_len = 32});
+  ck_assert_ok(ortep_decoder_prefill(fresh, prompt, 4, NULL));
+  ck_assert_ok(ortep_decoder_generate(fresh, 8, collect, b, NULL));
+  ck_assert_mem_eq(a, b, sizeof a);
+  ortep_decoder_close(fresh);
+  ortep_decoder_close(d);
+}
+END_TEST
+
+START_TEST(position_past_the_cache_fails_with_the_position_bit) {
+  ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = 16, .eager = _i == 1});
+  int32_t next;
+  ck_assert_ok(ortep_decoder_step(d, 7, 0, &next));
+  ck_assert_status(ortep_decoder_step(d, 7, 16, &next), ORTEP_E_DEVICE_VALIDATION);
+  uint32_t bits = ortep_decoder_last_error_bits(d);
+  ck_assert_uint_eq(bits & ORTEP_ERROR_ROTARY_POSITION, ORTEP_ERROR_ROTARY_POSITION);
+  ck_assert_uint_eq(bits & ORTEP_ERROR_KV_SLOT, ORTEP_ERROR_KV_SLOT);
+  ck_assert_error_mentions("ROTARY_POSITION");
+  ck_assert_ok(ortep_decoder_reset(d));
+  ck_assert_ok(ortep_decoder_step(d, 7, 0, &next));
+  ck_assert_status(ortep_decoder_step(d, 7, -1, &next), ORTEP_E_DEVICE_VALIDATION);
+  ck_assert_ok(ortep_decoder_reset(d));
+  /* generate stops on the host before the cache overflows */
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
+  size_t n;
+  ck_assert_status(ortep_decoder_generate(d, 100, NULL, NULL, &n), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_error_mentions("KV cache is full");
+  ck_assert_uint_eq(n, 13);
+  ortep_decoder_close(d);
+}
+END_TEST
+
+START_TEST(steady_state_steps_allocate_nothing) {
+  test_hooks_install(0); /* count the library's small allocations too */
+  ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = 64, .eager = _i == 1});
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
+  ck_assert_ok(ortep_decoder_generate(d, 2, NULL, NULL, NULL)); /* warm-up */
+  uint64_t a0, f0, a1, f1;
+  ck_assert(ortep_ep_allocation_counts(ortep_decoder_ep(d), &a0, &f0));
+  long hooks0 = atomic_load(&test_hook_calls);
+  int32_t tok;
+  for (int i = 0; i < 30; i++)
+    ck_assert_ok(ortep_decoder_step(d, 11, (int32_t)ortep_decoder_position(d) + i, &tok));
+  ck_assert(ortep_ep_allocation_counts(ortep_decoder_ep(d), &a1, &f1));
+  ck_assert_uint_eq(a1, a0);
+  ck_assert_uint_eq(f1, f0);
+  ck_assert_int_eq(atomic_load(&test_hook_calls), hooks0);
+  ortep_session_stats st;
+  ortep_session_get_stats(ortep_decoder_session(d), &st);
+  ck_assert_uint_le(st.planned_bytes, st.naive_bytes);
+  ck_assert_uint_ge(st.planned_bytes, st.lower_bound_bytes);
+  ortep_decoder_close(d);
+  ortep_restore_allocator();
+  ck_assert_int_eq(atomic_load(&test_hook_live), 0);
+}
+END_TEST
+
+START_TEST(open_errors_are_clear) {
+  ortep_decoder *d = (ortep_decoder *)1;
+  ck_assert_status(ortep_decoder_open("/nonexistent/model", NULL, &d), ORTEP_E_IO);
+  ck_assert_error_mentions("does not exist");
+  ck_assert_ptr_null(d);
+  ck_assert_status(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "tpu"}, &d), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("choose auto, cpu or cuda");
+  ck_assert_status(ortep_decoder_open(g_dir, &(ortep_decoder_options){.max_seq_len = 100000}, &d),
+                   ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("max_position_embeddings");
+  ortep_config *c;
+  ck_assert_ok(ortep_config_create(&c));
+  ck_assert_ok(ortep_config_set(c, "ortep.host.budget_bytes", "64K"));
+  ck_assert_status(ortep_decoder_open(g_dir, &(ortep_decoder_options){.config = c}, &d), ORTEP_E_BUDGET_EXCEEDED);
+  ck_assert_error_mentions("ortep.host.budget_bytes");
+  ortep_config_destroy(c);
+  d = open_with(NULL);
+  ck_assert_status(ortep_decoder_generate(d, 1, NULL, NULL, NULL), ORTEP_E_STATE);
+  ck_assert_error_mentions("prefill a prompt first");
+  ck_assert_status(ortep_decoder_prefill(d, prompt, 0, NULL), ORTEP_E_INVALID_ARGUMENT);
+  ortep_decoder_close(d);
+}
+END_TEST
+
+static void setup(void) { test_model_dir(g_dir, sizeof g_dir, "tiny", ORTEP_DTYPE_F32); }
+static void teardown(void) { test_model_dir_remove(g_dir); }
+
+int main(void) {
+  Suite *s = suite_create("decode");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 120);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, eager_and_replay_agree_bitwise);
+  tcase_add_test(tc, eager_and_replay_agree_with_attention_as_seams);
+  tcase_add_test(tc, eager_and_replay_agree_with_every_third_node_a_seam);
+  tcase_add_test(tc, matches_the_reference_qwen2_style);
+  tcase_add_test(tc, matches_the_reference_llama_style);
+  tcase_add_test(tc, matches_the_reference_with_bf16_and_f16_weights);
+  tcase_add_loop_test(tc, bad_token_fails_the_step_with_the_gather_bit, 0, 2);
+  tcase_add_loop_test(tc, position_past_the_cache_fails_with_the_position_bit, 0, 2);
+  tcase_add_loop_test(tc, steady_state_steps_allocate_nothing, 0, 2);
+  tcase_add_test(tc, open_errors_are_clear);
+  suite_add_tcase(s, tc);
+  return test_run(s);
+}
