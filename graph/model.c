@@ -27,8 +27,9 @@ static ortep_status get_int(const cJSON *root, const char *key, bool required, i
     *out = fallback;
     return ORTEP_OK;
   }
-  if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < 1 ||
-      v->valuedouble > 1e12)
+  /* range first: converting an out-of-range double is undefined */
+  if (!cJSON_IsNumber(v) || !(v->valuedouble >= 1 && v->valuedouble <= 1e12) ||
+      v->valuedouble != (double)(int64_t)v->valuedouble)
     return CFG_FAIL("'%s' must be a positive integer", key);
   *out = (int64_t)v->valuedouble;
   return ORTEP_OK;

@@ -66,6 +66,14 @@ static int cmp_span(const void *a, const void *b) {
 
 #define BAD(...) (st_fail = ortep__fail(ORTEP_E_FORMAT, __VA_ARGS__))
 
+/* A JSON number that is a whole count below 2^53. The range is checked
+ * before any conversion: casting an out-of-range double is undefined. */
+static bool is_count(const cJSON *d) {
+  if (!cJSON_IsNumber(d)) return false;
+  double v = d->valuedouble;
+  return v >= 0 && v <= 9.0e15 && v == (double)(int64_t)v;
+}
+
 static ortep_status parse_entry(const cJSON *item, const unsigned char *data, uint64_t data_len,
                                 ortep_safetensors_entry *e, span *sp) {
   ortep_status st_fail = ORTEP_OK;
@@ -96,9 +104,7 @@ static ortep_status parse_entry(const cJSON *item, const unsigned char *data, ui
   uint64_t numel = 1;
   for (int i = 0; i < rank; i++) {
     const cJSON *d = cJSON_GetArrayItem(shape, i);
-    if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != (double)(int64_t)d->valuedouble ||
-        d->valuedouble > 9.0e15)
-      return BAD("safetensors: tensor '%s': shape dimension %d is not a non-negative integer", name, i);
+    if (!is_count(d)) return BAD("safetensors: tensor '%s': shape dimension %d is not a non-negative integer", name, i);
     uint64_t v = (uint64_t)d->valuedouble;
     e->shape.dims[i] = (int64_t)v;
     if (v && numel > UINT64_MAX / v) return BAD("safetensors: tensor '%s': element count overflows", name);
@@ -109,9 +115,7 @@ static ortep_status parse_entry(const cJSON *item, const unsigned char *data, ui
   uint64_t o[2];
   for (int i = 0; i < 2; i++) {
     const cJSON *d = cJSON_GetArrayItem(offs, i);
-    if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != (double)(int64_t)d->valuedouble ||
-        d->valuedouble > 9.0e15)
-      return BAD("safetensors: tensor '%s': data offset %d is not a non-negative integer", name, i);
+    if (!is_count(d)) return BAD("safetensors: tensor '%s': data offset %d is not a non-negative integer", name, i);
     o[i] = (uint64_t)d->valuedouble;
   }
   if (o[0] > o[1]) return BAD("safetensors: tensor '%s': data offsets [%llu, %llu) are reversed", name,
