@@ -1,0 +1,34 @@
+/* decode.c: open a model, prefill a prompt, generate greedily, print the
+ * token ids. Usage: ortep-example-decode MODEL_DIR [TOKEN ...] */
+#include <ortep/ortep.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static bool print_token(int32_t token, size_t index, void *user) {
+  (void)user;
+  printf("%s%d", index ? " " : "", token);
+  return true; /* keep going */
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s MODEL_DIR [TOKEN ...]\n", argv[0]);
+    return 2;
+  }
+  int32_t prompt[64] = {1, 2, 3};
+  size_t n = 3;
+  if (argc > 2)
+    for (n = 0; n + 2 < (size_t)argc && n < 64; n++) prompt[n] = (int32_t)atoi(argv[n + 2]);
+
+  ortep_decoder *d;
+  ortep_decoder_options opts = {.ep = "auto", .max_seq_len = 256}; /* graph mode by default */
+  if (ortep_decoder_open(argv[1], &opts, &d) != ORTEP_OK ||
+      ortep_decoder_prefill(d, prompt, n, NULL) != ORTEP_OK ||
+      ortep_decoder_generate(d, 16, print_token, NULL, NULL) != ORTEP_OK) {
+    fprintf(stderr, "error: %s\n", ortep_last_error());
+    return 1;
+  }
+  printf("\n");
+  ortep_decoder_close(d);
+  return 0;
+}
