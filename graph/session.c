@@ -772,8 +772,10 @@ ortep_status ortep_session_format_plan(const ortep_session *s, char **text) {
   if (s->mode == ORTEP_RUN_GRAPH) fprintf(f, ", %zu segments, %zu seams", st.segments, st.seams);
   if (s->fallback[0]) fprintf(f, " (fell back to eager: %s)", s->fallback);
   fprintf(f, "\n  %-4s %-34s %-30s %-8s %-12s %s\n", "#", "node", "op", "ep", "run", "outputs: name @ offset +bytes");
+  size_t segment_no = 0;
   for (size_t u = 0; u < s->n_units; u++) {
     const unit *un = &s->units[u];
+    if (u && s->units[u - 1].segment) segment_no++;
     for (size_t i = 0; i < un->count; i++) {
       size_t k = un->first + i;
       const step *sp = &s->steps[k];
@@ -781,7 +783,7 @@ ortep_status ortep_session_format_plan(const ortep_session *s, char **text) {
       if (s->mode == ORTEP_RUN_EAGER)
         snprintf(run, sizeof run, "eager");
       else if (un->segment)
-        snprintf(run, sizeof run, "segment %zu", u);
+        snprintf(run, sizeof run, "segment %zu", segment_no);
       else
         snprintf(run, sizeof run, "seam");
       if (sp->kind == STEP_COPY) {
