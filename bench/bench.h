@@ -42,5 +42,7 @@ int bench_parse_count(const char *cmd, const char *opt, const char *arg, long mi
 char *ortep__bench_bytes(uint64_t bytes, char *buf);
 
 int bench_alloc_main(int argc, char **argv);
+int bench_decode_main(int argc, char **argv);
+int bench_replay_main(int argc, char **argv);
 
 #endif

@@ -12,6 +12,9 @@ static const char usage[] =
     "usage: ortep-bench <command> [options]\n"
     "\n"
     "commands:\n"
+    "  decode    per-token decode latency of eager, graph and segmented execution, side by\n"
+    "            side (the default synthetic tiny model with no arguments)\n"
+    "  replay    per-node overhead of eager dispatch vs replay, with no-op kernels\n"
     "  alloc     allocator microbenchmark: arena, slab, mimalloc and glibc malloc on a\n"
     "            decode-like and a random pattern, plus the memory planner's figures\n"
     "\n"
@@ -32,7 +35,9 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "alloc") == 0) return bench_alloc_main(argc - 1, argv + 1);
-  fprintf(stderr, "ortep-bench: unknown command '%s'; the commands are: alloc\n", cmd);
+  if (strcmp(cmd, "decode") == 0) return bench_decode_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "replay") == 0) return bench_replay_main(argc - 1, argv + 1);
+  fprintf(stderr, "ortep-bench: unknown command '%s'; the commands are: decode, replay, alloc\n", cmd);
   fputs(usage, stderr);
   return BENCH_EXIT_USAGE;
 }

@@ -15,12 +15,14 @@
  *   Add, Mul                          B equal, a trailing-dims suffix of A, or one element
  *   Sigmoid, Softmax (last axis), ArgMax (last axis, i64 out)
  *   ortep:SiLUMul                     silu(gate) * up
+ *   ortep:Noop                        does nothing (measures dispatch and replay overhead)
  *   SimplifiedLayerNormalization      RMSNorm over the last axis
  *   com.microsoft:SkipSimplifiedLayerNormalization
  *   com.microsoft:RotaryEmbedding     [B, S, heads x head_dim], positions from a tensor
  *   com.microsoft:GroupQueryAttention decode form: one token, KV caches updated in place
  *
- * Options (ortep_ep_initialize): cpu.threads = N (BLAS threads; default: all cores).
+ * Options (ortep_ep_initialize): cpu.threads = N (OpenBLAS threads, process-wide;
+ * default 1: decode GEMVs are too small for OpenBLAS's threading to pay).
  */
 #ifndef ORTEP_CPU_EP_H
 #define ORTEP_CPU_EP_H

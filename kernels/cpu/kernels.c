@@ -26,6 +26,7 @@ typedef enum kind {
   K_GQA,
   K_SOFTMAX,
   K_ARGMAX,
+  K_NOOP,
 } kind;
 
 typedef struct cpu_kernel {
@@ -357,10 +358,17 @@ static bool check_last_axis(ctx *c, kind kd, int64_t default_axis) {
   return true;
 }
 
+/* ortep:Noop does nothing: it exists to measure dispatch and replay overhead. */
+static bool check_noop(ctx *c) {
+  if (!common(c, 0, 64, false)) return false;
+  if (c->k) c->k->kind = K_NOOP;
+  return true;
+}
+
 static const char supported_list[] =
     "Gather, MatMul, Gemm, Add, Mul, Sigmoid, Softmax, ArgMax, SimplifiedLayerNormalization, ortep:SiLUMul, "
     "com.microsoft:FusedMatMul, com.microsoft:SkipSimplifiedLayerNormalization, com.microsoft:RotaryEmbedding, "
-    "com.microsoft:GroupQueryAttention";
+    "com.microsoft:GroupQueryAttention, ortep:Noop";
 
 static bool check(ctx *c) {
   const char *op = ortep_node_op_type(c->node), *dom = ortep_node_domain(c->node);
@@ -381,6 +389,7 @@ static bool check(ctx *c) {
   if (ms && !strcmp(op, "FusedMatMul")) return check_fused_matmul(c);
   if (ms && !strcmp(op, "GroupQueryAttention")) return check_gqa(c);
   if (own && !strcmp(op, "SiLUMul")) return check_silumul(c);
+  if (own && !strcmp(op, "Noop")) return check_noop(c);
   return refuse(c, "the op %s%s%s is not implemented; the CPU EP supports %s. Rewrite the model with these ops or "
                 "register an EP that has it",
                 *dom ? dom : "", *dom ? ":" : "", op, supported_list);
@@ -454,6 +463,8 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
     case K_ARGMAX:
       for (size_t r = 0; r < k->p.sm.rows; r++)
         ((int64_t *)out[0])[r] = ortep__cpu_argmax_f32((const float *)in[0] + r * k->p.sm.n, k->p.sm.n, ew);
+      break;
+    case K_NOOP:
       break;
   }
   return ORTEP_OK;

@@ -28,6 +28,27 @@ void ortep__cpu_gather(cpu_weights table, size_t rows, size_t h, const void *ind
   }
 }
 
+/* A dot product in eight lanes, summed in a fixed order: the compiler can
+ * vectorise it (the lanes make the reassociation explicit) and the result
+ * is the same bits every time. */
+static float dot8(const float *x, const float *w, size_t k) {
+  float l[8] = {0};
+  size_t t = 0;
+  for (; t + 8 <= k; t += 8)
+    for (size_t j = 0; j < 8; j++) l[j] += x[t + j] * w[t + j];
+  for (; t < k; t++) l[t & 7] += x[t] * w[t];
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+static float dot8_bf16(const float *x, const uint16_t *w, size_t k) {
+  float l[8] = {0};
+  size_t t = 0;
+  for (; t + 8 <= k; t += 8)
+    for (size_t j = 0; j < 8; j++) l[j] += x[t + j] * cpu_bf16(w[t + j]);
+  for (; t < k; t++) l[t & 7] += x[t] * cpu_bf16(w[t]);
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 void ortep__cpu_gemm(const float *a, cpu_weights b, bool trans_b, const float *c_f32, cpu_weights c, size_t c_rows,
                      float alpha, float beta, size_t m, size_t k, size_t n, float *y) {
   bool has_c = c.data != NULL || c_f32 != NULL;
@@ -38,6 +59,17 @@ void ortep__cpu_gemm(const float *a, cpu_weights b, bool trans_b, const float *c
     }
   }
   float bet = has_c ? beta : 0.0f;
+  /* Decode: one row times a [N, K] weight, memory-bound. Our own loop, not
+   * BLAS: OpenBLAS's threads cost more than they give at this size (and
+   * keep spinning after use), and the summation order here is fixed. */
+  if (m == 1 && trans_b && (b.dtype == ORTEP_DTYPE_F32 || b.dtype == ORTEP_DTYPE_BF16)) {
+    for (size_t j = 0; j < n; j++) {
+      float d = b.dtype == ORTEP_DTYPE_F32 ? dot8(a, (const float *)b.data + j * k, k)
+                                           : dot8_bf16(a, (const uint16_t *)b.data + j * k, k);
+      y[j] = alpha * d + (bet != 0.0f ? bet * y[j] : 0.0f);
+    }
+    return;
+  }
   if (b.dtype == ORTEP_DTYPE_F32) {
     const float *bw = b.data;
     int M = (int)m, N = (int)n, K = (int)k;

@@ -16,12 +16,19 @@ typedef struct cpu_weights {
   ortep_dtype dtype;
 } cpu_weights;
 
+static inline float cpu_bf16(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
 static inline float cpu_w(cpu_weights w, size_t i) {
   switch (w.dtype) {
     case ORTEP_DTYPE_F16:
       return ortep_f16_to_f32(((const uint16_t *)w.data)[i]);
     case ORTEP_DTYPE_BF16:
-      return ortep_bf16_to_f32(((const uint16_t *)w.data)[i]);
+      return cpu_bf16(((const uint16_t *)w.data)[i]);
     default:
       return ((const float *)w.data)[i];
   }

@@ -1,0 +1,463 @@
+/*
+ * decode.c: `ortep-bench decode`, per-token decode latency of eager, graph
+ * and segmented execution measured side by side in one run, on a model
+ * directory or a synthetic preset (written to a cache folder the first time).
+ *
+ * For each mode: the decoder is opened, warmed up (capture happens there),
+ * then each run resets it, prefills the prompt and times every generated
+ * token with the monotonic clock (and the decode thread's CPU clock). The token ids
+ * of every mode are compared: any difference is an error (exit 1). On the CPU
+ * EP the weight-bandwidth bound is reported: the weight bytes one token reads
+ * over the memcpy bandwidth measured in the same run.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+typedef struct mode_def {
+  const char *name;
+  bool eager;
+  bool seams;
+} mode_def;
+
+static const mode_def modes[] = {{"eager", true, false}, {"graph", false, false}, {"segmented", false, true}};
+#define NMODES 3
+
+typedef struct mode_result {
+  bool ran;
+  double tok_s, p50, p90, p99, max_us, cpu_us;
+  size_t kernels, segments, seams, planned, lower_bound, naive, kv_bytes;
+  double allocs_per_step;
+  int32_t *tokens;
+  size_t ntokens;
+  char **seam_text;
+  size_t nseams;
+} mode_result;
+
+static const char decode_usage[] =
+    "usage: ortep-bench decode [--model DIR | --preset tiny|tiny-llama|qwen2.5-0.5b] [--ep auto|cpu|cuda]\n"
+    "                          [--dtype f32|f16|bf16] [--mode eager|graph|segmented|all] [--seam OP,...]\n"
+    "                          [--prompt-len P] [--tokens N] [--warmup W] [--runs R] [--json FILE] [--explain]\n"
+    "\n"
+    "Per-token decode latency of each execution mode, side by side in one run. With no\n"
+    "arguments: the synthetic tiny preset (written to ~/.cache/ortep/models the first\n"
+    "time), EP auto (CUDA when a device is present, else CPU), all modes.\n"
+    "\n"
+    "  --model DIR      a model directory (config.json + model.safetensors)\n"
+    "  --preset NAME    a synthetic preset: tiny (default), tiny-llama, qwen2.5-0.5b\n"
+    "  --dtype D        weight dtype of the synthetic preset: f32 (default), f16, bf16\n"
+    "  --ep E           auto (default), cpu, cuda\n"
+    "  --mode M         eager, graph, segmented (graph with --seam ops as eager seams), or all (default)\n"
+    "  --seam OPS       op types or node names run as seams in segmented mode (default GroupQueryAttention)\n"
+    "  --prompt-len P   prompt tokens (default 16)\n"
+    "  --tokens N       generated tokens timed per run (default 64)\n"
+    "  --warmup W       untimed tokens before the runs (default 8)\n"
+    "  --runs R         timed runs per mode (default 5)\n"
+    "  --json FILE      also write the figures as JSON\n"
+    "  --explain        print each mode's plan (node -> EP, segment or seam, offsets)\n"
+    "  -h, --help       this text\n";
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static double pct(const double *sorted, size_t n, double p) {
+  if (!n) return 0;
+  size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+  return sorted[i < n ? i : n - 1];
+}
+/* CPU time of the thread driving the decode loop: on the CPU EP the work
+ * itself, on a GPU the launch and sync overhead. (The process clock would
+ * also count OpenBLAS's idle worker, which spins in sched_yield.) */
+static double cpu_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int mkdirs(const char *path) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
+      *p = '/';
+    }
+  return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+/* The cached synthetic model for preset/dtype, written on first use. */
+static int preset_dir(const char *preset, const char *dtype, char *out, size_t len) {
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  char base[2048];
+  if (xdg && *xdg)
+    snprintf(base, sizeof base, "%s/ortep/models", xdg);
+  else
+    snprintf(base, sizeof base, "%s/.cache/ortep/models", home && *home ? home : "/tmp");
+  snprintf(out, len, "%s/%s-%s", base, preset, dtype);
+  char cfg[4200];
+  snprintf(cfg, sizeof cfg, "%s/model.safetensors", out);
+  if (access(cfg, R_OK) == 0) return 0;
+  if (mkdirs(out)) {
+    fprintf(stderr, "ortep-bench decode: cannot create %s: %s\n", out, strerror(errno));
+    return 1;
+  }
+  ortep_dtype dt;
+  ortep_dtype_parse(dtype, &dt);
+  fprintf(stderr, "ortep-bench decode: writing the synthetic %s preset (%s) to %s (first run)\n", preset, dtype, out);
+  if (ortep_model_write_synthetic(out, preset, dt, 0x5eed) != ORTEP_OK) {
+    fprintf(stderr, "ortep-bench decode: %s\n", ortep_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+/* Best-of-5 memcpy bandwidth over a buffer far larger than the caches. */
+static double memcpy_bandwidth(void) {
+  size_t n = (size_t)256 << 20;
+  char *a = malloc(n), *b = malloc(n);
+  if (!a || !b) {
+    free(a), free(b);
+    return 0;
+  }
+  memset(a, 1, n), memset(b, 2, n);
+  double best = 0;
+  for (int i = 0; i < 5; i++) {
+    double t0 = bench_now_ns();
+    memcpy(b, a, n);
+    double t = bench_now_ns() - t0;
+    /* a copy reads n and writes n bytes: count both, as weight reads are reads */
+    double bw = 2.0 * (double)n / (t / 1e9);
+    if (bw > best) best = bw;
+  }
+  volatile char sink = b[n / 2];
+  (void)sink;
+  free(a), free(b);
+  return best;
+}
+
+static int run_mode(const char *dir, const mode_def *m, const char *ep, const char *seams, const int32_t *prompt,
+                    size_t plen, long tokens, long warmup, long runs, bool explain, bool progress, mode_result *r,
+                    char *ep_used, size_t ep_used_len) {
+  ortep_decoder_options o = {.ep = ep, .max_seq_len = (size_t)(plen + (size_t)tokens + (size_t)warmup + 1),
+                             .eager = m->eager, .forced_seams = m->seams ? seams : NULL};
+  ortep_decoder *d;
+  if (ortep_decoder_open(dir, &o, &d) != ORTEP_OK) {
+    fprintf(stderr, "ortep-bench decode: %s mode: %s\n", m->name, ortep_last_error());
+    return 1;
+  }
+  snprintf(ep_used, ep_used_len, "%s", ortep_ep_name(ortep_decoder_ep(d)));
+  int rc = 0;
+  /* warm-up: captures the graph, touches the weights */
+  if (ortep_decoder_prefill(d, prompt, plen, NULL) || ortep_decoder_generate(d, (size_t)warmup + 1, NULL, NULL, NULL)) {
+    fprintf(stderr, "ortep-bench decode: %s mode warm-up: %s\n", m->name, ortep_last_error());
+    ortep_decoder_close(d);
+    return 1;
+  }
+  size_t total = (size_t)(tokens * runs);
+  double *lat = malloc(total * sizeof *lat), *tps = malloc((size_t)runs * sizeof *tps);
+  r->tokens = malloc((size_t)tokens * sizeof *r->tokens);
+  r->ntokens = (size_t)tokens;
+  double cpu_total = 0;
+  uint64_t a0 = 0, f0 = 0, a1 = 0, f1 = 0;
+  for (long run = 0; run < runs && !rc; run++) {
+    int32_t next;
+    if (ortep_decoder_reset(d) || ortep_decoder_prefill(d, prompt, plen, &next)) {
+      fprintf(stderr, "ortep-bench decode: %s mode: %s\n", m->name, ortep_last_error());
+      rc = 1;
+      break;
+    }
+    ortep_ep_allocation_counts(ortep_decoder_ep(d), &a0, &f0);
+    int32_t pos = (int32_t)plen;
+    double c0 = cpu_now_ns(), t_run = bench_now_ns();
+    for (long t = 0; t < tokens; t++, pos++) {
+      if (run == 0) r->tokens[t] = next;
+      double t0 = bench_now_ns();
+      if (ortep_decoder_step(d, next, pos, &next) != ORTEP_OK) {
+        fprintf(stderr, "ortep-bench decode: %s mode, token %ld: %s\n", m->name, t, ortep_last_error());
+        rc = 1;
+        break;
+      }
+      lat[run * tokens + t] = (bench_now_ns() - t0) / 1e3;
+      if (progress && (t % 8 == 7 || t + 1 == tokens))
+        fprintf(stderr, "\r  %-9s run %ld/%ld  token %ld/%ld  %8.1f tok/s   ", m->name, run + 1, runs, t + 1, tokens,
+                (double)(t + 1) / ((bench_now_ns() - t_run) / 1e9));
+    }
+    tps[run] = (double)tokens / ((bench_now_ns() - t_run) / 1e9);
+    cpu_total += cpu_now_ns() - c0;
+    ortep_ep_allocation_counts(ortep_decoder_ep(d), &a1, &f1);
+    r->allocs_per_step += (double)(a1 - a0 + f1 - f0);
+  }
+  if (progress) fprintf(stderr, "\r%70s\r", "");
+  if (!rc) {
+    qsort(lat, total, sizeof *lat, cmp_d);
+    r->ran = true;
+    r->tok_s = bench_median(tps, (size_t)runs);
+    r->p50 = pct(lat, total, 0.50), r->p90 = pct(lat, total, 0.90), r->p99 = pct(lat, total, 0.99);
+    r->max_us = lat[total - 1];
+    r->cpu_us = cpu_total / (double)total / 1e3;
+    r->allocs_per_step /= (double)total;
+    ortep_session *s = ortep_decoder_session(d);
+    ortep_session_stats st;
+    ortep_session_get_stats(s, &st);
+    r->kernels = st.kernels_per_step, r->segments = st.segments, r->seams = st.seams;
+    r->planned = st.planned_bytes, r->lower_bound = st.lower_bound_bytes, r->naive = st.naive_bytes;
+    for (const char *name = "past_key.0"; name; name = NULL) {
+      size_t bytes = 0;
+      char n[64];
+      for (int l = 0; l < 4096; l++) {
+        snprintf(n, sizeof n, "past_key.%d", l);
+        if (ortep_session_value(s, n, NULL, NULL, &bytes) != ORTEP_OK) break;
+        r->kv_bytes += 2 * bytes;
+      }
+    }
+    r->nseams = ortep_session_seam_count(s);
+    r->seam_text = calloc(r->nseams + 1, sizeof *r->seam_text);
+    for (size_t i = 0; i < r->nseams; i++) {
+      const char *node, *op, *reason;
+      ortep_session_seam(s, i, &node, &op, &reason);
+      size_t len = strlen(node) + strlen(op) + strlen(reason) + 8;
+      r->seam_text[i] = malloc(len);
+      snprintf(r->seam_text[i], len, "%s (%s): %s", node, op, reason);
+    }
+    if (explain) {
+      char *plan;
+      if (ortep_session_format_plan(s, &plan) == ORTEP_OK) {
+        printf("\n[%s] %s", m->name, plan);
+        free(plan);
+      }
+    }
+  }
+  free(lat), free(tps);
+  ortep_decoder_close(d);
+  return rc;
+}
+
+int bench_decode_main(int argc, char **argv) {
+  const char *model = NULL, *preset = NULL, *ep = "auto", *dtype = "f32", *mode = "all", *json_path = NULL;
+  const char *seams = "GroupQueryAttention";
+  long plen = 16, tokens = 64, warmup = 8, runs = 5;
+  bool explain = false;
+  static const struct option lo[] = {{"model", required_argument, 0, 'm'},  {"preset", required_argument, 0, 'p'},
+                                     {"ep", required_argument, 0, 'e'},     {"dtype", required_argument, 0, 'd'},
+                                     {"mode", required_argument, 0, 'M'},   {"seam", required_argument, 0, 's'},
+                                     {"prompt-len", required_argument, 0, 'P'}, {"tokens", required_argument, 0, 'n'},
+                                     {"warmup", required_argument, 0, 'w'}, {"runs", required_argument, 0, 'r'},
+                                     {"json", required_argument, 0, 'j'},   {"explain", no_argument, 0, 'x'},
+                                     {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+  opterr = 0;
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+    int rc = 0;
+    switch (c) {
+      case 'm': model = optarg; break;
+      case 'p': preset = optarg; break;
+      case 'e': ep = optarg; break;
+      case 'd': dtype = optarg; break;
+      case 'M': mode = optarg; break;
+      case 's': seams = optarg; break;
+      case 'P': rc = bench_parse_count("decode", "--prompt-len", optarg, 1, 100000, &plen); break;
+      case 'n': rc = bench_parse_count("decode", "--tokens", optarg, 1, 1000000, &tokens); break;
+      case 'w': rc = bench_parse_count("decode", "--warmup", optarg, 0, 1000000, &warmup); break;
+      case 'r': rc = bench_parse_count("decode", "--runs", optarg, 1, 10000, &runs); break;
+      case 'j': json_path = optarg; break;
+      case 'x': explain = true; break;
+      case 'h': fputs(decode_usage, stdout); return 0;
+      case ':': return bench_usage_error("decode", "option '%s' needs a value", argv[optind - 1]);
+      default: return bench_usage_error("decode", "unknown option '%s'", argv[optind - 1]);
+    }
+    if (rc) return rc;
+  }
+  if (optind < argc) return bench_usage_error("decode", "unexpected argument '%s'", argv[optind]);
+  if (model && preset) return bench_usage_error("decode", "--model and --preset exclude each other; give one");
+  if (strcmp(ep, "auto") && strcmp(ep, "cpu") && strcmp(ep, "cuda"))
+    return bench_usage_error("decode", "--ep '%s' is not one of auto, cpu, cuda", ep);
+  if (strcmp(dtype, "f32") && strcmp(dtype, "f16") && strcmp(dtype, "bf16"))
+    return bench_usage_error("decode", "--dtype '%s' is not one of f32, f16, bf16", dtype);
+  bool want[NMODES] = {false, false, false};
+  if (!strcmp(mode, "all"))
+    want[0] = want[1] = want[2] = true;
+  else {
+    int k = -1;
+    for (int i = 0; i < NMODES; i++)
+      if (!strcmp(mode, modes[i].name)) k = i;
+    if (k < 0) return bench_usage_error("decode", "--mode '%s' is not one of eager, graph, segmented, all", mode);
+    want[k] = true;
+  }
+  if (!preset) preset = "tiny";
+  if (!model && strcmp(preset, "tiny") && strcmp(preset, "tiny-llama") && strcmp(preset, "qwen2.5-0.5b"))
+    return bench_usage_error("decode", "--preset '%s' is not one of tiny, tiny-llama, qwen2.5-0.5b", preset);
+  char dir[4096];
+  if (model)
+    snprintf(dir, sizeof dir, "%s", model);
+  else if (preset_dir(preset, dtype, dir, sizeof dir))
+    return 1;
+
+  ortep_model *mdl;
+  if (ortep_model_open(dir, &mdl) != ORTEP_OK) {
+    fprintf(stderr, "ortep-bench decode: %s\n", ortep_last_error());
+    return 1;
+  }
+  ortep_model_config cfg = *ortep_model_get_config(mdl);
+  size_t weight_bytes = ortep_model_weight_bytes(mdl);
+  const ortep_safetensors_entry *embed = ortep_model_tensor(mdl, "model.embed_tokens.weight");
+  /* per token every weight is read once, except an untied embedding table,
+   * of which one row is read */
+  size_t read_per_token = weight_bytes - (cfg.tie_word_embeddings ? 0 : embed->size - embed->size / (size_t)cfg.vocab_size);
+  ortep_model_close(mdl);
+  if ((size_t)plen + (size_t)tokens + (size_t)warmup + 1 > (size_t)cfg.max_position_embeddings)
+    return bench_usage_error("decode", "--prompt-len + --tokens + --warmup exceeds the model's %lld positions",
+                             (long long)cfg.max_position_embeddings);
+  int32_t *prompt = malloc((size_t)plen * sizeof *prompt);
+  for (long i = 0; i < plen; i++) prompt[i] = (int32_t)((i * 7919 + 13) % cfg.vocab_size);
+
+  bool progress = isatty(2);
+  bench_print_header("decode");
+  printf("model %s (%s, hidden %lld, %lld layers, vocab %lld, %.1f MiB of weights); prompt %ld, %ld tokens x %ld runs, "
+         "warm-up %ld\n",
+         model ? model : preset, cfg.arch == ORTEP_ARCH_QWEN2 ? "qwen2" : "llama", (long long)cfg.hidden_size,
+         (long long)cfg.num_hidden_layers, (long long)cfg.vocab_size, (double)weight_bytes / 1048576.0, plen, tokens,
+         runs, warmup);
+  mode_result res[NMODES] = {{0}};
+  char ep_used[64] = "";
+  int exit_code = 0;
+  for (int i = 0; i < NMODES && !exit_code; i++)
+    if (want[i])
+      exit_code = run_mode(dir, &modes[i], ep, seams, prompt, (size_t)plen, tokens, warmup, runs, explain, progress,
+                           &res[i], ep_used, sizeof ep_used);
+
+  /* Agreement: every mode must produce the same tokens. A test hook
+   * (ORTEP_BENCH_PERTURB=<mode>) flips one token to prove this is checked. */
+  const char *perturb = getenv("ORTEP_BENCH_PERTURB");
+  for (int i = 0; perturb && i < NMODES; i++)
+    if (res[i].ran && !strcmp(perturb, modes[i].name)) res[i].tokens[res[i].ntokens / 2] ^= 1;
+  int first = -1;
+  bool agree = true;
+  for (int i = 0; i < NMODES; i++) {
+    if (!res[i].ran) continue;
+    if (first < 0) {
+      first = i;
+      continue;
+    }
+    for (size_t t = 0; t < res[i].ntokens; t++)
+      if (res[i].tokens[t] != res[first].tokens[t]) {
+        fprintf(stderr, "ortep-bench decode: %s and %s disagree at generated token %zu (%d vs %d)\n",
+                modes[first].name, modes[i].name, t, res[first].tokens[t], res[i].tokens[t]);
+        agree = false;
+        break;
+      }
+  }
+  if (!agree && !exit_code) exit_code = 1;
+
+  double bw = !exit_code && !strcmp(ep_used, "cpu_ep") ? memcpy_bandwidth() : 0;
+  printf("\nEP %s\n", ep_used);
+  printf("  %-28s", "");
+  for (int i = 0; i < NMODES; i++)
+    if (res[i].ran) printf("%14s", modes[i].name);
+  printf("\n");
+#define ROW(label, fmt, expr)                          \
+  do {                                                 \
+    printf("  %-28s", label);                          \
+    for (int i = 0; i < NMODES; i++)                   \
+      if (res[i].ran) printf(fmt, expr);               \
+    printf("\n");                                      \
+  } while (0)
+  ROW("tokens/s (median of runs)", "%14.1f", res[i].tok_s);
+  ROW("latency p50 (us)", "%14.1f", res[i].p50);
+  ROW("latency p90 (us)", "%14.1f", res[i].p90);
+  ROW("latency p99 (us)", "%14.1f", res[i].p99);
+  ROW("latency max (us)", "%14.1f", res[i].max_us);
+  ROW("host CPU per token (us)", "%14.1f", res[i].cpu_us); /* the decode thread's */
+  ROW("kernels per token", "%14zu", res[i].kernels);
+  ROW("segments", "%14zu", res[i].segments);
+  ROW("seams", "%14zu", res[i].seams);
+  ROW("allocations per step", "%14.2f", res[i].allocs_per_step);
+  ROW("planned arena (KiB)", "%14.1f", (double)res[i].planned / 1024.0);
+  ROW("  lower bound (KiB)", "%14.1f", (double)res[i].lower_bound / 1024.0);
+  ROW("  naive sum (KiB)", "%14.1f", (double)res[i].naive / 1024.0);
+  ROW("KV cache (KiB)", "%14.1f", (double)res[i].kv_bytes / 1024.0);
+#undef ROW
+  for (int i = 0; i < NMODES; i++)
+    for (size_t k = 0; res[i].ran && k < res[i].nseams && k < 8; k++)
+      printf("  %s seam: %s\n", modes[i].name, res[i].seam_text[k]);
+  if (res[0].ran && res[1].ran)
+    printf("  graph over eager: %.2fx tokens/s (same run)\n", res[1].tok_s / res[0].tok_s);
+  if (res[0].ran && res[2].ran)
+    printf("  segmented over eager: %.2fx tokens/s (same run)\n", res[2].tok_s / res[0].tok_s);
+  printf("  token ids: %s across modes\n", agree ? "identical" : "DIFFERENT (error)");
+  double best_tps = bw > 0 ? bw / (double)read_per_token : 0;
+  int bestmode = res[1].ran ? 1 : res[2].ran ? 2 : 0;
+  if (bw > 0) {
+    printf("  weight-bandwidth bound: %.1f MiB read per token / %.1f GB/s memcpy = %.0f tokens/s at best; %s achieves "
+           "%.0f%%%s\n",
+           (double)read_per_token / 1048576.0, bw / 1e9, best_tps, modes[bestmode].name,
+           100.0 * res[bestmode].tok_s / best_tps,
+           read_per_token < (32u << 20) ? " (the weights fit in cache, so the bound is not binding)" : "");
+  }
+
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "command", "decode");
+  cJSON_AddItemToObject(root, "machine", bench_machine_json());
+  cJSON_AddItemToObject(root, "build", bench_build_json());
+  cJSON_AddStringToObject(root, "ep", ep_used);
+  cJSON_AddStringToObject(root, "model", model ? model : preset);
+  cJSON_AddStringToObject(root, "model_kind", model ? "path" : "preset");
+  cJSON_AddStringToObject(root, "dtype", model ? "file" : dtype);
+  cJSON_AddNumberToObject(root, "weight_bytes", (double)weight_bytes);
+  cJSON_AddNumberToObject(root, "prompt_len", (double)plen);
+  cJSON_AddNumberToObject(root, "tokens", (double)tokens);
+  cJSON_AddNumberToObject(root, "warmup", (double)warmup);
+  cJSON_AddNumberToObject(root, "runs", (double)runs);
+  cJSON *jp = cJSON_AddArrayToObject(root, "prompt_token_ids");
+  for (long i = 0; i < plen; i++) cJSON_AddItemToArray(jp, cJSON_CreateNumber(prompt[i]));
+  cJSON *jm = cJSON_AddObjectToObject(root, "modes");
+  for (int i = 0; i < NMODES; i++) {
+    if (!res[i].ran) continue;
+    cJSON *o = cJSON_AddObjectToObject(jm, modes[i].name);
+    cJSON_AddNumberToObject(o, "tokens_per_s", res[i].tok_s);
+    cJSON_AddNumberToObject(o, "latency_p50_us", res[i].p50);
+    cJSON_AddNumberToObject(o, "latency_p90_us", res[i].p90);
+    cJSON_AddNumberToObject(o, "latency_p99_us", res[i].p99);
+    cJSON_AddNumberToObject(o, "latency_max_us", res[i].max_us);
+    cJSON_AddNumberToObject(o, "host_cpu_us_per_token", res[i].cpu_us);
+    cJSON_AddNumberToObject(o, "kernels_per_token", (double)res[i].kernels);
+    cJSON_AddNumberToObject(o, "segments", (double)res[i].segments);
+    cJSON_AddNumberToObject(o, "seams", (double)res[i].seams);
+    cJSON *js = cJSON_AddArrayToObject(o, "seam_reasons");
+    for (size_t k = 0; k < res[i].nseams; k++) cJSON_AddItemToArray(js, cJSON_CreateString(res[i].seam_text[k]));
+    cJSON_AddNumberToObject(o, "allocations_per_step", res[i].allocs_per_step);
+    cJSON_AddNumberToObject(o, "planned_arena_bytes", (double)res[i].planned);
+    cJSON_AddNumberToObject(o, "lower_bound_bytes", (double)res[i].lower_bound);
+    cJSON_AddNumberToObject(o, "naive_sum_bytes", (double)res[i].naive);
+    cJSON_AddNumberToObject(o, "kv_cache_bytes", (double)res[i].kv_bytes);
+    cJSON *jt = cJSON_AddArrayToObject(o, "token_ids");
+    for (size_t t = 0; t < res[i].ntokens; t++) cJSON_AddItemToArray(jt, cJSON_CreateNumber(res[i].tokens[t]));
+  }
+  if (res[0].ran && res[1].ran) cJSON_AddNumberToObject(root, "speedup_graph_over_eager", res[1].tok_s / res[0].tok_s);
+  if (res[0].ran && res[2].ran)
+    cJSON_AddNumberToObject(root, "speedup_segmented_over_eager", res[2].tok_s / res[0].tok_s);
+  cJSON_AddBoolToObject(root, "tokens_agree", agree);
+  if (bw > 0) {
+    cJSON *b = cJSON_AddObjectToObject(root, "bandwidth_bound");
+    cJSON_AddNumberToObject(b, "weight_bytes_per_token", (double)read_per_token);
+    cJSON_AddNumberToObject(b, "memcpy_bytes_per_s", bw);
+    cJSON_AddNumberToObject(b, "best_tokens_per_s", best_tps);
+    cJSON_AddNumberToObject(b, "fraction_achieved", res[bestmode].tok_s / best_tps);
+  }
+  if (json_path && bench_write_json(json_path, root)) exit_code = 1;
+  cJSON_Delete(root);
+  for (int i = 0; i < NMODES; i++) {
+    free(res[i].tokens);
+    for (size_t k = 0; k < res[i].nseams; k++) free(res[i].seam_text[k]);
+    free(res[i].seam_text);
+  }
+  free(prompt);
+  return exit_code;
+}

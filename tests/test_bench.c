@@ -1,0 +1,172 @@
+/* test_bench.c: ortep-bench as a user runs it: argument errors exit 2 naming
+ * the argument; --help works for every command; a tiny decode run completes
+ * in each mode and writes JSON with the documented fields; a disagreement
+ * between modes (forced by the ORTEP_BENCH_PERTURB test hook) exits 1. */
+#include <cjson/cJSON.h>
+#include <sys/wait.h>
+
+#include "testutil.h"
+
+static char g_tmp[64];
+
+/* Runs ortep-bench with args; returns its exit code; stderr into err. */
+static int bench(const char *env, const char *args, char *err, size_t errlen) {
+  char cmd[4096], errfile[128];
+  snprintf(errfile, sizeof errfile, "%s/stderr.txt", g_tmp);
+  snprintf(cmd, sizeof cmd, "env XDG_CACHE_HOME=%s/cache %s %s %s >%s/stdout.txt 2>%s", g_tmp, env ? env : "",
+           ORTEP_BENCH_PATH, args, g_tmp, errfile);
+  int st = system(cmd);
+  ck_assert_msg(WIFEXITED(st), "ortep-bench did not exit normally: %s", cmd);
+  if (err) {
+    FILE *f = fopen(errfile, "r");
+    size_t n = f ? fread(err, 1, errlen - 1, f) : 0;
+    err[n] = '\0';
+    if (f) fclose(f);
+  }
+  return WEXITSTATUS(st);
+}
+
+static cJSON *read_json(const char *name) {
+  char path[128], buf[1 << 16];
+  snprintf(path, sizeof path, "%s/%s", g_tmp, name);
+  FILE *f = fopen(path, "r");
+  ck_assert_msg(f != NULL, "no JSON written at %s", path);
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  cJSON *j = cJSON_Parse(buf);
+  ck_assert_msg(j != NULL, "invalid JSON in %s", path);
+  return j;
+}
+
+static void has(const cJSON *o, const char *key) {
+  ck_assert_msg(cJSON_GetObjectItemCaseSensitive(o, key) != NULL, "JSON lacks '%s'", key);
+}
+
+START_TEST(argument_errors_exit_2_and_name_the_argument) {
+  char err[4096];
+  struct {
+    const char *args, *needle;
+  } cases[] = {
+      {"decode --tokens many", "--tokens 'many'"},     {"decode --mode turbo", "--mode 'turbo'"},
+      {"decode --ep tpu", "--ep 'tpu'"},               {"decode --dtype f8", "--dtype 'f8'"},
+      {"decode --preset huge", "--preset 'huge'"},     {"decode --frobnicate", "unknown option '--frobnicate'"},
+      {"decode --model /x --preset tiny", "exclude"}, {"decode stray", "unexpected argument 'stray'"},
+      {"decode --runs", "needs a value"},              {"alloc --runs 0", "--runs '0'"},
+      {"replay --nodes -3", "--nodes '-3'"},           {"warp", "unknown command 'warp'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ck_assert_int_eq(bench(NULL, cases[i].args, err, sizeof err), 2);
+    ck_assert_msg(strstr(err, cases[i].needle), "'%s': stderr '%s' lacks '%s'", cases[i].args, err, cases[i].needle);
+  }
+  ck_assert_int_eq(bench(NULL, "", err, sizeof err), 2);
+}
+END_TEST
+
+START_TEST(help_for_every_command) {
+  const char *cmds[] = {"--help", "decode --help", "alloc --help", "replay --help"};
+  for (size_t i = 0; i < 4; i++) ck_assert_int_eq(bench(NULL, cmds[i], NULL, 0), 0);
+}
+END_TEST
+
+START_TEST(decode_runs_every_mode_and_writes_the_documented_json) {
+  char err[4096];
+  char args[256];
+  snprintf(args, sizeof args, "decode --tokens 6 --runs 2 --warmup 1 --prompt-len 3 --json %s/decode.json", g_tmp);
+  ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
+  cJSON *j = read_json("decode.json");
+  const char *top[] = {"command", "machine", "build", "ep", "model", "prompt_token_ids", "modes", "tokens_agree",
+                       "speedup_graph_over_eager", "weight_bytes", "tokens", "runs"};
+  for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) has(j, top[i]);
+  has(cJSON_GetObjectItem(j, "machine"), "cpu");
+  has(cJSON_GetObjectItem(j, "build"), "git_revision");
+  has(cJSON_GetObjectItem(j, "build"), "cuda");
+  ck_assert_str_eq(cJSON_GetObjectItem(j, "ep")->valuestring, "cpu_ep");
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "tokens_agree")));
+  ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "prompt_token_ids")), 3);
+  const cJSON *modes = cJSON_GetObjectItem(j, "modes");
+  const char *names[] = {"eager", "graph", "segmented"};
+  const char *fields[] = {"tokens_per_s",  "latency_p50_us",       "latency_p90_us",      "latency_p99_us",
+                          "latency_max_us", "host_cpu_us_per_token", "kernels_per_token",  "segments",
+                          "seams",          "seam_reasons",          "allocations_per_step", "planned_arena_bytes",
+                          "lower_bound_bytes", "naive_sum_bytes",    "kv_cache_bytes",      "token_ids"};
+  for (int m = 0; m < 3; m++) {
+    const cJSON *o = cJSON_GetObjectItem(modes, names[m]);
+    ck_assert_msg(o != NULL, "mode %s missing", names[m]);
+    for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) has(o, fields[f]);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "token_ids")), 6);
+    ck_assert_double_eq(cJSON_GetObjectItem(o, "allocations_per_step")->valuedouble, 0.0);
+  }
+  ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetObjectItem(modes, "segmented"), "seams")->valuedouble, 2);
+  has(j, "bandwidth_bound");
+  cJSON_Delete(j);
+}
+END_TEST
+
+START_TEST(single_modes_and_explain) {
+  char err[4096];
+  ck_assert_int_eq(bench(NULL, "decode --mode graph --tokens 4 --runs 1 --warmup 0 --prompt-len 2 --explain", err, sizeof err), 0);
+  char path[128], buf[1 << 15];
+  snprintf(path, sizeof path, "%s/stdout.txt", g_tmp);
+  FILE *f = fopen(path, "r");
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  ck_assert_msg(strstr(buf, "[graph] plan:") && strstr(buf, "segment 0"), "%s", buf);
+  ck_assert_msg(!strstr(buf, "eager  "), "only graph mode should run");
+}
+END_TEST
+
+START_TEST(disagreement_between_modes_is_an_error) {
+  char err[4096];
+  int rc = bench("ORTEP_BENCH_PERTURB=segmented", "decode --tokens 6 --runs 1 --warmup 0 --prompt-len 2", err, sizeof err);
+  ck_assert_int_eq(rc, 1);
+  ck_assert_msg(strstr(err, "disagree"), "%s", err);
+}
+END_TEST
+
+START_TEST(alloc_and_replay_write_json) {
+  char err[4096], args[256];
+  snprintf(args, sizeof args, "alloc --runs 1 --steps 5 --json %s/alloc.json", g_tmp);
+  ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
+  cJSON *j = read_json("alloc.json");
+  has(j, "patterns");
+  has(j, "planner");
+  has(j, "targets");
+  cJSON_Delete(j);
+  snprintf(args, sizeof args, "replay --nodes 50 --runs 2 --iters 5 --json %s/replay.json", g_tmp);
+  ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
+  j = read_json("replay.json");
+  has(j, "eager_ns_per_node");
+  has(j, "replay_ns_per_node");
+  cJSON_Delete(j);
+  snprintf(args, sizeof args, "replay --nodes 5 --runs 1 --iters 1 --json /nonexistent/dir/x.json");
+  ck_assert_int_eq(bench(NULL, args, err, sizeof err), 1);
+  ck_assert_msg(strstr(err, "cannot write --json /nonexistent/dir/x.json"), "%s", err);
+}
+END_TEST
+
+static void setup(void) {
+  snprintf(g_tmp, sizeof g_tmp, "/tmp/ortep-bench-test-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(g_tmp));
+}
+static void teardown(void) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+int main(void) {
+  Suite *s = suite_create("bench");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 300);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, argument_errors_exit_2_and_name_the_argument);
+  tcase_add_test(tc, help_for_every_command);
+  tcase_add_test(tc, decode_runs_every_mode_and_writes_the_documented_json);
+  tcase_add_test(tc, single_modes_and_explain);
+  tcase_add_test(tc, disagreement_between_modes_is_an_error);
+  tcase_add_test(tc, alloc_and_replay_write_json);
+  suite_add_tcase(s, tc);
+  return test_run(s);
+}
