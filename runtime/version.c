@@ -1,5 +1,6 @@
 /* version.c: what this copy of the library is and how it was built. */
 #include "internal.h"
+#include "revision.h" /* generated at build time */
 
 const char *ortep_version(void) { return ORTEP_VERSION_STRING; }
 const char *ortep_git_revision(void) { return ORTEP_GIT_REVISION; }
