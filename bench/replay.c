@@ -3,12 +3,15 @@
  * of N ortep:Noop kernels (which do nothing) run by eager dispatch and by
  * replaying the captured graph, side by side. What remains is dispatch,
  * argument binding and the replay loop. (On the CUDA EP this becomes empty
- * kernels launched eagerly vs as a CUDA Graph.)
+ * kernels launched eagerly vs as a CUDA Graph.) Each mode is also run
+ * through a copy of the step loop with the NVTX calls compiled out, so the
+ * cost of tracing with no tool attached is measured in the same run.
  */
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../graph/internal.h" /* ortep__session_run_untraced */
 #include "bench.h"
 
 static const char replay_usage[] =
@@ -76,27 +79,37 @@ int bench_replay_main(int argc, char **argv) {
     fprintf(stderr, "ortep-bench replay: %s\n", ortep_last_error());
     exit_code = 1;
   }
-  double ns[2] = {0, 0};
+  /* ns[mode][traced]: mode 0 eager, 1 replay; traced 1 = as shipped */
+  double ns[2][2] = {{0, 0}, {0, 0}};
   if (!exit_code) {
-    double *samples[2] = {malloc((size_t)runs * sizeof(double)), malloc((size_t)runs * sizeof(double))};
+    double *samples[2][2];
+    for (int m = 0; m < 2; m++)
+      for (int t = 0; t < 2; t++) samples[m][t] = malloc((size_t)runs * sizeof(double));
     for (long r = 0; r < runs && !exit_code; r++)
-      for (int m = 0; m < 2; m++) {
-        double t0 = bench_now_ns();
-        for (long i = 0; i < iters; i++)
-          if (ortep_session_run(s[m]) != ORTEP_OK) exit_code = 1;
-        samples[m][r] = (bench_now_ns() - t0) / (double)(iters * nodes);
+      for (int m = 0; m < 2; m++)
+        for (int k = 0; k < 2; k++) {
+          int t = (int)((r + k) % 2); /* alternate which variant goes first */
+          double t0 = bench_now_ns();
+          for (long i = 0; i < iters; i++)
+            if ((t ? ortep_session_run(s[m]) : ortep__session_run_untraced(s[m])) != ORTEP_OK) exit_code = 1;
+          samples[m][t][r] = (bench_now_ns() - t0) / (double)(iters * nodes);
+        }
+    for (int m = 0; m < 2; m++)
+      for (int t = 0; t < 2; t++) {
+        ns[m][t] = bench_median(samples[m][t], (size_t)runs);
+        free(samples[m][t]);
       }
-    ns[0] = bench_median(samples[0], (size_t)runs);
-    ns[1] = bench_median(samples[1], (size_t)runs);
-    free(samples[0]), free(samples[1]);
   }
   if (!exit_code) {
     bench_print_header("replay");
     printf("a chain of %ld ortep:Noop nodes on cpu_ep, %ld steps x %ld runs\n", nodes, iters, runs);
-    printf("  %-10s %14s\n", "mode", "ns per node");
-    printf("  %-10s %14.2f\n", "eager", ns[0]);
-    printf("  %-10s %14.2f\n", "replay", ns[1]);
-    printf("  replay over eager: %.2fx less overhead per node (same run)\n", ns[0] / ns[1]);
+    printf("  %-10s %16s %18s %12s\n", "mode", "ns/node traced", "ns/node untraced", "tracing");
+    for (int m = 0; m < 2; m++)
+      printf("  %-10s %16.2f %18.2f %+11.1f%%\n", m ? "replay" : "eager", ns[m][1], ns[m][0],
+             100.0 * (ns[m][1] / ns[m][0] - 1.0));
+    printf("  replay over eager: %.2fx less overhead per node (same run)\n", ns[0][1] / ns[1][1]);
+    printf("  tracing: NVTX %s in this build, no tool attached%s\n", ORTEP_HAVE_NVTX ? "compiled in" : "not available",
+           getenv("NVTX_INJECTION64_PATH") ? " (NVTX_INJECTION64_PATH is set: a tool IS attached)" : "");
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "command", "replay");
     cJSON_AddItemToObject(root, "machine", bench_machine_json());
@@ -105,9 +118,12 @@ int bench_replay_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "nodes", (double)nodes);
     cJSON_AddNumberToObject(root, "iters", (double)iters);
     cJSON_AddNumberToObject(root, "runs", (double)runs);
-    cJSON_AddNumberToObject(root, "eager_ns_per_node", ns[0]);
-    cJSON_AddNumberToObject(root, "replay_ns_per_node", ns[1]);
-    cJSON_AddNumberToObject(root, "eager_over_replay", ns[0] / ns[1]);
+    cJSON_AddNumberToObject(root, "eager_ns_per_node", ns[0][1]);
+    cJSON_AddNumberToObject(root, "replay_ns_per_node", ns[1][1]);
+    cJSON_AddNumberToObject(root, "eager_untraced_ns_per_node", ns[0][0]);
+    cJSON_AddNumberToObject(root, "replay_untraced_ns_per_node", ns[1][0]);
+    cJSON_AddNumberToObject(root, "eager_over_replay", ns[0][1] / ns[1][1]);
+    cJSON_AddBoolToObject(root, "nvtx_compiled_in", ORTEP_HAVE_NVTX);
     if (json_path && bench_write_json(json_path, root)) exit_code = 1;
     cJSON_Delete(root);
   }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../runtime/trace.h"
 #include "internal.h"
 #include "llama.h"
 #include "ortep/cpu_ep.h"
@@ -28,6 +29,7 @@ struct ortep_decoder {
   int32_t next;
   bool have_next, failed;
   uint32_t last_bits;
+  uint64_t steps;
 };
 
 void ortep_decoder_close(ortep_decoder *d) {
@@ -125,14 +127,22 @@ ortep_status ortep_decoder_step(ortep_decoder *d, int32_t token, int32_t positio
                        "the decoder stopped on a device validation error (bits 0x%x); call ortep_decoder_reset to "
                        "start over",
                        d->last_bits);
+  ortep__trace_name_thread("ortep-decode");
+  ortep__trace_push(ORTEP__TRACE_DECODE_STEP, (uint64_t)(uint32_t)position);
   ortep_status st;
-  if ((st = ortep_session_write(d->session, ORTEP_INPUT_TOKEN, &token, sizeof token)) ||
-      (st = ortep_session_write(d->session, ORTEP_INPUT_POSITION, &position, sizeof position)) ||
-      (st = ortep_session_run(d->session)) ||
-      (st = ortep_ep_device_argmax(d->ep, d->logits, d->vocab, ORTEP_DTYPE_F32, &d->result)))
-    return st;
-  uint32_t pair[2];
-  if ((st = ortep_ep_copy_to_host(d->ep, &d->result, pair, sizeof pair))) return st; /* the one sync */
+  uint32_t pair[2] = {0, 0};
+  if ((st = ortep_session_write(d->session, ORTEP_INPUT_TOKEN, &token, sizeof token)) == ORTEP_OK &&
+      (st = ortep_session_write(d->session, ORTEP_INPUT_POSITION, &position, sizeof position)) == ORTEP_OK &&
+      (st = ortep_session_run(d->session)) == ORTEP_OK) {
+    ortep__trace_push(ORTEP__TRACE_SYNC, d->steps);
+    st = ortep_ep_device_argmax(d->ep, d->logits, d->vocab, ORTEP_DTYPE_F32, &d->result);
+    if (st == ORTEP_OK) st = ortep_ep_copy_to_host(d->ep, &d->result, pair, sizeof pair); /* the one sync */
+    ortep__trace_pop();
+  }
+  d->steps++;
+  if (st == ORTEP_OK && pair[1]) ortep__trace_mark(ORTEP__TRACE_ERROR_WORD_HIT, pair[1]);
+  ortep__trace_pop();
+  if (st != ORTEP_OK) return st;
   if (pair[1]) {
     d->failed = true;
     d->last_bits = pair[1];

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../runtime/trace.h"
 #include "internal.h"
 #include "ortep/session.h"
 #include "ortep/tensor.h"
@@ -47,6 +48,7 @@ typedef struct step {
   bool seam;
   char reason[200];
   bool record_failed;
+  char label[160]; /* "<op> <node>": the trace range of this step as a seam */
 } step;
 
 typedef struct unit {
@@ -272,6 +274,7 @@ static ortep_status slot_for(ortep_session *s, const char *v, uint32_t e, uint32
   if (!cp) return oom("a copy step");
   cp->kind = STEP_COPY;
   cp->ep = e;
+  snprintf(cp->label, sizeof cp->label, "copy %s", v);
   cp->src = home;
   cp->dst = copy;
   s->slots[home].last = (uint32_t)(s->n_steps - 1);
@@ -327,6 +330,7 @@ static ortep_status build_steps(ortep_session *s, const ortep_node_id *order, si
     sp->kind = STEP_NODE;
     sp->ep = e;
     sp->node = node;
+    snprintf(sp->label, sizeof sp->label, "%s %s", ortep_node_op_type(node), ortep_node_name(node));
     sp->in = in;
     sp->n_in = nin;
     sp->out = in + nin;
@@ -454,6 +458,7 @@ static ortep_status run_step(ortep_session *s, step *sp) {
 }
 
 static void reset_graphs(ortep_session *s) {
+  if (s->captured) ortep__trace_mark(ORTEP__TRACE_GRAPH_RESET, s->captures);
   for (size_t e = 0; e < s->n_eps; e++)
     if (s->eps[e].used) ortep_ep_reset_graph(s->eps[e].ep, NULL);
   s->captured = false;
@@ -511,32 +516,32 @@ static ortep_status build_units(ortep_session *s) {
 static ortep_status record_all(ortep_session *s, size_t *failed) {
   *failed = SIZE_MAX;
   ortep_kernel *kernels[1024];
+  size_t segment_no = 0;
   for (size_t u = 0; u < s->n_units; u++) {
     unit *un = &s->units[u];
     if (!un->segment) continue;
     ortep_ep *ep = s->eps[un->ep].ep;
     size_t nk = 0;
     for (size_t i = 0; i < un->count && nk < 1024; i++) kernels[nk++] = s->steps[un->first + i].kernel;
+    ortep__trace_push(ORTEP__TRACE_CAPTURE_SEGMENT, ortep__trace_segment_payload(segment_no++, un->count));
     ortep_status st = ortep_ep_begin_capture(ep, kernels, un->count <= 1024 ? nk : 0);
-    if (st != ORTEP_OK) return st;
-    for (size_t i = 0; i < un->count; i++) {
+    for (size_t i = 0; st == ORTEP_OK && i < un->count; i++) {
       st = run_step(s, &s->steps[un->first + i]);
       if (st != ORTEP_OK) {
         ortep_ep_abort_capture(ep);
         *failed = un->first + i;
-        return st;
       }
     }
-    if ((st = ortep_ep_end_capture(ep)) != ORTEP_OK) {
-      ortep_ep_abort_capture(ep);
-      return st;
-    }
+    if (st == ORTEP_OK && (st = ortep_ep_end_capture(ep)) != ORTEP_OK) ortep_ep_abort_capture(ep);
+    ortep__trace_pop();
+    if (st != ORTEP_OK) return st;
     un->ep_segment = ortep_ep_segment_count(ep) - 1;
   }
   return ORTEP_OK;
 }
 
 static ortep_status capture(ortep_session *s) {
+  if (s->captures) ortep__trace_mark(ORTEP__TRACE_RECAPTURE, s->captures);
   for (int attempt = 0; attempt < 2; attempt++) {
     reset_graphs(s);
     ortep_status st = build_units(s);
@@ -565,22 +570,51 @@ static ortep_status capture(ortep_session *s) {
   return ORTEP_OK;
 }
 
-ortep_status ortep_session_run(ortep_session *s) {
-  if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_run: session is NULL");
+/* One step. Written once and inlined twice: `traced` is a constant in each
+ * caller, so in the untraced copy the trace calls are compiled out (what
+ * ortep-bench replay compares against). */
+static inline __attribute__((always_inline)) ortep_status run_once(ortep_session *s, const bool traced) {
   ortep_status st;
   if (s->mode == ORTEP_RUN_GRAPH && !s->captured && (st = capture(s)) != ORTEP_OK) return st;
   if (s->mode == ORTEP_RUN_EAGER) {
-    for (size_t i = 0; i < s->n_steps; i++)
-      if ((st = run_step(s, &s->steps[i])) != ORTEP_OK) return st;
+    for (size_t i = 0; i < s->n_steps; i++) {
+      if (traced) ortep__trace_push_text(s->steps[i].label, ORTEP__TRACE_CAT_EXECUTOR);
+      st = run_step(s, &s->steps[i]);
+      if (traced) ortep__trace_pop();
+      if (st != ORTEP_OK) return st;
+    }
   } else {
+    size_t segment_no = 0;
     for (size_t u = 0; u < s->n_units; u++) {
       const unit *un = &s->units[u];
-      st = un->segment ? ortep_ep_replay_segment(s->eps[un->ep].ep, un->ep_segment) : run_step(s, &s->steps[un->first]);
+      if (un->segment) {
+        if (traced) ortep__trace_push(ORTEP__TRACE_REPLAY_SEGMENT, ortep__trace_segment_payload(segment_no, un->count));
+        segment_no++;
+        st = ortep_ep_replay_segment(s->eps[un->ep].ep, un->ep_segment);
+      } else {
+        if (traced) ortep__trace_push_text(s->steps[un->first].label, ORTEP__TRACE_CAT_EXECUTOR);
+        st = run_step(s, &s->steps[un->first]);
+      }
+      if (traced) ortep__trace_pop();
       if (st != ORTEP_OK) return st;
     }
   }
   s->n_run++;
   return ORTEP_OK;
+}
+
+static __attribute__((noinline)) ortep_status run_traced(ortep_session *s) { return run_once(s, true); }
+static __attribute__((noinline)) ortep_status run_untraced(ortep_session *s) { return run_once(s, false); }
+
+ortep_status ortep_session_run(ortep_session *s) {
+  if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_run: session is NULL");
+  /* one check per step: with no tool attached the trace-free loop runs */
+  return ortep__trace_maybe_on() ? run_traced(s) : run_untraced(s);
+}
+
+ortep_status ortep__session_run_untraced(ortep_session *s) {
+  if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_run: session is NULL");
+  return run_untraced(s);
 }
 
 ortep_status ortep_session_invalidate(ortep_session *s) {
@@ -638,13 +672,24 @@ ortep_status ortep_session_create(const ortep_graph *graph, ortep_ep_registry *r
   s->eps = ortep__calloc(s->n_eps, sizeof *s->eps);
   if (s->opts.forced_seams && !(s->forced = ortep__strdup(s->opts.forced_seams))) st = oom("options");
   if (!order || !where || !s->eps) st = oom("building");
+  ortep__trace_push(ORTEP__TRACE_SESSION_BUILD, n);
   if (st == ORTEP_OK) {
     for (size_t e = 0; e < s->n_eps; e++) s->eps[e].ep = ortep_ep_registry_get(registry, (uint32_t)e);
-    if ((st = ortep_graph_topo_order(graph, order)) == ORTEP_OK && (st = place(s, order, n, where)) == ORTEP_OK &&
-        (st = build_steps(s, order, n, where)) == ORTEP_OK && (st = make_kernels(s)) == ORTEP_OK &&
-        (st = plan_memory(s)) == ORTEP_OK && (st = bind_io(s)) == ORTEP_OK)
-      st = build_units(s);
+    st = ortep_graph_topo_order(graph, order);
   }
+  if (st == ORTEP_OK) {
+    ortep__trace_push(ORTEP__TRACE_PLACEMENT, n);
+    st = place(s, order, n, where);
+    ortep__trace_pop();
+  }
+  if (st == ORTEP_OK && (st = build_steps(s, order, n, where)) == ORTEP_OK) st = make_kernels(s);
+  if (st == ORTEP_OK) {
+    ortep__trace_push(ORTEP__TRACE_MEMORY_PLANNING, s->n_slots);
+    st = plan_memory(s);
+    ortep__trace_pop();
+  }
+  if (st == ORTEP_OK && (st = bind_io(s)) == ORTEP_OK) st = build_units(s);
+  ortep__trace_pop();
   ortep__free(order);
   ortep__free(where);
   if (st != ORTEP_OK) {
