@@ -22,7 +22,21 @@ typedef struct host_allocator {
 
 static void *raw_alloc(size_t bytes, size_t align) {
 #if !ORTEP_SYSTEM_ALLOCATOR
-  return mi_malloc_aligned(bytes, align);
+  void *p = mi_malloc_aligned(bytes, align);
+  /* mimalloc 2.0.9 (Debian bookworm) can return a misaligned block when the
+   * size is a small multiple of the alignment (microsoft/mimalloc#700: a fast
+   * path checks MI_SMALL_SIZE_MAX where it meant MI_SMALL_WSIZE_MAX; e.g.
+   * 512 bytes at 256). A size that is not such a multiple takes the correct
+   * path, so retry with one byte more. */
+  if (p && ((uintptr_t)p & (align - 1)) != 0) {
+    mi_free(p);
+    p = mi_malloc_aligned(bytes + 1, align);
+    if (p && ((uintptr_t)p & (align - 1)) != 0) {
+      mi_free(p);
+      p = NULL;
+    }
+  }
+  return p;
 #else
   void *p = NULL;
   if (align < sizeof(void *)) align = sizeof(void *);

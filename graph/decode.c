@@ -18,6 +18,7 @@
 
 struct ortep_decoder {
   ortep_governor *governor;
+  bool owns_governor;
   ortep_ep_registry *registry;
   ortep_ep *ep;
   ortep_model *model;
@@ -39,7 +40,7 @@ void ortep_decoder_close(ortep_decoder *d) {
   ortep_graph_destroy(d->graph);
   ortep_model_close(d->model);
   ortep_ep_registry_destroy(d->registry);
-  ortep_governor_destroy(d->governor);
+  if (d->owns_governor) ortep_governor_destroy(d->governor);
   ortep__free(d);
 }
 
@@ -81,8 +82,15 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   if (!d) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the decoder");
   ortep_status st;
   ortep_ep *cpu = NULL;
-  if ((st = ortep_governor_create(&d->governor)) || (st = apply_governor_config(d->governor, o.config)) ||
-      (st = ortep_ep_registry_create(&d->registry)) || (st = ortep_cpu_ep_create(d->governor, &cpu)))
+  if (o.governor) {
+    d->governor = o.governor;
+  } else {
+    if ((st = ortep_governor_create(&d->governor))) goto fail;
+    d->owns_governor = true;
+  }
+  if ((st = apply_governor_config(d->governor, o.config)) || (st = ortep_ep_registry_create(&d->registry)) ||
+      (st = o.host_allocator ? ortep_cpu_ep_create_with_allocator(o.host_allocator, &cpu)
+                             : ortep_cpu_ep_create(d->governor, &cpu)))
     goto fail;
   if ((st = ortep_ep_initialize(cpu, o.config)) != ORTEP_OK) {
     ortep_ep_destroy(cpu);
@@ -103,7 +111,10 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   if ((st = ortep__llama_build(d->model, cpu, d->max_seq, &d->graph))) goto fail;
   ortep_session_options so = {o.eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH, o.forced_seams, o.seam_every};
   if ((st = ortep_session_create(d->graph, d->registry, &so, &d->session))) goto fail;
-  if ((st = ortep_ep_allocate(d->ep, 8, 8, &d->result))) goto fail;
+  if ((st = ortep_ep_allocate(d->ep, 8, 8, &d->result))) {
+    ortep__wrap(st, "decoder: the 8-byte argmax result buffer");
+    goto fail;
+  }
   if ((st = ortep_session_value(d->session, ORTEP_OUTPUT_LOGITS, NULL, &d->logits, NULL))) goto fail;
   char name[64];
   for (int64_t l = 0; l < c->num_hidden_layers; l++) {

@@ -668,8 +668,9 @@ ortep_status ortep_session_create(const ortep_graph *graph, ortep_ep_registry *r
   size_t n = ortep_graph_node_count(graph);
   ortep_node_id *order = ortep__malloc((n + 1) * sizeof *order);
   uint32_t *where = ortep__malloc((n + 1) * sizeof *where);
-  s->n_eps = ortep_ep_registry_count(registry);
-  s->eps = ortep__calloc(s->n_eps, sizeof *s->eps);
+  size_t n_eps = ortep_ep_registry_count(registry);
+  s->eps = ortep__calloc(n_eps, sizeof *s->eps);
+  if (s->eps) s->n_eps = n_eps; /* so a failed build never walks a missing array */
   if (s->opts.forced_seams && !(s->forced = ortep__strdup(s->opts.forced_seams))) st = oom("options");
   if (!order || !where || !s->eps) st = oom("building");
   ortep__trace_push(ORTEP__TRACE_SESSION_BUILD, n);

@@ -70,13 +70,19 @@ END_TEST
 START_TEST(host_allocations_are_aligned_as_requested) {
   ortep_allocator *h;
   ck_assert_ok(ortep_host_allocator_create(NULL, &h));
-  size_t cases[][2] = {{1, 64}, {100, 64}, {4096, 256}, {7, 8}, {3, 1}, {1 << 20, 4096}, {64, 1 << 16}};
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+  /* 512@256, 1024@512, 256@256: mimalloc 2.0.9 gets these wrong (#700); the host allocator must not */
+  size_t cases[][2] = {{1, 64},   {100, 64},  {4096, 256}, {7, 8},     {3, 1},     {1 << 20, 4096},
+                       {64, 1 << 16}, {512, 256}, {1024, 512}, {256, 256}, {512, 512}, {1024, 1024}};
+  for (size_t i = 0; i < 8 * sizeof cases / sizeof cases[0]; i++) {
+    size_t c = i % (sizeof cases / sizeof cases[0]);
     void *p;
-    ck_assert_ok(ortep_allocator_allocate(h, cases[i][0], cases[i][1], &p));
-    ck_assert_msg((uintptr_t)p % cases[i][1] == 0, "%zu bytes at align %zu -> %p", cases[i][0], cases[i][1], p);
-    memset(p, 0xab, cases[i][0]);
-    ortep_allocator_deallocate(h, p, cases[i][0], cases[i][1]);
+    ck_assert_ok(ortep_allocator_allocate(h, cases[c][0], cases[c][1], &p));
+    size_t (*cs)[2] = &cases[c];
+    (void)cs;
+    ck_assert_msg((uintptr_t)p % cases[c][1] == 0, "%zu bytes at align %zu -> %p", cases[c][0], cases[c][1], p);
+    memset(p, 0xab, cases[c][0]);
+    if (i % 3) ortep_allocator_deallocate(h, p, cases[c][0], cases[c][1]); /* keep some live: new pages */
+    else ortep_allocator_deallocate(h, p, cases[c][0], cases[c][1]);
   }
   ortep_allocator_destroy(h);
 }

@@ -35,6 +35,10 @@ ORTEP_BEGIN_DECLS
 /* Creates the CPU EP (uninitialised). governor may be NULL; it must outlive
  * the EP. Initialise with ortep_ep_initialize before use. */
 ORTEP_API ortep_status ortep_cpu_ep_create(ortep_governor *governor, ortep_ep **out);
+/* The same over a caller's host allocator (e.g. a fault-injecting wrapper
+ * around ortep_host_allocator_create's), which must outlive the EP and is
+ * not destroyed by it; charging a governor is that allocator's business. */
+ORTEP_API ortep_status ortep_cpu_ep_create_with_allocator(ortep_allocator *backing, ortep_ep **out);
 
 ORTEP_END_DECLS
 

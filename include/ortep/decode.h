@@ -22,6 +22,7 @@
 #define ORTEP_DECODE_H
 
 #include "ortep/ep.h"
+#include "ortep/governor.h"
 #include "ortep/session.h"
 
 ORTEP_BEGIN_DECLS
@@ -35,6 +36,8 @@ typedef struct ortep_decoder_options {
   const char *forced_seams;  /* op types / node names to run as seams (session.h) */
   uint32_t seam_every;       /* session.h */
   const ortep_config *config; /* EP options ("cpu.threads") and governor budgets ("ortep.host.budget_bytes") */
+  ortep_governor *governor;  /* charge this governor instead of a private one (must outlive the decoder) */
+  ortep_allocator *host_allocator; /* back the CPU EP with this allocator (must outlive the decoder) */
 } ortep_decoder_options;
 
 /* Opens model_dir (model.h), builds the decode-step graph and a session on

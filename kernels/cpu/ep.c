@@ -35,6 +35,7 @@ typedef struct cpu_ep {
   ortep_ep base;
   ortep_governor *governor;
   ortep_allocator *host;
+  bool owns_host; /* false when the caller provided the allocator */
   bool initialized;
   _Atomic uint64_t allocations, frees, fences;
   uint32_t error_word;
@@ -73,7 +74,13 @@ static ortep_status cpu_initialize(ortep_ep *ep, const ortep_config *config) {
                          threads);
   }
   openblas_set_num_threads((int)n);
-  if (!e->host && (st = ortep_host_allocator_create(e->governor, &e->host)) != ORTEP_OK) return st;
+  if (!e->host) {
+    if ((st = ortep_host_allocator_create(e->governor, &e->host)) != ORTEP_OK) return st;
+    e->owns_host = true;
+  }
+  if (ortep_allocator_device(e->host).tier != ORTEP_TIER_HOST)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: the backing allocator '%s' is not host memory", CPU_EP_NAME,
+                       ortep_allocator_name(e->host));
   e->initialized = true;
   return ORTEP_OK;
 }
@@ -106,7 +113,7 @@ static void cpu_destroy(ortep_ep *ep) {
   cpu_shutdown(ep);
   ortep__free(e->open.records);
   ortep__free(e->segments);
-  ortep_allocator_destroy(e->host);
+  if (e->owns_host) ortep_allocator_destroy(e->host);
   ortep__free(e);
 }
 
@@ -139,8 +146,13 @@ static ortep_status cpu_allocate(ortep_ep *ep, size_t size, size_t align, ortep_
                        CPU_EP_NAME, size);
   void *p;
   if ((st = ortep_allocator_allocate(e->host, size, align, &p)) != ORTEP_OK) return st;
+  if ((st = ortep_buffer_from_raw_parts(p, ep->device, size, align, out)) != ORTEP_OK) {
+    /* the allocator broke its contract (a misaligned block): give it back */
+    ortep_allocator_deallocate(e->host, p, size, align);
+    return ortep__wrap(st, "%s: allocator '%s' returned an unusable block", CPU_EP_NAME, ortep_allocator_name(e->host));
+  }
   atomic_fetch_add(&e->allocations, 1);
-  return ortep_buffer_from_raw_parts(p, ep->device, size, align, out);
+  return ORTEP_OK;
 }
 
 static ortep_status cpu_deallocate(ortep_ep *ep, ortep_buffer *b) {
@@ -333,4 +345,14 @@ ortep_status ortep_cpu_ep_create(ortep_governor *governor, ortep_ep **out) {
   e->governor = governor;
   *out = &e->base;
   return ORTEP_OK;
+}
+
+ortep_status ortep_cpu_ep_create_with_allocator(ortep_allocator *backing, ortep_ep **out) {
+  if (!backing) {
+    if (out) *out = NULL;
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_cpu_ep_create_with_allocator: backing allocator is NULL");
+  }
+  ortep_status st = ortep_cpu_ep_create(NULL, out);
+  if (st == ORTEP_OK) self_of(*out)->host = backing;
+  return st;
 }

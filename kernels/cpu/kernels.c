@@ -500,11 +500,11 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", m.reason);
   }
   if (k->kind == K_GQA) {
-    k->scratch = ortep__malloc(k->p.gqa.cap * sizeof *k->scratch);
+    size_t cap = k->p.gqa.cap;
+    k->scratch = ortep__malloc(cap * sizeof *k->scratch);
     if (!k->scratch) {
       ortep__free(k);
-      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for attention scratch (%zu floats)", CPU_EP_NAME,
-                         k->p.gqa.cap);
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for attention scratch (%zu floats)", CPU_EP_NAME, cap);
     }
   }
   snprintf(k->name, sizeof k->name, "cpu.%s", ortep_node_op_type(node));
