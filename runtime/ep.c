@@ -184,9 +184,23 @@ ortep_status ortep_ep_deallocate(ortep_ep *ep, ortep_buffer *b) {
   return st;
 }
 
+/* An EP copies between its own device and host memory: anything else is
+ * another EP's business. */
+static ortep_status check_reachable(const ortep_ep *ep, const ortep_buffer *b, const char *what) {
+  if (ortep_device_equal(b->device, ep->device) || ortep_device_is_host_accessible(b->device)) return ORTEP_OK;
+  char a[32], c[32];
+  return ortep__fail(ORTEP_E_WRONG_DEVICE,
+                     "%s: %s buffer lives on %s, which this EP (on %s) cannot reach; copy through that device's EP",
+                     ortep_ep_name(ep), what, ortep_device_format(b->device, a, sizeof a),
+                     ortep_device_format(ep->device, c, sizeof c));
+}
+
 ortep_status ortep_ep_copy(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size) {
   NEED_EP(ep, "ortep_ep_copy");
   if (!src || !dst) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: copy: NULL buffer", ortep_ep_name(ep));
+  ortep_status st;
+  if ((st = check_reachable(ep, src, "copy: the source")) || (st = check_reachable(ep, dst, "copy: the destination")))
+    return st;
   if (size > src->size || size > dst->size)
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: copy of %zu bytes exceeds the %s (%zu bytes)", ortep_ep_name(ep),
                        size, size > src->size ? "source" : "destination", size > src->size ? src->size : dst->size);
@@ -200,6 +214,10 @@ ortep_status ortep_ep_copy_async(ortep_ep *ep, const ortep_buffer *src, ortep_bu
   NEED_EP(ep, "ortep_ep_copy_async");
   if (!src || !dst || !out)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: copy_async: NULL argument", ortep_ep_name(ep));
+  ortep_status st;
+  if ((st = check_reachable(ep, src, "async copy: the source")) ||
+      (st = check_reachable(ep, dst, "async copy: the destination")))
+    return st;
   if (size > src->size || size > dst->size)
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: async copy of %zu bytes exceeds the %s (%zu bytes)",
                        ortep_ep_name(ep), size, size > src->size ? "source" : "destination",
