@@ -2,10 +2,11 @@
 # Installs the Debian packages ortep builds and tests with, when missing.
 # Runs apt-get as root, or through sudo when not root. The CUDA Toolkit is
 # optional and not installed here: when /usr/local/cuda exists the CUDA parts
-# are built too. --fuzz adds clang and its libFuzzer runtime.
+# are built too. --ci adds what CI's extra jobs use: clang and its libFuzzer
+# runtime, and valgrind.
 set -euo pipefail
 packages=(build-essential cmake pkg-config git libmimalloc-dev check libcjson-dev libopenblas-dev)
-if [ "${1:-}" = "--fuzz" ]; then packages+=(clang libclang-rt-dev); fi
+if [ "${1:-}" = "--ci" ]; then packages+=(clang libclang-rt-dev valgrind); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
