@@ -432,7 +432,7 @@ START_TEST(refusals_say_what_is_accepted) {
     size_t nin;
     const char *needle;
   } cases[] = {
-      {"Relu", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(4), f}}, 1, "the CPU EP supports Gather, MatMul"},
+      {"Relu", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(4), f}}, 1, "cpu_ep supports Gather, MatMul"},
       {"Gather", "", {"axis", 0, 1, 0}, 1, {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_I32, SHAPE(1), i32}}, 2, "only axis 0"},
       {"Gather", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_F32, SHAPE(1), f}}, 2, "indices must be i32 or i64"},
       {"MatMul", "", {0}, 0, {{ORTEP_DTYPE_I32, SHAPE(1, 2), i32}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}}, 2, "insert a Cast to f32"},

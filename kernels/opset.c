@@ -1,0 +1,375 @@
+/*
+ * opset.c: what each op of the set accepts (opset.h). One check function per
+ * op validates a node with its input shapes and dtypes and, when it accepts,
+ * fills the kernel's parameters. supports_op runs the check and keeps only
+ * the verdict; get_kernel runs the same check and keeps the parameters, so
+ * the two can never disagree. Every refusal says what is accepted and how to
+ * fix the model.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "opset.h"
+
+typedef struct ctx {
+  const char *ep;
+  const ortep_node *node;
+  const ortep_shape *shapes;
+  const ortep_dtype *dtypes;
+  size_t n;
+  int64_t opset;
+  ortep_kernel_match *match;
+  ortep__op_params *k;
+} ctx;
+
+static bool refuse(ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool refuse(ctx *c, const char *fmt, ...) {
+  int w = snprintf(c->match->reason, sizeof c->match->reason, "%s cannot run %s '%s': ", c->ep,
+                   ortep_node_op_type(c->node), ortep_node_name(c->node));
+  va_list ap;
+  va_start(ap, fmt);
+  if (w > 0 && (size_t)w < sizeof c->match->reason)
+    vsnprintf(c->match->reason + w, sizeof c->match->reason - (size_t)w, fmt, ap);
+  va_end(ap);
+  c->match->supported = false;
+  return false;
+}
+
+static bool present(const ctx *c, size_t i) {
+  const char *name = ortep_node_input(c->node, i);
+  return i < c->n && name && *name;
+}
+static bool out_present(const ctx *c, size_t i) {
+  const char *name = ortep_node_output(c->node, i);
+  return name && *name;
+}
+static size_t numel(const ortep_shape *s) {
+  size_t n = 1;
+  for (uint32_t i = 0; i < s->rank; i++) n *= (size_t)s->dims[i];
+  return n;
+}
+static size_t last_dim(const ortep_shape *s) { return s->rank ? (size_t)s->dims[s->rank - 1] : 1; }
+static bool is_w(ortep_dtype d) { return ortep_dtype_is_float(d); }
+static const char *dn(ortep_dtype d) { return ortep_dtype_name(d); }
+
+/* Shared preamble: input count in [lo, hi], static shapes, f32 activation at
+ * input 0. */
+static bool common(ctx *c, size_t lo, size_t hi, bool f32_first) {
+  if (c->n < lo || c->n > hi)
+    return refuse(c, "it takes %zu to %zu inputs, got %zu; check the node's inputs", lo, hi, c->n);
+  for (size_t i = 0; i < c->n; i++) {
+    if (!present(c, i)) continue;
+    if (!ortep_shape_is_static(&c->shapes[i])) {
+      char b[160];
+      return refuse(c,
+                    "input %zu has shape %s, which is not static; kernels are specialised to static shapes, so fix "
+                    "the dimension in the model (e.g. batch 1, one token per step)",
+                    i, ortep_shape_format(&c->shapes[i], b, sizeof b));
+    }
+  }
+  if (f32_first && c->dtypes[0] != ORTEP_DTYPE_F32)
+    return refuse(c, "input 0 must be f32 (activations are computed in f32), got %s; insert a Cast to f32",
+                  dn(c->dtypes[0]));
+  return true;
+}
+
+static bool check_gather(ctx *c) {
+  if (!common(c, 2, 2, false)) return false;
+  if (ortep_node_attr_int_or(c->node, "axis", 0) != 0)
+    return refuse(c, "only axis 0 (an embedding lookup) is supported; got axis %lld",
+                  (long long)ortep_node_attr_int_or(c->node, "axis", 0));
+  if (!is_w(c->dtypes[0]) || c->shapes[0].rank != 2)
+    return refuse(c, "data must be a 2-D f32/f16/bf16 table [rows, hidden]; got %s of rank %u", dn(c->dtypes[0]),
+                  c->shapes[0].rank);
+  if (c->dtypes[1] != ORTEP_DTYPE_I32 && c->dtypes[1] != ORTEP_DTYPE_I64)
+    return refuse(c, "indices must be i32 or i64, got %s", dn(c->dtypes[1]));
+  if (c->k) {
+    c->k->kind = K_GATHER;
+    c->k->p.gather.rows = (size_t)c->shapes[0].dims[0];
+    c->k->p.gather.h = (size_t)c->shapes[0].dims[1];
+    c->k->p.gather.n = numel(&c->shapes[1]);
+    c->k->p.gather.tdt = c->dtypes[0];
+    c->k->p.gather.idx64 = c->dtypes[1] == ORTEP_DTYPE_I64;
+  }
+  return true;
+}
+
+static bool check_matmul(ctx *c) {
+  if (!common(c, 2, 2, true)) return false;
+  if (c->shapes[0].rank < 1 || c->shapes[1].rank != 2 || !is_w(c->dtypes[1]))
+    return refuse(c, "it takes A f32 [..., K] and a 2-D f32/f16/bf16 weight B [K, N]; got A of rank %u, B %s of rank %u",
+                  c->shapes[0].rank, dn(c->dtypes[1]), c->shapes[1].rank);
+  size_t k = last_dim(&c->shapes[0]);
+  if ((size_t)c->shapes[1].dims[0] != k)
+    return refuse(c, "A's last dimension %zu differs from B's first %lld", k, (long long)c->shapes[1].dims[0]);
+  if (c->k) {
+    c->k->kind = K_GEMM;
+    c->k->p.gemm = (__typeof__(c->k->p.gemm)){.m = k ? numel(&c->shapes[0]) / k : 0, .k = k,
+                                          .n = (size_t)c->shapes[1].dims[1], .bdt = c->dtypes[1],
+                                          .alpha = 1.0f, .beta = 0.0f};
+  }
+  return true;
+}
+
+/* com.microsoft FusedMatMul: alpha * A [..., K] x B, B 2-D [K, N] or, with
+ * transB=1, [N, K] (the Hugging Face Linear layout, read in place). */
+static bool check_fused_matmul(ctx *c) {
+  if (!common(c, 2, 2, true)) return false;
+  if (ortep_node_attr_int_or(c->node, "transA", 0) || ortep_node_attr_int_or(c->node, "transBatchA", 0) ||
+      ortep_node_attr_int_or(c->node, "transBatchB", 0))
+    return refuse(c, "transA and the batch transposes are not supported; only transB");
+  bool tb = ortep_node_attr_int_or(c->node, "transB", 0) != 0;
+  if (c->shapes[0].rank < 1 || c->shapes[1].rank != 2 || !is_w(c->dtypes[1]))
+    return refuse(c, "it takes A f32 [..., K] and a 2-D f32/f16/bf16 weight B ([K, N], or [N, K] with transB=1)");
+  size_t k = last_dim(&c->shapes[0]);
+  size_t bk = (size_t)c->shapes[1].dims[tb ? 1 : 0], n = (size_t)c->shapes[1].dims[tb ? 0 : 1];
+  if (bk != k) return refuse(c, "A's last dimension %zu differs from B's K %zu (transB=%d)", k, bk, tb);
+  if (c->k) {
+    c->k->kind = K_GEMM;
+    c->k->p.gemm = (__typeof__(c->k->p.gemm)){.m = k ? numel(&c->shapes[0]) / k : 0, .k = k, .n = n,
+                                              .bdt = c->dtypes[1], .trans_b = tb,
+                                              .alpha = ortep_node_attr_float_or(c->node, "alpha", 1.0f)};
+  }
+  return true;
+}
+
+static bool check_gemm(ctx *c) {
+  if (!common(c, 2, 3, true)) return false;
+  if (ortep_node_attr_int_or(c->node, "transA", 0) != 0)
+    return refuse(c, "transA=1 is not supported; transpose A in the model or use transB");
+  bool tb = ortep_node_attr_int_or(c->node, "transB", 0) != 0;
+  if (c->shapes[0].rank != 2 || c->shapes[1].rank != 2 || !is_w(c->dtypes[1]))
+    return refuse(c, "it takes A f32 [M, K] and B f32/f16/bf16 [K, N] (or [N, K] with transB=1); got ranks %u and %u",
+                  c->shapes[0].rank, c->shapes[1].rank);
+  size_t m = (size_t)c->shapes[0].dims[0], k = (size_t)c->shapes[0].dims[1];
+  size_t bk = (size_t)c->shapes[1].dims[tb ? 1 : 0], n = (size_t)c->shapes[1].dims[tb ? 0 : 1];
+  if (bk != k) return refuse(c, "A [%zu, %zu] and B do not agree on K (B gives %zu with transB=%d)", m, k, bk, tb);
+  size_t c_rows = 1;
+  bool has_c = present(c, 2);
+  if (has_c) {
+    size_t cn = numel(&c->shapes[2]);
+    if (!is_w(c->dtypes[2]) || (cn != n && cn != m * n))
+      return refuse(c, "C must be f32/f16/bf16 with N=%zu elements (a bias) or M x N=%zu; got %s with %zu", n, m * n,
+                    dn(c->dtypes[2]), cn);
+    c_rows = cn == n ? 1 : m;
+  }
+  if (c->k) {
+    c->k->kind = K_GEMM;
+    c->k->p.gemm = (__typeof__(c->k->p.gemm)){.m = m, .k = k, .n = n, .c_rows = c_rows, .bdt = c->dtypes[1],
+                                          .cdt = has_c ? c->dtypes[2] : ORTEP_DTYPE_F32, .trans_b = tb,
+                                          .has_c = has_c, .alpha = ortep_node_attr_float_or(c->node, "alpha", 1.0f),
+                                          .beta = ortep_node_attr_float_or(c->node, "beta", 1.0f)};
+  }
+  return true;
+}
+
+static bool check_binary(ctx *c, ortep__op_kind kd) {
+  if (!common(c, 2, 2, true)) return false;
+  if (!is_w(c->dtypes[1])) return refuse(c, "B must be f32, f16 or bf16, got %s", dn(c->dtypes[1]));
+  const ortep_shape *a = &c->shapes[0], *b = &c->shapes[1];
+  size_t nb = numel(b);
+  bool suffix = b->rank <= a->rank;
+  for (uint32_t i = 0; suffix && i < b->rank; i++) suffix = b->dims[b->rank - 1 - i] == a->dims[a->rank - 1 - i];
+  /* leading 1s in B are a suffix too */
+  if (!suffix && nb == numel(a)) suffix = true;
+  if (!suffix && nb != 1) {
+    char sa[160], sb[160];
+    return refuse(c,
+                  "B %s must equal A %s, match A's trailing dimensions (a bias), or hold one element; put the "
+                  "larger operand first",
+                  ortep_shape_format(b, sb, sizeof sb), ortep_shape_format(a, sa, sizeof sa));
+  }
+  if (c->k) {
+    c->k->kind = kd;
+    c->k->p.bin.n = numel(a);
+    c->k->p.bin.nb = nb ? nb : 1;
+    c->k->p.bin.bdt = c->dtypes[1];
+  }
+  return true;
+}
+
+static bool check_unary(ctx *c, ortep__op_kind kd) {
+  if (!common(c, 1, 1, true)) return false;
+  if (c->k) c->k->kind = kd, c->k->p.un.n = numel(&c->shapes[0]);
+  return true;
+}
+
+static bool check_silumul(ctx *c) {
+  if (!common(c, 2, 2, true)) return false;
+  if (c->dtypes[1] != ORTEP_DTYPE_F32 || !ortep_shape_equal(&c->shapes[0], &c->shapes[1]))
+    return refuse(c, "gate and up must be f32 of the same shape");
+  if (c->k) c->k->kind = K_SILUMUL, c->k->p.un.n = numel(&c->shapes[0]);
+  return true;
+}
+
+static bool check_rmsnorm(ctx *c, bool skip) {
+  size_t scale_i = skip ? 2 : 1;
+  if (!common(c, skip ? 3 : 2, skip ? 4 : 2, true)) return false;
+  int64_t axis = ortep_node_attr_int_or(c->node, "axis", -1);
+  const ortep_shape *x = &c->shapes[0];
+  if (x->rank < 1 || (axis != -1 && axis != (int64_t)x->rank - 1))
+    return refuse(c, "normalisation runs over the last axis only (axis -1); got axis %lld", (long long)axis);
+  size_t h = last_dim(x);
+  if (skip && (c->dtypes[1] != ORTEP_DTYPE_F32 || !ortep_shape_equal(x, &c->shapes[1])))
+    return refuse(c, "skip must be f32 of the input's shape");
+  if (!is_w(c->dtypes[scale_i]) || numel(&c->shapes[scale_i]) != h)
+    return refuse(c, "the scale (gamma) must be f32/f16/bf16 with %zu elements (the last dimension)", h);
+  bool has_bias = skip && present(c, 3);
+  if (has_bias && (!is_w(c->dtypes[3]) || numel(&c->shapes[3]) != h))
+    return refuse(c, "the bias must be f32/f16/bf16 with %zu elements", h);
+  if (skip && (out_present(c, 1) || out_present(c, 2)))
+    return refuse(c, "outputs 1 (mean) and 2 (inv_std_var) are not produced; leave them empty");
+  if (!skip && ortep_node_output_count(c->node) > 1 && out_present(c, 1))
+    return refuse(c, "only output 0 is produced; leave the inv_std_var output empty");
+  if (c->k) {
+    c->k->kind = K_RMSNORM;
+    c->k->p.norm = (__typeof__(c->k->p.norm)){.rows = h ? numel(x) / h : 0, .h = h,
+                                          .eps = ortep_node_attr_float_or(c->node, "epsilon", 1e-5f),
+                                          .sdt = c->dtypes[scale_i], .bdt = has_bias ? c->dtypes[3] : ORTEP_DTYPE_F32,
+                                          .skip = skip, .has_bias = has_bias, .has_sum = skip && out_present(c, 3)};
+  }
+  return true;
+}
+
+static bool check_rotary(ctx *c) {
+  if (!common(c, 4, 4, true)) return false;
+  const ortep_shape *x = &c->shapes[0];
+  if (x->rank != 3)
+    return refuse(c, "input must be [batch, seq, heads x head_dim] (rank 3), got rank %u", x->rank);
+  int64_t heads;
+  if (ortep_node_attr_int(c->node, "num_heads", &heads) != ORTEP_OK || heads <= 0)
+    return refuse(c, "the num_heads attribute (> 0) is required for a rank-3 input");
+  size_t hidden = (size_t)x->dims[2];
+  if (hidden % (size_t)heads)
+    return refuse(c, "hidden %zu is not a multiple of num_heads %lld", hidden, (long long)heads);
+  size_t hd = hidden / (size_t)heads;
+  int64_t rot = ortep_node_attr_int_or(c->node, "rotary_embedding_dim", 0);
+  size_t rd = rot > 0 ? (size_t)rot : hd;
+  if (rd > hd || rd % 2) return refuse(c, "rotary_embedding_dim %zu must be even and <= head_dim %zu", rd, hd);
+  size_t tokens = (size_t)x->dims[0] * (size_t)x->dims[1];
+  if ((c->dtypes[1] != ORTEP_DTYPE_I32 && c->dtypes[1] != ORTEP_DTYPE_I64) || numel(&c->shapes[1]) != tokens)
+    return refuse(c, "position_ids must be i32/i64 with one position per token (%zu); got %s with %zu", tokens,
+                  dn(c->dtypes[1]), numel(&c->shapes[1]));
+  for (int i = 2; i < 4; i++)
+    if (!is_w(c->dtypes[i]) || c->shapes[i].rank != 2 || (size_t)c->shapes[i].dims[1] != rd / 2)
+      return refuse(c, "%s_cache must be f32/f16/bf16 [max_positions, %zu]", i == 2 ? "cos" : "sin", rd / 2);
+  if (!ortep_shape_equal(&c->shapes[2], &c->shapes[3]) || c->dtypes[2] != c->dtypes[3])
+    return refuse(c, "cos_cache and sin_cache must have the same shape and dtype");
+  if (c->k) {
+    c->k->kind = K_ROTARY;
+    c->k->p.rot = (__typeof__(c->k->p.rot)){.tokens = tokens, .heads = (size_t)heads, .hd = hd, .rot = rd,
+                                        .max_pos = (size_t)c->shapes[2].dims[0],
+                                        .inter = ortep_node_attr_int_or(c->node, "interleaved", 0) != 0,
+                                        .pos64 = c->dtypes[1] == ORTEP_DTYPE_I64, .cdt = c->dtypes[2]};
+  }
+  return true;
+}
+
+static bool check_gqa(ctx *c) {
+  if (!common(c, 6, 7, true)) return false;
+  int64_t heads, kv;
+  if (ortep_node_attr_int(c->node, "num_heads", &heads) != ORTEP_OK ||
+      ortep_node_attr_int(c->node, "kv_num_heads", &kv) != ORTEP_OK || heads <= 0 || kv <= 0 || heads % kv)
+    return refuse(c, "the attributes num_heads and kv_num_heads (> 0, num_heads a multiple of kv_num_heads) are required");
+  if (ortep_node_attr_int_or(c->node, "do_rotary", 0))
+    return refuse(c, "do_rotary=1 is not supported; apply RotaryEmbedding nodes to q and k before attention");
+  const ortep_shape *q = &c->shapes[0];
+  if (q->rank != 3 || q->dims[0] != 1 || q->dims[1] != 1)
+    return refuse(c,
+                  "this is the decode form: query must be [1, 1, num_heads x head_dim] (one token per step; a prompt "
+                  "is prefilled token by token)");
+  size_t hd = (size_t)q->dims[2] / (size_t)heads;
+  if (hd * (size_t)heads != (size_t)q->dims[2]) return refuse(c, "query width is not a multiple of num_heads");
+  for (int i = 1; i < 3; i++)
+    if (c->dtypes[i] != ORTEP_DTYPE_F32 || numel(&c->shapes[i]) != (size_t)kv * hd)
+      return refuse(c, "%s must be f32 [1, 1, kv_num_heads x head_dim = %zu]", i == 1 ? "key" : "value",
+                    (size_t)kv * hd);
+  size_t cap = 0;
+  for (int i = 3; i < 5; i++) {
+    const ortep_shape *s = &c->shapes[i];
+    bool r3 = s->rank == 3 && (size_t)s->dims[0] == (size_t)kv && (size_t)s->dims[2] == hd;
+    bool r4 = s->rank == 4 && s->dims[0] == 1 && (size_t)s->dims[1] == (size_t)kv && (size_t)s->dims[3] == hd;
+    if (c->dtypes[i] != ORTEP_DTYPE_F32 || !(r3 || r4))
+      return refuse(c, "%s must be the f32 KV cache [kv_num_heads, capacity, head_dim] (or [1, kv, capacity, head_dim])",
+                    i == 3 ? "past_key" : "past_value");
+    cap = (size_t)s->dims[r3 ? 1 : 2];
+  }
+  if (!ortep_shape_equal(&c->shapes[3], &c->shapes[4]))
+    return refuse(c, "past_key and past_value must have the same shape");
+  if (c->dtypes[5] != ORTEP_DTYPE_I32 || numel(&c->shapes[5]) != 1)
+    return refuse(c, "seqlens_k must be one i32: the position of this token (the number of tokens before it)");
+  if (ortep_node_output_count(c->node) > 1 && (out_present(c, 1) || out_present(c, 2)))
+    return refuse(c, "present_key/present_value are not produced: the caches are updated in place; leave them empty");
+  if (c->k) {
+    float scale = ortep_node_attr_float_or(c->node, "scale", 0.0f);
+    c->k->kind = K_GQA;
+    c->k->p.gqa = (__typeof__(c->k->p.gqa)){.heads = (size_t)heads, .kv = (size_t)kv, .hd = hd, .cap = cap,
+                                        .scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)hd)};
+  }
+  return true;
+}
+
+static bool check_last_axis(ctx *c, ortep__op_kind kd, int64_t default_axis) {
+  if (!common(c, 1, 1, true)) return false;
+  const ortep_shape *x = &c->shapes[0];
+  int64_t axis = ortep_node_attr_int_or(c->node, "axis", default_axis);
+  if (axis < 0) axis += x->rank;
+  if (x->rank == 0 || axis != (int64_t)x->rank - 1)
+    return refuse(c, "only the last axis is supported (axis -1%s); got axis %lld of a rank-%u input",
+                  kd == K_SOFTMAX && c->opset < 13 ? ", which needs opset >= 13 or an explicit axis" : "",
+                  (long long)ortep_node_attr_int_or(c->node, "axis", default_axis), x->rank);
+  if (kd == K_ARGMAX && ortep_node_attr_int_or(c->node, "select_last_index", 0))
+    return refuse(c, "select_last_index=1 is not supported: the first maximum wins");
+  if (c->k) c->k->kind = kd, c->k->p.sm.n = last_dim(x), c->k->p.sm.rows = numel(x) / (last_dim(x) ? last_dim(x) : 1);
+  return true;
+}
+
+/* ortep:Noop does nothing: it exists to measure dispatch and replay overhead. */
+static bool check_noop(ctx *c) {
+  if (!common(c, 0, 64, false)) return false;
+  if (c->k) c->k->kind = K_NOOP;
+  return true;
+}
+
+static const char supported_list[] =
+    "Gather, MatMul, Gemm, Add, Mul, Sigmoid, Softmax, ArgMax, SimplifiedLayerNormalization, ortep:SiLUMul, "
+    "com.microsoft:FusedMatMul, com.microsoft:SkipSimplifiedLayerNormalization, com.microsoft:RotaryEmbedding, "
+    "com.microsoft:GroupQueryAttention, ortep:Noop";
+
+static bool check(ctx *c) {
+  const char *op = ortep_node_op_type(c->node), *dom = ortep_node_domain(c->node);
+  bool onnx = !*dom || strcmp(dom, "ai.onnx") == 0;
+  bool ms = strcmp(dom, ORTEP_DOMAIN_MS) == 0;
+  bool own = strcmp(dom, ORTEP_DOMAIN_ORTEP) == 0;
+  if (onnx && !strcmp(op, "Gather")) return check_gather(c);
+  if (onnx && !strcmp(op, "MatMul")) return check_matmul(c);
+  if (onnx && !strcmp(op, "Gemm")) return check_gemm(c);
+  if (onnx && !strcmp(op, "Add")) return check_binary(c, K_ADD);
+  if (onnx && !strcmp(op, "Mul")) return check_binary(c, K_MUL);
+  if (onnx && !strcmp(op, "Sigmoid")) return check_unary(c, K_SIGMOID);
+  if (onnx && !strcmp(op, "Softmax")) return check_last_axis(c, K_SOFTMAX, c->opset >= 13 || c->opset == 0 ? -1 : 1);
+  if (onnx && !strcmp(op, "ArgMax")) return check_last_axis(c, K_ARGMAX, 0);
+  if ((onnx || ms) && !strcmp(op, "SimplifiedLayerNormalization")) return check_rmsnorm(c, false);
+  if (ms && !strcmp(op, "SkipSimplifiedLayerNormalization")) return check_rmsnorm(c, true);
+  if (ms && !strcmp(op, "RotaryEmbedding")) return check_rotary(c);
+  if (ms && !strcmp(op, "FusedMatMul")) return check_fused_matmul(c);
+  if (ms && !strcmp(op, "GroupQueryAttention")) return check_gqa(c);
+  if (own && !strcmp(op, "SiLUMul")) return check_silumul(c);
+  if (own && !strcmp(op, "Noop")) return check_noop(c);
+  return refuse(c, "the op %s%s%s is not implemented; %s supports %s. Rewrite the model with these ops or "
+                "register an EP that has it",
+                *dom ? dom : "", *dom ? ":" : "", op, c->ep, supported_list);
+}
+
+bool ortep__op_check(const char *ep_name, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
+                     const ortep_dtype *dtypes, size_t n, ortep_kernel_match *match, ortep__op_params *params) {
+  ortep_kernel_match scratch;
+  ortep_kernel_match *m = match ? match : &scratch;
+  m->reason[0] = '\0';
+  ctx c = {ep_name, node, shapes, dtypes, n, opset, m, params};
+  if (!check(&c)) return false;
+  m->supported = true;
+  return true;
+}

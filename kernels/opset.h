@@ -1,0 +1,48 @@
+/*
+ * opset.h: the op set every EP implements, with one definition of what each
+ * op accepts. ortep__op_check validates a node with its input shapes and
+ * dtypes for a named EP: it fills a refusal reason that says what is accepted
+ * and how to fix the model, or the kernel parameters the EP needs. The CPU
+ * and CUDA EPs both use it, so their supports_op answers and semantics cannot
+ * drift apart.
+ */
+#ifndef ORTEP_KERNELS_OPSET_H
+#define ORTEP_KERNELS_OPSET_H
+
+#include "../runtime/internal.h"
+
+typedef enum ortep__op_kind {
+  K_GATHER,
+  K_GEMM,
+  K_ADD,
+  K_MUL,
+  K_SIGMOID,
+  K_SILUMUL,
+  K_RMSNORM,
+  K_ROTARY,
+  K_GQA,
+  K_SOFTMAX,
+  K_ARGMAX,
+  K_NOOP,
+} ortep__op_kind;
+
+typedef struct ortep__op_params {
+  ortep__op_kind kind;
+  union {
+    struct { size_t rows, h, n; ortep_dtype tdt; bool idx64; } gather;
+    struct { size_t m, k, n, c_rows; ortep_dtype bdt, cdt; bool trans_b, has_c; float alpha, beta; } gemm;
+    struct { size_t n, nb; ortep_dtype bdt; } bin;
+    struct { size_t n; } un;
+    struct { size_t rows, h; float eps; ortep_dtype sdt, bdt; bool skip, has_bias, has_sum; } norm;
+    struct { size_t tokens, heads, hd, rot, max_pos; bool inter, pos64; ortep_dtype cdt; } rot;
+    struct { size_t heads, kv, hd, cap; float scale; } gqa;
+    struct { size_t rows, n; } sm;
+  } p;
+} ortep__op_params;
+
+/* True when ep_name can run node; params (may be NULL) receives the kernel's
+ * parameters. On false, match->reason says why and what is accepted. */
+bool ortep__op_check(const char *ep_name, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
+                     const ortep_dtype *dtypes, size_t n, ortep_kernel_match *match, ortep__op_params *params);
+
+#endif
