@@ -356,6 +356,12 @@ int bench_decode_main(int argc, char **argv) {
   }
   if (!agree && !exit_code) exit_code = 1;
 
+  bool any = false;
+  for (int i = 0; i < NMODES; i++) any = any || res[i].ran;
+  if (!any) { /* the error is already on stderr; no figures to report */
+    free(prompt);
+    return exit_code ? exit_code : 1;
+  }
   double bw = !exit_code && !strcmp(ep_used, "cpu_ep") ? memcpy_bandwidth() : 0;
   printf("\nEP %s\n", ep_used);
   printf("  %-28s", "");

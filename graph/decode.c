@@ -13,6 +13,7 @@
 #include "internal.h"
 #include "llama.h"
 #include "ortep/cpu_ep.h"
+#include "ortep/cuda_ep.h"
 #include "ortep/decode.h"
 #include "ortep/governor.h"
 
@@ -75,9 +76,6 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   const char *want = o.ep ? o.ep : "auto";
   if (strcmp(want, "auto") && strcmp(want, "cpu") && strcmp(want, "cuda"))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "unknown EP '%s'; choose auto, cpu or cuda", want);
-  if (!strcmp(want, "cuda"))
-    return ortep__fail(ORTEP_E_NOT_SUPPORTED,
-                       "the CUDA EP is not part of this build of ortep yet; use ep \"cpu\" (or \"auto\")");
   ortep_decoder *d = ortep__calloc(1, sizeof *d);
   if (!d) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the decoder");
   ortep_status st;
@@ -96,8 +94,25 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     ortep_ep_destroy(cpu);
     goto fail;
   }
+  /* The GPU first when wanted and usable: placement prefers its lower cost;
+   * the CPU EP stays registered as the host EP that owns initializers. */
+  if (strcmp(want, "cpu") != 0) {
+    ortep_ep *gpu = NULL;
+    char why[256] = "";
+    if (!ortep_cuda_available(why, sizeof why)) {
+      if (!strcmp(want, "cuda")) {
+        ortep_ep_destroy(cpu);
+        st = ortep__fail(ORTEP_E_NO_DEVICE, "ep \"cuda\" was asked for, but %s; use ep \"cpu\" or \"auto\"", why);
+        goto fail;
+      }
+    } else if ((st = ortep_cuda_ep_create(d->governor, &gpu)) || (st = ortep_ep_initialize(gpu, o.config)) ||
+               (st = ortep_ep_registry_add(d->registry, gpu, NULL))) {
+      if (gpu && !ortep_ep_registry_find(d->registry, "cuda_ep")) ortep_ep_destroy(gpu);
+      ortep_ep_destroy(cpu);
+      goto fail;
+    }
+  }
   if ((st = ortep_ep_registry_add(d->registry, cpu, NULL))) goto fail;
-  d->ep = cpu;
   if ((st = ortep_model_open(dir, &d->model))) goto fail;
   const ortep_model_config *c = ortep_model_get_config(d->model);
   size_t limit = (size_t)c->max_position_embeddings;
@@ -111,6 +126,8 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   if ((st = ortep__llama_build(d->model, cpu, d->max_seq, &d->graph))) goto fail;
   ortep_session_options so = {o.eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH, o.forced_seams, o.seam_every};
   if ((st = ortep_session_create(d->graph, d->registry, &so, &d->session))) goto fail;
+  /* argmax and the per-step read happen on the EP that holds the logits */
+  if ((st = ortep_session_value(d->session, ORTEP_OUTPUT_LOGITS, &d->ep, NULL, NULL))) goto fail;
   if ((st = ortep_ep_allocate(d->ep, 8, 8, &d->result))) {
     ortep__wrap(st, "decoder: the 8-byte argmax result buffer");
     goto fail;
@@ -123,7 +140,8 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     snprintf(name, sizeof name, "past_value.%lld", (long long)l);
     if ((st = zero_value(d, name))) goto fail;
   }
-  if ((st = ortep_ep_reset_error_word(d->ep))) goto fail;
+  for (uint32_t i = 0; i < ortep_ep_registry_count(d->registry); i++)
+    if ((st = ortep_ep_reset_error_word(ortep_ep_registry_get(d->registry, i)))) goto fail;
   *out = d;
   return ORTEP_OK;
 fail:

@@ -170,6 +170,16 @@ typedef struct ortep_governor ortep_governor;
  * ortep_allocator_stats. Thread-safe. Destroy with ortep_allocator_destroy. */
 ORTEP_API ortep_status ortep_host_allocator_create(ortep_governor *governor, ortep_allocator **out);
 
+/* --- the CUDA pool allocator ------------------------------------------------- */
+/* Device memory on GPU `device` from its cudaMemPool (release threshold
+ * raised: freed memory is retained), allocated with cudaMallocFromPoolAsync
+ * and freed with cudaFreeAsync on `stream` (a cudaStream_t); charged to the
+ * governor's DEVICE tier when one is given. Refuses to allocate while the
+ * stream is capturing (ORTEP_E_CAPTURE_ACTIVE). In a build without CUDA it
+ * returns ORTEP_E_NOT_SUPPORTED. */
+ORTEP_API ortep_status ortep_cuda_pool_allocator_create(int device, void *stream, ortep_governor *governor,
+                                                        ortep_allocator **out);
+
 /* --- the fault-injecting wrapper ------------------------------------------- */
 /* Forwards to inner (which must outlive it) and fails on request, for the
  * SQLite-style OOM loop: fail the Nth allocate counted from the last arm, and

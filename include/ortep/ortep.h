@@ -18,6 +18,7 @@
 #include "ortep/ep.h"
 #include "ortep/tensor.h"
 #include "ortep/cpu_ep.h"
+#include "ortep/cuda_ep.h"
 #include "ortep/safetensors.h"
 #include "ortep/session.h"
 #include "ortep/model.h"

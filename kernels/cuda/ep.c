@@ -1,0 +1,606 @@
+/*
+ * ep.c: the CUDA execution provider (cuda_ep.h).
+ *
+ * Everything a step needs is made at initialize or at kernel creation: the
+ * stream, the cuBLAS handle and its workspace, the device error word, a
+ * pinned staging buffer, each kernel's scratch. Kernel launches go to the
+ * EP's stream; while a capture is open they are recorded into the stream's
+ * graph instead of running. A segment is one cudaGraphExec_t.
+ *
+ * This file has been compiled but not yet run on a GPU in this project; the
+ * device tests (tests/test_cuda.c) and bench/device-check.sh exercise it on a
+ * machine that has one.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../runtime/internal.h"
+#include "ortep/cuda_ep.h"
+
+#if ORTEP_HAVE_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "../opset.h"
+#include "ops.h"
+
+#define CUDA_EP_NAME "cuda_ep"
+#define CUDA_OP_COST 10 /* preferred over the CPU EP's 100 */
+#define STAGING_BYTES ((size_t)1 << 20)
+#define DOWN_BYTES ((size_t)64 << 10)
+#define UP_BYTES (STAGING_BYTES - DOWN_BYTES)
+
+typedef struct cuda_ep {
+  ortep_ep base;
+  ortep_governor *governor;
+  bool initialized;
+  int device;
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  ortep_allocator *pool;
+  void *workspace;
+  size_t workspace_bytes;
+  uint32_t *err; /* device */
+  void *staging; /* pinned host: [0, DOWN_BYTES) downloads, the rest upload slices */
+  size_t staged; /* upload bytes staged since the last stream sync */
+  uint64_t allocations, frees, fences;
+  bool capturing;
+  cudaGraphExec_t *segments;
+  size_t n_segments, segments_cap;
+  uint64_t instantiations;
+} cuda_ep;
+
+static cuda_ep *E(ortep_ep *ep) { return (cuda_ep *)ep; }
+static const cuda_ep *CE(const ortep_ep *ep) { return (const cuda_ep *)ep; }
+
+static ortep_status cuda_fail(cudaError_t e, const char *what) {
+  return ortep__fail(e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? ORTEP_E_NO_DEVICE
+                                                                                  : ORTEP_E_DEVICE_ERROR,
+                     "%s: %s: %s (%s)", CUDA_EP_NAME, what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+#define CU(call, what)                         \
+  do {                                         \
+    cudaError_t e_ = (call);                   \
+    if (e_ != cudaSuccess) return cuda_fail(e_, what); \
+  } while (0)
+
+bool ortep_cuda_available(char *why, size_t len) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess && n > 0) return true;
+  if (why && len)
+    snprintf(why, len, "no CUDA device: %s", e == cudaSuccess ? "the driver reports 0 devices" : cudaGetErrorString(e));
+  cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
+  return false;
+}
+
+static ortep_status need_init(const cuda_ep *e, const char *what) {
+  if (!e->initialized)
+    return ortep__fail(ORTEP_E_STATE, "%s: %s before ortep_ep_initialize; initialise the EP first", CUDA_EP_NAME, what);
+  return ORTEP_OK;
+}
+
+static void release_all(cuda_ep *e);
+
+static ortep_status cuda_initialize(ortep_ep *ep, const ortep_config *config) {
+  cuda_ep *e = E(ep);
+  static const char *const known[] = {"cuda.device_id", "cuda.workspace_bytes"};
+  ortep_status st = ortep_config_check_namespace(config, "cuda", known, 2);
+  if (st != ORTEP_OK) return st;
+  if (e->initialized) return ORTEP_OK;
+  long dev = 0, ws = 32l << 20;
+  const char *v = ortep_config_get(config, "cuda.device_id");
+  if (v) {
+    char *end;
+    dev = strtol(v, &end, 10);
+    if (*end || end == v || dev < 0 || dev > 1024)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cuda.device_id = '%s': use a device index (0, 1, ...)", v);
+  }
+  if ((v = ortep_config_get(config, "cuda.workspace_bytes"))) {
+    char *end;
+    ws = strtol(v, &end, 10);
+    if (*end || end == v || ws < 0)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cuda.workspace_bytes = '%s': use a byte count", v);
+  }
+  int count = 0;
+  cudaError_t ce = cudaGetDeviceCount(&count);
+  if (ce != cudaSuccess) {
+    cudaGetLastError();
+    return ortep__fail(ORTEP_E_NO_DEVICE, "%s: no usable CUDA device or driver: %s (%s); use the CPU EP", CUDA_EP_NAME,
+                       cudaGetErrorString(ce), cudaGetErrorName(ce));
+  }
+  if (dev >= count)
+    return ortep__fail(ORTEP_E_NO_DEVICE, "%s: cuda.device_id %ld but %d device(s) present", CUDA_EP_NAME, dev, count);
+  e->device = (int)dev;
+  e->base.device = ortep_device_cuda((uint32_t)dev);
+  CU(cudaSetDevice(e->device), "cudaSetDevice");
+  CU(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  if ((st = ortep_cuda_pool_allocator_create(e->device, e->stream, e->governor, &e->pool)) != ORTEP_OK) {
+    release_all(e);
+    return st;
+  }
+  if (cublasCreate(&e->blas) != CUBLAS_STATUS_SUCCESS) {
+    release_all(e);
+    return ortep__fail(ORTEP_E_DEVICE_ERROR, "%s: cublasCreate failed", CUDA_EP_NAME);
+  }
+  cublasSetStream(e->blas, e->stream);
+  e->workspace_bytes = (size_t)ws;
+  if (ws && (st = ortep_allocator_allocate(e->pool, e->workspace_bytes, 256, &e->workspace)) != ORTEP_OK) {
+    release_all(e);
+    return ortep__wrap(st, "%s: the cuBLAS workspace", CUDA_EP_NAME);
+  }
+  if (ws) cublasSetWorkspace(e->blas, e->workspace, e->workspace_bytes);
+  void *errp = NULL;
+  if ((st = ortep_allocator_allocate(e->pool, 256, 256, &errp)) != ORTEP_OK) {
+    release_all(e);
+    return ortep__wrap(st, "%s: the error word", CUDA_EP_NAME);
+  }
+  e->err = errp;
+  cudaError_t r = cudaMemsetAsync(e->err, 0, sizeof *e->err, e->stream);
+  if (r == cudaSuccess) r = cudaHostAlloc(&e->staging, STAGING_BYTES, cudaHostAllocDefault);
+  if (r == cudaSuccess) r = cudaStreamSynchronize(e->stream);
+  if (r != cudaSuccess) {
+    release_all(e);
+    return cuda_fail(r, "initialising");
+  }
+  e->initialized = true;
+  return ORTEP_OK;
+}
+
+static void free_segments(cuda_ep *e) {
+  for (size_t i = 0; i < e->n_segments; i++) cudaGraphExecDestroy(e->segments[i]);
+  e->n_segments = 0;
+}
+
+static void release_all(cuda_ep *e) {
+  if (e->stream) cudaStreamSynchronize(e->stream);
+  free_segments(e);
+  if (e->err) ortep_allocator_deallocate(e->pool, e->err, 256, 256);
+  if (e->workspace) ortep_allocator_deallocate(e->pool, e->workspace, e->workspace_bytes, 256);
+  if (e->blas) cublasDestroy(e->blas);
+  if (e->staging) cudaFreeHost(e->staging);
+  ortep_allocator_destroy(e->pool);
+  if (e->stream) cudaStreamDestroy(e->stream);
+  e->err = NULL, e->workspace = NULL, e->blas = NULL, e->staging = NULL, e->pool = NULL, e->stream = NULL;
+  e->initialized = false;
+}
+
+static ortep_status cuda_shutdown(ortep_ep *ep) {
+  release_all(E(ep));
+  return ORTEP_OK;
+}
+
+static void cuda_destroy(ortep_ep *ep) {
+  release_all(E(ep));
+  ortep__free(E(ep)->segments);
+  ortep__free(ep);
+}
+
+static ortep_ep_capabilities cuda_caps(const ortep_ep *ep) { return (ortep_ep_capabilities){true, true, false}; }
+
+static void cuda_supports(const ortep_ep *ep, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
+                          const ortep_dtype *dtypes, const ortep_layout *layouts, size_t n, ortep_kernel_match *out) {
+  if (ortep__op_check(CUDA_EP_NAME, node, opset, shapes, dtypes, n, out, NULL)) out->cost = CUDA_OP_COST;
+}
+
+/* --- kernels --------------------------------------------------------------------- */
+typedef struct cuda_kernel {
+  ortep_kernel base;
+  char name[64];
+  ortep__op_params op;
+  cuda_ep *ep;
+  void *scratch; /* attention scores, or the 16-bit copy of a GEMM input */
+  size_t scratch_bytes;
+} cuda_kernel;
+
+static ortep_status launched(const cuda_kernel *k, int rc) {
+  if (rc == 0) return ORTEP_OK;
+  return ortep__fail(ORTEP_E_DEVICE_ERROR, "%s: launching %s failed: %s", CUDA_EP_NAME, k->name,
+                     cudaGetErrorString((cudaError_t)rc));
+}
+
+static cudaDataType_t cuda_type(ortep_dtype d) {
+  return d == ORTEP_DTYPE_F16 ? CUDA_R_16F : d == ORTEP_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/* Y[M, N] = alpha * X[M, K] W(^T) + beta * bias, row-major, through cublasGemmEx
+ * (column-major: Y^T = op(W) X^T). 16-bit weights: X is converted first. */
+static ortep_status run_gemm(cuda_kernel *k, const void *const *in, void *const *out, size_t n_in) {
+  __typeof__(k->op.p.gemm) *g = &k->op.p.gemm;
+  cuda_ep *e = k->ep;
+  const void *x = in[0];
+  int rc;
+  if (g->bdt != ORTEP_DTYPE_F32) {
+    if ((rc = ortep__cu_convert(in[0], k->scratch, (int)g->bdt, g->m * g->k, e->stream))) return launched(k, rc);
+    x = k->scratch;
+  }
+  float beta = 0.0f;
+  if (g->has_c && g->beta != 0.0f && n_in > 2 && in[2]) {
+    if ((rc = ortep__cu_fill_bias(in[2], (int)g->cdt, g->c_rows, g->m, g->n, out[0], e->stream)))
+      return launched(k, rc);
+    beta = g->beta;
+  }
+  float alpha = g->alpha;
+  cublasStatus_t s = cublasGemmEx(e->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, (int)g->n, (int)g->m,
+                                  (int)g->k, &alpha, in[1], cuda_type(g->bdt), g->trans_b ? (int)g->k : (int)g->n, x,
+                                  cuda_type(g->bdt), (int)g->k, &beta, out[0], CUDA_R_32F, (int)g->n,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    return ortep__fail(ORTEP_E_DEVICE_ERROR, "%s: cublasGemmEx for %s failed (status %d)", CUDA_EP_NAME, k->name, (int)s);
+  return ORTEP_OK;
+}
+
+static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
+  cuda_kernel *k = (cuda_kernel *)self;
+  const void *const *in = io->inputs;
+  void *const *out = io->outputs;
+  uint32_t *err = k->ep->err;
+  void *s = k->ep->stream;
+  const ortep__op_params *o = &k->op;
+  int rc = 0;
+  switch (o->kind) {
+    case K_GATHER:
+      rc = ortep__cu_gather(in[0], (int)o->p.gather.tdt, o->p.gather.rows, o->p.gather.h, in[1], o->p.gather.idx64,
+                            o->p.gather.n, out[0], err, s);
+      break;
+    case K_GEMM:
+      return run_gemm(k, in, out, io->n_inputs);
+    case K_ADD:
+    case K_MUL:
+      rc = ortep__cu_binary(o->kind == K_MUL, in[0], in[1], (int)o->p.bin.bdt, o->p.bin.nb, o->p.bin.n, out[0], s);
+      break;
+    case K_SIGMOID:
+      rc = ortep__cu_sigmoid(in[0], o->p.un.n, out[0], s);
+      break;
+    case K_SILUMUL:
+      rc = ortep__cu_silu_mul(in[0], in[1], o->p.un.n, out[0], s);
+      break;
+    case K_RMSNORM: {
+      size_t si = o->p.norm.skip ? 2 : 1;
+      rc = ortep__cu_rmsnorm(in[0], o->p.norm.skip ? in[1] : NULL, o->p.norm.has_bias ? in[3] : NULL,
+                             (int)o->p.norm.bdt, in[si], (int)o->p.norm.sdt, o->p.norm.rows, o->p.norm.h, o->p.norm.eps,
+                             out[0], o->p.norm.has_sum && io->n_outputs > 3 ? out[3] : NULL, s);
+      break;
+    }
+    case K_ROTARY:
+      rc = ortep__cu_rotary(in[0], in[1], o->p.rot.pos64, o->p.rot.tokens, o->p.rot.heads, o->p.rot.hd, o->p.rot.rot,
+                            o->p.rot.inter, in[2], in[3], (int)o->p.rot.cdt, o->p.rot.max_pos, out[0], err, s);
+      break;
+    case K_GQA:
+      rc = ortep__cu_gqa_decode(in[0], in[1], in[2], (float *)(uintptr_t)in[3], (float *)(uintptr_t)in[4], in[5],
+                                o->p.gqa.heads, o->p.gqa.kv, o->p.gqa.hd, o->p.gqa.cap, o->p.gqa.scale, k->scratch,
+                                out[0], err, s);
+      break;
+    case K_SOFTMAX:
+      rc = ortep__cu_softmax(in[0], o->p.sm.rows, o->p.sm.n, out[0], s);
+      break;
+    case K_ARGMAX:
+      rc = ortep__cu_argmax_rows(in[0], o->p.sm.rows, o->p.sm.n, out[0], err, s);
+      break;
+    case K_NOOP:
+      rc = ortep__cu_noop(s);
+      break;
+  }
+  return launched(k, rc);
+}
+
+static void cuda_kernel_destroy(ortep_kernel *self) {
+  cuda_kernel *k = (cuda_kernel *)self;
+  if (k->scratch) ortep_allocator_deallocate(k->ep->pool, k->scratch, k->scratch_bytes, 256);
+  ortep__free(k);
+}
+
+static const ortep_kernel_vtable cuda_kernel_vtable = {cuda_run, cuda_kernel_destroy, NULL};
+
+static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const ortep_shape *shapes,
+                                    const ortep_dtype *dtypes, size_t n, int64_t opset, ortep_kernel **out) {
+  cuda_ep *e = E(ep);
+  ortep_status st = need_init(e, "get_kernel");
+  if (st != ORTEP_OK) return st;
+  cuda_kernel *k = ortep__calloc(1, sizeof *k);
+  if (!k) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel", CUDA_EP_NAME);
+  ortep_kernel_match m;
+  if (!ortep__op_check(CUDA_EP_NAME, node, opset, shapes, dtypes, n, &m, &k->op)) {
+    ortep__free(k);
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", m.reason);
+  }
+  k->ep = e;
+  snprintf(k->name, sizeof k->name, "cuda.%s", ortep_node_op_type(node));
+  /* Scratch is carved now, never during a capture. */
+  if (k->op.kind == K_GQA) k->scratch_bytes = k->op.p.gqa.heads * k->op.p.gqa.cap * sizeof(float);
+  if (k->op.kind == K_GEMM && k->op.p.gemm.bdt != ORTEP_DTYPE_F32) k->scratch_bytes = k->op.p.gemm.m * k->op.p.gemm.k * 2;
+  if (k->scratch_bytes && (st = ortep_allocator_allocate(e->pool, k->scratch_bytes, 256, &k->scratch)) != ORTEP_OK) {
+    ortep__free(k);
+    return ortep__wrap(st, "%s: scratch for %s", CUDA_EP_NAME, ortep_node_name(node));
+  }
+  k->base = (ortep_kernel){&cuda_kernel_vtable, k->name, true};
+  *out = &k->base;
+  return ORTEP_OK;
+}
+
+/* --- memory and copies -------------------------------------------------------------- */
+static ortep_status cuda_allocate(ortep_ep *ep, size_t size, size_t align, ortep_buffer *out) {
+  cuda_ep *e = E(ep);
+  ortep_status st = need_init(e, "allocate");
+  if (st != ORTEP_OK) return st;
+  void *p;
+  if ((st = ortep_allocator_allocate(e->pool, size, align, &p)) != ORTEP_OK) return st;
+  e->allocations++;
+  return ortep_buffer_from_raw_parts(p, ep->device, size, align, out);
+}
+
+static ortep_status cuda_deallocate(ortep_ep *ep, ortep_buffer *b) {
+  cuda_ep *e = E(ep);
+  ortep_allocator_deallocate(e->pool, b->ptr, b->size, b->align);
+  e->frees++;
+  return ORTEP_OK;
+}
+
+static enum cudaMemcpyKind kind_of(const ortep_buffer *src, const ortep_buffer *dst) {
+  bool sh = ortep_device_is_host_accessible(src->device), dh = ortep_device_is_host_accessible(dst->device);
+  return sh && dh ? cudaMemcpyHostToHost : sh ? cudaMemcpyHostToDevice : dh ? cudaMemcpyDeviceToHost
+                                                                             : cudaMemcpyDeviceToDevice;
+}
+
+static ortep_status cuda_copy(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size) {
+  cuda_ep *e = E(ep);
+  CU(cudaMemcpyAsync(dst->ptr, src->ptr, size, kind_of(src, dst), e->stream), "copy");
+  CU(cudaStreamSynchronize(e->stream), "copy");
+  e->staged = 0;
+  return ORTEP_OK;
+}
+
+static ortep_status cuda_copy_async(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size,
+                                    ortep_fence *out) {
+  cuda_ep *e = E(ep);
+  cudaEvent_t ev;
+  CU(cudaMemcpyAsync(dst->ptr, src->ptr, size, kind_of(src, dst), e->stream), "async copy");
+  CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "async copy fence");
+  CU(cudaEventRecord(ev, e->stream), "async copy fence");
+  *out = (ortep_fence){++e->fences, ev};
+  return ORTEP_OK;
+}
+
+static ortep_status cuda_fence_wait(ortep_ep *ep, ortep_fence *f) {
+  if (!f->event) return ORTEP_OK;
+  cudaError_t r = cudaEventSynchronize((cudaEvent_t)f->event);
+  cudaEventDestroy((cudaEvent_t)f->event);
+  f->event = NULL;
+  return r == cudaSuccess ? ORTEP_OK : cuda_fail(r, "fence wait");
+}
+
+static ortep_status cuda_sync(ortep_ep *ep) {
+  CU(cudaStreamSynchronize(E(ep)->stream), "sync");
+  E(ep)->staged = 0;
+  return ORTEP_OK;
+}
+
+/* Host -> device. Small uploads (a step's token id and position) are copied
+ * into a fresh slice of pinned staging and enqueued without a sync: the
+ * caller's bytes are captured at once and the copy is ordered before every
+ * later launch on the stream. Slices are reclaimed at the next stream sync,
+ * so a decode step keeps its one sync (the 8-byte read). */
+static ortep_status cuda_from_host_at(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst, size_t offset) {
+  cuda_ep *e = E(ep);
+  if (!dst || (len && !src)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload: NULL argument", CUDA_EP_NAME);
+  if (offset > SIZE_MAX - len || offset + len > dst->size)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host upload range %zu..+%zu exceeds destination %zu bytes",
+                       CUDA_EP_NAME, offset, len, dst->size);
+  if (!len) return ORTEP_OK;
+  if (dst->owner == ORTEP_BUFFER_BORROWED)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload into a read-only borrowed buffer", CUDA_EP_NAME);
+  char *d = (char *)dst->ptr + offset;
+  if (len > UP_BYTES) { /* large: straight from the caller's memory, synchronously */
+    CU(cudaMemcpyAsync(d, src, len, cudaMemcpyHostToDevice, e->stream), "host upload");
+    CU(cudaStreamSynchronize(e->stream), "host upload");
+    e->staged = 0;
+    return ORTEP_OK;
+  }
+  size_t slot = (len + 63) & ~(size_t)63;
+  if (e->staged + slot > UP_BYTES) { /* staging full: wait until its copies are done */
+    CU(cudaStreamSynchronize(e->stream), "host upload");
+    e->staged = 0;
+  }
+  char *stage = (char *)e->staging + DOWN_BYTES + e->staged;
+  memcpy(stage, src, len);
+  CU(cudaMemcpyAsync(d, stage, len, cudaMemcpyHostToDevice, e->stream), "host upload");
+  e->staged += slot;
+  return ORTEP_OK;
+}
+
+static ortep_status cuda_from_host(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst) {
+  if (dst && len > dst->size)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host upload of %zu bytes exceeds destination %zu bytes", CUDA_EP_NAME,
+                       len, dst->size);
+  return cuda_from_host_at(ep, src, len, dst, 0);
+}
+
+static ortep_status cuda_to_host_at(ortep_ep *ep, const ortep_buffer *src, size_t offset, void *dst, size_t len) {
+  cuda_ep *e = E(ep);
+  if (!src || (len && !dst)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host download: NULL argument", CUDA_EP_NAME);
+  if (offset > SIZE_MAX - len || offset + len > src->size)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host download of %zu bytes exceeds source %zu bytes", CUDA_EP_NAME,
+                       len, src->size);
+  if (!len) return ORTEP_OK;
+  const char *s = (const char *)src->ptr + offset;
+  if (len <= DOWN_BYTES) {
+    CU(cudaMemcpyAsync(e->staging, s, len, cudaMemcpyDeviceToHost, e->stream), "host download");
+    CU(cudaStreamSynchronize(e->stream), "host download"); /* the one sync per decoded token */
+    memcpy(dst, e->staging, len);
+  } else {
+    CU(cudaMemcpyAsync(dst, s, len, cudaMemcpyDeviceToHost, e->stream), "host download");
+    CU(cudaStreamSynchronize(e->stream), "host download");
+  }
+  e->staged = 0; /* the stream is idle: every upload slice is free again */
+  return ORTEP_OK;
+}
+
+static ortep_status cuda_to_host(ortep_ep *ep, const ortep_buffer *src, void *dst, size_t len) {
+  return cuda_to_host_at(ep, src, 0, dst, len);
+}
+
+static bool cuda_argmax_supported(const ortep_ep *ep) { return true; }
+
+static ortep_status cuda_argmax(ortep_ep *ep, const void *logits, size_t n, ortep_dtype dtype, ortep_buffer *result) {
+  cuda_ep *e = E(ep);
+  int rc = ortep__cu_device_argmax(logits, dtype == ORTEP_DTYPE_F16, n, result->ptr, e->err, e->stream);
+  return rc ? cuda_fail((cudaError_t)rc, "device argmax") : ORTEP_OK;
+}
+
+/* --- device graphs ---------------------------------------------------------------- */
+static ortep_status cuda_begin(ortep_ep *ep, ortep_kernel *const *kernels, size_t n) {
+  cuda_ep *e = E(ep);
+  ortep_status st = need_init(e, "begin_capture");
+  if (st != ORTEP_OK) return st;
+  if (e->capturing)
+    return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: a capture is already open; end or abort it first", CUDA_EP_NAME);
+  CU(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  e->capturing = true;
+  return ORTEP_OK;
+}
+
+static ortep_status cuda_end(ortep_ep *ep) {
+  cuda_ep *e = E(ep);
+  if (!e->capturing) return ortep__fail(ORTEP_E_STATE, "%s: end_capture without begin_capture", CUDA_EP_NAME);
+  cudaGraph_t graph = NULL;
+  cudaError_t r = cudaStreamEndCapture(e->stream, &graph);
+  e->capturing = false;
+  if (r != cudaSuccess) return cuda_fail(r, "cudaStreamEndCapture");
+  if (e->n_segments == e->segments_cap) {
+    size_t cap = e->segments_cap ? e->segments_cap * 2 : 8;
+    cudaGraphExec_t *g = ortep__realloc(e->segments, cap * sizeof *g);
+    if (!g) {
+      cudaGraphDestroy(graph);
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to install a segment", CUDA_EP_NAME);
+    }
+    e->segments = g, e->segments_cap = cap;
+  }
+  cudaGraphExec_t exec;
+  r = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (r != cudaSuccess) return cuda_fail(r, "cudaGraphInstantiate");
+  e->instantiations++;
+  e->segments[e->n_segments++] = exec;
+  return ORTEP_OK;
+}
+
+static ortep_status cuda_abort(ortep_ep *ep) {
+  cuda_ep *e = E(ep);
+  if (!e->capturing) return ORTEP_OK;
+  cudaGraph_t graph = NULL;
+  cudaStreamEndCapture(e->stream, &graph); /* ends it even when invalidated */
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  e->capturing = false;
+  return ORTEP_OK;
+}
+
+static ortep_status cuda_replay_segment(ortep_ep *ep, size_t i) {
+  cuda_ep *e = E(ep);
+  if (e->capturing) return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: replay while a capture is open", CUDA_EP_NAME);
+  if (i >= e->n_segments)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: segment %zu does not exist (%zu captured)", CUDA_EP_NAME, i,
+                       e->n_segments);
+  CU(cudaGraphLaunch(e->segments[i], e->stream), "cudaGraphLaunch");
+  return ORTEP_OK;
+}
+
+static ortep_status cuda_replay(ortep_ep *ep) {
+  cuda_ep *e = E(ep);
+  if (!e->n_segments) return ortep__fail(ORTEP_E_STATE, "%s: replay with no captured graph; capture first", CUDA_EP_NAME);
+  for (size_t i = 0; i < e->n_segments; i++) {
+    ortep_status st = cuda_replay_segment(ep, i);
+    if (st != ORTEP_OK) return st;
+  }
+  return ORTEP_OK;
+}
+
+static ortep_status cuda_reset(ortep_ep *ep, bool *had) {
+  cuda_ep *e = E(ep);
+  *had = e->n_segments > 0;
+  if (e->stream) cudaStreamSynchronize(e->stream); /* no replay still reads a buffer about to move */
+  free_segments(e);
+  return ORTEP_OK;
+}
+
+static size_t cuda_segment_count(const ortep_ep *ep) { return CE(ep)->n_segments; }
+static bool cuda_capture_active(const ortep_ep *ep) { return CE(ep)->capturing; }
+
+static ortep_status cuda_check_error(ortep_ep *ep, uint32_t *bits) {
+  ortep_buffer b = {E(ep)->err, sizeof(uint32_t), 4, ep->device, ORTEP_BUFFER_BORROWED};
+  return cuda_to_host(ep, &b, bits, sizeof *bits);
+}
+static ortep_status cuda_reset_error(ortep_ep *ep) {
+  CU(cudaMemsetAsync(E(ep)->err, 0, sizeof(uint32_t), E(ep)->stream), "resetting the error word");
+  CU(cudaStreamSynchronize(E(ep)->stream), "resetting the error word");
+  return ORTEP_OK;
+}
+static uint32_t *cuda_error_ptr(ortep_ep *ep) { return E(ep)->err; }
+static bool cuda_counts(const ortep_ep *ep, uint64_t *a, uint64_t *f) {
+  if (a) *a = CE(ep)->allocations;
+  if (f) *f = CE(ep)->frees;
+  return true;
+}
+
+static const ortep_ep_vtable cuda_vtable = {
+    .name = CUDA_EP_NAME,
+    .initialize = cuda_initialize,
+    .shutdown = cuda_shutdown,
+    .destroy = cuda_destroy,
+    .supports_op = cuda_supports,
+    .get_kernel = cuda_get_kernel,
+    .allocate = cuda_allocate,
+    .deallocate = cuda_deallocate,
+    .copy = cuda_copy,
+    .copy_async = cuda_copy_async,
+    .fence_wait = cuda_fence_wait,
+    .sync = cuda_sync,
+    .capabilities = cuda_caps,
+    .copy_from_host = cuda_from_host,
+    .copy_from_host_at = cuda_from_host_at,
+    .copy_to_host = cuda_to_host,
+    .copy_to_host_at = cuda_to_host_at,
+    .device_argmax_supported = cuda_argmax_supported,
+    .device_argmax = cuda_argmax,
+    .begin_capture = cuda_begin,
+    .end_capture = cuda_end,
+    .abort_capture = cuda_abort,
+    .replay = cuda_replay,
+    .replay_segment = cuda_replay_segment,
+    .reset_graph = cuda_reset,
+    .segment_count = cuda_segment_count,
+    .capture_active = cuda_capture_active,
+    .check_error_word = cuda_check_error,
+    .reset_error_word = cuda_reset_error,
+    .error_word_ptr = cuda_error_ptr,
+    .allocation_counts = cuda_counts,
+};
+
+ortep_status ortep_cuda_ep_create(ortep_governor *governor, ortep_ep **out) {
+  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_cuda_ep_create: out is NULL");
+  *out = NULL;
+  cuda_ep *e = ortep__calloc(1, sizeof *e);
+  if (!e) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_cuda_ep_create: no memory for the EP");
+  e->base = (ortep_ep){&cuda_vtable, ortep_device_cuda(0), 0};
+  e->governor = governor;
+  *out = &e->base;
+  return ORTEP_OK;
+}
+
+#else
+
+ortep_status ortep_cuda_ep_create(ortep_governor *governor, ortep_ep **out) {
+  (void)governor;
+  if (out) *out = NULL;
+  return ortep__fail(ORTEP_E_NOT_SUPPORTED,
+                     "this build of ortep has no CUDA EP (the CUDA Toolkit was not found at configure time); rebuild "
+                     "with the toolkit installed, or use the CPU EP");
+}
+
+bool ortep_cuda_available(char *why, size_t len) {
+  if (why && len) snprintf(why, len, "this build of ortep has no CUDA support");
+  return false;
+}
+
+#endif

@@ -1,0 +1,47 @@
+/*
+ * ops.h: the CUDA op kernels' C entry points (kernels.cu). Each launches on
+ * the given stream and returns the launch status as an int (cudaError_t);
+ * nothing here allocates or synchronises, so every launch can be captured
+ * into a CUDA Graph. Weights are f32, f16 or bf16 (dtype as ortep_dtype),
+ * activations f32, accumulation f32; index checks OR the error-word bits of
+ * error_word.h and skip the access, leaving a defined output.
+ */
+#ifndef ORTEP_KERNELS_CUDA_OPS_H
+#define ORTEP_KERNELS_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int ortep__cu_gather(const void *table, int tdt, size_t rows, size_t h, const void *index, int idx64, size_t n,
+                     float *out, uint32_t *err, void *stream);
+/* x (f32, n) -> dst in dtype dt (f16 or bf16), for 16-bit cuBLAS inputs */
+int ortep__cu_convert(const float *x, void *dst, int dt, size_t n, void *stream);
+/* y[i] = broadcast c over rows (c dtype cdt, c_rows 1 or m) */
+int ortep__cu_fill_bias(const void *c, int cdt, size_t c_rows, size_t m, size_t n, float *y, void *stream);
+int ortep__cu_binary(int mul, const float *a, const void *b, int bdt, size_t nb, size_t n, float *y, void *stream);
+int ortep__cu_sigmoid(const float *x, size_t n, float *y, void *stream);
+int ortep__cu_silu_mul(const float *g, const float *u, size_t n, float *y, void *stream);
+int ortep__cu_rmsnorm(const float *x, const float *skip, const void *bias, int bdt, const void *scale, int sdt,
+                      size_t rows, size_t h, float eps, float *y, float *sum, void *stream);
+int ortep__cu_rotary(const float *x, const void *pos, int pos64, size_t tokens, size_t heads, size_t hd, size_t rot,
+                     int inter, const void *cosc, const void *sinc, int cdt, size_t max_pos, float *y, uint32_t *err,
+                     void *stream);
+/* scores: heads x capacity floats of device scratch */
+int ortep__cu_gqa_decode(const float *q, const float *k, const float *v, float *kc, float *vc, const int32_t *pos,
+                         size_t heads, size_t kv, size_t hd, size_t cap, float scale, float *scores, float *out,
+                         uint32_t *err, void *stream);
+int ortep__cu_softmax(const float *x, size_t rows, size_t n, float *y, void *stream);
+int ortep__cu_argmax_rows(const float *x, size_t rows, size_t n, int64_t *out, uint32_t *err, void *stream);
+/* result[0] = first maximum (NaN skipped), result[1] = *err */
+int ortep__cu_device_argmax(const void *logits, int f16, size_t n, uint32_t *result, uint32_t *err, void *stream);
+int ortep__cu_noop(void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
