@@ -5,6 +5,10 @@
 # the decode and replay benchmarks on the tiny and qwen2.5-0.5b presets in
 # every mode. Logs and JSON go to $OUT when it is set, else ./device-check-out.
 # Sized to finish within about 8 minutes on an H200.
+#
+# On a GPU machine with no package registry, first run here
+#   ./scripts/fetch-device-debs.sh
+# and carry .device-debs (the device tool's `carry`); this script unpacks it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/device-check-out}"
@@ -29,7 +33,13 @@ step "machine"
 cat "$out/machine.txt" | tee -a "$out/summary.txt"
 
 step "install and build (Release, CUDA arch ${CUDA_ARCH:-90})"
-run deps ./scripts/install-deps.sh
+if [ -d .device-debs ] && ls .device-debs/*.deb >/dev/null 2>&1; then
+  # No registry on a GPU machine: unpack the packages carried from a machine
+  # that has one (scripts/fetch-device-debs.sh), as the device README does.
+  run deps bash -c 'for f in .device-debs/*.deb; do dpkg -x "$f" /; done; ldconfig'
+else
+  run deps ./scripts/install-deps.sh
+fi
 run configure cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DORTEP_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}"
 run build cmake --build build-gpu -j"$(nproc)"
