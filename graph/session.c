@@ -771,6 +771,9 @@ void ortep_session_get_stats(const ortep_session *s, ortep_session_stats *out) {
     out->naive_bytes += s->eps[e].plan.naive_sum;
     uint64_t a = 0, f = 0;
     if (ortep_ep_allocation_counts(s->eps[e].ep, &a, &f)) out->ep_allocations += a, out->ep_frees += f;
+    ortep_ep_graph_counts(s->eps[e].ep, &a, &f);
+    out->instantiations += a;
+    out->graph_updates += f;
   }
   out->steps = s->n_run;
   out->captures = s->captures;

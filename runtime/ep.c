@@ -400,6 +400,12 @@ uint32_t *ortep_ep_error_word_ptr(ortep_ep *ep) {
 bool ortep_ep_allocation_counts(const ortep_ep *ep, uint64_t *a, uint64_t *f) {
   return ep && ep->vtable->allocation_counts && ep->vtable->allocation_counts(ep, a, f);
 }
+void ortep_ep_graph_counts(const ortep_ep *ep, uint64_t *instantiations, uint64_t *updates) {
+  uint64_t i = 0, u = 0;
+  if (ep && ep->vtable->graph_counts) ep->vtable->graph_counts(ep, &i, &u);
+  if (instantiations) *instantiations = i;
+  if (updates) *updates = u;
+}
 size_t ortep_ep_claim_nodes(const ortep_ep *ep, const ortep_graph *g, ortep_node_id *out, size_t cap) {
   return ep && ep->vtable->claim_nodes ? ep->vtable->claim_nodes(ep, g, out, cap) : 0;
 }

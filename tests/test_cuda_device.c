@@ -93,8 +93,14 @@ START_TEST(zero_allocations_per_step_and_none_during_capture) {
   ck_assert_error_mentions("carve from the arena before capture");
   ck_assert_ok(ortep_ep_abort_capture(ep));
   ck_assert(!ortep_ep_capture_active(ep));
+  ortep_session_stats st;
+  ortep_session_get_stats(ortep_decoder_session(d), &st);
+  uint64_t inst = st.instantiations;
   ck_assert_ok(ortep_session_invalidate(ortep_decoder_session(d)));
   ck_assert_ok(ortep_decoder_step(d, t, 40, &t)); /* re-captures and runs */
+  ortep_session_get_stats(ortep_decoder_session(d), &st);
+  ck_assert_uint_ge(st.graph_updates, 1); /* the same segment: updated in place */
+  ck_assert_uint_eq(st.instantiations, inst);
   ortep_decoder_close(d);
 }
 END_TEST

@@ -165,6 +165,8 @@ START_TEST(replay_matches_eager_on_one_ep) {
   ck_assert_uint_eq(st.kernels_per_step, 4);
   ck_assert_uint_eq(st.steps, 3);
   ck_assert_uint_eq(st.captures, 1);
+  ck_assert_uint_eq(st.instantiations, 1); /* one segment installed */
+  ck_assert_uint_eq(st.graph_updates, 0);
   char *plan;
   ck_assert_ok(ortep_session_format_plan(s, &plan));
   ck_assert_msg(strstr(plan, "s1") && strstr(plan, "segment 0") && strstr(plan, "memory cpu_ep: planned arena"), "%s", plan);
@@ -231,10 +233,15 @@ START_TEST(recording_failure_becomes_a_seam_and_replay_still_matches) {
   ck_assert_msg(strstr(plan, "[seam: recording failed"), "%s", plan);
   free(plan);
   /* invalidation re-captures, still equal */
+  ortep_session_get_stats(s, &st);
+  uint64_t inst = st.instantiations;
   ck_assert_ok(ortep_session_invalidate(s));
   float x[8] = {0};
   ck_assert_ok(ortep_session_write(s, "x", x, sizeof x));
   ck_assert_ok(ortep_session_run(s));
+  ortep_session_get_stats(s, &st);
+  ck_assert_uint_gt(st.instantiations, inst);
+  ck_assert_uint_eq(st.captures, 2);
   ortep_session_destroy(s);
   ortep_graph_destroy(g);
   ortep_ep_registry_destroy(r);

@@ -44,6 +44,7 @@ typedef struct cpu_ep {
   size_t open_cap;
   segment *segments;
   size_t n_segments, segments_cap;
+  uint64_t installed; /* segments ever installed: the CPU's "instantiations" */
 } cpu_ep;
 
 static cpu_ep *self_of(ortep_ep *ep) { return (cpu_ep *)ep; }
@@ -238,6 +239,7 @@ static ortep_status cpu_end_capture(ortep_ep *ep) {
   if (!exact) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to install a segment", CPU_EP_NAME);
   if (e->open.n) memcpy(exact, e->open.records, e->open.n * sizeof *exact);
   e->segments[e->n_segments++] = (segment){exact, e->open.n};
+  e->installed++;
   e->open.n = 0;
   e->capturing = false;
   return ORTEP_OK;
@@ -305,6 +307,11 @@ static bool cpu_counts(const ortep_ep *ep, uint64_t *a, uint64_t *f) {
   return true;
 }
 
+static void cpu_graph_counts(const ortep_ep *ep, uint64_t *inst, uint64_t *upd) {
+  *inst = cself_of(ep)->installed;
+  *upd = 0; /* a recorded plan is rebuilt, never patched */
+}
+
 static const ortep_ep_vtable cpu_vtable = {
     .name = CPU_EP_NAME,
     .initialize = cpu_initialize,
@@ -334,6 +341,7 @@ static const ortep_ep_vtable cpu_vtable = {
     .reset_error_word = cpu_reset_error,
     .error_word_ptr = cpu_error_ptr,
     .allocation_counts = cpu_counts,
+    .graph_counts = cpu_graph_counts,
 };
 
 ortep_status ortep_cpu_ep_create(ortep_governor *governor, ortep_ep **out) {

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../../runtime/internal.h"
+#include "../../runtime/trace.h"
 #include "ortep/cuda_ep.h"
 
 #if ORTEP_HAVE_CUDA
@@ -47,8 +48,12 @@ typedef struct cuda_ep {
   uint64_t allocations, frees, fences;
   bool capturing;
   cudaGraphExec_t *segments;
-  size_t n_segments, segments_cap;
-  uint64_t instantiations;
+  /* Executables of an earlier capture, kept after a reset only as targets
+   * for cudaGraphExecUpdate when segment i is captured again: never
+   * launched, so the buffers they name may have moved. */
+  cudaGraphExec_t *retired;
+  size_t n_segments, n_retired, segments_cap;
+  uint64_t instantiations, updates;
 } cuda_ep;
 
 static cuda_ep *E(ortep_ep *ep) { return (cuda_ep *)ep; }
@@ -150,7 +155,9 @@ static ortep_status cuda_initialize(ortep_ep *ep, const ortep_config *config) {
 
 static void free_segments(cuda_ep *e) {
   for (size_t i = 0; i < e->n_segments; i++) cudaGraphExecDestroy(e->segments[i]);
-  e->n_segments = 0;
+  for (size_t i = 0; i < e->n_retired; i++)
+    if (e->retired[i]) cudaGraphExecDestroy(e->retired[i]);
+  e->n_segments = e->n_retired = 0;
 }
 
 static void release_all(cuda_ep *e) {
@@ -174,6 +181,7 @@ static ortep_status cuda_shutdown(ortep_ep *ep) {
 static void cuda_destroy(ortep_ep *ep) {
   release_all(E(ep));
   ortep__free(E(ep)->segments);
+  ortep__free(E(ep)->retired);
   ortep__free(ep);
 }
 
@@ -470,17 +478,40 @@ static ortep_status cuda_end(ortep_ep *ep) {
   if (e->n_segments == e->segments_cap) {
     size_t cap = e->segments_cap ? e->segments_cap * 2 : 8;
     cudaGraphExec_t *g = ortep__realloc(e->segments, cap * sizeof *g);
-    if (!g) {
+    if (g) e->segments = g;
+    cudaGraphExec_t *old = g ? ortep__realloc(e->retired, cap * sizeof *old) : NULL;
+    if (old) e->retired = old;
+    if (!g || !old) {
       cudaGraphDestroy(graph);
       return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to install a segment", CUDA_EP_NAME);
     }
-    e->segments = g, e->segments_cap = cap;
+    for (size_t i = e->segments_cap; i < cap; i++) e->retired[i] = NULL;
+    e->segments_cap = cap;
   }
-  cudaGraphExec_t exec;
-  r = cudaGraphInstantiate(&exec, graph, 0);
+  size_t at = e->n_segments;
+  cudaGraphExec_t exec = NULL;
+  if (at < e->n_retired && e->retired[at]) {
+    /* the same segment captured again: patch the old executable in place */
+    cudaGraphExecUpdateResultInfo info;
+    if (cudaGraphExecUpdate(e->retired[at], graph, &info) == cudaSuccess) {
+      exec = e->retired[at];
+      e->updates++;
+      ortep__trace_mark(ORTEP__TRACE_GRAPH_EXEC_UPDATE, at);
+    } else {
+      cudaGetLastError();
+      cudaGraphExecDestroy(e->retired[at]);
+    }
+    e->retired[at] = NULL;
+  }
+  if (!exec) {
+    r = cudaGraphInstantiate(&exec, graph, 0);
+    if (r != cudaSuccess) {
+      cudaGraphDestroy(graph);
+      return cuda_fail(r, "cudaGraphInstantiate");
+    }
+    e->instantiations++;
+  }
   cudaGraphDestroy(graph);
-  if (r != cudaSuccess) return cuda_fail(r, "cudaGraphInstantiate");
-  e->instantiations++;
   e->segments[e->n_segments++] = exec;
   return ORTEP_OK;
 }
@@ -520,8 +551,19 @@ static ortep_status cuda_reset(ortep_ep *ep, bool *had) {
   cuda_ep *e = E(ep);
   *had = e->n_segments > 0;
   if (e->stream) cudaStreamSynchronize(e->stream); /* no replay still reads a buffer about to move */
-  free_segments(e);
+  /* Retire the executables (never launched again) for a later update. */
+  for (size_t i = 0; i < e->n_segments; i++) {
+    if (i < e->n_retired && e->retired[i]) cudaGraphExecDestroy(e->retired[i]);
+    e->retired[i] = e->segments[i];
+  }
+  if (e->n_segments > e->n_retired) e->n_retired = e->n_segments;
+  e->n_segments = 0;
   return ORTEP_OK;
+}
+
+static void cuda_graph_counts(const ortep_ep *ep, uint64_t *inst, uint64_t *upd) {
+  *inst = CE(ep)->instantiations;
+  *upd = CE(ep)->updates;
 }
 
 static size_t cuda_segment_count(const ortep_ep *ep) { return CE(ep)->n_segments; }
@@ -575,6 +617,7 @@ static const ortep_ep_vtable cuda_vtable = {
     .reset_error_word = cuda_reset_error,
     .error_word_ptr = cuda_error_ptr,
     .allocation_counts = cuda_counts,
+    .graph_counts = cuda_graph_counts,
 };
 
 ortep_status ortep_cuda_ep_create(ortep_governor *governor, ortep_ep **out) {
