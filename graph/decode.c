@@ -27,6 +27,9 @@ struct ortep_decoder {
   ortep_session *session;
   ortep_buffer result;
   void *logits;
+  /* the token-id and position inputs, resolved once at open */
+  ortep_ep *in_ep[2];
+  ortep_buffer in_buf[2];
   size_t vocab, max_seq, pos;
   int32_t next;
   bool have_next, failed;
@@ -126,6 +129,13 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   if ((st = ortep__llama_build(d->model, cpu, d->max_seq, &d->graph))) goto fail;
   ortep_session_options so = {o.eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH, o.forced_seams, o.seam_every};
   if ((st = ortep_session_create(d->graph, d->registry, &so, &d->session))) goto fail;
+  const char *inputs[2] = {ORTEP_INPUT_TOKEN, ORTEP_INPUT_POSITION};
+  for (int i = 0; i < 2; i++) {
+    void *p;
+    size_t bytes;
+    if ((st = ortep_session_value(d->session, inputs[i], &d->in_ep[i], &p, &bytes))) goto fail;
+    if ((st = ortep_buffer_from_borrowed_mut_parts(p, ortep_ep_device(d->in_ep[i]), bytes, 1, &d->in_buf[i]))) goto fail;
+  }
   /* argmax and the per-step read happen on the EP that holds the logits */
   if ((st = ortep_session_value(d->session, ORTEP_OUTPUT_LOGITS, &d->ep, NULL, NULL))) goto fail;
   if ((st = ortep_ep_allocate(d->ep, 8, 8, &d->result))) {
@@ -160,8 +170,8 @@ ortep_status ortep_decoder_step(ortep_decoder *d, int32_t token, int32_t positio
   ortep__trace_push(ORTEP__TRACE_DECODE_STEP, (uint64_t)(uint32_t)position);
   ortep_status st;
   uint32_t pair[2] = {0, 0};
-  if ((st = ortep_session_write(d->session, ORTEP_INPUT_TOKEN, &token, sizeof token)) == ORTEP_OK &&
-      (st = ortep_session_write(d->session, ORTEP_INPUT_POSITION, &position, sizeof position)) == ORTEP_OK &&
+  if ((st = ortep_ep_copy_from_host(d->in_ep[0], &token, sizeof token, &d->in_buf[0])) == ORTEP_OK &&
+      (st = ortep_ep_copy_from_host(d->in_ep[1], &position, sizeof position, &d->in_buf[1])) == ORTEP_OK &&
       (st = ortep_session_run(d->session)) == ORTEP_OK) {
     ortep__trace_push(ORTEP__TRACE_SYNC, d->steps);
     st = ortep_ep_device_argmax(d->ep, d->logits, d->vocab, ORTEP_DTYPE_F32, &d->result);
