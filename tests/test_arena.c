@@ -3,26 +3,6 @@
  * model, and the OOM loop over growth and planned-arena creation. */
 #include "testutil.h"
 
-typedef struct fixture {
-  ortep_allocator *host, *fault;
-} fixture;
-
-static fixture fixture_new(void) {
-  fixture f;
-  ck_assert_ok(ortep_host_allocator_create(NULL, &f.host));
-  ck_assert_ok(ortep_fault_allocator_create(f.host, &f.fault));
-  return f;
-}
-static ortep_mem_stats backing_stats(const fixture *f) {
-  ortep_mem_stats st;
-  ck_assert_ok(ortep_allocator_stats(f->fault, &st));
-  return st;
-}
-static void fixture_free(fixture *f) {
-  ck_assert_uint_eq(backing_stats(f).current_bytes, 0); /* nothing leaked */
-  ortep_allocator_destroy(f->fault);
-  ortep_allocator_destroy(f->host);
-}
 
 START_TEST(carves_are_aligned_disjoint_and_grow_by_chunks) {
   fixture f = fixture_new();

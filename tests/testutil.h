@@ -104,6 +104,28 @@ static inline int test_run(Suite *s) {
 
 #endif
 
+/* --- a host allocator under a fault-injecting wrapper ----------------------- */
+typedef struct fixture {
+  ortep_allocator *host, *fault;
+} fixture;
+static inline fixture fixture_new(void) {
+  fixture f;
+  ck_assert_ok(ortep_host_allocator_create(NULL, &f.host));
+  ck_assert_ok(ortep_fault_allocator_create(f.host, &f.fault));
+  return f;
+}
+/* What the wrapper has handed out and not had back. */
+static inline ortep_mem_stats backing_stats(const fixture *f) {
+  ortep_mem_stats st;
+  ck_assert_ok(ortep_allocator_stats(f->fault, &st));
+  return st;
+}
+static inline void fixture_free(fixture *f) {
+  ck_assert_uint_eq(backing_stats(f).current_bytes, 0); /* nothing leaked */
+  ortep_allocator_destroy(f->fault);
+  ortep_allocator_destroy(f->host);
+}
+
 /* --- a "device" allocator the host cannot touch ---------------------------- */
 /* Hands out PROT_NONE pages and says it is device memory: any host read or
  * write through its pointers crashes the test, which proves that arena and
