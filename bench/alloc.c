@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../runtime/internal.h" /* ortep__format_bytes */
 #include "bench.h"
 #if !ORTEP_SYSTEM_ALLOCATOR
 #include <mimalloc.h>
@@ -454,8 +455,8 @@ int bench_alloc_main(int argc, char **argv) {
     double dr = df.lower_bound ? (double)df.total / (double)df.lower_bound : 1.0;
     printf("\nplanner, decode step with Qwen2.5-0.5B shapes (%zu activations, f32, context 1024):\n", df.tensors);
     printf("  block %s, lower bound %s, naive sum %s: %.3fx the lower bound, %.1fx smaller than naive\n",
-           ortep__bench_bytes(df.total, t1), ortep__bench_bytes(df.lower_bound, t2),
-           ortep__bench_bytes(df.naive_sum, t3), dr, (double)df.naive_sum / (double)df.total);
+           ortep__format_bytes(df.total, t1, sizeof t1), ortep__format_bytes(df.lower_bound, t2, sizeof t2),
+           ortep__format_bytes(df.naive_sum, t3, sizeof t3), dr, (double)df.naive_sum / (double)df.total);
     double worst = bench_max(ratios, NRANDOM);
     double med = bench_median(ratios, NRANDOM);
     printf("planner, %d random workloads (50..450 tensors): total / lower bound median %.3fx, worst %.3fx\n", NRANDOM,

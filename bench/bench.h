@@ -38,9 +38,6 @@ int bench_usage_error(const char *cmd, const char *fmt, ...) __attribute__((form
 /* Parses a positive integer option; on error prints a usage error. */
 int bench_parse_count(const char *cmd, const char *opt, const char *arg, long min, long max, long *out);
 
-/* "1.5 GiB" into buf[32]; returns buf. */
-char *ortep__bench_bytes(uint64_t bytes, char *buf);
-
 int bench_alloc_main(int argc, char **argv);
 int bench_decode_main(int argc, char **argv);
 int bench_replay_main(int argc, char **argv);

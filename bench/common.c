@@ -118,15 +118,3 @@ int bench_parse_count(const char *cmd, const char *opt, const char *arg, long mi
   *out = v;
   return 0;
 }
-
-char *ortep__bench_bytes(uint64_t bytes, char *buf) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, u++;
-  if (u == 0)
-    snprintf(buf, 32, "%llu B", (unsigned long long)bytes);
-  else
-    snprintf(buf, 32, "%.1f %s", v, units[u]);
-  return buf;
-}

@@ -208,15 +208,11 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
     ortep_session_get_stats(s, &st);
     r->kernels = st.kernels_per_step, r->segments = st.segments, r->seams = st.seams;
     r->planned = st.planned_bytes, r->lower_bound = st.lower_bound_bytes, r->naive = st.naive_bytes;
-    for (const char *name = "past_key.0"; name; name = NULL) {
-      size_t bytes = 0;
-      char n[64];
-      for (int l = 0; l < 4096; l++) {
-        snprintf(n, sizeof n, "past_key.%d", l);
-        if (ortep_session_value(s, n, NULL, NULL, &bytes) != ORTEP_OK) break;
-        r->kv_bytes += 2 * bytes;
-      }
-    }
+    /* past_key.N and past_value.N are the same size: count the keys twice */
+    char n[64];
+    size_t bytes;
+    for (int l = 0; snprintf(n, sizeof n, "past_key.%d", l), ortep_session_value(s, n, NULL, NULL, &bytes) == ORTEP_OK; l++)
+      r->kv_bytes += 2 * bytes;
     r->nseams = ortep_session_seam_count(s);
     r->seam_text = calloc(r->nseams + 1, sizeof *r->seam_text);
     for (size_t i = 0; i < r->nseams; i++) {

@@ -205,14 +205,13 @@ ortep_status ortep_graph_add_initializer(ortep_graph *g, const char *name, ortep
   return ORTEP_OK;
 }
 
-static char **dup_names(const char *const *names, size_t n, bool allow_empty, bool *ok) {
+static char **dup_names(const char *const *names, size_t n, bool *ok) {
   *ok = true;
   if (n == 0) return NULL;
   char **out = ortep__calloc(n, sizeof *out);
   if (!out) return *ok = false, NULL;
   for (size_t i = 0; i < n; i++) {
     if (!(out[i] = ortep__strdup(names[i] ? names[i] : ""))) *ok = false;
-    (void)allow_empty;
   }
   return out;
 }
@@ -242,9 +241,9 @@ ortep_status ortep_graph_add_node(ortep_graph *g, const char *op_type, const cha
   n->domain = ortep__strdup(domain ? domain : "");
   n->name = ortep__strdup(name ? name : auto_name);
   bool ok1, ok2;
-  n->inputs = dup_names(inputs, n_inputs, true, &ok1);
+  n->inputs = dup_names(inputs, n_inputs, &ok1);
   n->n_inputs = n->inputs || !n_inputs ? n_inputs : 0;
-  n->outputs = dup_names(outputs, n_outputs, false, &ok2);
+  n->outputs = dup_names(outputs, n_outputs, &ok2);
   n->n_outputs = n->outputs || !n_outputs ? n_outputs : 0;
   if (!n->op_type || !n->domain || !n->name || !ok1 || !ok2) {
     free_node(n);
@@ -291,26 +290,28 @@ ortep_status ortep_graph_set_attr_float(ortep_graph *g, ortep_node_id id, const 
 }
 
 /* Copy a payload before adding the attribute, so a failure adds nothing. */
-ortep_status ortep_graph_set_attr_ints(ortep_graph *g, ortep_node_id id, const char *name, const int64_t *v, size_t n) {
-  int64_t *copy = ortep__malloc(n * sizeof *copy);
+static ortep_status set_array(ortep_graph *g, ortep_node_id id, const char *name, ortep_attr_type type, const void *v,
+                              size_t n, size_t elem) {
+  void *copy = ortep__malloc(n * elem);
   if (!copy) return OOM("an attribute");
-  if (n) memcpy(copy, v, n * sizeof *copy);
+  if (n) memcpy(copy, v, n * elem);
   attr *a;
-  ortep_status st = new_attr(g, id, name, ORTEP_ATTR_INTS, &a);
+  ortep_status st = new_attr(g, id, name, type, &a);
   if (st != ORTEP_OK) return ortep__free(copy), st;
-  a->ints = copy, a->n = n;
+  if (type == ORTEP_ATTR_INTS)
+    a->ints = copy;
+  else
+    a->floats = copy;
+  a->n = n;
   return ORTEP_OK;
 }
 
+ortep_status ortep_graph_set_attr_ints(ortep_graph *g, ortep_node_id id, const char *name, const int64_t *v, size_t n) {
+  return set_array(g, id, name, ORTEP_ATTR_INTS, v, n, sizeof *v);
+}
+
 ortep_status ortep_graph_set_attr_floats(ortep_graph *g, ortep_node_id id, const char *name, const float *v, size_t n) {
-  float *copy = ortep__malloc(n * sizeof *copy);
-  if (!copy) return OOM("an attribute");
-  if (n) memcpy(copy, v, n * sizeof *copy);
-  attr *a;
-  ortep_status st = new_attr(g, id, name, ORTEP_ATTR_FLOATS, &a);
-  if (st != ORTEP_OK) return ortep__free(copy), st;
-  a->floats = copy, a->n = n;
-  return ORTEP_OK;
+  return set_array(g, id, name, ORTEP_ATTR_FLOATS, v, n, sizeof *v);
 }
 
 ortep_status ortep_graph_set_attr_string(ortep_graph *g, ortep_node_id id, const char *name, const char *v) {
