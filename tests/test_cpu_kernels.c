@@ -151,59 +151,45 @@ START_TEST(matmul_and_gemm_match_the_reference) {
   test_rng r = test_rng_new(test_seed() + 2 + (uint64_t)_i);
   enum { M = 3, K = 17, N = 5 };
   float a[M * K], b[K * N], bact[K * N], c[N], out[M * N];
-  double want[M * N];
+  double ab[M * N], abt[M * N], want[M * N];
   fill(&r, a, M * K, 1.0f);
   fill(&r, b, K * N, 0.5f);
   fill(&r, c, N, 1.0f);
   void *bw = as_dtype(b, K * N, wdt[_i], bact);
+  /* the references: the same weight bytes read as B [K, N] and as B [N, K] */
+  for (size_t i = 0; i < M; i++)
+    for (size_t j = 0; j < N; j++) {
+      double s = 0, st = 0;
+      for (size_t t = 0; t < K; t++) {
+        s += (double)a[i * K + t] * bact[t * N + j];
+        st += (double)a[i * K + t] * bact[j * K + t];
+      }
+      ab[i * N + j] = s, abt[i * N + j] = st;
+    }
   for (size_t m = 1; m <= M; m += 2) { /* M = 1 (gemv path) and M = 3 */
-    /* MatMul: B [K, N] */
     ck_assert_ok(run_node("MatMul", "", NULL, 0,
                           (tin[]){{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), a}, {wdt[_i], SHAPE(K, N), bw}}, 2,
                           (void *[]){out}, 1));
-    for (size_t i = 0; i < m; i++)
-      for (size_t j = 0; j < N; j++) {
-        double s = 0;
-        for (size_t t = 0; t < K; t++) s += (double)a[i * K + t] * bact[t * N + j];
-        want[i * N + j] = s;
-      }
-    expect_close(out, want, m * N, "MatMul");
-    /* Gemm with transB=1: the same bytes read as B [N, K], plus a bias, alpha, beta */
+    expect_close(out, ab, m * N, "MatMul");
+    /* Gemm with transB=1, a bias, alpha and beta */
     tattr at[] = {{"transB", 0, 1, 0}, {"alpha", 1, 0, 0.5f}, {"beta", 1, 0, 2.0f}};
     ck_assert_ok(run_node("Gemm", "", at, 3,
                           (tin[]){{ORTEP_DTYPE_F32, SHAPE((int64_t)m, K), a},
                                   {wdt[_i], SHAPE(N, K), bw},
                                   {ORTEP_DTYPE_F32, SHAPE(N), c}},
                           3, (void *[]){out}, 1));
-    for (size_t i = 0; i < m; i++)
-      for (size_t j = 0; j < N; j++) {
-        double s = 0;
-        for (size_t t = 0; t < K; t++) s += (double)a[i * K + t] * bact[j * K + t];
-        want[i * N + j] = 0.5 * s + 2.0 * c[j];
-      }
+    for (size_t i = 0; i < m * N; i++) want[i] = 0.5 * abt[i] + 2.0 * c[i % N];
     expect_close(out, want, m * N, "Gemm transB");
     /* FusedMatMul with transB=1 on a rank-3 A */
     ck_assert_ok(run_node("FusedMatMul", ORTEP_DOMAIN_MS, (tattr[]){{"transB", 0, 1, 0}}, 1,
                           (tin[]){{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), a}, {wdt[_i], SHAPE(N, K), bw}}, 2,
                           (void *[]){out}, 1));
-    for (size_t i = 0; i < m; i++)
-      for (size_t j = 0; j < N; j++) {
-        double s = 0;
-        for (size_t t = 0; t < K; t++) s += (double)a[i * K + t] * bact[j * K + t];
-        want[i * N + j] = s;
-      }
-    expect_close(out, want, m * N, "FusedMatMul transB");
+    expect_close(out, abt, m * N, "FusedMatMul transB");
     /* Gemm without C and without transB */
     ck_assert_ok(run_node("Gemm", "", NULL, 0,
                           (tin[]){{ORTEP_DTYPE_F32, SHAPE((int64_t)m, K), a}, {wdt[_i], SHAPE(K, N), bw}}, 2,
                           (void *[]){out}, 1));
-    for (size_t i = 0; i < m; i++)
-      for (size_t j = 0; j < N; j++) {
-        double s = 0;
-        for (size_t t = 0; t < K; t++) s += (double)a[i * K + t] * bact[t * N + j];
-        want[i * N + j] = s;
-      }
-    expect_close(out, want, m * N, "Gemm");
+    expect_close(out, ab, m * N, "Gemm");
   }
   free(bw);
 }
