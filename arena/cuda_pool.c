@@ -1,9 +1,13 @@
 /*
- * cuda_pool.c: device memory from a cudaMemPool per GPU, stream-ordered.
+ * cuda_pool.c: device memory from a cudaMemPool of ortep's own, stream-ordered.
  *
- * The pool's release threshold is raised to "never", so memory freed back to
- * it is retained rather than returned to the driver, and a decode loop that
- * frees and allocates the same sizes never pays cudaMalloc again.
+ * The pool is created for this allocator (cudaMemPoolCreate), not borrowed
+ * from the device's default pool: raising the default pool's release
+ * threshold or trimming it would change the memory behaviour of every other
+ * library in the process that allocates stream-ordered. Its release threshold
+ * is "never", so memory freed back to it is retained rather than returned to
+ * the driver, and a decode loop that frees and allocates the same sizes never
+ * pays cudaMalloc again; destroying the allocator destroys the pool.
  * Allocations are cudaMallocFromPoolAsync on the owning stream; frees are
  * cudaFreeAsync. An allocation while the stream is capturing is refused: a
  * captured graph must not allocate (carve from the arena before capture).
@@ -71,8 +75,8 @@ static ortep_status pool_stats(const ortep_allocator *self, ortep_mem_stats *out
 
 static void pool_destroy(ortep_allocator *self) {
   cuda_pool *p = (cuda_pool *)self;
-  cudaStreamSynchronize(p->stream); /* pending frees land before the pool is trimmed */
-  cudaMemPoolTrimTo(p->pool, 0);
+  cudaStreamSynchronize(p->stream); /* pending frees land before the pool goes */
+  cudaMemPoolDestroy(p->pool);
   ortep__free(p);
 }
 
@@ -89,17 +93,27 @@ ortep_status ortep_cuda_pool_allocator_create(int device, void *stream, ortep_go
                                               ortep_allocator **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_cuda_pool_allocator_create: out is NULL");
   *out = NULL;
-  cudaMemPool_t pool;
-  cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, device);
-  if (e != cudaSuccess)
-    return ortep__fail(ORTEP_E_DEVICE_ERROR, "cuda pool: no memory pool for device %d: %s", device,
-                       cudaGetErrorString(e));
-  uint64_t keep = UINT64_MAX; /* retain freed memory in the pool */
-  e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
-  if (e != cudaSuccess)
-    return ortep__fail(ORTEP_E_DEVICE_ERROR, "cuda pool: cannot set the release threshold: %s", cudaGetErrorString(e));
   cuda_pool *p = ortep__calloc(1, sizeof *p);
   if (!p) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "cuda pool: no memory for the allocator object");
+  struct cudaMemPoolProps props = {0};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t pool;
+  cudaError_t e = cudaMemPoolCreate(&pool, &props);
+  if (e != cudaSuccess) {
+    ortep__free(p);
+    return ortep__fail(ORTEP_E_DEVICE_ERROR, "cuda pool: cannot create a memory pool on device %d: %s (%s)", device,
+                       cudaGetErrorString(e), cudaGetErrorName(e));
+  }
+  uint64_t keep = UINT64_MAX; /* retain freed memory in the pool */
+  e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  if (e != cudaSuccess) {
+    cudaMemPoolDestroy(pool);
+    ortep__free(p);
+    return ortep__fail(ORTEP_E_DEVICE_ERROR, "cuda pool: cannot set the release threshold: %s", cudaGetErrorString(e));
+  }
   p->base.vtable = &pool_vtable;
   p->device = device;
   p->stream = (cudaStream_t)stream;

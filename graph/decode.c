@@ -30,6 +30,11 @@ struct ortep_decoder {
   /* the token-id and position inputs, resolved once at open */
   ortep_ep *in_ep[2];
   ortep_buffer in_buf[2];
+  /* The other EPs with an error word (mixed placement): read at each step's
+   * sync and ORed into the argmax EP's word, so a bad index on any EP fails
+   * the step. The decoder registers at most a GPU and the CPU EP. */
+  ortep_ep *watch[2];
+  size_t n_watch;
   size_t vocab, max_seq, pos;
   int32_t next;
   bool have_next, failed;
@@ -71,6 +76,27 @@ static ortep_status zero_value(ortep_decoder *d, const char *name) {
   return st;
 }
 
+/* Initialises ep and hands it to the registry. Ownership has one rule: ep
+ * belongs to this call from entry, so on any failure it is already destroyed
+ * (ortep_ep_registry_add destroys what it refuses) and the caller must not
+ * touch it again. */
+static ortep_status register_ep(ortep_decoder *d, ortep_ep *ep, const ortep_config *config) {
+  ortep_status st = ortep_ep_initialize(ep, config);
+  if (st != ORTEP_OK) {
+    ortep_ep_destroy(ep);
+    return st;
+  }
+  return ortep_ep_registry_add(d->registry, ep, NULL);
+}
+
+static ortep_status reset_error_words(ortep_decoder *d) {
+  for (uint32_t i = 0; i < ortep_ep_registry_count(d->registry); i++) {
+    ortep_status st = ortep_ep_reset_error_word(ortep_ep_registry_get(d->registry, i));
+    if (st != ORTEP_OK) return st;
+  }
+  return ORTEP_OK;
+}
+
 ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *options, ortep_decoder **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_open: out is NULL");
   *out = NULL;
@@ -93,29 +119,23 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
       (st = o.host_allocator ? ortep_cpu_ep_create_with_allocator(o.host_allocator, &cpu)
                              : ortep_cpu_ep_create(d->governor, &cpu)))
     goto fail;
-  if ((st = ortep_ep_initialize(cpu, o.config)) != ORTEP_OK) {
-    ortep_ep_destroy(cpu);
-    goto fail;
-  }
   /* The GPU first when wanted and usable: placement prefers its lower cost;
-   * the CPU EP stays registered as the host EP that owns initializers. */
+   * the CPU EP is registered too, as the host EP that owns initializers. */
   if (strcmp(want, "cpu") != 0) {
-    ortep_ep *gpu = NULL;
     char why[256] = "";
-    if (!ortep_cuda_available(why, sizeof why)) {
-      if (!strcmp(want, "cuda")) {
+    if (ortep_cuda_available(why, sizeof why)) {
+      ortep_ep *gpu = NULL;
+      if ((st = ortep_cuda_ep_create(d->governor, &gpu)) || (st = register_ep(d, gpu, o.config))) {
         ortep_ep_destroy(cpu);
-        st = ortep__fail(ORTEP_E_NO_DEVICE, "ep \"cuda\" was asked for, but %s; use ep \"cpu\" or \"auto\"", why);
         goto fail;
       }
-    } else if ((st = ortep_cuda_ep_create(d->governor, &gpu)) || (st = ortep_ep_initialize(gpu, o.config)) ||
-               (st = ortep_ep_registry_add(d->registry, gpu, NULL))) {
-      if (gpu && !ortep_ep_registry_find(d->registry, "cuda_ep")) ortep_ep_destroy(gpu);
+    } else if (!strcmp(want, "cuda")) {
       ortep_ep_destroy(cpu);
+      st = ortep__fail(ORTEP_E_NO_DEVICE, "ep \"cuda\" was asked for, but %s; use ep \"cpu\" or \"auto\"", why);
       goto fail;
     }
   }
-  if ((st = ortep_ep_registry_add(d->registry, cpu, NULL))) goto fail;
+  if ((st = register_ep(d, cpu, o.config))) goto fail;
   if ((st = ortep_model_open(dir, &d->model))) goto fail;
   const ortep_model_config *c = ortep_model_get_config(d->model);
   size_t limit = (size_t)c->max_position_embeddings;
@@ -150,8 +170,12 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     snprintf(name, sizeof name, "past_value.%lld", (long long)l);
     if ((st = zero_value(d, name))) goto fail;
   }
-  for (uint32_t i = 0; i < ortep_ep_registry_count(d->registry); i++)
-    if ((st = ortep_ep_reset_error_word(ortep_ep_registry_get(d->registry, i)))) goto fail;
+  for (uint32_t i = 0; i < ortep_ep_registry_count(d->registry); i++) {
+    ortep_ep *ep = ortep_ep_registry_get(d->registry, i);
+    if (ep != d->ep && ortep_ep_error_word_ptr(ep) && d->n_watch < sizeof d->watch / sizeof *d->watch)
+      d->watch[d->n_watch++] = ep;
+  }
+  if ((st = reset_error_words(d))) goto fail;
   *out = d;
   return ORTEP_OK;
 fail:
@@ -176,6 +200,11 @@ ortep_status ortep_decoder_step(ortep_decoder *d, int32_t token, int32_t positio
     ortep__trace_push(ORTEP__TRACE_SYNC, d->steps);
     st = ortep_ep_device_argmax(d->ep, d->logits, d->vocab, ORTEP_DTYPE_F32, &d->result);
     if (st == ORTEP_OK) st = ortep_ep_copy_to_host(d->ep, &d->result, pair, sizeof pair); /* the one sync */
+    for (size_t i = 0; st == ORTEP_OK && i < d->n_watch; i++) { /* one more read per other EP */
+      uint32_t bits = 0;
+      st = ortep_ep_check_error_word(d->watch[i], &bits);
+      pair[1] |= bits;
+    }
     ortep__trace_pop();
   }
   d->steps++;
@@ -244,7 +273,7 @@ ortep_status ortep_decoder_generate(ortep_decoder *d, size_t max_tokens, ortep_t
 
 ortep_status ortep_decoder_reset(ortep_decoder *d) {
   if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_reset: decoder is NULL");
-  ortep_status st = ortep_ep_reset_error_word(d->ep);
+  ortep_status st = reset_error_words(d);
   if (st == ORTEP_OK) st = ortep_session_invalidate(d->session);
   d->pos = 0;
   d->have_next = false;

@@ -2,8 +2,10 @@
  * nvtx_recorder.c: a minimal NVTX injection library for tests. Loaded by
  * NVTX through NVTX_INJECTION64_PATH, it installs handlers for the domain
  * calls ortep makes and records every push, pop, start, end, mark, thread
- * name and category name with its text and payload. The test reads the
- * record through nvtx_recorder_count / nvtx_recorder_event.
+ * name and category name with its text and payload. Only domain "ortep" is
+ * recorded: other libraries in the process (cuBLAS, the CUDA runtime) may
+ * emit ranges of their own domains, which the test must not see. The test
+ * reads the record through nvtx_recorder_count / nvtx_recorder_event.
  */
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
@@ -15,7 +17,8 @@
 static nvtx_event events[NVTX_RECORDER_MAX];
 static size_t count;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct nvtxDomainRegistration_st { int unused; } the_domain;
+static struct nvtxDomainRegistration_st { int unused; } ortep_domain, other_domain;
+#define OURS(d) ((d) == (nvtxDomainHandle_t)&ortep_domain)
 
 static void record(nvtx_event_kind kind, const char *text, uint64_t payload, uint32_t category) {
   pthread_mutex_lock(&lock);
@@ -37,39 +40,34 @@ static void from_attrs(nvtx_event_kind kind, const nvtxEventAttributes_t *a) {
 }
 
 static nvtxDomainHandle_t domain_create(const char *name) {
+  if (!name || strcmp(name, "ortep") != 0) return (nvtxDomainHandle_t)&other_domain;
   record(NVTX_EV_DOMAIN, name, 0, 0);
-  return (nvtxDomainHandle_t)&the_domain;
+  return (nvtxDomainHandle_t)&ortep_domain;
 }
 static nvtxStringHandle_t register_string(nvtxDomainHandle_t d, const char *s) {
   (void)d;
   return (nvtxStringHandle_t)strdup(s); /* lives as long as the process: a test tool */
 }
 static void name_category(nvtxDomainHandle_t d, uint32_t cat, const char *name) {
-  (void)d;
-  record(NVTX_EV_CATEGORY, name, cat, cat);
+  if (OURS(d)) record(NVTX_EV_CATEGORY, name, cat, cat);
 }
 static int push(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a) {
-  (void)d;
-  from_attrs(NVTX_EV_PUSH, a);
+  if (OURS(d)) from_attrs(NVTX_EV_PUSH, a);
   return 0;
 }
 static int pop(nvtxDomainHandle_t d) {
-  (void)d;
-  record(NVTX_EV_POP, "", 0, 0);
+  if (OURS(d)) record(NVTX_EV_POP, "", 0, 0);
   return 0;
 }
 static void mark(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a) {
-  (void)d;
-  from_attrs(NVTX_EV_MARK, a);
+  if (OURS(d)) from_attrs(NVTX_EV_MARK, a);
 }
 static nvtxRangeId_t start(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a) {
-  (void)d;
-  from_attrs(NVTX_EV_START, a);
+  if (OURS(d)) from_attrs(NVTX_EV_START, a);
   return count;
 }
 static void end(nvtxDomainHandle_t d, nvtxRangeId_t id) {
-  (void)d;
-  record(NVTX_EV_END, "", id, 0);
+  if (OURS(d)) record(NVTX_EV_END, "", id, 0);
 }
 static void name_thread(uint32_t tid, const char *name) { record(NVTX_EV_THREAD, name, tid, 0); }
 

@@ -72,7 +72,7 @@ END_TEST
 START_TEST(decode_runs_every_mode_and_writes_the_documented_json) {
   char err[4096];
   char args[256];
-  snprintf(args, sizeof args, "decode --tokens 6 --runs 2 --warmup 1 --prompt-len 3 --json %s/decode.json", g_tmp);
+  snprintf(args, sizeof args, "decode --ep cpu --tokens 6 --runs 2 --warmup 1 --prompt-len 3 --json %s/decode.json", g_tmp);
   ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
   cJSON *j = read_json("decode.json");
   const char *top[] = {"command", "machine", "build", "ep", "model", "prompt_token_ids", "modes", "tokens_agree",
@@ -105,7 +105,7 @@ END_TEST
 
 START_TEST(single_modes_and_explain) {
   char err[4096];
-  ck_assert_int_eq(bench(NULL, "decode --mode graph --tokens 4 --runs 1 --warmup 0 --prompt-len 2 --explain", err, sizeof err), 0);
+  ck_assert_int_eq(bench(NULL, "decode --ep cpu --mode graph --tokens 4 --runs 1 --warmup 0 --prompt-len 2 --explain", err, sizeof err), 0);
   char path[128], buf[1 << 15];
   snprintf(path, sizeof path, "%s/stdout.txt", g_tmp);
   FILE *f = fopen(path, "r");
@@ -119,7 +119,7 @@ END_TEST
 
 START_TEST(disagreement_between_modes_is_an_error) {
   char err[4096];
-  int rc = bench("ORTEP_BENCH_PERTURB=segmented", "decode --tokens 6 --runs 1 --warmup 0 --prompt-len 2", err, sizeof err);
+  int rc = bench("ORTEP_BENCH_PERTURB=segmented", "decode --ep cpu --tokens 6 --runs 1 --warmup 0 --prompt-len 2", err, sizeof err);
   ck_assert_int_eq(rc, 1);
   ck_assert_msg(strstr(err, "disagree"), "%s", err);
 }

@@ -1,9 +1,11 @@
 /* test_cuda_device.c: the CUDA EP on a GPU. Exits 77 (ctest: skipped) with a
- * one-line reason when no device is present. Runs unforked (CK_FORK=no): a
- * CUDA context does not survive fork().
+ * one-line reason when no device is present. Runs unforked whatever CK_FORK
+ * says (test_run_unforked): main() probes the driver, and a CUDA context does
+ * not survive fork().
  *
  * Tolerance: CUDA vs CPU logits within 1e-3 x (1 + |cpu|) (different
- * summation orders in f32); tokens identical for 32 steps. */
+ * summation orders in f32, the same function for every weight type); tokens
+ * identical for 32 steps except at near-ties, which are printed. */
 #include <math.h>
 
 #include "testutil.h"
@@ -18,25 +20,102 @@ static ortep_decoder *open_ep(const char *ep, bool eager, const char *seams) {
   return d;
 }
 
-START_TEST(cuda_matches_cpu_for_32_steps) {
-  ortep_decoder *g = open_ep("cuda", false, NULL), *c = open_ep("cpu", true, NULL);
+/* CUDA against the CPU EP on one model: both decode 32 steps fed the CPU's
+ * token (so one near-tie cannot derail the rest). Logits must agree within
+ * tol x (1 + |cpu|) when tol > 0; a token may differ only at a near-tie,
+ * where the CPU's best two logits are closer than the largest logit
+ * difference seen at that step. Prints one summary line, near-ties with
+ * their margins. */
+static void compare_with_cpu(const char *dir, const char *label, int steps, float tol) {
+  ortep_decoder *g, *c;
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cuda", .max_seq_len = 64}, &g));
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .eager = true, .max_seq_len = 64}, &c));
   ck_assert_str_eq(ortep_ep_name(ortep_decoder_ep(g)), "cuda_ep");
   size_t V = ortep_decoder_vocab_size(c);
   float *lg = malloc(V * sizeof *lg), *lc = malloc(V * sizeof *lc);
-  int32_t tg = 5, tc = 5;
-  for (int pos = 0; pos < 32; pos++) {
-    ck_assert_ok(ortep_decoder_step(g, tg, pos, &tg));
-    ck_assert_ok(ortep_decoder_step(c, tc, pos, &tc));
+  int32_t token = 5, same = 0;
+  float worst = 0.0f;
+  char ties[512] = "";
+  for (int pos = 0; pos < steps; pos++) {
+    int32_t tg, tc;
+    ck_assert_ok(ortep_decoder_step(g, token, pos, &tg));
+    ck_assert_ok(ortep_decoder_step(c, token, pos, &tc));
     ck_assert_ok(ortep_decoder_logits(g, lg, V));
     ck_assert_ok(ortep_decoder_logits(c, lc, V));
-    for (size_t i = 0; i < V; i++)
-      ck_assert_msg(fabsf(lg[i] - lc[i]) <= 1e-3f * (1.0f + fabsf(lc[i])), "pos %d logit %zu: cuda %f cpu %f", pos, i,
-                    lg[i], lc[i]);
-    ck_assert_msg(tg == tc, "pos %d: cuda token %d, cpu token %d", pos, tg, tc);
+    float step_worst = 0.0f, top1 = -INFINITY, top2 = -INFINITY;
+    for (size_t i = 0; i < V; i++) {
+      float d = fabsf(lg[i] - lc[i]);
+      if (d > step_worst) step_worst = d;
+      if (tol > 0)
+        ck_assert_msg(d <= tol * (1.0f + fabsf(lc[i])), "%s pos %d logit %zu: cuda %.7g cpu %.7g", label, pos, i,
+                      (double)lg[i], (double)lc[i]);
+      if (lc[i] > top1) top2 = top1, top1 = lc[i];
+      else if (lc[i] > top2) top2 = lc[i];
+    }
+    if (step_worst > worst) worst = step_worst;
+    if (tg == tc) {
+      same++;
+    } else {
+      float margin = top1 - top2;
+      size_t used = strlen(ties);
+      snprintf(ties + used, sizeof ties - used, " pos %d (cuda %d, cpu %d, margin %.3g)", pos, tg, tc, (double)margin);
+      ck_assert_msg(margin <= 2.0f * step_worst, "%s pos %d: cuda token %d, cpu token %d, margin %g is no near-tie "
+                    "(largest logit difference %g)", label, pos, tg, tc, (double)margin, (double)step_worst);
+    }
+    token = tc;
   }
+  printf("%-22s %d/%d tokens identical, max |cuda - cpu| logit %.3g%s%s\n", label, same, steps, (double)worst,
+         ties[0] ? ", near-ties:" : "", ties);
+  fflush(stdout);
   free(lg), free(lc);
   ortep_decoder_close(g);
   ortep_decoder_close(c);
+}
+
+/* The GEMV computes the CPU's function (f32 activations, widened weights,
+ * f32 accumulation) for every weight type, so one tolerance serves all. */
+START_TEST(cuda_matches_cpu_in_every_weight_type) {
+  const ortep_dtype types[] = {ORTEP_DTYPE_F32, ORTEP_DTYPE_BF16, ORTEP_DTYPE_F16};
+  for (int i = 0; i < 3; i++) {
+    char dir[64], label[64];
+    snprintf(dir, sizeof dir, "/tmp/ortep-cuda-dt-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_ok(ortep_model_write_synthetic(dir, "tiny", types[i], 1234));
+    snprintf(label, sizeof label, "tiny %s", ortep_dtype_name(types[i]));
+    compare_with_cpu(dir, label, 32, 1e-3f);
+    test_model_dir_remove(dir);
+  }
+}
+END_TEST
+
+/* The Qwen2.5-0.5B shape in bf16 (24 layers, vocab 151936): ~1 GB written,
+ * so only when asked (bench/device-check.sh sets ORTEP_DEVICE_CHECK_LARGE). */
+START_TEST(cuda_matches_cpu_on_the_qwen_shape) {
+  if (!getenv("ORTEP_DEVICE_CHECK_LARGE")) {
+    printf("qwen2.5-0.5b bf16: not run (set ORTEP_DEVICE_CHECK_LARGE=1)\n");
+    return;
+  }
+  char dir[64];
+  snprintf(dir, sizeof dir, "/tmp/ortep-cuda-qwen-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_ok(ortep_model_write_synthetic(dir, "qwen2.5-0.5b", ORTEP_DTYPE_BF16, 1234));
+  compare_with_cpu(dir, "qwen2.5-0.5b bf16", 32, 0.0f);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
+/* The device budget is the one that binds when the KV cache and activations
+ * live on the GPU (the CPU suite's host-budget test means the CPU EP). */
+START_TEST(device_budget_refuses_on_cuda) {
+  ortep_config *c;
+  ck_assert_ok(ortep_config_create(&c));
+  ck_assert_ok(ortep_config_set(c, "ortep.device.budget_bytes", "64K"));
+  ortep_decoder *d = NULL;
+  ck_assert_status(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cuda", .config = c}, &d),
+                   ORTEP_E_BUDGET_EXCEEDED);
+  ck_assert_error_mentions("ortep.device.budget_bytes");
+  ck_assert_ptr_null(d);
+  ortep_config_destroy(c);
 }
 END_TEST
 
@@ -141,13 +220,15 @@ int main(void) {
   Suite *s = suite_create("cuda_device");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, cuda_matches_cpu_for_32_steps);
+  tcase_add_test(tc, cuda_matches_cpu_in_every_weight_type);
+  tcase_add_test(tc, cuda_matches_cpu_on_the_qwen_shape);
+  tcase_add_test(tc, device_budget_refuses_on_cuda);
   tcase_add_test(tc, eager_and_replay_agree_on_cuda);
   tcase_add_test(tc, error_word_paths_on_cuda);
   tcase_add_test(tc, zero_allocations_per_step_and_none_during_capture);
   tcase_add_test(tc, copies_and_fences);
   suite_add_tcase(s, tc);
-  int rc = test_run(s);
+  int rc = test_run_unforked(s);
   test_model_dir_remove(g_dir);
   return rc;
 }

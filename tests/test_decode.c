@@ -10,9 +10,13 @@
 static char g_dir[64];
 static const int32_t prompt[] = {5, 17, 2, 99};
 
+/* This suite means the CPU EP (on a GPU machine "auto" would pick CUDA,
+ * whose variants live in test_cuda_device.c): an unset ep becomes "cpu". */
 static ortep_decoder *open_with(const ortep_decoder_options *o) {
+  ortep_decoder_options c = o ? *o : (ortep_decoder_options){0};
+  if (!c.ep) c.ep = "cpu";
   ortep_decoder *d;
-  ck_assert_ok(ortep_decoder_open(g_dir, o, &d));
+  ck_assert_ok(ortep_decoder_open(g_dir, &c, &d));
   return d;
 }
 
@@ -86,7 +90,7 @@ static void against_reference(const char *preset, ortep_dtype dtype) {
   ref_model *ref = ref_open(dir, 64);
   ck_assert_msg(ref != NULL, "%s", ortep_last_error());
   ortep_decoder *d;
-  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.max_seq_len = 64}, &d));
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 64}, &d));
   size_t V = ref_vocab(ref);
   double *want = malloc(V * sizeof *want);
   float *got = malloc(V * sizeof *got);
@@ -215,7 +219,7 @@ START_TEST(open_errors_are_clear) {
   ortep_config *c;
   ck_assert_ok(ortep_config_create(&c));
   ck_assert_ok(ortep_config_set(c, "ortep.host.budget_bytes", "64K"));
-  ck_assert_status(ortep_decoder_open(g_dir, &(ortep_decoder_options){.config = c}, &d), ORTEP_E_BUDGET_EXCEEDED);
+  ck_assert_status(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &d), ORTEP_E_BUDGET_EXCEEDED);
   ck_assert_error_mentions("ortep.host.budget_bytes");
   ortep_config_destroy(c);
   d = open_with(NULL);

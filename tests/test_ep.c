@@ -232,34 +232,53 @@ START_TEST(device_argmax_ties_nan_and_f16) {
   memcpy(out, res.ptr, 8);
   ck_assert_uint_eq(out[0], 1); /* the first maximum wins */
   ck_assert_uint_eq(out[1], 0);
+  /* Any non-finite logit (NaN, +Inf, -Inf) latches the bit in the same pass;
+   * the token is the first maximum among the finite values (0 when none). */
   float nans[] = {NAN, 2.0f, NAN, 5.0f, NAN};
   ck_assert_ok(ortep_ep_device_argmax(cpu, nans, 5, ORTEP_DTYPE_F32, &res));
   memcpy(out, res.ptr, 8);
   ck_assert_uint_eq(out[0], 3);
+  ck_assert_uint_eq(out[1], ORTEP_ERROR_ARGMAX_NOT_FINITE);
+  ck_assert_ok(ortep_ep_reset_error_word(cpu));
   float negs[] = {-INFINITY, -5.0f, -INFINITY};
   ck_assert_ok(ortep_ep_device_argmax(cpu, negs, 3, ORTEP_DTYPE_F32, &res));
   memcpy(out, res.ptr, 8);
   ck_assert_uint_eq(out[0], 1);
+  ck_assert_uint_eq(out[1], ORTEP_ERROR_ARGMAX_NOT_FINITE);
+  ck_assert_ok(ortep_ep_reset_error_word(cpu));
+  float pinf[] = {1.0f, INFINITY, 4.0f};
+  ck_assert_ok(ortep_ep_device_argmax(cpu, pinf, 3, ORTEP_DTYPE_F32, &res));
+  memcpy(out, res.ptr, 8);
+  ck_assert_uint_eq(out[0], 2);
+  ck_assert_uint_eq(out[1], ORTEP_ERROR_ARGMAX_NOT_FINITE);
+  ck_assert_ok(ortep_ep_reset_error_word(cpu));
   uint16_t h[4] = {ortep_f32_to_f16(0.5f), ortep_f32_to_f16(NAN), ortep_f32_to_f16(7.0f), ortep_f32_to_f16(7.0f)};
   ck_assert_ok(ortep_ep_device_argmax(cpu, h, 4, ORTEP_DTYPE_F16, &res));
   memcpy(out, res.ptr, 8);
   ck_assert_uint_eq(out[0], 2);
-  ck_assert_uint_eq(out[1], 0);
+  ck_assert_uint_eq(out[1], ORTEP_ERROR_ARGMAX_NOT_FINITE);
+  ck_assert_ok(ortep_ep_reset_error_word(cpu));
+  uint16_t hinf[2] = {ortep_f32_to_f16(1.0f), ortep_f32_to_f16(1e6f) /* overflows to +Inf */};
+  ck_assert_ok(ortep_ep_device_argmax(cpu, hinf, 2, ORTEP_DTYPE_F16, &res));
+  memcpy(out, res.ptr, 8);
+  ck_assert_uint_eq(out[0], 0);
+  ck_assert_uint_eq(out[1], ORTEP_ERROR_ARGMAX_NOT_FINITE);
+  ck_assert_ok(ortep_ep_reset_error_word(cpu));
   /* all NaN: token 0 and the bit, read with the token */
   float all_nan[] = {NAN, NAN};
   ck_assert_ok(ortep_ep_device_argmax(cpu, all_nan, 2, ORTEP_DTYPE_F32, &res));
   memcpy(out, res.ptr, 8);
   ck_assert_uint_eq(out[0], 0);
-  ck_assert_uint_eq(out[1], ORTEP_ERROR_ARGMAX_NO_NUMBER);
+  ck_assert_uint_eq(out[1], ORTEP_ERROR_ARGMAX_NOT_FINITE);
   /* the word latches until reset */
   ck_assert_ok(ortep_ep_device_argmax(cpu, ties, 5, ORTEP_DTYPE_F32, &res));
   memcpy(out, res.ptr, 8);
-  ck_assert_uint_eq(out[1], ORTEP_ERROR_ARGMAX_NO_NUMBER);
+  ck_assert_uint_eq(out[1], ORTEP_ERROR_ARGMAX_NOT_FINITE);
   uint32_t bits;
   ck_assert_ok(ortep_ep_check_error_word(cpu, &bits));
-  ck_assert_uint_eq(bits, ORTEP_ERROR_ARGMAX_NO_NUMBER);
+  ck_assert_uint_eq(bits, ORTEP_ERROR_ARGMAX_NOT_FINITE);
   ck_assert_ok(ortep_ep_check_error_word(cpu, &bits)); /* reading does not clear */
-  ck_assert_uint_eq(bits, ORTEP_ERROR_ARGMAX_NO_NUMBER);
+  ck_assert_uint_eq(bits, ORTEP_ERROR_ARGMAX_NOT_FINITE);
   ck_assert_ok(ortep_ep_reset_error_word(cpu));
   ck_assert_ok(ortep_ep_check_error_word(cpu, &bits));
   ck_assert_uint_eq(bits, 0);

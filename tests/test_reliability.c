@@ -40,7 +40,7 @@ static void chain_free(chain *c) {
 /* The operation: open, run two steps, close. */
 static ortep_status open_and_step(const chain *c) {
   ortep_decoder *d;
-  ortep_decoder_options o = {.max_seq_len = 16, .governor = c->gov, .host_allocator = c->fault};
+  ortep_decoder_options o = {.ep = "cpu", .max_seq_len = 16, .governor = c->gov, .host_allocator = c->fault};
   ortep_status st = ortep_decoder_open(g_dir, &o, &d);
   if (st != ORTEP_OK) return st;
   st = ortep_decoder_prefill(d, (int32_t[]){1, 2}, 2, NULL);
@@ -77,7 +77,7 @@ START_TEST(oom_loop_over_decoder_open_through_the_small_object_hook) {
     test_hooks_install(n);
     ortep_clear_error();
     ortep_decoder *d = NULL;
-    ortep_status st = ortep_decoder_open(g_dir, &(ortep_decoder_options){.max_seq_len = 16}, &d);
+    ortep_status st = ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 16}, &d);
     if (st == ORTEP_OK) st = ortep_decoder_prefill(d, (int32_t[]){1, 2}, 2, NULL);
     long calls = atomic_load(&test_hook_calls);
     ortep_decoder_close(d);
@@ -120,7 +120,7 @@ START_TEST(governor_refusals_at_every_allocation_point) {
   chain c = chain_new();
   probe p = {{&probe_vt}, c.host, c.gov, {0}, 0};
   ortep_decoder *d;
-  ortep_decoder_options o = {.max_seq_len = 16, .governor = c.gov, .host_allocator = &p.base};
+  ortep_decoder_options o = {.ep = "cpu", .max_seq_len = 16, .governor = c.gov, .host_allocator = &p.base};
   ck_assert_ok(ortep_decoder_open(g_dir, &o, &d));
   ortep_decoder_close(d);
   size_t points = p.n;

@@ -50,7 +50,7 @@ START_TEST(decode_in_graph_mode_with_a_forced_seam) {
   char dir[64];
   test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
   ortep_decoder *d;
-  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.max_seq_len = 16, .forced_seams = "GroupQueryAttention"}, &d));
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 16, .forced_seams = "GroupQueryAttention"}, &d));
   void *h = dlopen(NVTX_RECORDER_PATH, RTLD_NOW | RTLD_NOLOAD);
   ck_assert_msg(h != NULL, "the NVTX injection library was not loaded (NVTX_INJECTION64_PATH=%s)",
                 getenv("NVTX_INJECTION64_PATH") ? getenv("NVTX_INJECTION64_PATH") : "unset");

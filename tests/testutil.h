@@ -92,8 +92,9 @@ static inline void test_hooks_install(long fail_at) {
 }
 
 /* --- runner -------------------------------------------------------------- */
-static inline int test_run(Suite *s) {
+static inline int test_run_with(Suite *s, enum fork_status fork) {
   SRunner *sr = srunner_create(s);
+  if (fork != CK_FORK_GETENV) srunner_set_fork_status(sr, fork);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
@@ -101,8 +102,12 @@ static inline int test_run(Suite *s) {
                       (unsigned long long)test_seed());
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
-
-#endif
+/* Forked per test unless CK_FORK=no says otherwise (Valgrind runs). */
+static inline int test_run(Suite *s) { return test_run_with(s, CK_FORK_GETENV); }
+/* Never forked, whatever the environment says: a suite whose main() has
+ * touched the CUDA driver (a device probe) cannot fork, since a CUDA context
+ * does not survive fork() and every child would see no device. */
+static inline int test_run_unforked(Suite *s) { return test_run_with(s, CK_NOFORK); }
 
 /* --- a host allocator under a fault-injecting wrapper ----------------------- */
 typedef struct fixture {
@@ -245,3 +250,5 @@ static inline void test_model_dir_remove(const char *dir) {
   unlink(p);
   rmdir(dir);
 }
+
+#endif

@@ -19,8 +19,11 @@
  *   2    KV_SLOT               a GroupQueryAttention position is < 0 or >= the
  *                              KV cache's capacity; nothing is written to the
  *                              cache and the output is zeroed
- *   3    ARGMAX_NO_NUMBER      every logit given to argmax is NaN; the token
- *                              id is 0
+ *   3    ARGMAX_NOT_FINITE     a logit given to argmax is NaN or +-Inf (the
+ *                              model produced garbage: a bad weight, an
+ *                              overflow); the token id is the first maximum
+ *                              among the finite logits, 0 when none, and is
+ *                              never emitted since the word fails the step
  */
 #ifndef ORTEP_ERROR_WORD_H
 #define ORTEP_ERROR_WORD_H
@@ -34,7 +37,7 @@ ORTEP_BEGIN_DECLS
   XX(GATHER_INDEX, 0, "a gather index (token id) was outside the embedding table")                    \
   XX(ROTARY_POSITION, 1, "a rotary position was outside the cos/sin cache (position >= max positions)") \
   XX(KV_SLOT, 2, "a KV-cache slot was outside the cache (position >= max_seq_len)")                   \
-  XX(ARGMAX_NO_NUMBER, 3, "every logit given to argmax was NaN")
+  XX(ARGMAX_NOT_FINITE, 3, "a logit given to argmax was NaN or infinite")
 
 enum {
 #define ORTEP__ERRBIT(name, bit, desc) ORTEP_ERROR_##name = 1u << (bit),

@@ -236,32 +236,29 @@ void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y) {
   }
 }
 
-uint32_t ortep__cpu_argmax_f32(const float *x, size_t n, uint32_t *error_word) {
+/* The first maximum among the finite values. Any NaN or infinity latches
+ * ARGMAX_NOT_FINITE in the same pass (logits like that mean the model
+ * produced garbage; the step fails and the token is never emitted). */
+static uint32_t argmax_finite(const float *x32, const uint16_t *x16, size_t n, uint32_t *error_word) {
   size_t best = n;
   float bv = 0;
+  bool bad = false;
   for (size_t i = 0; i < n; i++) {
-    float v = x[i];
-    if (v != v) continue; /* NaN */
+    float v = x32 ? x32[i] : ortep_f16_to_f32(x16[i]);
+    if (!isfinite(v)) {
+      bad = true;
+      continue;
+    }
     if (best == n || v > bv) best = i, bv = v;
   }
-  if (best == n) {
-    cpu_latch(error_word, ORTEP_ERROR_ARGMAX_NO_NUMBER);
-    return 0;
-  }
-  return (uint32_t)best;
+  if (bad) cpu_latch(error_word, ORTEP_ERROR_ARGMAX_NOT_FINITE);
+  return best == n ? 0 : (uint32_t)best;
+}
+
+uint32_t ortep__cpu_argmax_f32(const float *x, size_t n, uint32_t *error_word) {
+  return argmax_finite(x, NULL, n, error_word);
 }
 
 uint32_t ortep__cpu_argmax_f16(const uint16_t *x, size_t n, uint32_t *error_word) {
-  size_t best = n;
-  float bv = 0;
-  for (size_t i = 0; i < n; i++) {
-    float v = ortep_f16_to_f32(x[i]);
-    if (v != v) continue;
-    if (best == n || v > bv) best = i, bv = v;
-  }
-  if (best == n) {
-    cpu_latch(error_word, ORTEP_ERROR_ARGMAX_NO_NUMBER);
-    return 0;
-  }
-  return (uint32_t)best;
+  return argmax_finite(NULL, x, n, error_word);
 }

@@ -129,13 +129,21 @@ static ortep_status cuda_initialize(ortep_ep *ep, const ortep_config *config) {
     release_all(e);
     return ortep__fail(ORTEP_E_DEVICE_ERROR, "%s: cublasCreate failed", CUDA_EP_NAME);
   }
-  cublasSetStream(e->blas, e->stream);
+  cublasStatus_t bs = cublasSetStream(e->blas, e->stream);
+  if (bs != CUBLAS_STATUS_SUCCESS) {
+    release_all(e);
+    return ortep__fail(ORTEP_E_DEVICE_ERROR, "%s: cublasSetStream failed (status %d)", CUDA_EP_NAME, (int)bs);
+  }
   e->workspace_bytes = (size_t)ws;
   if (ws && (st = ortep_allocator_allocate(e->pool, e->workspace_bytes, 256, &e->workspace)) != ORTEP_OK) {
     release_all(e);
     return ortep__wrap(st, "%s: the cuBLAS workspace", CUDA_EP_NAME);
   }
-  if (ws) cublasSetWorkspace(e->blas, e->workspace, e->workspace_bytes);
+  if (ws && (bs = cublasSetWorkspace(e->blas, e->workspace, e->workspace_bytes)) != CUBLAS_STATUS_SUCCESS) {
+    release_all(e);
+    return ortep__fail(ORTEP_E_DEVICE_ERROR, "%s: cublasSetWorkspace of %zu bytes failed (status %d)", CUDA_EP_NAME,
+                       e->workspace_bytes, (int)bs);
+  }
   void *errp = NULL;
   if ((st = ortep_allocator_allocate(e->pool, 256, 256, &errp)) != ORTEP_OK) {
     release_all(e);
@@ -212,11 +220,19 @@ static cudaDataType_t cuda_type(ortep_dtype d) {
   return d == ORTEP_DTYPE_F16 ? CUDA_R_16F : d == ORTEP_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-/* Y[M, N] = alpha * X[M, K] W(^T) + beta * bias, row-major, through cublasGemmEx
- * (column-major: Y^T = op(W) X^T). 16-bit weights: X is converted first. */
+/* Decode (M = 1) runs our GEMV: f32 activations times widened weights, the
+ * same function the CPU EP computes, in one launch with the bias. Wider
+ * products go through cublasGemmEx, Y[M, N] = alpha * X[M, K] W(^T) + beta *
+ * bias, row-major (column-major: Y^T = op(W) X^T); for 16-bit weights X is
+ * rounded to the weights' type first, so tensor cores run it (a tolerance the
+ * prefill tests state). */
 static ortep_status run_gemm(cuda_kernel *k, const void *const *in, void *const *out, size_t n_in) {
   __typeof__(k->op.p.gemm) *g = &k->op.p.gemm;
   cuda_ep *e = k->ep;
+  const void *c = g->has_c && n_in > 2 ? in[2] : NULL;
+  if (g->m == 1)
+    return launched(k, ortep__cu_gemv(in[0], in[1], (int)g->bdt, g->trans_b, g->m, g->k, g->n, g->alpha, c,
+                                      (int)g->cdt, g->c_rows, g->beta, out[0], e->stream));
   const void *x = in[0];
   int rc;
   if (g->bdt != ORTEP_DTYPE_F32) {
@@ -224,8 +240,8 @@ static ortep_status run_gemm(cuda_kernel *k, const void *const *in, void *const 
     x = k->scratch;
   }
   float beta = 0.0f;
-  if (g->has_c && g->beta != 0.0f && n_in > 2 && in[2]) {
-    if ((rc = ortep__cu_fill_bias(in[2], (int)g->cdt, g->c_rows, g->m, g->n, out[0], e->stream)))
+  if (c && g->beta != 0.0f) {
+    if ((rc = ortep__cu_fill_bias(c, (int)g->cdt, g->c_rows, g->m, g->n, out[0], e->stream)))
       return launched(k, rc);
     beta = g->beta;
   }
@@ -317,7 +333,7 @@ static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const 
   snprintf(k->name, sizeof k->name, "cuda.%s", ortep_node_op_type(node));
   /* Scratch is carved now, never during a capture. */
   if (k->op.kind == K_GQA) k->scratch_bytes = k->op.p.gqa.heads * k->op.p.gqa.cap * sizeof(float);
-  if (k->op.kind == K_GEMM && k->op.p.gemm.bdt != ORTEP_DTYPE_F32) k->scratch_bytes = k->op.p.gemm.m * k->op.p.gemm.k * 2;
+  if (k->op.kind == K_GEMM && k->op.p.gemm.bdt != ORTEP_DTYPE_F32 && k->op.p.gemm.m > 1) k->scratch_bytes = k->op.p.gemm.m * k->op.p.gemm.k * 2;
   if (k->scratch_bytes && (st = ortep_allocator_allocate(e->pool, k->scratch_bytes, 256, &k->scratch)) != ORTEP_OK) {
     ortep__free(k);
     return ortep__wrap(st, "%s: scratch for %s", CUDA_EP_NAME, ortep_node_name(node));

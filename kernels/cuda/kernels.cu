@@ -14,7 +14,7 @@
 /* ortep_dtype values (dtype.h): keep in step. */
 enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
 /* error_word.h bits */
-enum { BIT_GATHER = 1u, BIT_ROTARY = 2u, BIT_KV = 4u, BIT_ARGMAX = 8u };
+enum { BIT_GATHER = 1u, BIT_ROTARY = 2u, BIT_KV = 4u, BIT_ARGMAX = 8u /* a logit was NaN or infinite */ };
 
 __device__ __forceinline__ float ld(const void *p, int dt, size_t i) {
   if (dt == DT_F16) return __half2float(((const __half *)p)[i]);
@@ -59,7 +59,9 @@ __device__ float block_max(float v) {
 }
 
 static unsigned blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
-static int launched(void) { return (int)cudaGetLastError(); }
+/* Peek, not Get: reading the launch status must not clear (and so hide from
+ * its owner) an error some other code left pending. */
+static int launched(void) { return (int)cudaPeekAtLastError(); }
 
 __global__ void k_gather(const void *table, int tdt, size_t rows, size_t h, const void *index, int idx64, size_t n,
                          float *out, uint32_t *err) {
@@ -107,6 +109,86 @@ __global__ void k_fill_bias(const void *c, int cdt, size_t c_rows, size_t m, siz
 extern "C" int ortep__cu_fill_bias(const void *c, int cdt, size_t c_rows, size_t m, size_t n, float *y, void *stream) {
   if (!m || !n) return 0;
   k_fill_bias<<<blocks(m * n, 256), 256, 0, (cudaStream_t)stream>>>(c, cdt, c_rows, m, n, y);
+  return launched();
+}
+
+/* --- GEMV: one row of activations times a weight matrix (decode, M = 1) -----------
+ * The function the CPU EP computes: f32 activations (never rounded), 16-bit
+ * weights widened to f32, f32 accumulation. W is [N, K] (trans_b, the
+ * Hugging Face Linear layout): one warp per output, lanes stride over K with
+ * 16-byte loads of W, then a shuffle reduction. W [K, N]: one thread per
+ * output column, coalesced across the warp. y = alpha * x W + beta * c. */
+__device__ __forceinline__ float w16(unsigned short u, int dt) {
+  return dt == DT_BF16 ? __uint_as_float((unsigned)u << 16) : __half2float(__ushort_as_half(u));
+}
+
+__device__ __forceinline__ float gemv_epilogue(float acc, float alpha, const void *c, int cdt, size_t c_rows,
+                                               float beta, size_t r, size_t n, size_t j) {
+  float v = alpha * acc;
+  if (c && beta != 0.0f) v += beta * ld(c, cdt, (c_rows == 1 ? 0 : r) * n + j);
+  return v;
+}
+
+__global__ void k_gemv_nk(const float *x, const void *w, int wdt, size_t k, size_t n, int vec, float alpha,
+                          const void *c, int cdt, size_t c_rows, float beta, float *y) {
+  unsigned lane = threadIdx.x & 31;
+  size_t j = blockIdx.x * (size_t)(blockDim.x >> 5) + (threadIdx.x >> 5), r = blockIdx.y;
+  if (j >= n) return;
+  const float *xr = x + r * k;
+  float acc = 0.0f;
+  if (wdt == DT_F32) {
+    const float *wr = (const float *)w + j * k;
+    if (vec) {
+      for (size_t i = lane * 4; i < k; i += 128) {
+        float4 a = *(const float4 *)(xr + i), b = *(const float4 *)(wr + i);
+        acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+      }
+    } else {
+      for (size_t i = lane; i < k; i += 32) acc += xr[i] * wr[i];
+    }
+  } else {
+    const unsigned short *wr = (const unsigned short *)w + j * k;
+    if (vec) {
+      for (size_t i = lane * 8; i < k; i += 256) {
+        uint4 b = *(const uint4 *)(wr + i);
+        float4 a0 = *(const float4 *)(xr + i), a1 = *(const float4 *)(xr + i + 4);
+        acc += a0.x * w16((unsigned short)(b.x & 0xffff), wdt) + a0.y * w16((unsigned short)(b.x >> 16), wdt) +
+               a0.z * w16((unsigned short)(b.y & 0xffff), wdt) + a0.w * w16((unsigned short)(b.y >> 16), wdt) +
+               a1.x * w16((unsigned short)(b.z & 0xffff), wdt) + a1.y * w16((unsigned short)(b.z >> 16), wdt) +
+               a1.z * w16((unsigned short)(b.w & 0xffff), wdt) + a1.w * w16((unsigned short)(b.w >> 16), wdt);
+      }
+    } else {
+      for (size_t i = lane; i < k; i += 32) acc += xr[i] * w16(wr[i], wdt);
+    }
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) y[r * n + j] = gemv_epilogue(acc, alpha, c, cdt, c_rows, beta, r, n, j);
+}
+
+__global__ void k_gemv_kn(const float *x, const void *w, int wdt, size_t k, size_t n, float alpha, const void *c,
+                          int cdt, size_t c_rows, float beta, float *y) {
+  size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x, r = blockIdx.y;
+  if (j >= n) return;
+  const float *xr = x + r * k;
+  float acc = 0.0f;
+  for (size_t i = 0; i < k; i++) acc += xr[i] * ld(w, wdt, i * n + j);
+  y[r * n + j] = gemv_epilogue(acc, alpha, c, cdt, c_rows, beta, r, n, j);
+}
+
+extern "C" int ortep__cu_gemv(const float *x, const void *w, int wdt, int trans_b, size_t m, size_t k, size_t n,
+                              float alpha, const void *c, int cdt, size_t c_rows, float beta, float *y, void *stream) {
+  if (!m || !n) return 0;
+  cudaStream_t s = (cudaStream_t)stream;
+  if (trans_b) {
+    /* 16-byte loads need 16-byte aligned rows of both x (f32) and W */
+    size_t per = wdt == DT_F32 ? 4 : 8;
+    int vec = k % per == 0 && k % 4 == 0 && ((uintptr_t)x | (uintptr_t)w) % 16 == 0;
+    const unsigned warps = 4;
+    k_gemv_nk<<<dim3(blocks(n, warps), (unsigned)m), warps * 32, 0, s>>>(x, w, wdt, k, n, vec, alpha, c, cdt, c_rows,
+                                                                          beta, y);
+  } else {
+    k_gemv_kn<<<dim3(blocks(n, 128), (unsigned)m), 128, 0, s>>>(x, w, wdt, k, n, alpha, c, cdt, c_rows, beta, y);
+  }
   return launched();
 }
 
@@ -321,22 +403,29 @@ __device__ best block_best(best mine) {
   return mine; /* valid in thread 0 */
 }
 
-template <typename T>
-__device__ best scan(const T *x, size_t n, int f16) {
+/* The first maximum among the finite values; *bad is set when any value is
+ * NaN or infinite (the caller latches the error-word bit: such logits mean
+ * the model produced garbage, and no token of it may be emitted). */
+__device__ best scan(const void *x, size_t n, int f16, bool *bad) {
   best b = {0.0f, ~0ull};
   for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
     float v = f16 ? __half2float(((const __half *)x)[i]) : ((const float *)x)[i];
-    if (v != v) continue;
+    if (!isfinite(v)) {
+      *bad = true;
+      continue;
+    }
     b = pick(b, best{v, i});
   }
   return b;
 }
 
 __global__ void k_argmax_rows(const float *x, size_t n, long long *out, uint32_t *err) {
-  best b = block_best(scan(x + blockIdx.x * n, n, 0));
+  bool bad = false;
+  best b = block_best(scan(x + blockIdx.x * n, n, 0, &bad));
+  bad = __syncthreads_or(bad);
   if (threadIdx.x == 0) {
-    if (b.i == ~0ull) atomicOr(err, BIT_ARGMAX), b.i = 0;
-    out[blockIdx.x] = (long long)b.i;
+    if (bad) atomicOr(err, BIT_ARGMAX);
+    out[blockIdx.x] = b.i == ~0ull ? 0 : (long long)b.i;
   }
 }
 
@@ -347,10 +436,12 @@ extern "C" int ortep__cu_argmax_rows(const float *x, size_t rows, size_t n, int6
 }
 
 __global__ void k_device_argmax(const void *logits, int f16, size_t n, uint32_t *result, uint32_t *err) {
-  best b = block_best(scan((const char *)logits, n, f16));
+  bool bad = false;
+  best b = block_best(scan(logits, n, f16, &bad));
+  bad = __syncthreads_or(bad);
   if (threadIdx.x == 0) {
-    if (b.i == ~0ull) atomicOr(err, BIT_ARGMAX), b.i = 0;
-    result[0] = (uint32_t)b.i;
+    if (bad) atomicOr(err, BIT_ARGMAX);
+    result[0] = b.i == ~0ull ? 0u : (uint32_t)b.i;
     result[1] = *(volatile uint32_t *)err; /* the latched word, read with the token */
   }
 }

@@ -20,6 +20,11 @@ int ortep__cu_gather(const void *table, int tdt, size_t rows, size_t h, const vo
                      float *out, uint32_t *err, void *stream);
 /* x (f32, n) -> dst in dtype dt (f16 or bf16), for 16-bit cuBLAS inputs */
 int ortep__cu_convert(const float *x, void *dst, int dt, size_t n, void *stream);
+/* y[m, n] = alpha * x[m, k] W + beta * c, W [n, k] when trans_b else [k, n],
+ * dtype wdt; f32 activations and accumulation (the CPU EP's arithmetic).
+ * For decode (m = 1); c (dtype cdt, c_rows 1 or m) may be NULL. */
+int ortep__cu_gemv(const float *x, const void *w, int wdt, int trans_b, size_t m, size_t k, size_t n, float alpha,
+                   const void *c, int cdt, size_t c_rows, float beta, float *y, void *stream);
 /* y[i] = broadcast c over rows (c dtype cdt, c_rows 1 or m) */
 int ortep__cu_fill_bias(const void *c, int cdt, size_t c_rows, size_t m, size_t n, float *y, void *stream);
 int ortep__cu_binary(int mul, const float *a, const void *b, int bdt, size_t nb, size_t n, float *y, void *stream);
