@@ -54,7 +54,22 @@ cJSON *bench_machine_json(void) {
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "cpu", cpu);
   cJSON_AddNumberToObject(m, "cores", (double)sysconf(_SC_NPROCESSORS_ONLN));
-  cJSON_AddNullToObject(m, "gpu");
+  ortep_cuda_device_info g;
+  if (ortep_cuda_available(NULL, 0) && ortep_cuda_device_info_get(0, &g) == ORTEP_OK) {
+    cJSON *o = cJSON_AddObjectToObject(m, "gpu");
+    char v[32];
+    cJSON_AddStringToObject(o, "name", g.name);
+    cJSON_AddNumberToObject(o, "memory_bytes", (double)g.memory_bytes);
+    cJSON_AddNumberToObject(o, "multiprocessors", g.multiprocessors);
+    snprintf(v, sizeof v, "%d.%d", g.compute_major, g.compute_minor);
+    cJSON_AddStringToObject(o, "compute_capability", v);
+    snprintf(v, sizeof v, "%d.%d", g.driver_version / 1000, g.driver_version % 1000 / 10);
+    cJSON_AddStringToObject(o, "driver_cuda_version", v);
+    snprintf(v, sizeof v, "%d.%d", g.runtime_version / 1000, g.runtime_version % 1000 / 10);
+    cJSON_AddStringToObject(o, "runtime_version", v);
+  } else {
+    cJSON_AddNullToObject(m, "gpu");
+  }
   return m;
 }
 

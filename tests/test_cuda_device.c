@@ -154,6 +154,25 @@ START_TEST(error_word_paths_on_cuda) {
 }
 END_TEST
 
+/* A corrupt checkpoint (an Inf in a weight): the CUDA argmax flags the
+ * non-finite logits in the same pass, graph and eager, and nothing is emitted. */
+START_TEST(a_non_finite_weight_fails_the_step_on_cuda) {
+  char dir[64];
+  test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
+  test_poison_f32_weight(dir, "model.norm.weight", 3, INFINITY);
+  for (int eager = 0; eager < 2; eager++) {
+    ortep_decoder *d;
+    ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cuda", .eager = eager, .max_seq_len = 16}, &d));
+    int32_t next = -42;
+    ck_assert_status(ortep_decoder_step(d, 3, 0, &next), ORTEP_E_DEVICE_VALIDATION);
+    ck_assert_int_eq(next, -42);
+    ck_assert_uint_eq(ortep_decoder_last_error_bits(d) & ORTEP_ERROR_ARGMAX_NOT_FINITE, ORTEP_ERROR_ARGMAX_NOT_FINITE);
+    ortep_decoder_close(d);
+  }
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 START_TEST(zero_allocations_per_step_and_none_during_capture) {
   ortep_decoder *d = open_ep("cuda", false, NULL);
   int32_t t = 1;
@@ -221,13 +240,18 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, cuda_matches_cpu_in_every_weight_type);
-  tcase_add_test(tc, cuda_matches_cpu_on_the_qwen_shape);
   tcase_add_test(tc, device_budget_refuses_on_cuda);
   tcase_add_test(tc, eager_and_replay_agree_on_cuda);
   tcase_add_test(tc, error_word_paths_on_cuda);
+  tcase_add_test(tc, a_non_finite_weight_fails_the_step_on_cuda);
   tcase_add_test(tc, zero_allocations_per_step_and_none_during_capture);
   tcase_add_test(tc, copies_and_fences);
   suite_add_tcase(s, tc);
+  /* its own case, so the sanitizer runs can leave it out (CK_RUN_CASE=core) */
+  TCase *large = tcase_create("large");
+  tcase_set_timeout(large, 600);
+  tcase_add_test(large, cuda_matches_cpu_on_the_qwen_shape);
+  suite_add_tcase(s, large);
   int rc = test_run_unforked(s);
   test_model_dir_remove(g_dir);
   return rc;

@@ -206,6 +206,28 @@ START_TEST(steady_state_steps_allocate_nothing) {
 }
 END_TEST
 
+/* An Inf in one weight row (a corrupt checkpoint): the step that reads it
+ * fails through the error word in the same pass, in eager and graph mode, and
+ * no token of it is emitted. */
+START_TEST(a_non_finite_weight_fails_the_step_and_emits_nothing) {
+  char dir[64];
+  test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
+  test_poison_f32_weight(dir, "model.norm.weight", 3, INFINITY);
+  for (int eager = 0; eager < 2; eager++) {
+    ortep_decoder *d;
+    ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .eager = eager, .max_seq_len = 16}, &d));
+    int32_t next = -42;
+    ck_assert_status(ortep_decoder_prefill(d, prompt, 2, &next), ORTEP_E_DEVICE_VALIDATION);
+    ck_assert_int_eq(next, -42); /* nothing emitted */
+    ck_assert_uint_eq(ortep_decoder_last_error_bits(d) & ORTEP_ERROR_ARGMAX_NOT_FINITE, ORTEP_ERROR_ARGMAX_NOT_FINITE);
+    ck_assert_error_mentions("NaN or infinite");
+    ck_assert_status(ortep_decoder_generate(d, 4, NULL, NULL, NULL), ORTEP_E_STATE);
+    ortep_decoder_close(d);
+  }
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 START_TEST(open_errors_are_clear) {
   ortep_decoder *d = (ortep_decoder *)1;
   ck_assert_status(ortep_decoder_open("/nonexistent/model", NULL, &d), ORTEP_E_IO);
@@ -248,6 +270,7 @@ int main(void) {
   tcase_add_loop_test(tc, position_past_the_cache_fails_with_the_position_bit, 0, 2);
   tcase_add_loop_test(tc, steady_state_steps_allocate_nothing, 0, 2);
   tcase_add_test(tc, open_errors_are_clear);
+  tcase_add_test(tc, a_non_finite_weight_fails_the_step_and_emits_nothing);
   suite_add_tcase(s, tc);
   return test_run(s);
 }

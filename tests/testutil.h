@@ -251,4 +251,29 @@ static inline void test_model_dir_remove(const char *dir) {
   rmdir(dir);
 }
 
+/* Overwrites element `index` of f32 tensor `name` in dir/model.safetensors
+ * with value (a crafted bad checkpoint: an Inf or NaN in a weight). */
+static inline void test_poison_f32_weight(const char *dir, const char *name, size_t index, float value) {
+  char p[512], key[256];
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  FILE *f = fopen(p, "r+b");
+  ck_assert_ptr_nonnull(f);
+  uint64_t hlen = 0;
+  ck_assert_int_eq(fread(&hlen, 8, 1, f), 1);
+  char *h = calloc(1, (size_t)hlen + 1);
+  ck_assert_int_eq(fread(h, 1, (size_t)hlen, f), hlen);
+  snprintf(key, sizeof key, "\"%s\"", name);
+  const char *at = strstr(h, key);
+  ck_assert_msg(at != NULL, "no tensor %s", name);
+  const char *offs = strstr(at, "\"data_offsets\"");
+  unsigned long long begin = 0, end = 0;
+  ck_assert_ptr_nonnull(offs);
+  ck_assert_int_eq(sscanf(strchr(offs, '[') + 1, "%llu , %llu", &begin, &end), 2);
+  ck_assert_uint_lt(begin + index * 4, end);
+  ck_assert_int_eq(fseek(f, (long)(8 + hlen + begin + index * 4), SEEK_SET), 0);
+  ck_assert_int_eq(fwrite(&value, 4, 1, f), 1);
+  fclose(f);
+  free(h);
+}
+
 #endif

@@ -31,6 +31,18 @@ ORTEP_API ortep_status ortep_cuda_ep_create(ortep_governor *governor, ortep_ep *
 /* Whether a CUDA device is usable now; when not, why (into why, may be NULL). */
 ORTEP_API bool ortep_cuda_available(char *why, size_t len);
 
+/* What a benchmark report says about a GPU. */
+typedef struct ortep_cuda_device_info {
+  char name[256];
+  uint64_t memory_bytes;
+  int multiprocessors;
+  int compute_major, compute_minor;
+  int driver_version, runtime_version; /* as CUDA encodes them: 13000 = 13.0 */
+} ortep_cuda_device_info;
+/* Describes device `device`; ORTEP_E_NO_DEVICE when there is none (or no
+ * driver), ORTEP_E_NOT_SUPPORTED in a build without CUDA. */
+ORTEP_API ortep_status ortep_cuda_device_info_get(int device, ortep_cuda_device_info *out);
+
 ORTEP_END_DECLS
 
 #endif

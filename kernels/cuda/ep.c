@@ -80,6 +80,27 @@ bool ortep_cuda_available(char *why, size_t len) {
   return false;
 }
 
+ortep_status ortep_cuda_device_info_get(int device, ortep_cuda_device_info *out) {
+  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_cuda_device_info_get: out is NULL");
+  memset(out, 0, sizeof *out);
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || device < 0 || device >= n) {
+    if (e != cudaSuccess) cudaGetLastError();
+    return ortep__fail(ORTEP_E_NO_DEVICE, "%s: no CUDA device %d (%d present%s%s)", CUDA_EP_NAME, device, n,
+                       e != cudaSuccess ? ": " : "", e != cudaSuccess ? cudaGetErrorString(e) : "");
+  }
+  struct cudaDeviceProp p;
+  CU(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+  snprintf(out->name, sizeof out->name, "%s", p.name);
+  out->memory_bytes = p.totalGlobalMem;
+  out->multiprocessors = p.multiProcessorCount;
+  out->compute_major = p.major, out->compute_minor = p.minor;
+  CU(cudaDriverGetVersion(&out->driver_version), "cudaDriverGetVersion");
+  CU(cudaRuntimeGetVersion(&out->runtime_version), "cudaRuntimeGetVersion");
+  return ORTEP_OK;
+}
+
 static ortep_status need_init(const cuda_ep *e, const char *what) {
   if (!e->initialized)
     return ortep__fail(ORTEP_E_STATE, "%s: %s before ortep_ep_initialize; initialise the EP first", CUDA_EP_NAME, what);
@@ -660,6 +681,12 @@ ortep_status ortep_cuda_ep_create(ortep_governor *governor, ortep_ep **out) {
 bool ortep_cuda_available(char *why, size_t len) {
   if (why && len) snprintf(why, len, "this build of ortep has no CUDA support");
   return false;
+}
+
+ortep_status ortep_cuda_device_info_get(int device, ortep_cuda_device_info *out) {
+  (void)device;
+  if (out) memset(out, 0, sizeof *out);
+  return ortep__fail(ORTEP_E_NOT_SUPPORTED, "this build of ortep has no CUDA support");
 }
 
 #endif
