@@ -76,7 +76,7 @@ for tool in memcheck racecheck; do
       "$out/sanitizer_$tool.log" && [ $rc != 99 ]; then
     row "sanitizer_$tool" "not available" "the runtime refused the tool: $(grep -im1 'not supported\|unable' "$out/sanitizer_$tool.log" | cut -c1-60)"
   elif [ $rc = 0 ]; then
-    row "sanitizer_$tool" "ok" "$((SECONDS - t0)) s, $(grep -m1 'ERROR SUMMARY' "$out/sanitizer_$tool.log" | sed 's/=* *//')"
+    row "sanitizer_$tool" "ok" "$((SECONDS - t0)) s, $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | sed 's/=* *//')"
   else
     row "sanitizer_$tool" "FAIL (rc $rc)" "$((SECONDS - t0)) s, see sanitizer_$tool.log"
     status=1

@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <math.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "ortep/model.h"
@@ -30,21 +33,30 @@ static ortep_status get_int(const cJSON *root, const char *key, bool required, i
   /* range first: converting an out-of-range double is undefined */
   if (!cJSON_IsNumber(v) || !(v->valuedouble >= 1 && v->valuedouble <= 1e12) ||
       v->valuedouble != (double)(int64_t)v->valuedouble)
-    return CFG_FAIL("'%s' must be a positive integer", key);
+    return CFG_FAIL("'%s' must be an integer between 1 and 1e12", key);
   *out = (int64_t)v->valuedouble;
   return ORTEP_OK;
 }
 
-static ortep_status get_num(const cJSON *root, const char *key, bool required, double fallback, double *out) {
+/* A finite number in [lo, hi] (1e999 parses as infinity: refused here). */
+static ortep_status get_num(const cJSON *root, const char *key, bool required, double fallback, double lo, double hi,
+                            double *out) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
   if (!v || cJSON_IsNull(v)) {
     if (required) return CFG_FAIL("missing required key '%s'", key);
     *out = fallback;
     return ORTEP_OK;
   }
-  if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) return CFG_FAIL("'%s' must be a positive number", key);
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !(v->valuedouble >= lo && v->valuedouble <= hi))
+    return CFG_FAIL("'%s' must be a finite number between %g and %g%s", key, lo, hi,
+                    cJSON_IsNumber(v) && !isfinite(v->valuedouble) ? " (it is infinite)" : "");
   *out = v->valuedouble;
   return ORTEP_OK;
+}
+
+/* a * b into *out, false when it overflows int64 or exceeds limit */
+static bool product(int64_t a, int64_t b, int64_t limit, int64_t *out) {
+  return !__builtin_mul_overflow(a, b, out) && *out <= limit;
 }
 
 static ortep_status get_bool(const cJSON *root, const char *key, bool fallback, bool *out) {
@@ -80,9 +92,9 @@ static ortep_status parse_config(const cJSON *root, ortep_model_config *c) {
       (st = get_int(root, "num_attention_heads", true, 0, &c->num_attention_heads)) ||
       (st = get_int(root, "vocab_size", true, 0, &c->vocab_size)) ||
       (st = get_int(root, "max_position_embeddings", true, 0, &c->max_position_embeddings)) ||
-      (st = get_num(root, "rms_norm_eps", true, 0, &c->rms_norm_eps)) ||
+      (st = get_num(root, "rms_norm_eps", true, 0, 1e-30, 1.0, &c->rms_norm_eps)) ||
       (st = get_int(root, "num_key_value_heads", false, c->num_attention_heads, &c->num_key_value_heads)) ||
-      (st = get_num(root, "rope_theta", false, 10000.0, &c->rope_theta)) ||
+      (st = get_num(root, "rope_theta", false, 10000.0, 1.0, 1e12, &c->rope_theta)) ||
       (st = get_bool(root, "tie_word_embeddings", false, &c->tie_word_embeddings)) ||
       (st = get_bool(root, "attention_bias", c->arch == ORTEP_ARCH_QWEN2, &c->attention_bias)))
     return st;
@@ -95,6 +107,22 @@ static ortep_status parse_config(const cJSON *root, ortep_model_config *c) {
     return CFG_FAIL("num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
                     (long long)c->num_attention_heads, (long long)c->num_key_value_heads);
   if (c->vocab_size > INT32_MAX) return CFG_FAIL("vocab_size %lld exceeds what i32 token ids hold", (long long)c->vocab_size);
+  /* Every size derived from the config below is a product of these; checked
+   * here once, so later arithmetic on them cannot overflow. A tensor of
+   * more than 2^40 elements (4 TiB in f32) is no model this runtime loads. */
+  const int64_t lim = (int64_t)1 << 40;
+  int64_t q, kv, e;
+  if (!product(c->num_attention_heads, c->head_dim, lim, &q) || !product(c->num_key_value_heads, c->head_dim, lim, &kv) ||
+      !product(c->vocab_size, c->hidden_size, lim, &e) || !product(q, c->hidden_size, lim, &e) ||
+      !product(c->intermediate_size, c->hidden_size, lim, &e) ||
+      !product(c->max_position_embeddings, c->head_dim, lim, &e) ||
+      !product(c->num_hidden_layers, c->max_position_embeddings, lim, &e) || !product(e, kv, lim, &e))
+    return CFG_FAIL("the sizes it gives (hidden_size %lld, intermediate_size %lld, num_attention_heads %lld, head_dim "
+                    "%lld, num_hidden_layers %lld, vocab_size %lld, max_position_embeddings %lld) make a tensor of "
+                    "more than 2^40 elements; check them",
+                    (long long)c->hidden_size, (long long)c->intermediate_size, (long long)c->num_attention_heads,
+                    (long long)c->head_dim, (long long)c->num_hidden_layers, (long long)c->vocab_size,
+                    (long long)c->max_position_embeddings);
   const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
   if (rs && !cJSON_IsNull(rs))
     return CFG_FAIL("rope_scaling is set; ortep implements plain RoPE only (remove it or use a model without it)");
@@ -104,22 +132,29 @@ static ortep_status parse_config(const cJSON *root, ortep_model_config *c) {
 ortep_status ortep_model_config_parse(const char *json, size_t len, ortep_model_config *out) {
   if (!json || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_config_parse: NULL argument");
   memset(out, 0, sizeof *out);
-  cJSON *root = cJSON_ParseWithLength(json, len);
-  if (!root) {
-    const char *at = cJSON_GetErrorPtr();
-    size_t where = at && at >= json && at <= json + len ? (size_t)(at - json) : 0;
-    size_t line = 1;
-    for (size_t i = 0; i < where; i++) line += json[i] == '\n';
-    return CFG_FAIL("not valid JSON (syntax error at line %zu, byte %zu)", line, where);
-  }
+  cJSON *root = NULL;
+  ortep_status pst = ortep__json_parse(json, len, "config.json", &root);
+  if (pst != ORTEP_OK) return pst;
   ortep_status st = parse_config(root, out);
   cJSON_Delete(root);
   return st;
 }
 
 static ortep_status read_file(const char *path, char **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return ortep__fail(ORTEP_E_IO, "cannot open %s: %s", path, strerror(errno));
+  /* O_NONBLOCK, then the type: a FIFO would block open() and read() forever */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return ortep__fail(ORTEP_E_IO, "cannot open %s: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return ortep__fail(ORTEP_E_IO, "%s is not a regular file (a FIFO, device or directory); point it at the file itself",
+                       path);
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return ortep__fail(ORTEP_E_IO, "cannot read %s: %s", path, strerror(errno));
+  }
   char *buf = NULL;
   size_t cap = 0, n = 0;
   for (;;) {
@@ -218,6 +253,12 @@ ortep_status ortep_model_open(const char *dir, ortep_model **out) {
   if (!m) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the model");
   char *json = NULL;
   size_t len = 0;
+  /* the longer of the two names must fit, or neither is opened */
+  if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path) {
+    ortep__free(m);
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "model directory path is %zu bytes; at most %zu are supported",
+                       strlen(dir), sizeof path - sizeof "/model.safetensors");
+  }
   snprintf(path, sizeof path, "%s/config.json", dir);
   ortep_status st = read_file(path, &json, &len);
   if (st == ORTEP_OK) {

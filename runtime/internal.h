@@ -23,6 +23,12 @@ void *ortep__calloc(size_t count, size_t size);
 void *ortep__realloc(void *ptr, size_t size);
 void ortep__free(void *ptr);
 
+/* Parses one JSON document with cJSON, refusing trailing bytes and duplicate
+ * keys anywhere (json.c says why); `what` names the file in messages. On
+ * success *out is the tree (free with cJSON_Delete). */
+struct cJSON;
+ortep_status ortep__json_parse(const char *text, size_t len, const char *what, struct cJSON **out);
+
 /* "1.5 GiB", "200 MiB", "64 B". Writes into buf (>= 32 bytes); returns buf. */
 char *ortep__format_bytes(uint64_t bytes, char *buf, size_t len);
 

@@ -147,13 +147,9 @@ static ortep_status parse(const unsigned char *bytes, size_t len, ortep_safetens
   if (hlen > MAX_HEADER)
     return BAD("safetensors: header length %llu exceeds the format's 100 MiB limit", (unsigned long long)hlen);
   const char *header = (const char *)bytes + 8;
-  cJSON *root = cJSON_ParseWithLength(header, (size_t)hlen);
-  if (!root) {
-    const char *at = cJSON_GetErrorPtr();
-    size_t where = at && at >= header && at <= header + hlen ? (size_t)(at - header) : 0;
-    return BAD("safetensors: the header is not valid JSON (error near byte %zu of %llu)", where,
-               (unsigned long long)hlen);
-  }
+  cJSON *root = NULL;
+  ortep_status prc = ortep__json_parse(header, (size_t)hlen, "safetensors header", &root);
+  if (prc != ORTEP_OK) return prc;
   ortep_status rc = ORTEP_OK;
   span *spans = NULL;
   if (!cJSON_IsObject(root)) {
@@ -225,12 +221,15 @@ ortep_status ortep_safetensors_parse(const void *bytes, size_t len, ortep_safete
 ortep_status ortep_safetensors_open(const char *path, ortep_safetensors **out) {
   if (!out || !path) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_safetensors_open: NULL argument");
   *out = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO for reading would otherwise wait forever for
+   * a writer; it is refused by the type check instead. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ortep__fail(ORTEP_E_IO, "cannot open %s: %s", path, strerror(errno));
   struct stat sb;
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
     close(fd);
-    return ortep__fail(ORTEP_E_IO, "%s is not a regular file", path);
+    return ortep__fail(ORTEP_E_IO, "%s is not a regular file (a FIFO, device or directory); point it at the file itself",
+                       path);
   }
   size_t len = (size_t)sb.st_size;
   void *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;

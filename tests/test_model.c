@@ -2,6 +2,8 @@
  * malformed input is a clear ORTEP_E_FORMAT error naming the tensor or key,
  * never a crash or an out-of-bounds read (ASan checks that); round trips of
  * the writer; synthetic presets open cleanly. */
+#include <sys/stat.h>
+
 #include "testutil.h"
 
 /* A safetensors image: 8-byte length, header, then data_len zero bytes. */
@@ -73,7 +75,46 @@ START_TEST(malformed_headers_are_named_errors) {
              8, "appears twice");
   expect_bad("{\"w\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,4]}}", 4,
              "overflows");
+  /* a second value after the header, and a duplicate inside an entry */
+  expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}{}", 4,
+             "unexpected bytes after the JSON value");
+  expect_bad("{\"w\":{\"dtype\":\"F32\",\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+             "key 'dtype' appears twice");
   ck_assert_status(ortep_safetensors_open("/nonexistent.safetensors", &st), ORTEP_E_IO);
+}
+END_TEST
+
+/* A FIFO (or any non-regular file) must be refused at once, not block
+ * forever waiting for a writer; a directory path too long for the file
+ * names is refused rather than opening a truncated name. */
+START_TEST(fifos_and_overlong_paths_are_refused_without_blocking) {
+  char dir[64], p[4200];
+  test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
+  ortep_model *m;
+  const char *files[] = {"config.json", "model.safetensors"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+    char saved[4300];
+    snprintf(saved, sizeof saved, "%s.saved", p);
+    ck_assert_int_eq(rename(p, saved), 0);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    ck_assert_status(ortep_model_open(dir, &m), ORTEP_E_IO);
+    ck_assert_error_mentions("is not a regular file");
+    ck_assert_error_mentions(files[i]);
+    unlink(p);
+    ck_assert_int_eq(rename(saved, p), 0);
+  }
+  ortep_safetensors *st;
+  ck_assert_status(ortep_safetensors_open("/dev/null", &st), ORTEP_E_IO);
+  ck_assert_error_mentions("not a regular file");
+  /* an existing directory spelt with 4080 bytes: "dir/./././..." */
+  size_t n = (size_t)snprintf(p, sizeof p, "%s", dir);
+  while (n < 4080) n += (size_t)snprintf(p + n, sizeof p - n, "/.");
+  ck_assert_status(ortep_model_open(p, &m), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("model directory path is");
+  ck_assert_ok(ortep_model_open(dir, &m)); /* the files are back: it opens */
+  ortep_model_close(m);
+  test_model_dir_remove(dir);
 }
 END_TEST
 
@@ -135,12 +176,29 @@ START_TEST(config_parsing) {
     ck_assert_status(ortep_model_config_parse(bad[i].json, strlen(bad[i].json), &c), ORTEP_E_FORMAT);
     ck_assert_error_mentions(bad[i].needle);
   }
+  /* bytes after the JSON value */
+  char trailing[2048];
+  snprintf(trailing, sizeof trailing, "%s {\"hidden_size\": 1}", good_config);
+  ck_assert_status(ortep_model_config_parse(trailing, strlen(trailing), &c), ORTEP_E_FORMAT);
+  ck_assert_error_mentions("unexpected bytes after the JSON value");
+  snprintf(trailing, sizeof trailing, "%s \n\t ", good_config); /* whitespace is fine */
+  ck_assert_ok(ortep_model_config_parse(trailing, strlen(trailing), &c));
   /* a good config with one change */
   struct {
     const char *from, *to, *needle;
   } edits[] = {
-      {"\"rms_norm_eps\":1e-5", "\"rms_norm_eps\":-1", "'rms_norm_eps' must be a positive number"},
-      {"\"hidden_size\":64", "\"hidden_size\":\"64\"", "'hidden_size' must be a positive integer"},
+      {"\"rms_norm_eps\":1e-5", "\"rms_norm_eps\":-1", "'rms_norm_eps' must be a finite number between 1e-30 and 1"},
+      {"\"rms_norm_eps\":1e-5", "\"rms_norm_eps\":1e999", "'rms_norm_eps' must be a finite number between 1e-30 and 1 (it is infinite)"},
+      {"\"rms_norm_eps\":1e-5", "\"rms_norm_eps\":1e-5,\"rope_theta\":1e999", "'rope_theta' must be a finite number between 1 and 1e+12"},
+      {"\"hidden_size\":64", "\"hidden_size\":\"64\"", "'hidden_size' must be an integer between 1 and 1e12"},
+      {"\"hidden_size\":64", "\"hidden_size\":1e999", "'hidden_size' must be an integer between 1 and 1e12"},
+      /* Python's json keeps the last value, cJSON the first: refused, naming the key */
+      {"\"rms_norm_eps\":1e-5", "\"rope_scaling\":null,\"rms_norm_eps\":1e-5,\"rope_scaling\":{\"type\":\"linear\"}",
+       "key 'rope_scaling' appears twice"},
+      {"\"rms_norm_eps\":1e-5", "\"rms_norm_eps\":1e-5,\"x\":{\"a\":1,\"a\":2}", "key 'a' appears twice"},
+      /* products of config values that overflow (UB before) or make absurd tensors */
+      {"\"hidden_size\":64", "\"hidden_size\":64,\"head_dim\":1000000000000", "more than 2^40 elements"},
+      {"\"intermediate_size\":128", "\"intermediate_size\":100000000000", "more than 2^40 elements"},
       {"\"num_key_value_heads\":2", "\"num_key_value_heads\":3", "not a multiple of num_key_value_heads 3"},
       {"\"rms_norm_eps\":1e-5", "\"rms_norm_eps\":1e-5,\"rope_scaling\":{\"type\":\"linear\"}", "rope_scaling"},
       {"\"vocab_size\":100,", "", "missing required key 'vocab_size'"},
@@ -207,6 +265,7 @@ int main(void) {
   tcase_add_test(tc, valid_headers_parse);
   tcase_add_test(tc, malformed_headers_are_named_errors);
   tcase_add_test(tc, writer_round_trips);
+  tcase_add_test(tc, fifos_and_overlong_paths_are_refused_without_blocking);
   tcase_add_test(tc, config_parsing);
   tcase_add_test(tc, models_check_weights_against_the_config);
   suite_add_tcase(s, tc);
