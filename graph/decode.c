@@ -5,6 +5,7 @@
  * and logits values. A step is then two 4-byte uploads, a run or replay, a
  * device argmax and one 8-byte read: no allocation.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +37,14 @@ struct ortep_decoder {
   ortep_ep *watch[2];
   size_t n_watch;
   size_t vocab, max_seq, pos;
+  /* next: the token generate emits next (valid when have_next). fed: false
+   * while the last emitted token has not been run through the model yet; the
+   * next generate (or prefill) runs it first, so k calls of N/k emit exactly
+   * the tokens of one call of N, with no step wasted at the end of a call. */
   int32_t next;
-  bool have_next, failed;
+  bool have_next, fed, failed;
+  bool logits_valid; /* the last step succeeded: its logits can be read */
+  atomic_flag busy;  /* set while a call runs: a second thread is refused */
   uint32_t last_bits;
   uint64_t steps;
 };
@@ -107,6 +114,8 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "unknown EP '%s'; choose auto, cpu or cuda", want);
   ortep_decoder *d = ortep__calloc(1, sizeof *d);
   if (!d) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the decoder");
+  atomic_flag_clear(&d->busy);
+  d->fed = true;
   ortep_status st;
   ortep_ep *cpu = NULL;
   if (o.governor) {
@@ -183,13 +192,29 @@ fail:
   return st;
 }
 
-ortep_status ortep_decoder_step(ortep_decoder *d, int32_t token, int32_t position, int32_t *next) {
-  if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_step: decoder is NULL");
+/* Entry guard of every call that touches the decoder's state: the contract
+ * (decode.h) is one thread at a time, and a second concurrent call gets
+ * ORTEP_E_STATE instead of corrupting the session. One atomic exchange. */
+static ortep_status enter(ortep_decoder *d, const char *what) {
+  if (atomic_flag_test_and_set_explicit(&d->busy, memory_order_acquire))
+    return ortep__fail(ORTEP_E_STATE,
+                       "%s: the decoder is in use by another call right now; a decoder serves one thread at a time "
+                       "(use one decoder per thread, or a lock around it)",
+                       what);
+  return ORTEP_OK;
+}
+static ortep_status leave(ortep_decoder *d, ortep_status st) {
+  atomic_flag_clear_explicit(&d->busy, memory_order_release);
+  return st;
+}
+
+static ortep_status step(ortep_decoder *d, int32_t token, int32_t position, int32_t *next) {
   if (d->failed)
     return ortep__fail(ORTEP_E_STATE,
                        "the decoder stopped on a device validation error (bits 0x%x); call ortep_decoder_reset to "
                        "start over",
                        d->last_bits);
+  d->logits_valid = false;
   ortep__trace_name_thread("ortep-decode");
   ortep__trace_push(ORTEP__TRACE_DECODE_STEP, (uint64_t)(uint32_t)position);
   ortep_status st;
@@ -221,27 +246,79 @@ ortep_status ortep_decoder_step(ortep_decoder *d, int32_t token, int32_t positio
                        "emitted and the graph was invalidated; call ortep_decoder_reset to start over",
                        position, token, pair[1], ortep_error_word_describe(pair[1], what, sizeof what));
   }
+  d->logits_valid = true;
   if (next) *next = (int32_t)pair[0];
+  return ORTEP_OK;
+}
+
+ortep_status ortep_decoder_step(ortep_decoder *d, int32_t token, int32_t position, int32_t *next) {
+  if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_step: decoder is NULL");
+  ortep_status st = enter(d, "ortep_decoder_step");
+  return st != ORTEP_OK ? st : leave(d, step(d, token, position, next));
+}
+
+/* Runs the token generate emitted last, if it has not been run yet. */
+static ortep_status feed_emitted(ortep_decoder *d, size_t emitted) {
+  if (d->fed) return ORTEP_OK;
+  if (d->pos >= d->max_seq)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE,
+                       "the KV cache is full (max_seq_len %zu) after %zu generated tokens; open the decoder with a "
+                       "larger max_seq_len",
+                       d->max_seq, emitted);
+  ortep_status st = step(d, d->next, (int32_t)d->pos, &d->next);
+  if (st != ORTEP_OK) {
+    d->have_next = false;
+    return st;
+  }
+  d->pos++;
+  d->fed = true;
+  return ORTEP_OK;
+}
+
+static ortep_status prefill(ortep_decoder *d, const int32_t *tokens, size_t n, int32_t *next) {
+  if (n == 0) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_prefill: the prompt is empty");
+  size_t pending = d->have_next && !d->fed; /* the last generated token goes in first */
+  if (n > d->max_seq || d->pos + pending > d->max_seq - n) /* no overflow for any n */
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE,
+                       "a prompt of %zu tokens at position %zu does not fit max_seq_len %zu; shorten it or open the "
+                       "decoder with a larger max_seq_len",
+                       n, d->pos + pending, d->max_seq);
+  ortep_status st = pending ? feed_emitted(d, 0) : ORTEP_OK;
+  if (st != ORTEP_OK) return st;
+  for (size_t i = 0; i < n; i++) {
+    int32_t t;
+    st = step(d, tokens[i], (int32_t)d->pos, &t);
+    if (st != ORTEP_OK) {
+      d->have_next = false;
+      return ortep__wrap(st, "prefill token %zu of %zu", i, n);
+    }
+    d->pos++;
+    d->next = t;
+  }
+  d->have_next = true;
+  d->fed = true;
+  if (next) *next = d->next;
   return ORTEP_OK;
 }
 
 ortep_status ortep_decoder_prefill(ortep_decoder *d, const int32_t *tokens, size_t n, int32_t *next) {
   if (!d || (n && !tokens)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_prefill: NULL argument");
-  if (n == 0) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_prefill: the prompt is empty");
-  if (d->pos + n > d->max_seq)
-    return ortep__fail(ORTEP_E_OUT_OF_RANGE,
-                       "a prompt of %zu tokens at position %zu does not fit max_seq_len %zu; shorten it or open the "
-                       "decoder with a larger max_seq_len",
-                       n, d->pos, d->max_seq);
-  for (size_t i = 0; i < n; i++) {
-    int32_t t;
-    ortep_status st = ortep_decoder_step(d, tokens[i], (int32_t)d->pos, &t);
-    if (st != ORTEP_OK) return ortep__wrap(st, "prefill token %zu of %zu", i, n);
-    d->pos++;
-    d->next = t;
+  ortep_status st = enter(d, "ortep_decoder_prefill");
+  return st != ORTEP_OK ? st : leave(d, prefill(d, tokens, n, next));
+}
+
+static ortep_status generate(ortep_decoder *d, size_t max_tokens, ortep_token_callback cb, void *user,
+                             size_t *generated) {
+  if (!d->have_next)
+    return ortep__fail(ORTEP_E_STATE, "ortep_decoder_generate: nothing to continue from; prefill a prompt first");
+  for (size_t i = 0; i < max_tokens; i++) {
+    ortep_status st = feed_emitted(d, i);
+    if (st != ORTEP_OK) return st;
+    int32_t tok = d->next;
+    d->fed = false; /* emitted now; run through the model on the next call or iteration */
+    if (generated) *generated = i + 1;
+    if (cb && !cb(tok, i, user)) break;
   }
-  d->have_next = true;
-  if (next) *next = d->next;
   return ORTEP_OK;
 }
 
@@ -249,43 +326,35 @@ ortep_status ortep_decoder_generate(ortep_decoder *d, size_t max_tokens, ortep_t
                                     size_t *generated) {
   if (generated) *generated = 0;
   if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_generate: decoder is NULL");
-  if (!d->have_next)
-    return ortep__fail(ORTEP_E_STATE, "ortep_decoder_generate: nothing to continue from; prefill a prompt first");
-  for (size_t i = 0; i < max_tokens; i++) {
-    int32_t tok = d->next;
-    if (generated) *generated = i + 1;
-    if (cb && !cb(tok, i, user)) break;
-    if (i + 1 == max_tokens) break;
-    if (d->pos >= d->max_seq)
-      return ortep__fail(ORTEP_E_OUT_OF_RANGE,
-                         "the KV cache is full (max_seq_len %zu) after %zu generated tokens; open the decoder with a "
-                         "larger max_seq_len",
-                         d->max_seq, i + 1);
-    ortep_status st = ortep_decoder_step(d, tok, (int32_t)d->pos, &d->next);
-    if (st != ORTEP_OK) {
-      d->have_next = false;
-      return st;
-    }
-    d->pos++;
-  }
-  return ORTEP_OK;
+  ortep_status st = enter(d, "ortep_decoder_generate");
+  return st != ORTEP_OK ? st : leave(d, generate(d, max_tokens, cb, user, generated));
 }
 
 ortep_status ortep_decoder_reset(ortep_decoder *d) {
   if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_reset: decoder is NULL");
-  ortep_status st = reset_error_words(d);
+  ortep_status st = enter(d, "ortep_decoder_reset");
+  if (st != ORTEP_OK) return st;
+  st = reset_error_words(d);
   if (st == ORTEP_OK) st = ortep_session_invalidate(d->session);
   d->pos = 0;
   d->have_next = false;
+  d->fed = true;
   d->failed = false;
+  d->logits_valid = false;
   d->last_bits = 0;
-  return st;
+  return leave(d, st);
 }
 
 ortep_status ortep_decoder_logits(ortep_decoder *d, float *dst, size_t n) {
   if (!d || !dst) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_logits: NULL argument");
   if (n > d->vocab) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_logits: %zu > vocab %zu", n, d->vocab);
-  return ortep_session_read(d->session, ORTEP_OUTPUT_LOGITS, dst, n * sizeof *dst);
+  ortep_status st = enter(d, "ortep_decoder_logits");
+  if (st != ORTEP_OK) return st;
+  if (!d->logits_valid)
+    return leave(d, ortep__fail(ORTEP_E_STATE,
+                                "ortep_decoder_logits: no logits to read: no step has succeeded since the decoder was "
+                                "opened or reset (or the last step failed); run a step or a prefill first"));
+  return leave(d, ortep_session_read(d->session, ORTEP_OUTPUT_LOGITS, dst, n * sizeof *dst));
 }
 
 size_t ortep_decoder_position(const ortep_decoder *d) { return d ? d->pos : 0; }

@@ -3,6 +3,7 @@
  * reference forward pass; the device error word stops bad steps; a steady
  * state step allocates nothing. */
 #include <math.h>
+#include <pthread.h>
 
 #include "reference_llama.h"
 #include "testutil.h"
@@ -228,6 +229,120 @@ START_TEST(a_non_finite_weight_fails_the_step_and_emits_nothing) {
 }
 END_TEST
 
+/* Streaming and chunked callers get exactly the tokens of one long call:
+ * one call of N == k calls of N/k == N calls of 1, and stopping from the
+ * callback then resuming changes nothing either. */
+typedef struct sink {
+  int32_t tok[64];
+  size_t n, stop_after;
+} sink;
+static bool collect_into_sink(int32_t token, size_t index, void *user) {
+  sink *s = user;
+  s->tok[s->n++] = token;
+  return !(s->stop_after && s->n % s->stop_after == 0);
+}
+static void generate_in_calls(size_t total, size_t per_call, size_t stop_after, sink *out) {
+  ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = 64});
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
+  *out = (sink){.stop_after = stop_after};
+  while (out->n < total) {
+    size_t before = out->n, got = 0;
+    size_t ask = per_call < total - out->n ? per_call : total - out->n;
+    ck_assert_ok(ortep_decoder_generate(d, ask, collect_into_sink, out, &got));
+    ck_assert_uint_eq(got, out->n - before);
+    ck_assert_uint_ge(got, 1);
+  }
+  ck_assert_uint_eq(ortep_decoder_position(d), 4 + total - 1); /* the last token is emitted, not yet run */
+  ortep_decoder_close(d);
+}
+START_TEST(generate_in_chunks_emits_the_tokens_of_one_call) {
+  const size_t totals[] = {1, 6, 12};
+  for (size_t t = 0; t < 3; t++) {
+    size_t N = totals[t];
+    sink one, chunks, singles, stopped;
+    generate_in_calls(N, N, 0, &one);
+    generate_in_calls(N, N >= 3 ? N / 3 : 1, 0, &chunks);
+    generate_in_calls(N, 1, 0, &singles);
+    generate_in_calls(N, N, 4, &stopped); /* the callback stops every 4 tokens; resumed */
+    ck_assert_uint_eq(one.n, N);
+    for (size_t i = 0; i < N; i++) {
+      ck_assert_msg(chunks.tok[i] == one.tok[i] && singles.tok[i] == one.tok[i] && stopped.tok[i] == one.tok[i],
+                    "N %zu, token %zu: one call %d, chunks %d, singles %d, stopped %d", N, i, one.tok[i],
+                    chunks.tok[i], singles.tok[i], stopped.tok[i]);
+    }
+  }
+  /* and the same tokens as stepping by hand */
+  ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = 64});
+  sink one;
+  generate_in_calls(6, 6, 0, &one);
+  int32_t t;
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, &t));
+  for (int i = 0; i < 6; i++) {
+    ck_assert_int_eq(t, one.tok[i]);
+    ck_assert_ok(ortep_decoder_step(d, t, 4 + i, &t));
+  }
+  ortep_decoder_close(d);
+}
+END_TEST
+
+START_TEST(logits_need_a_successful_step_and_prefill_bounds_cannot_wrap) {
+  ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = 16});
+  size_t V = ortep_decoder_vocab_size(d);
+  float *l = malloc(V * sizeof *l);
+  ck_assert_status(ortep_decoder_logits(d, l, V), ORTEP_E_STATE);
+  ck_assert_error_mentions("no step has succeeded");
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 2, NULL));
+  ck_assert_ok(ortep_decoder_logits(d, l, V));
+  ck_assert_ok(ortep_decoder_reset(d));
+  ck_assert_status(ortep_decoder_logits(d, l, V), ORTEP_E_STATE);
+  /* n near SIZE_MAX: refused up front, never wrapping past the bound */
+  ck_assert_status(ortep_decoder_prefill(d, prompt, SIZE_MAX, NULL), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_status(ortep_decoder_prefill(d, prompt, SIZE_MAX - 3, NULL), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_error_mentions("does not fit max_seq_len 16");
+  ck_assert_uint_eq(ortep_decoder_position(d), 0);
+  free(l);
+  ortep_decoder_close(d);
+}
+END_TEST
+
+/* The threading contract: one decoder, one thread at a time. Two threads
+ * hammering one decoder get ORTEP_E_STATE for the overlapping calls, never
+ * a corrupted heap (this suite runs under ThreadSanitizer in CI). */
+typedef struct hammer {
+  ortep_decoder *d;
+  int ok, refused, other;
+} hammer;
+static void *hammer_run(void *arg) {
+  hammer *h = arg;
+  for (int i = 0; i < 200; i++) {
+    int32_t t;
+    ortep_status st = (i % 2) ? ortep_decoder_step(h->d, 3, i % 8, &t) : ortep_decoder_generate(h->d, 1, NULL, NULL, NULL);
+    if (st == ORTEP_OK) h->ok++;
+    else if (st == ORTEP_E_STATE && strstr(ortep_last_error(), "in use by another call")) h->refused++;
+    else if (st == ORTEP_E_OUT_OF_RANGE) h->ok++; /* the cache filled up: a clean answer */
+    else h->other++;
+  }
+  return NULL;
+}
+START_TEST(two_threads_on_one_decoder_are_refused_not_corrupted) {
+  ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = 512});
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 2, NULL));
+  hammer a = {d, 0, 0, 0}, b = {d, 0, 0, 0};
+  pthread_t ta, tb;
+  ck_assert_int_eq(pthread_create(&ta, NULL, hammer_run, &a), 0);
+  ck_assert_int_eq(pthread_create(&tb, NULL, hammer_run, &b), 0);
+  pthread_join(ta, NULL);
+  pthread_join(tb, NULL);
+  ck_assert_int_eq(a.other + b.other, 0);
+  ck_assert_int_eq(a.ok + a.refused, 200);
+  ck_assert_int_eq(b.ok + b.refused, 200);
+  ck_assert_int_gt(a.ok + b.ok, 0);
+  int32_t t;
+  ck_assert_ok(ortep_decoder_step(d, 3, 0, &t)); /* still usable afterwards */
+  ortep_decoder_close(d);
+}
+END_TEST
+
 START_TEST(open_errors_are_clear) {
   ortep_decoder *d = (ortep_decoder *)1;
   ck_assert_status(ortep_decoder_open("/nonexistent/model", NULL, &d), ORTEP_E_IO);
@@ -270,6 +385,9 @@ int main(void) {
   tcase_add_loop_test(tc, position_past_the_cache_fails_with_the_position_bit, 0, 2);
   tcase_add_loop_test(tc, steady_state_steps_allocate_nothing, 0, 2);
   tcase_add_test(tc, open_errors_are_clear);
+  tcase_add_test(tc, generate_in_chunks_emits_the_tokens_of_one_call);
+  tcase_add_test(tc, logits_need_a_successful_step_and_prefill_bounds_cannot_wrap);
+  tcase_add_test(tc, two_threads_on_one_decoder_are_refused_not_corrupted);
   tcase_add_test(tc, a_non_finite_weight_fails_the_step_and_emits_nothing);
   suite_add_tcase(s, tc);
   return test_run(s);
