@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../runtime/trace.h"
 #include "internal.h"
@@ -70,17 +71,56 @@ static ortep_status apply_governor_config(ortep_governor *g, const ortep_config 
   return ORTEP_OK;
 }
 
+/* Clears a value (a KV cache) in place from a small static block of zeros:
+ * no temporary buffer the size of the cache. */
 static ortep_status zero_value(ortep_decoder *d, const char *name) {
+  static const unsigned char zeros[64 << 10];
   ortep_ep *ep;
   void *p;
   size_t bytes;
+  ortep_buffer b;
   ortep_status st = ortep_session_value(d->session, name, &ep, &p, &bytes);
-  if (st != ORTEP_OK) return st;
-  void *zeros = ortep__calloc(1, bytes);
-  if (!zeros) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory to clear '%s'", name);
-  st = ortep_session_write(d->session, name, zeros, bytes);
-  ortep__free(zeros);
+  if (st == ORTEP_OK) st = ortep_buffer_from_borrowed_mut_parts(p, ortep_ep_device(ep), bytes, 1, &b);
+  for (size_t at = 0; st == ORTEP_OK && at < bytes; at += sizeof zeros)
+    st = ortep_ep_copy_from_host_at(ep, zeros, bytes - at < sizeof zeros ? bytes - at : sizeof zeros, &b, at);
   return st;
+}
+
+/* Default host budget when the caller sets none: three quarters of physical
+ * memory, so an absurd config is refused with an ortep error instead of
+ * ending in the kernel's OOM killer. */
+static uint64_t default_host_budget(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return ORTEP_BUDGET_UNLIMITED;
+  return (uint64_t)pages / 4 * 3 * (uint64_t)page;
+}
+
+/* What the decoder will hold in host memory (on_host: the CPU EP runs the
+ * step; otherwise only the rotary tables stay on the host), computed
+ * from the config before any of it is allocated (model.c bounds every
+ * product, so none of this overflows): the KV caches, the rotary tables, and
+ * an upper bound on the planned arena (every activation of the step at once).
+ * Refused with the parts named when it cannot fit the budget. */
+static ortep_status check_size(ortep_decoder *d, const ortep_model_config *c, bool on_host) {
+  uint64_t f = sizeof(float), S = d->max_seq, L = (uint64_t)c->num_hidden_layers, HD = (uint64_t)c->head_dim;
+  uint64_t H = (uint64_t)c->hidden_size, I = (uint64_t)c->intermediate_size, V = (uint64_t)c->vocab_size;
+  uint64_t q = (uint64_t)c->num_attention_heads * HD, kv = (uint64_t)c->num_key_value_heads * HD;
+  uint64_t kv_bytes = 2 * L * kv * S * f, rope = S * HD * f; /* cos and sin: S x HD/2 each */
+  uint64_t act = (L * (8 * H + 3 * q + 4 * kv + 3 * I) + 2 * V + (uint64_t)c->num_attention_heads * S) * f;
+  uint64_t need = (on_host ? kv_bytes + act : 0) + rope, budget = ortep_governor_budget(d->governor, ORTEP_TIER_HOST);
+  ortep_mem_stats used;
+  ortep_governor_stats(d->governor, ORTEP_TIER_HOST, &used);
+  if (budget == ORTEP_BUDGET_UNLIMITED || (used.current_bytes <= budget && need <= budget - used.current_bytes))
+    return ORTEP_OK;
+  char b[6][32];
+  return ortep__fail(ORTEP_E_BUDGET_EXCEEDED,
+                     "the decoder needs about %s of host memory (KV caches %s for max_seq_len %zu, activations up to "
+                     "%s, rotary tables %s) but the host budget is %s with %s in use; lower max_seq_len, or raise "
+                     "ortep.host.budget_bytes",
+                     ortep__format_bytes(need, b[0], 32), on_host ? ortep__format_bytes(kv_bytes, b[1], 32) : "0 B (on the GPU)",
+                     d->max_seq, on_host ? ortep__format_bytes(act, b[2], 32) : "0 B (on the GPU)",
+                     ortep__format_bytes(rope, b[3], 32), ortep__format_bytes(budget, b[4], 32),
+                     ortep__format_bytes(used.current_bytes, b[5], 32));
 }
 
 /* Initialises ep and hands it to the registry. Ownership has one rule: ep
@@ -123,6 +163,7 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   } else {
     if ((st = ortep_governor_create(&d->governor))) goto fail;
     d->owns_governor = true;
+    if ((st = ortep_governor_set_budget(d->governor, ORTEP_TIER_HOST, default_host_budget()))) goto fail;
   }
   if ((st = apply_governor_config(d->governor, o.config)) || (st = ortep_ep_registry_create(&d->registry)) ||
       (st = o.host_allocator ? ortep_cpu_ep_create_with_allocator(o.host_allocator, &cpu)
@@ -155,6 +196,7 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     goto fail;
   }
   d->vocab = (size_t)c->vocab_size;
+  if ((st = check_size(d, c, ortep_ep_registry_count(d->registry) == 1))) goto fail;
   if ((st = ortep__llama_build(d->model, cpu, d->max_seq, &d->graph))) goto fail;
   ortep_session_options so = {o.eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH, o.forced_seams, o.seam_every};
   if ((st = ortep_session_create(d->graph, d->registry, &so, &d->session))) goto fail;

@@ -343,6 +343,35 @@ START_TEST(two_threads_on_one_decoder_are_refused_not_corrupted) {
 }
 END_TEST
 
+/* A config that would need more memory than the machine has is refused by
+ * the default budget (3/4 of physical memory) from the config alone, before
+ * anything is allocated: no OOM killer, and quickly. */
+START_TEST(an_oversized_decoder_is_refused_before_touching_memory) {
+  char dir[64], path[128], buf[4096];
+  test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "r");
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *at = strstr(buf, "\"max_position_embeddings\"");
+  ck_assert_ptr_nonnull(at);
+  char out[4200];
+  snprintf(out, sizeof out, "%.*s\"max_position_embeddings\": 4000000000, \"x_old\"%s", (int)(at - buf), buf,
+           at + strlen("\"max_position_embeddings\""));
+  f = fopen(path, "w");
+  fputs(out, f);
+  fclose(f);
+  ortep_decoder *d = NULL;
+  ck_assert_status(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = INT32_MAX}, &d),
+                   ORTEP_E_BUDGET_EXCEEDED);
+  ck_assert_error_mentions("KV caches");
+  ck_assert_error_mentions("lower max_seq_len, or raise ortep.host.budget_bytes");
+  ck_assert_ptr_null(d);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 START_TEST(open_errors_are_clear) {
   ortep_decoder *d = (ortep_decoder *)1;
   ck_assert_status(ortep_decoder_open("/nonexistent/model", NULL, &d), ORTEP_E_IO);
@@ -385,6 +414,7 @@ int main(void) {
   tcase_add_loop_test(tc, position_past_the_cache_fails_with_the_position_bit, 0, 2);
   tcase_add_loop_test(tc, steady_state_steps_allocate_nothing, 0, 2);
   tcase_add_test(tc, open_errors_are_clear);
+  tcase_add_test(tc, an_oversized_decoder_is_refused_before_touching_memory);
   tcase_add_test(tc, generate_in_chunks_emits_the_tokens_of_one_call);
   tcase_add_test(tc, logits_need_a_successful_step_and_prefill_bounds_cannot_wrap);
   tcase_add_test(tc, two_threads_on_one_decoder_are_refused_not_corrupted);
