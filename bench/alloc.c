@@ -318,23 +318,28 @@ int bench_alloc_main(int argc, char **argv) {
     if (rc) return rc;
   }
   if (optind < argc) return bench_usage_error("alloc", "unexpected argument '%s'", argv[optind]);
+  FILE *json = NULL; /* created now: an unwritable --json fails before the run */
+  if (json_path && !(json = bench_json_open(json_path))) return 1;
 
   ortep_allocator *host;
   if (ortep_host_allocator_create(NULL, &host) != ORTEP_OK) {
     fprintf(stderr, "ortep-bench alloc: %s\n", ortep_last_error());
+    if (json) fclose(json);
     return 1;
   }
   ortep_arena *arena;
   ortep_slab *caches[SLAB_CLASSES] = {0};
   if (ortep_arena_create(host, &(ortep_arena_options){.chunk_bytes = 64 << 20}, &arena) != ORTEP_OK) {
     fprintf(stderr, "ortep-bench alloc: %s\n", ortep_last_error());
+    if (json) fclose(json);
     return 1;
   }
   for (size_t i = 0; i < SLAB_CLASSES; i++) {
     size_t obj = (size_t)64 << i;
     if (ortep_slab_create(host, obj, ALIGN, obj >= (64 << 10) ? 1 : (64 << 10) / obj, &caches[i]) != ORTEP_OK) {
       fprintf(stderr, "ortep-bench alloc: %s\n", ortep_last_error());
-      return 1;
+      if (json) fclose(json);
+    return 1;
     }
   }
   libc_fns libc = {0};
@@ -479,7 +484,7 @@ int bench_alloc_main(int argc, char **argv) {
   }
   free(dec.t);
 
-  if (json_path && bench_write_json(json_path, root)) exit_code = 1;
+  if (json && bench_json_finish(json, json_path, root)) exit_code = 1;
   cJSON_Delete(root);
   free(ptrs);
   free(samples);

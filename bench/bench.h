@@ -31,7 +31,11 @@ cJSON *bench_build_json(void);
 void bench_print_header(const char *what);
 
 /* Writes root to path (pretty-printed). Returns 0, or 1 with a message. */
-int bench_write_json(const char *path, const cJSON *root);
+/* --json: the file is created before the run (bench_json_open: NULL, with
+ * the reason on stderr, when it cannot be), so an unwritable path fails at
+ * once rather than after the run; bench_json_finish writes root and closes. */
+FILE *bench_json_open(const char *path);
+int bench_json_finish(FILE *f, const char *path, const cJSON *root);
 
 /* Prints "ortep-bench <cmd>: <message>\n<usage hint>" to stderr; returns 2. */
 int bench_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

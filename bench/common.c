@@ -92,16 +92,17 @@ void bench_print_header(const char *what) {
          cpu, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-int bench_write_json(const char *path, const cJSON *root) {
+FILE *bench_json_open(const char *path) {
+  FILE *f = fopen(path, "w");
+  if (!f) fprintf(stderr, "ortep-bench: cannot write --json %s: %s\n", path, strerror(errno));
+  return f;
+}
+
+int bench_json_finish(FILE *f, const char *path, const cJSON *root) {
   char *text = cJSON_Print(root);
   if (!text) {
+    fclose(f);
     fprintf(stderr, "ortep-bench: could not render the JSON report (out of memory)\n");
-    return 1;
-  }
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    fprintf(stderr, "ortep-bench: cannot write --json %s: %s\n", path, strerror(errno));
-    cJSON_free(text);
     return 1;
   }
   bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;

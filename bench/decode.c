@@ -148,7 +148,10 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
   ortep_decoder_options o = {.ep = ep, .max_seq_len = (size_t)(plen + (size_t)tokens + (size_t)warmup + 1),
                              .eager = m->eager, .forced_seams = m->seams ? seams : NULL};
   ortep_decoder *d;
-  if (ortep_decoder_open(dir, &o, &d) != ORTEP_OK) {
+  ortep_status ost = ortep_decoder_open(dir, &o, &d);
+  if (ost == ORTEP_E_INVALID_ARGUMENT) /* e.g. a --seam that names nothing in the graph */
+    return bench_usage_error("decode", "%s", ortep_last_error());
+  if (ost != ORTEP_OK) {
     fprintf(stderr, "ortep-bench decode: %s mode: %s\n", m->name, ortep_last_error());
     return 1;
   }
@@ -163,6 +166,13 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
   size_t total = (size_t)(tokens * runs);
   double *lat = malloc(total * sizeof *lat), *tps = malloc((size_t)runs * sizeof *tps);
   r->tokens = malloc((size_t)tokens * sizeof *r->tokens);
+  if (!lat || !tps || !r->tokens) {
+    fprintf(stderr, "ortep-bench decode: no memory for %zu latency samples (--tokens x --runs); lower them\n", total);
+    free(lat), free(tps), free(r->tokens);
+    r->tokens = NULL;
+    ortep_decoder_close(d);
+    return 1;
+  }
   r->ntokens = (size_t)tokens;
   double cpu_total = 0;
   uint64_t a0 = 0, f0 = 0, a1 = 0, f1 = 0;
@@ -215,12 +225,13 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
       r->kv_bytes += 2 * bytes;
     r->nseams = ortep_session_seam_count(s);
     r->seam_text = calloc(r->nseams + 1, sizeof *r->seam_text);
+    if (!r->seam_text) r->nseams = 0;
     for (size_t i = 0; i < r->nseams; i++) {
       const char *node, *op, *reason;
       ortep_session_seam(s, i, &node, &op, &reason);
       size_t len = strlen(node) + strlen(op) + strlen(reason) + 8;
-      r->seam_text[i] = malloc(len);
-      snprintf(r->seam_text[i], len, "%s (%s): %s", node, op, reason);
+      if ((r->seam_text[i] = malloc(len))) snprintf(r->seam_text[i], len, "%s (%s): %s", node, op, reason);
+      else r->nseams = i; /* keep what fitted: the report lists fewer reasons */
     }
     if (explain) {
       char *plan;
@@ -312,6 +323,15 @@ int bench_decode_main(int argc, char **argv) {
     return bench_usage_error("decode", "--prompt-len + --tokens + --warmup exceeds the model's %lld positions",
                              (long long)cfg.max_position_embeddings);
   int32_t *prompt = malloc((size_t)plen * sizeof *prompt);
+  if (!prompt) {
+    fprintf(stderr, "ortep-bench decode: no memory for a %ld-token prompt\n", plen);
+    return 1;
+  }
+  FILE *json = NULL; /* created now: an unwritable --json fails before the run, not after it */
+  if (json_path && !(json = bench_json_open(json_path))) {
+    free(prompt);
+    return 1;
+  }
   for (long i = 0; i < plen; i++) prompt[i] = (int32_t)((i * 7919 + 13) % cfg.vocab_size);
 
   bool progress = isatty(2);
@@ -355,6 +375,7 @@ int bench_decode_main(int argc, char **argv) {
   bool any = false;
   for (int i = 0; i < NMODES; i++) any = any || res[i].ran;
   if (!any) { /* the error is already on stderr; no figures to report */
+    if (json) fclose(json), remove(json_path);
     free(prompt);
     return exit_code ? exit_code : 1;
   }
@@ -453,7 +474,8 @@ int bench_decode_main(int argc, char **argv) {
     cJSON_AddNumberToObject(b, "best_tokens_per_s", best_tps);
     cJSON_AddNumberToObject(b, "fraction_achieved", res[bestmode].tok_s / best_tps);
   }
-  if (json_path && bench_write_json(json_path, root)) exit_code = 1;
+  if (json && bench_json_finish(json, json_path, root)) exit_code = 1;
+  json = NULL;
   cJSON_Delete(root);
   for (int i = 0; i < NMODES; i++) {
     free(res[i].tokens);

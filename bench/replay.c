@@ -65,6 +65,8 @@ int bench_replay_main(int argc, char **argv) {
     if (rc) return rc;
   }
   if (optind < argc) return bench_usage_error("replay", "unexpected argument '%s'", argv[optind]);
+  FILE *json = NULL; /* created now: an unwritable --json fails before the run */
+  if (json_path && !(json = bench_json_open(json_path))) return 1;
 
   ortep_ep_registry *reg = NULL;
   ortep_ep *cpu = NULL;
@@ -124,9 +126,11 @@ int bench_replay_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "replay_untraced_ns_per_node", ns[1][0]);
     cJSON_AddNumberToObject(root, "eager_over_replay", ns[0][1] / ns[1][1]);
     cJSON_AddBoolToObject(root, "nvtx_compiled_in", ORTEP_HAVE_NVTX);
-    if (json_path && bench_write_json(json_path, root)) exit_code = 1;
+    if (json && bench_json_finish(json, json_path, root)) exit_code = 1;
+    json = NULL;
     cJSON_Delete(root);
   }
+  if (json) fclose(json); /* the run failed: no report */
   ortep_session_destroy(s[0]);
   ortep_session_destroy(s[1]);
   ortep_graph_destroy(g);

@@ -20,15 +20,17 @@ int main(int argc, char **argv) {
   if (argc > 2)
     for (n = 0; n + 2 < (size_t)argc && n < 64; n++) prompt[n] = (int32_t)atoi(argv[n + 2]);
 
-  ortep_decoder *d;
+  ortep_decoder *d = NULL;
   ortep_decoder_options opts = {.ep = "auto", .max_seq_len = 256}; /* graph mode by default */
+  int rc = 0;
   if (ortep_decoder_open(argv[1], &opts, &d) != ORTEP_OK ||
       ortep_decoder_prefill(d, prompt, n, NULL) != ORTEP_OK ||
       ortep_decoder_generate(d, 16, print_token, NULL, NULL) != ORTEP_OK) {
     fprintf(stderr, "error: %s\n", ortep_last_error());
-    return 1;
+    rc = 1;
+  } else {
+    printf("\n");
   }
-  printf("\n");
-  ortep_decoder_close(d);
-  return 0;
+  ortep_decoder_close(d); /* NULL when open failed: closing NULL is a no-op */
+  return rc;
 }

@@ -121,6 +121,43 @@ static step *new_step(ortep_session *s) {
   return st;
 }
 
+/* Every entry of the forced-seam list must name an op type or a node of the
+ * graph: a misspelt one would otherwise silently force nothing. */
+static ortep_status check_forced(const ortep_session *s, const ortep_graph *g, const ortep_node_id *order, size_t n) {
+  for (const char *p = s->forced; p && *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    while (len && *p == ' ') p++, len--;
+    while (len && p[len - 1] == ' ') len--;
+    bool found = len == 0;
+    for (size_t i = 0; i < n && !found; i++) {
+      const ortep_node *node = ortep_graph_node(g, order[i]);
+      const char *op = ortep_node_op_type(node), *name = ortep_node_name(node);
+      found = (strlen(op) == len && !strncmp(op, p, len)) || (strlen(name) == len && !strncmp(name, p, len));
+    }
+    if (!found) {
+      char ops[1024] = "";
+      size_t used = 0;
+      for (size_t i = 0; i < n; i++) {
+        const char *op = ortep_node_op_type(ortep_graph_node(g, order[i]));
+        char probe[96];
+        snprintf(probe, sizeof probe, " %s,", op);
+        char padded[1030];
+        snprintf(padded, sizeof padded, " %s", ops);
+        if (strstr(padded, probe) || used + strlen(op) + 3 >= sizeof ops) continue;
+        used += (size_t)snprintf(ops + used, sizeof ops - used, "%s, ", op);
+      }
+      if (used >= 2) ops[used - 2] = '\0';
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                         "forced seam '%.*s' names no op type or node of the graph; its op types are: %s", (int)len, p,
+                         ops);
+    }
+    if (!end) break;
+    p = end + 1;
+  }
+  return ORTEP_OK;
+}
+
 static bool in_list(const char *list, const char *item) {
   if (!list || !*list) return false;
   size_t n = strlen(item);
@@ -698,6 +735,7 @@ ortep_status ortep_session_create(const ortep_graph *graph, ortep_ep_registry *r
     for (size_t e = 0; e < s->n_eps; e++) s->eps[e].ep = ortep_ep_registry_get(registry, (uint32_t)e);
     st = ortep_graph_topo_order(graph, order);
   }
+  if (st == ORTEP_OK) st = check_forced(s, graph, order, n);
   if (st == ORTEP_OK) {
     ortep__trace_push(ORTEP__TRACE_PLACEMENT, n);
     st = place(s, order, n, where);

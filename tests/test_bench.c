@@ -125,6 +125,21 @@ START_TEST(disagreement_between_modes_is_an_error) {
 }
 END_TEST
 
+/* A --seam naming nothing in the graph is a usage error listing its op
+ * types; an unwritable --json fails before the run, not after it. */
+START_TEST(unknown_seams_and_unwritable_json_fail_up_front) {
+  char err[4096];
+  ck_assert_int_eq(bench(NULL, "decode --ep cpu --mode segmented --seam NoSuchOp --tokens 2 --runs 1 --warmup 0",
+                         err, sizeof err), 2);
+  ck_assert_msg(strstr(err, "forced seam 'NoSuchOp' names no op type or node") && strstr(err, "GroupQueryAttention"),
+                "%s", err);
+  ck_assert_int_eq(bench(NULL, "decode --ep cpu --tokens 4 --runs 1 --json /nonexistent/dir/d.json", err,
+                         sizeof err), 1);
+  ck_assert_msg(strstr(err, "cannot write --json /nonexistent/dir/d.json"), "%s", err);
+  ck_assert_msg(!strstr(err, "token"), "the run should not have started: %s", err);
+}
+END_TEST
+
 START_TEST(alloc_and_replay_write_json) {
   char err[4096], args[256];
   snprintf(args, sizeof args, "alloc --runs 1 --steps 5 --json %s/alloc.json", g_tmp);
@@ -167,6 +182,7 @@ int main(void) {
   tcase_add_test(tc, single_modes_and_explain);
   tcase_add_test(tc, disagreement_between_modes_is_an_error);
   tcase_add_test(tc, alloc_and_replay_write_json);
+  tcase_add_test(tc, unknown_seams_and_unwritable_json_fail_up_front);
   suite_add_tcase(s, tc);
   return test_run(s);
 }
