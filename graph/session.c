@@ -8,6 +8,7 @@
  * (maximal run of capturable nodes on one graph-capable EP) or an eager seam,
  * and replays the units in order.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,7 @@ struct ortep_session {
   size_t staging_bytes;
   bool captured;
   bool warmed; /* one eager step has run: lazy set-up is done before any capture */
+  atomic_flag running; /* a run is in progress: an overlapping run is refused */
   ortep_run_mode mode;
   char fallback[400];
   uint64_t n_run, captures, retries;
@@ -663,15 +665,30 @@ static inline __attribute__((always_inline)) ortep_status run_once(ortep_session
 static __attribute__((noinline)) ortep_status run_traced(ortep_session *s) { return run_once(s, true); }
 static __attribute__((noinline)) ortep_status run_untraced(ortep_session *s) { return run_once(s, false); }
 
+/* The threading contract (session.h): one thread at a time. An overlapping
+ * run is refused with one atomic exchange rather than racing on the
+ * planned arena and the capture state. */
+static ortep_status busy(void) {
+  return ortep__fail(ORTEP_E_STATE,
+                     "ortep_session_run: the session is running on another thread; a session serves one thread at a "
+                     "time");
+}
+
 ortep_status ortep_session_run(ortep_session *s) {
   if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_run: session is NULL");
+  if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire)) return busy();
   /* one check per step: with no tool attached the trace-free loop runs */
-  return ortep__trace_maybe_on() ? run_traced(s) : run_untraced(s);
+  ortep_status st = ortep__trace_maybe_on() ? run_traced(s) : run_untraced(s);
+  atomic_flag_clear_explicit(&s->running, memory_order_release);
+  return st;
 }
 
 ortep_status ortep__session_run_untraced(ortep_session *s) {
   if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_run: session is NULL");
-  return run_untraced(s);
+  if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire)) return busy();
+  ortep_status st = run_untraced(s);
+  atomic_flag_clear_explicit(&s->running, memory_order_release);
+  return st;
 }
 
 ortep_status ortep_session_invalidate(ortep_session *s) {
@@ -718,6 +735,7 @@ ortep_status ortep_session_create(const ortep_graph *graph, ortep_ep_registry *r
                        "ortep_session_create: the registry has no EP; register one (e.g. ortep_cpu_ep_create)");
   ortep_session *s = ortep__calloc(1, sizeof *s);
   if (!s) return oom("the session");
+  atomic_flag_clear(&s->running);
   s->graph = graph;
   if (options) s->opts = *options;
   s->mode = s->opts.mode;

@@ -11,6 +11,10 @@
  * EP's planned arena; attention reads the position from device memory, so
  * the cache grows without re-capture.
  *
+ * Threads: a decoder is used by one thread at a time; different decoders are
+ * independent. A call that overlaps another call on the same decoder returns
+ * ORTEP_E_STATE ("in use by another call") instead of corrupting it.
+ *
  *   ortep_decoder *d;
  *   ortep_decoder_open("models/tiny", NULL, &d);
  *   int32_t prompt[] = {1, 2, 3};
@@ -55,7 +59,10 @@ ORTEP_API ortep_status ortep_decoder_prefill(ortep_decoder *decoder, const int32
 typedef bool (*ortep_token_callback)(int32_t token, size_t index, void *user);
 
 /* Emits up to max_tokens tokens greedily (needs a prefill first). Stops with
- * ORTEP_E_OUT_OF_RANGE when the KV cache is full. *generated may be NULL. */
+ * ORTEP_E_OUT_OF_RANGE when the KV cache is full. *generated may be NULL.
+ * Resumable: k calls of N/k emit exactly the tokens of one call of N (the
+ * last emitted token is run through the model at the start of the next
+ * generate or prefill, which therefore continues the sequence after it). */
 ORTEP_API ortep_status ortep_decoder_generate(ortep_decoder *decoder, size_t max_tokens, ortep_token_callback cb,
                                               void *user, size_t *generated);
 
@@ -66,7 +73,8 @@ ORTEP_API ortep_status ortep_decoder_step(ortep_decoder *decoder, int32_t token,
 /* Starts over: position 0, error word cleared, graph invalidated. */
 ORTEP_API ortep_status ortep_decoder_reset(ortep_decoder *decoder);
 
-/* The logits of the last step (vocab f32 values). */
+/* The logits of the last step (vocab f32 values); ORTEP_E_STATE when no step
+ * has succeeded since open or reset (or the last one failed). */
 ORTEP_API ortep_status ortep_decoder_logits(ortep_decoder *decoder, float *dst, size_t n);
 ORTEP_API size_t ortep_decoder_position(const ortep_decoder *decoder);
 ORTEP_API size_t ortep_decoder_vocab_size(const ortep_decoder *decoder);

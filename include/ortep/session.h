@@ -21,6 +21,10 @@
  *
  * Replay is bitwise identical to eager. After the first step a step makes no
  * allocation. The graph must outlive the session.
+ *
+ * Threads: a session is used by one thread at a time; different sessions are
+ * independent. A run that overlaps another run of the same session returns
+ * ORTEP_E_STATE instead of racing on its memory.
  */
 #ifndef ORTEP_SESSION_H
 #define ORTEP_SESSION_H
