@@ -16,6 +16,33 @@
 
 #include "internal.h"
 
+/* AddressSanitizer: released arena ranges are poisoned and carving
+ * unpoisons, so a use of an arena block after its rewind or reset is a report
+ * rather than a silent write into someone else's tensor. Host arenas only
+ * (device memory is not the sanitizer's), and never planned ones, whose
+ * tensors live at fixed offsets for the arena's whole life. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ORTEP_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ORTEP_ASAN 1
+#endif
+#endif
+#if defined(ORTEP_ASAN)
+#include <sanitizer/asan_interface.h>
+#define ARENA_POISON(a, p, n) \
+  do {                         \
+    if ((a)->host && !(a)->planned) ASAN_POISON_MEMORY_REGION((p), (n)); \
+  } while (0)
+#define ARENA_UNPOISON(a, p, n) \
+  do {                           \
+    if ((a)->host && !(a)->planned) ASAN_UNPOISON_MEMORY_REGION((p), (n)); \
+  } while (0)
+#else
+#define ARENA_POISON(a, p, n) ((void)0)
+#define ARENA_UNPOISON(a, p, n) ((void)0)
+#endif
+
 typedef struct chunk {
   unsigned char *base;
   size_t size;
@@ -90,6 +117,7 @@ static ortep_status add_chunk(ortep_arena *a, size_t size, size_t align, size_t 
   a->nchunks++;
   a->reserved += size;
   debug_fill(a, p, size, ORTEP_ARENA_DEBUG_FILL_NEW);
+  ARENA_POISON(a, p, size); /* nothing is carved from it yet */
   return ORTEP_OK;
 }
 
@@ -130,8 +158,10 @@ ortep_status ortep_arena_create_planned(ortep_allocator *backing, size_t bytes, 
 
 void ortep_arena_destroy(ortep_arena *a) {
   if (!a) return;
-  for (size_t i = 0; i < a->nchunks; i++)
+  for (size_t i = 0; i < a->nchunks; i++) {
+    ARENA_UNPOISON(a, a->chunks[i].base, a->chunks[i].size); /* back to its owner as it came */
     ortep_allocator_deallocate(a->backing, a->chunks[i].base, a->chunks[i].size, a->chunks[i].align);
+  }
   ortep__free(a->chunks);
   ortep__free(a);
 }
@@ -150,6 +180,7 @@ static bool fits(const chunk *c, size_t off, size_t bytes, size_t align, size_t 
 
 static inline void carve(ortep_arena *a, size_t pad, size_t bytes, void **out) {
   *out = a->chunks[a->cur].base + a->offset + pad;
+  ARENA_UNPOISON(a, *out, bytes);
   a->offset += pad + bytes;
   size_t used = a->spent + a->offset;
   if (used > a->high_water) a->high_water = used;
@@ -230,13 +261,20 @@ ortep_arena_mark ortep_arena_get_mark(const ortep_arena *a) {
   return a ? (ortep_arena_mark){a->cur, a->offset, a->spent + a->offset} : (ortep_arena_mark){0, 0, 0};
 }
 
+/* Everything carved from (chunk_index, offset) up to the current position
+ * is released: filled with the freed pattern in debug builds, poisoned for
+ * AddressSanitizer. */
 static void poison_from(ortep_arena *a, size_t chunk_index, size_t offset) {
-#if defined(ORTEP_DEBUG)
+#if defined(ORTEP_DEBUG) || defined(ORTEP_ASAN)
   if (!a->host || a->nchunks == 0) return;
   for (size_t i = chunk_index; i <= a->cur && i < a->nchunks; i++) {
     size_t from = i == chunk_index ? offset : 0;
     size_t to = i == a->cur ? a->offset : a->chunks[i].size;
-    if (to > from) debug_fill(a, a->chunks[i].base + from, to - from, ORTEP_ARENA_DEBUG_FILL_FREED);
+    if (to > from) {
+      ARENA_UNPOISON(a, a->chunks[i].base + from, to - from); /* alignment padding in it was never carved */
+      debug_fill(a, a->chunks[i].base + from, to - from, ORTEP_ARENA_DEBUG_FILL_FREED);
+      ARENA_POISON(a, a->chunks[i].base + from, to - from);
+    }
   }
 #else
   (void)a, (void)chunk_index, (void)offset;
@@ -273,6 +311,7 @@ size_t ortep_arena_trim(ortep_arena *a) {
   size_t keep = (a->spent + a->offset == 0) ? 0 : a->cur + 1;
   size_t released = 0;
   for (size_t i = keep; i < a->nchunks; i++) {
+    ARENA_UNPOISON(a, a->chunks[i].base, a->chunks[i].size);
     ortep_allocator_deallocate(a->backing, a->chunks[i].base, a->chunks[i].size, a->chunks[i].align);
     released += a->chunks[i].size;
   }

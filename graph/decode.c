@@ -61,10 +61,12 @@ void ortep_decoder_close(ortep_decoder *d) {
   ortep__free(d);
 }
 
+#define WEIGHTS_KEY "ortep.weights"
+
 static ortep_status apply_governor_config(ortep_governor *g, const ortep_config *c) {
   for (size_t i = 0; i < ortep_config_count(c); i++) {
     const char *k = ortep_config_key(c, i);
-    if (strncmp(k, "ortep.", 6) != 0) continue;
+    if (strncmp(k, "ortep.", 6) != 0 || !strcmp(k, WEIGHTS_KEY)) continue;
     ortep_status st = ortep_governor_configure(g, k, ortep_config_get(c, k));
     if (st != ORTEP_OK) return st;
   }
@@ -186,7 +188,14 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     }
   }
   if ((st = register_ep(d, cpu, o.config))) goto fail;
-  if ((st = ortep_model_open(dir, &d->model))) goto fail;
+  const char *wm = ortep_config_get(o.config, WEIGHTS_KEY);
+  if (wm && strcmp(wm, "map") && strcmp(wm, "read")) {
+    st = ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s = '%s': use map (the default: zero-copy) or read (a private copy)",
+                     WEIGHTS_KEY, wm);
+    goto fail;
+  }
+  ortep_model_options mo = {wm && !strcmp(wm, "read") ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu};
+  if ((st = ortep_model_open_with(dir, &mo, &d->model))) goto fail;
   const ortep_model_config *c = ortep_model_get_config(d->model);
   size_t limit = (size_t)c->max_position_embeddings;
   d->max_seq = o.max_seq_len ? o.max_seq_len : (limit < 1024 ? limit : 1024);

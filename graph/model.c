@@ -18,6 +18,8 @@
 struct ortep_model {
   ortep_model_config config;
   ortep_safetensors *weights;
+  ortep_ep *host;      /* READ mode: owns `copy` */
+  ortep_buffer copy;   /* READ mode: the file's bytes in host memory */
 };
 
 #define CFG_FAIL(...) ortep__fail(ORTEP_E_FORMAT, "config.json: " __VA_ARGS__)
@@ -185,6 +187,40 @@ static ortep_status read_file(const char *path, char **out, size_t *len) {
   return ORTEP_OK;
 }
 
+/* READ mode: the whole file into memory from the host EP (charged to its
+ * governor), then parsed in place; the file is closed before this returns. */
+static ortep_status read_weights(ortep_model *m, const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return ortep__fail(ORTEP_E_IO, "cannot open %s: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return ortep__fail(ORTEP_E_IO, "%s is not a regular file (a FIFO, device or directory); point it at the file itself",
+                       path);
+  }
+  size_t len = (size_t)sb.st_size;
+  ortep_status st = ortep_ep_allocate(m->host, len ? len : 1, 64, &m->copy);
+  if (st != ORTEP_OK) {
+    close(fd);
+    return ortep__wrap(st, "reading the weights of %s into memory (ortep.weights = read)", path);
+  }
+  size_t got = 0;
+  while (got < len) {
+    ssize_t r = read(fd, (char *)m->copy.ptr + got, len - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      int e = errno;
+      close(fd);
+      return ortep__fail(ORTEP_E_IO, "reading %s: %s after %zu of %zu bytes", path, r ? strerror(e) : "end of file",
+                         got, len);
+    }
+    got += (size_t)r;
+  }
+  close(fd);
+  st = ortep_safetensors_parse(m->copy.ptr, len, &m->weights);
+  return st == ORTEP_OK ? ORTEP_OK : ortep__wrap(st, "%s", path);
+}
+
 static ortep_status expect(const ortep_model *m, const char *name, int64_t d0, int64_t d1) {
   const ortep_safetensors_entry *e = ortep_safetensors_find(m->weights, name);
   if (!e)
@@ -241,9 +277,18 @@ static ortep_status check_weights(const ortep_model *m) {
   return ORTEP_OK;
 }
 
-ortep_status ortep_model_open(const char *dir, ortep_model **out) {
+ortep_status ortep_model_open(const char *dir, ortep_model **out) { return ortep_model_open_with(dir, NULL, out); }
+
+ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *options, ortep_model **out) {
   if (!dir || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_open: NULL argument");
   *out = NULL;
+  ortep_model_options o = options ? *options : (ortep_model_options){0};
+  if (o.weights != ORTEP_WEIGHTS_MAP && o.weights != ORTEP_WEIGHTS_READ)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_open: weights mode %d; use ORTEP_WEIGHTS_MAP or _READ",
+                       (int)o.weights);
+  if (o.weights == ORTEP_WEIGHTS_READ && !o.host)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "ortep_model_open: ORTEP_WEIGHTS_READ needs options.host, the EP whose memory holds the copy");
   char path[4096];
   struct stat sb;
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
@@ -251,6 +296,7 @@ ortep_status ortep_model_open(const char *dir, ortep_model **out) {
                        dir);
   ortep_model *m = ortep__calloc(1, sizeof *m);
   if (!m) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the model");
+  if (o.weights == ORTEP_WEIGHTS_READ) m->host = o.host;
   char *json = NULL;
   size_t len = 0;
   /* the longer of the two names must fit, or neither is opened */
@@ -268,7 +314,7 @@ ortep_status ortep_model_open(const char *dir, ortep_model **out) {
   ortep__free(json);
   if (st == ORTEP_OK) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    st = ortep_safetensors_open(path, &m->weights);
+    st = m->host ? read_weights(m, path) : ortep_safetensors_open(path, &m->weights);
   }
   if (st == ORTEP_OK && (st = check_weights(m)) != ORTEP_OK) ortep__wrap(st, "%s", dir);
   if (st != ORTEP_OK) {
@@ -282,6 +328,7 @@ ortep_status ortep_model_open(const char *dir, ortep_model **out) {
 void ortep_model_close(ortep_model *m) {
   if (!m) return;
   ortep_safetensors_close(m->weights);
+  if (m->copy.ptr) ortep_ep_deallocate(m->host, &m->copy);
   ortep__free(m);
 }
 

@@ -69,6 +69,48 @@ START_TEST(mark_rewind_reset_reuse_memory_without_new_chunks) {
 }
 END_TEST
 
+/* Reads a byte of released arena memory: under AddressSanitizer that memory
+ * is poisoned (which the test asserts), so it is read with the poison lifted
+ * for that one byte and put back. */
+static int released_byte(unsigned char *p) {
+#if TEST_ASAN
+  ck_assert_msg(__asan_address_is_poisoned(p), "released arena byte %p is not poisoned", (void *)p);
+  ASAN_UNPOISON_MEMORY_REGION(p, 1);
+  int v = *p;
+  ASAN_POISON_MEMORY_REGION(p, 1);
+  return v;
+#else
+  return *p;
+#endif
+}
+
+/* ASan builds: what was carved is addressable, what was released is not
+ * (a use after rewind or reset is a report), and carving again lifts it. */
+START_TEST(asan_builds_poison_released_ranges) {
+#if TEST_ASAN
+  fixture f = fixture_new();
+  ortep_arena *a;
+  ck_assert_ok(ortep_arena_create(f.fault, NULL, &a));
+  ortep_arena_mark m = ortep_arena_get_mark(a);
+  unsigned char *p;
+  ck_assert_ok(ortep_arena_alloc(a, 256, 64, (void **)&p));
+  ck_assert(!__asan_region_is_poisoned(p, 256));
+  ck_assert(__asan_address_is_poisoned(p + 256)); /* past the carve: not handed out */
+  ck_assert_ok(ortep_arena_rewind(a, m));
+  ck_assert(__asan_address_is_poisoned(p));
+  ck_assert(__asan_address_is_poisoned(p + 255));
+  unsigned char *q;
+  ck_assert_ok(ortep_arena_alloc(a, 128, 64, (void **)&q));
+  ck_assert_ptr_eq(q, p); /* the same bytes, carved again */
+  ck_assert(!__asan_region_is_poisoned(q, 128));
+  ortep_arena_reset(a);
+  ck_assert(__asan_address_is_poisoned(q));
+  ortep_arena_destroy(a);
+  fixture_free(&f);
+#endif
+}
+END_TEST
+
 START_TEST(debug_builds_fill_new_and_released_memory) {
   if (!ortep_debug_checks_enabled()) return; /* fills are compiled out */
   fixture f = fixture_new();
@@ -83,10 +125,10 @@ START_TEST(debug_builds_fill_new_and_released_memory) {
   ck_assert_ok(ortep_arena_alloc(a, 64, 8, (void **)&q));
   memset(q, 2, 64);
   ck_assert_ok(ortep_arena_rewind(a, m));
-  for (int i = 0; i < 64; i++) ck_assert_int_eq(q[i], ORTEP_ARENA_DEBUG_FILL_FREED);
+  for (int i = 0; i < 64; i++) ck_assert_int_eq(released_byte(q + i), ORTEP_ARENA_DEBUG_FILL_FREED);
   for (int i = 0; i < 64; i++) ck_assert_int_eq(p[i], 1); /* before the mark: kept */
   ortep_arena_reset(a);
-  for (int i = 0; i < 64; i++) ck_assert_int_eq(p[i], ORTEP_ARENA_DEBUG_FILL_FREED);
+  for (int i = 0; i < 64; i++) ck_assert_int_eq(released_byte(p + i), ORTEP_ARENA_DEBUG_FILL_FREED);
   ortep_arena_destroy(a);
   fixture_free(&f);
 }
@@ -296,6 +338,7 @@ int main(void) {
   tcase_add_test(tc, carves_are_aligned_disjoint_and_grow_by_chunks);
   tcase_add_test(tc, mark_rewind_reset_reuse_memory_without_new_chunks);
   tcase_add_test(tc, debug_builds_fill_new_and_released_memory);
+  tcase_add_test(tc, asan_builds_poison_released_ranges);
   tcase_add_test(tc, device_memory_is_never_touched_by_the_host);
   tcase_add_test(tc, planned_arena_has_fixed_offsets_and_never_grows);
   tcase_add_test(tc, max_bytes_caps_growth);

@@ -372,6 +372,52 @@ START_TEST(an_oversized_decoder_is_refused_before_touching_memory) {
 }
 END_TEST
 
+/* ortep.weights = read: the same tokens as the mapped default, and the
+ * decoder keeps working after the file is truncated under it (a mapped
+ * decoder would take SIGBUS); the copy is charged to the budget. */
+START_TEST(weights_read_into_memory_survive_truncation) {
+  char dir[64], path[128];
+  test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
+  ortep_config *c;
+  ck_assert_ok(ortep_config_create(&c));
+  ck_assert_ok(ortep_config_set(c, "ortep.weights", "read"));
+  ortep_decoder *mapped, *read;
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 32}, &mapped));
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 32, .config = c}, &read));
+  int32_t want[12], t;
+  ck_assert_ok(ortep_decoder_prefill(mapped, prompt, 4, &t));
+  for (int i = 0; i < 12; i++) {
+    want[i] = t;
+    ck_assert_ok(ortep_decoder_step(mapped, t, 4 + i, &t));
+  }
+  ortep_decoder_close(mapped); /* no mapping of the file is left */
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  ck_assert_int_eq(truncate(path, 0), 0);
+  ck_assert_ok(ortep_decoder_prefill(read, prompt, 4, &t));
+  for (int i = 0; i < 12; i++) {
+    ck_assert_int_eq(t, want[i]);
+    ck_assert_ok(ortep_decoder_step(read, t, 4 + i, &t));
+  }
+  ortep_decoder_close(read);
+  ck_assert_ok(ortep_config_set(c, "ortep.weights", "copy"));
+  ortep_decoder *d = NULL;
+  ck_assert_status(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &d),
+                   ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("use map");
+  test_model_dir_remove(dir);
+  /* the copy counts against the host budget */
+  test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
+  ck_assert_ok(ortep_config_set(c, "ortep.weights", "read"));
+  ck_assert_ok(ortep_config_set(c, "ortep.host.budget_bytes", "100K")); /* tiny's weights are 0.5 MiB */
+  ck_assert_status(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &d),
+                   ORTEP_E_BUDGET_EXCEEDED);
+  ck_assert_error_mentions("ortep.weights = read");
+  ck_assert_ptr_null(d);
+  ortep_config_destroy(c);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 START_TEST(open_errors_are_clear) {
   ortep_decoder *d = (ortep_decoder *)1;
   ck_assert_status(ortep_decoder_open("/nonexistent/model", NULL, &d), ORTEP_E_IO);
@@ -414,6 +460,7 @@ int main(void) {
   tcase_add_loop_test(tc, position_past_the_cache_fails_with_the_position_bit, 0, 2);
   tcase_add_loop_test(tc, steady_state_steps_allocate_nothing, 0, 2);
   tcase_add_test(tc, open_errors_are_clear);
+  tcase_add_test(tc, weights_read_into_memory_survive_truncation);
   tcase_add_test(tc, an_oversized_decoder_is_refused_before_touching_memory);
   tcase_add_test(tc, generate_in_chunks_emits_the_tokens_of_one_call);
   tcase_add_test(tc, logits_need_a_successful_step_and_prefill_bounds_cannot_wrap);

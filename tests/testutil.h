@@ -32,6 +32,21 @@
   ck_assert_msg(strstr(ortep_last_error(), (needle)) != NULL, "message '%s' lacks '%s'", ortep_last_error(), \
                 (needle))
 
+/* --- AddressSanitizer builds --------------------------------------------- */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#ifndef TEST_ASAN
+#define TEST_ASAN 0
+#endif
+#if TEST_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 /* --- deterministic randomness ------------------------------------------- */
 static inline uint64_t test_seed(void) {
   const char *s = getenv("ORTEP_TEST_SEED");

@@ -9,6 +9,7 @@
 #ifndef ORTEP_MODEL_H
 #define ORTEP_MODEL_H
 
+#include "ortep/ep.h"
 #include "ortep/safetensors.h"
 
 ORTEP_BEGIN_DECLS
@@ -33,7 +34,22 @@ typedef struct ortep_model_config {
 ORTEP_API ortep_status ortep_model_config_parse(const char *json, size_t len, ortep_model_config *out);
 
 typedef struct ortep_model ortep_model;
+/* Opens dir with the weights mapped (ORTEP_WEIGHTS_MAP). */
 ORTEP_API ortep_status ortep_model_open(const char *dir, ortep_model **out);
+
+/* How the weights get into memory. MAP (default): the file is mapped and
+ * used in place, zero-copy; if another process truncates the file while it
+ * is open, the next read of a vanished page raises SIGBUS (as with every
+ * mmap-based loader). READ: the file is read once into host memory from
+ * `host` (an initialised host EP: the allocation is charged to its governor
+ * and refused by its budget), so later changes to the file cannot harm the
+ * process, at the price of a copy of the weights in memory. */
+typedef enum ortep_weights_mode { ORTEP_WEIGHTS_MAP = 0, ORTEP_WEIGHTS_READ = 1 } ortep_weights_mode;
+typedef struct ortep_model_options {
+  ortep_weights_mode weights;
+  ortep_ep *host; /* READ: allocates the copy; must outlive the model */
+} ortep_model_options;
+ORTEP_API ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *options, ortep_model **out);
 ORTEP_API void ortep_model_close(ortep_model *model);
 ORTEP_API const ortep_model_config *ortep_model_get_config(const ortep_model *model);
 /* A weight by its Hugging Face name (NULL when absent). */
