@@ -31,7 +31,8 @@ static const mode_def modes[] = {{"eager", true, false}, {"graph", false, false}
 typedef struct mode_result {
   bool ran;
   double tok_s, p50, p90, p99, max_us, cpu_us;
-  size_t kernels, segments, seams, planned, lower_bound, naive, kv_bytes;
+  double launch_us; /* host time per token up to the sync */
+  size_t kernels, graph_kernels, segments, seams, planned, lower_bound, naive, kv_bytes;
   double allocs_per_step;
   int32_t *tokens;
   size_t ntokens;
@@ -184,6 +185,7 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
       break;
     }
     ortep_ep_allocation_counts(ortep_decoder_ep(d), &a0, &f0);
+    uint64_t l0 = ortep_decoder_launch_ns(d);
     int32_t pos = (int32_t)plen;
     double c0 = cpu_now_ns(), t_run = bench_now_ns();
     for (long t = 0; t < tokens; t++, pos++) {
@@ -201,6 +203,7 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
     }
     tps[run] = (double)tokens / ((bench_now_ns() - t_run) / 1e9);
     cpu_total += cpu_now_ns() - c0;
+    r->launch_us += (double)(ortep_decoder_launch_ns(d) - l0) / 1e3;
     ortep_ep_allocation_counts(ortep_decoder_ep(d), &a1, &f1);
     r->allocs_per_step += (double)(a1 - a0 + f1 - f0);
   }
@@ -213,10 +216,12 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
     r->max_us = lat[total - 1];
     r->cpu_us = cpu_total / (double)total / 1e3;
     r->allocs_per_step /= (double)total;
+    r->launch_us /= (double)total;
     ortep_session *s = ortep_decoder_session(d);
     ortep_session_stats st;
     ortep_session_get_stats(s, &st);
     r->kernels = st.kernels_per_step, r->segments = st.segments, r->seams = st.seams;
+    r->graph_kernels = st.graph_kernel_nodes;
     r->planned = st.planned_bytes, r->lower_bound = st.lower_bound_bytes, r->naive = st.naive_bytes;
     /* past_key.N and past_value.N are the same size: count the keys twice */
     char n[64];
@@ -398,7 +403,9 @@ int bench_decode_main(int argc, char **argv) {
   ROW("latency p99 (us)", "%14.1f", res[i].p99);
   ROW("latency max (us)", "%14.1f", res[i].max_us);
   ROW("host CPU per token (us)", "%14.1f", res[i].cpu_us); /* the decode thread's */
+  ROW("host launch per token (us)", "%14.1f", res[i].launch_us);
   ROW("kernels per token", "%14zu", res[i].kernels);
+  ROW("  in device graphs", "%14zu", res[i].graph_kernels);
   ROW("segments", "%14zu", res[i].segments);
   ROW("seams", "%14zu", res[i].seams);
   ROW("allocations per step", "%14.2f", res[i].allocs_per_step);
@@ -450,7 +457,9 @@ int bench_decode_main(int argc, char **argv) {
     cJSON_AddNumberToObject(o, "latency_p99_us", res[i].p99);
     cJSON_AddNumberToObject(o, "latency_max_us", res[i].max_us);
     cJSON_AddNumberToObject(o, "host_cpu_us_per_token", res[i].cpu_us);
+    cJSON_AddNumberToObject(o, "host_launch_us_per_token", res[i].launch_us);
     cJSON_AddNumberToObject(o, "kernels_per_token", (double)res[i].kernels);
+    cJSON_AddNumberToObject(o, "graph_kernel_nodes", (double)res[i].graph_kernels);
     cJSON_AddNumberToObject(o, "segments", (double)res[i].segments);
     cJSON_AddNumberToObject(o, "seams", (double)res[i].seams);
     cJSON *js = cJSON_AddArrayToObject(o, "seam_reasons");

@@ -7,16 +7,20 @@
  * planned arena that persist from step to step.
  *
  *   h = Gather(embed, token_id)
- *   per layer l:
+ *   per layer l (9 nodes):
  *     x   = RMSNorm(h)                         (input_layernorm)
- *     q,k,v = x W^T (+ bias)                   (FusedMatMul transB=1, Add)
+ *     q,k,v = x W^T (+ bias)                   (one ortep:Linear, three weights)
  *     q,k = RotaryEmbedding(q|k, position)
  *     a   = GroupQueryAttention(q, k, v, cache_k[l], cache_v[l], position)
- *     o   = a Wo^T
+ *     o   = a Wo^T                             (ortep:Linear)
  *     y, h' = SkipRMSNorm(o, h)                (post_attention_layernorm; h' = o + h)
- *     m   = SiLUMul(y Wg^T, y Wu^T) Wd^T
- *     h   = h' + m
+ *     g   = SiLU(y Wg^T) * (y Wu^T)            (one ortep:Linear, gate_up=1)
+ *     h   = g Wd^T + h'                        (ortep:Linear with the residual)
  *   logits = RMSNorm(h) Wlm^T                  (lm_head, or embed when tied)
+ *
+ * Fusing the projections that share an input into one node reads the
+ * activation once and costs one launch instead of up to six (on the GPU,
+ * where launches bound a small model's step).
  */
 #include <math.h>
 #include <stdio.h>
@@ -77,23 +81,24 @@ static void attr_f(builder *b, ortep_node_id id, const char *k, float v) {
   if (!b->st) b->st = ortep_graph_set_attr_float(b->g, id, k, v);
 }
 
-/* out = in W^T (+ bias): the HF Linear. */
-static void linear(builder *b, const char *name, const char *in, const char *w, const char *bias, const char *out,
-                   int64_t width) {
-  char mm[160];
-  snprintf(mm, sizeof mm, "%s.mm", out);
-  const char *target = bias ? mm : out;
-  value(b, target, 1, 1, width);
-  weight(b, w);
-  ortep_node_id id = node(b, "FusedMatMul", ORTEP_DOMAIN_MS, name, (const char *[]){in, w}, 2, &target, 1);
-  attr_i(b, id, "transB", 1);
-  if (bias) {
-    char bn[160];
-    snprintf(bn, sizeof bn, "%s.bias", name);
-    weight(b, bias);
-    value(b, out, 1, 1, width);
-    node(b, "Add", "", bn, (const char *[]){mm, bias}, 2, &out, 1);
+/* The Hugging Face Linear as ortep:Linear (kernels/opset.h): outs[g] =
+ * in W[g]^T (+ bias[g]) for every weight given, in one node; gate_up makes it
+ * SiLU(in W0^T) * (in W1^T) into outs[0]; residual (may be NULL) is added. */
+static void linear(builder *b, const char *name, const char *in, const char *const *w, const char *const *bias,
+                   size_t groups, const char *const *outs, const int64_t *width, bool gate_up, const char *residual) {
+  const char *ins[8] = {in, "", "", "", "", "", "", residual ? residual : ""};
+  for (size_t g = 0; g < groups; g++) {
+    weight(b, w[g]);
+    ins[1 + 2 * g] = w[g];
+    if (bias && bias[g]) {
+      weight(b, bias[g]);
+      ins[2 + 2 * g] = bias[g];
+    }
   }
+  size_t nout = gate_up ? 1 : groups;
+  for (size_t g = 0; g < nout; g++) value(b, outs[g], 1, 1, width[g]);
+  ortep_node_id id = node(b, "Linear", ORTEP_DOMAIN_ORTEP, name, ins, residual ? 8 : 1 + 2 * groups, outs, nout);
+  if (gate_up) attr_i(b, id, "gate_up", 1);
 }
 
 static void rope_tables(builder *b, size_t rows, int64_t head_dim, double theta) {
@@ -147,25 +152,21 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
        (const char *[]){h}, 1);
   float eps = (float)c->rms_norm_eps;
   for (int64_t l = 0; l < c->num_hidden_layers && !b.st; l++) {
-    char p[64], n[12][96], w[12][128], nm[24][96];
+    char n[11][96], w[12][128], nm[9][96];
 #define NAME(i, fmt) snprintf(n[i], sizeof n[i], "layers.%lld." fmt, (long long)l)
 #define W(i, fmt) snprintf(w[i], sizeof w[i], "model.layers.%lld." fmt, (long long)l)
 #define NODE(i, fmt) snprintf(nm[i], sizeof nm[i], "layers.%lld." fmt, (long long)l)
-    snprintf(p, sizeof p, "layers.%lld", (long long)l);
     NAME(0, "x"), NAME(1, "q"), NAME(2, "k"), NAME(3, "v"), NAME(4, "q_rot"), NAME(5, "k_rot");
-    NAME(6, "attn"), NAME(7, "o"), NAME(8, "y"), NAME(9, "h_mid"), NAME(10, "mlp"), NAME(11, "down");
+    NAME(6, "attn"), NAME(7, "o"), NAME(8, "y"), NAME(9, "h_mid"), NAME(10, "mlp");
     W(0, "input_layernorm.weight"), W(1, "self_attn.q_proj.weight"), W(2, "self_attn.k_proj.weight");
     W(3, "self_attn.v_proj.weight"), W(4, "self_attn.o_proj.weight"), W(5, "post_attention_layernorm.weight");
     W(6, "mlp.gate_proj.weight"), W(7, "mlp.up_proj.weight"), W(8, "mlp.down_proj.weight");
     W(9, "self_attn.q_proj.bias"), W(10, "self_attn.k_proj.bias"), W(11, "self_attn.v_proj.bias");
-    NODE(0, "input_norm"), NODE(1, "q_proj"), NODE(2, "k_proj"), NODE(3, "v_proj"), NODE(4, "q_rotary");
-    NODE(5, "k_rotary"), NODE(6, "attention"), NODE(7, "o_proj"), NODE(8, "post_norm"), NODE(9, "gate_proj");
-    NODE(10, "up_proj"), NODE(11, "silu_mul"), NODE(12, "down_proj"), NODE(13, "residual");
-    char ck[64], cv[64], gate[96], up[96], hn[64];
+    NODE(0, "input_norm"), NODE(1, "qkv_proj"), NODE(2, "q_rotary"), NODE(3, "k_rotary"), NODE(4, "attention");
+    NODE(5, "o_proj"), NODE(6, "post_norm"), NODE(7, "gate_up_proj"), NODE(8, "down_proj");
+    char ck[64], cv[64], hn[64];
     snprintf(ck, sizeof ck, "past_key.%lld", (long long)l);
     snprintf(cv, sizeof cv, "past_value.%lld", (long long)l);
-    snprintf(gate, sizeof gate, "layers.%lld.gate", (long long)l);
-    snprintf(up, sizeof up, "layers.%lld.up", (long long)l);
     snprintf(hn, sizeof hn, "h.%lld", (long long)l + 1);
     if (!b.st) b.st = ortep_graph_add_input(b.g, ck, ORTEP_DTYPE_F32, &cache);
     if (!b.st) b.st = ortep_graph_add_input(b.g, cv, ORTEP_DTYPE_F32, &cache);
@@ -175,34 +176,30 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
     ortep_node_id id = node(&b, "SimplifiedLayerNormalization", "", nm[0], (const char *[]){h, w[0]}, 2,
                             (const char *[]){n[0]}, 1);
     attr_f(&b, id, "epsilon", eps);
-    linear(&b, nm[1], n[0], w[1], bias ? w[9] : NULL, n[1], NH * HD);
-    linear(&b, nm[2], n[0], w[2], bias ? w[10] : NULL, n[2], KV * HD);
-    linear(&b, nm[3], n[0], w[3], bias ? w[11] : NULL, n[3], KV * HD);
+    linear(&b, nm[1], n[0], (const char *[]){w[1], w[2], w[3]},
+           bias ? (const char *[]){w[9], w[10], w[11]} : NULL, 3, (const char *[]){n[1], n[2], n[3]},
+           (int64_t[]){NH * HD, KV * HD, KV * HD}, false, NULL);
     for (int r = 0; r < 2; r++) {
       value(&b, n[4 + r], 1, 1, (r ? KV : NH) * HD);
-      id = node(&b, "RotaryEmbedding", ORTEP_DOMAIN_MS, nm[4 + r],
+      id = node(&b, "RotaryEmbedding", ORTEP_DOMAIN_MS, nm[2 + r],
                 (const char *[]){n[1 + r], ORTEP_INPUT_POSITION, "rope.cos", "rope.sin"}, 4, (const char *[]){n[4 + r]}, 1);
       attr_i(&b, id, "num_heads", r ? KV : NH);
     }
     value(&b, n[6], 1, 1, NH * HD);
-    id = node(&b, "GroupQueryAttention", ORTEP_DOMAIN_MS, nm[6],
+    id = node(&b, "GroupQueryAttention", ORTEP_DOMAIN_MS, nm[4],
               (const char *[]){n[4], n[5], n[3], ck, cv, ORTEP_INPUT_POSITION}, 6, (const char *[]){n[6]}, 1);
     attr_i(&b, id, "num_heads", NH);
     attr_i(&b, id, "kv_num_heads", KV);
-    linear(&b, nm[7], n[6], w[4], NULL, n[7], H);
+    linear(&b, nm[5], n[6], (const char *[]){w[4]}, NULL, 1, (const char *[]){n[7]}, (int64_t[]){H}, false, NULL);
     value(&b, n[8], 1, 1, H);
     value(&b, n[9], 1, 1, H);
     weight(&b, w[5]);
-    id = node(&b, "SkipSimplifiedLayerNormalization", ORTEP_DOMAIN_MS, nm[8], (const char *[]){n[7], h, w[5]}, 3,
+    id = node(&b, "SkipSimplifiedLayerNormalization", ORTEP_DOMAIN_MS, nm[6], (const char *[]){n[7], h, w[5]}, 3,
               (const char *[]){n[8], "", "", n[9]}, 4);
     attr_f(&b, id, "epsilon", eps);
-    linear(&b, nm[9], n[8], w[6], NULL, gate, I);
-    linear(&b, nm[10], n[8], w[7], NULL, up, I);
-    value(&b, n[10], 1, 1, I);
-    node(&b, "SiLUMul", ORTEP_DOMAIN_ORTEP, nm[11], (const char *[]){gate, up}, 2, (const char *[]){n[10]}, 1);
-    linear(&b, nm[12], n[10], w[8], NULL, n[11], H);
-    value(&b, hn, 1, 1, H);
-    node(&b, "Add", "", nm[13], (const char *[]){n[9], n[11]}, 2, (const char *[]){hn}, 1);
+    linear(&b, nm[7], n[8], (const char *[]){w[6], w[7]}, NULL, 2, (const char *[]){n[10]}, (int64_t[]){I}, true,
+           NULL);
+    linear(&b, nm[8], n[10], (const char *[]){w[8]}, NULL, 1, (const char *[]){hn}, (int64_t[]){H}, false, n[9]);
     snprintf(h, sizeof h, "%s", hn);
 #undef NAME
 #undef W
@@ -213,8 +210,9 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   ortep_node_id id = node(&b, "SimplifiedLayerNormalization", "", "final_norm", (const char *[]){h, "model.norm.weight"},
                           2, (const char *[]){"final"}, 1);
   attr_f(&b, id, "epsilon", eps);
-  linear(&b, "lm_head", "final", c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", NULL,
-         ORTEP_OUTPUT_LOGITS, V);
+  linear(&b, "lm_head", "final",
+         (const char *[]){c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}, NULL, 1,
+         (const char *[]){ORTEP_OUTPUT_LOGITS}, (int64_t[]){V}, false, NULL);
   if (!b.st) b.st = ortep_graph_add_output(b.g, ORTEP_OUTPUT_LOGITS);
   if (b.st) {
     ortep_graph_destroy(b.g);

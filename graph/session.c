@@ -847,6 +847,7 @@ void ortep_session_get_stats(const ortep_session *s, ortep_session_stats *out) {
     out->naive_bytes += s->eps[e].plan.naive_sum;
     uint64_t a = 0, f = 0;
     if (ortep_ep_allocation_counts(s->eps[e].ep, &a, &f)) out->ep_allocations += a, out->ep_frees += f;
+    if (s->mode == ORTEP_RUN_GRAPH) out->graph_kernel_nodes += ortep_ep_graph_kernel_nodes(s->eps[e].ep);
     ortep_ep_graph_counts(s->eps[e].ep, &a, &f);
     out->instantiations += a;
     out->graph_updates += f;

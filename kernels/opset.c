@@ -327,6 +327,52 @@ static bool check_last_axis(ctx *c, ortep__op_kind kd, int64_t default_axis) {
 }
 
 /* ortep:Noop does nothing: it exists to measure dispatch and replay overhead. */
+/* ortep:Linear, the Hugging Face Linear in one pass over x: inputs
+ * [x, W0, b0, W1, b1, W2, b2, residual] (W1, W2, biases and residual
+ * optional: empty names), outputs [y0, y1, y2], W_g [N_g, K] read in place
+ * (f32/f16/bf16), y_g = x W_g^T + b_g. So q/k/v are one node, the residual
+ * add rides on the down projection, and with gate_up=1 the MLP's gate and
+ * up projections and SiLU(gate) * up are one node with one output. */
+static bool check_linear(ctx *c) {
+  if (!common(c, 2, 8, true)) return false;
+  bool gate_up = ortep_node_attr_int_or(c->node, "gate_up", 0) != 0;
+  size_t k = last_dim(&c->shapes[0]), groups = 0, m = k ? numel(&c->shapes[0]) / k : 0;
+  __typeof__(c->k->p.lin) p = {.m = m, .k = k};
+  for (size_t g = 0; g < ORTEP__LINEAR_GROUPS; g++) {
+    size_t wi = 1 + 2 * g, bi = wi + 1;
+    if (!present(c, wi)) {
+      if (present(c, bi)) return refuse(c, "bias %zu is given without weight %zu", g, g);
+      continue;
+    }
+    if (g != groups) return refuse(c, "weight %zu is given without weight %zu; fill the groups in order", g, groups);
+    if (c->shapes[wi].rank != 2 || !is_w(c->dtypes[wi]) || (size_t)c->shapes[wi].dims[1] != k)
+      return refuse(c, "weight %zu must be f32/f16/bf16 [N, %zu] (the Hugging Face Linear layout); got %s of rank %u", g,
+                    k, dn(c->dtypes[wi]), c->shapes[wi].rank);
+    p.n[g] = (size_t)c->shapes[wi].dims[0];
+    p.wdt[g] = c->dtypes[wi];
+    if (present(c, bi)) {
+      if (!is_w(c->dtypes[bi]) || numel(&c->shapes[bi]) != p.n[g])
+        return refuse(c, "bias %zu must be f32/f16/bf16 with %zu elements", g, p.n[g]);
+      p.bias[g] = true, p.bdt[g] = c->dtypes[bi];
+    }
+    if (!out_present(c, gate_up ? 0 : g)) return refuse(c, "output %zu is missing", g);
+    groups++;
+  }
+  if (!groups) return refuse(c, "it needs at least weight 0 (input 1)");
+  if (gate_up && (groups != 2 || p.n[0] != p.n[1]))
+    return refuse(c, "gate_up=1 takes exactly two weights of the same N (gate and up); got %zu", groups);
+  if (present(c, 7)) {
+    if (groups != 1 || c->dtypes[7] != ORTEP_DTYPE_F32 || numel(&c->shapes[7]) != m * p.n[0])
+      return refuse(c, "the residual (input 7) must be f32 with M x N = %zu elements and needs a single weight",
+                    m * p.n[0]);
+    p.residual = true;
+  }
+  p.groups = groups;
+  p.gate_up = gate_up;
+  if (c->k) c->k->kind = K_LINEAR, c->k->p.lin = p;
+  return true;
+}
+
 static bool check_noop(ctx *c) {
   if (!common(c, 0, 64, false)) return false;
   if (c->k) c->k->kind = K_NOOP;
@@ -336,7 +382,7 @@ static bool check_noop(ctx *c) {
 static const char supported_list[] =
     "Gather, MatMul, Gemm, Add, Mul, Sigmoid, Softmax, ArgMax, SimplifiedLayerNormalization, ortep:SiLUMul, "
     "com.microsoft:FusedMatMul, com.microsoft:SkipSimplifiedLayerNormalization, com.microsoft:RotaryEmbedding, "
-    "com.microsoft:GroupQueryAttention, ortep:Noop";
+    "com.microsoft:GroupQueryAttention, ortep:Linear, ortep:Noop";
 
 static bool check(ctx *c) {
   const char *op = ortep_node_op_type(c->node), *dom = ortep_node_domain(c->node);
@@ -358,6 +404,7 @@ static bool check(ctx *c) {
   if (ms && !strcmp(op, "GroupQueryAttention")) return check_gqa(c);
   if (own && !strcmp(op, "SiLUMul")) return check_silumul(c);
   if (own && !strcmp(op, "Noop")) return check_noop(c);
+  if (own && !strcmp(op, "Linear")) return check_linear(c);
   return refuse(c, "the op %s%s%s is not implemented; %s supports %s. Rewrite the model with these ops or "
                 "register an EP that has it",
                 *dom ? dom : "", *dom ? ":" : "", op, c->ep, supported_list);

@@ -24,7 +24,10 @@ typedef enum ortep__op_kind {
   K_SOFTMAX,
   K_ARGMAX,
   K_NOOP,
+  K_LINEAR,
 } ortep__op_kind;
+
+#define ORTEP__LINEAR_GROUPS 3
 
 typedef struct ortep__op_params {
   ortep__op_kind kind;
@@ -37,6 +40,14 @@ typedef struct ortep__op_params {
     struct { size_t tokens, heads, hd, rot, max_pos; bool inter, pos64; ortep_dtype cdt; } rot;
     struct { size_t heads, kv, hd, cap; float scale; } gqa;
     struct { size_t rows, n; } sm;
+    /* ortep:Linear: y_g = x W_g^T (+ b_g) for up to 3 groups sharing x; or
+     * gate_up: y_0 = SiLU(x W_0^T + b_0) * (x W_1^T + b_1); residual adds an
+     * f32 value to y_0 (a single group). */
+    struct {
+      size_t m, k, groups, n[ORTEP__LINEAR_GROUPS];
+      ortep_dtype wdt[ORTEP__LINEAR_GROUPS], bdt[ORTEP__LINEAR_GROUPS];
+      bool bias[ORTEP__LINEAR_GROUPS], residual, gate_up;
+    } lin;
   } p;
 } ortep__op_params;
 

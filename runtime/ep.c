@@ -406,6 +406,9 @@ void ortep_ep_graph_counts(const ortep_ep *ep, uint64_t *instantiations, uint64_
   if (instantiations) *instantiations = i;
   if (updates) *updates = u;
 }
+size_t ortep_ep_graph_kernel_nodes(const ortep_ep *ep) {
+  return ep && ep->vtable->graph_kernel_nodes ? ep->vtable->graph_kernel_nodes(ep) : 0;
+}
 size_t ortep_ep_claim_nodes(const ortep_ep *ep, const ortep_graph *g, ortep_node_id *out, size_t cap) {
   return ep && ep->vtable->claim_nodes ? ep->vtable->claim_nodes(ep, g, out, cap) : 0;
 }

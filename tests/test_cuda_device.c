@@ -132,6 +132,12 @@ START_TEST(eager_and_replay_agree_on_cuda) {
     ortep_session_stats st;
     ortep_session_get_stats(ortep_decoder_session(g), &st);
     ck_assert_uint_eq(st.seams, k ? 2 : 0);
+    if (!k) { /* the launch budget: at most 10 kernels per layer, plus embedding, final norm and lm_head */
+      printf("tiny on cuda: %zu graph nodes, %zu CUDA kernel nodes per token (2 layers)\n", st.kernels_per_step,
+             st.graph_kernel_nodes);
+      ck_assert_uint_le(st.graph_kernel_nodes, 2 * 10 + 3);
+      ck_assert_uint_ge(st.graph_kernel_nodes, st.kernels_per_step);
+    }
     ck_assert_ptr_null(st.fallback_reason);
     ortep_decoder_close(e);
     ortep_decoder_close(g);

@@ -47,6 +47,8 @@ static void compare_eager_and_graph(const ortep_decoder_options *graph_opts, siz
   ck_assert_uint_eq(st.seams, expect_seams);
   ck_assert_uint_eq(st.captures, 1); /* captured once, replayed ever since */
   ck_assert_uint_ge(st.segments, 1);
+  /* every node outside a seam is in a segment, one recorded kernel each */
+  ck_assert_uint_eq(st.graph_kernel_nodes, st.kernels_per_step - st.seams);
   free(le), free(lg);
   ortep_decoder_close(e);
   ortep_decoder_close(g);

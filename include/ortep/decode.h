@@ -77,6 +77,11 @@ ORTEP_API ortep_status ortep_decoder_reset(ortep_decoder *decoder);
  * has succeeded since open or reset (or the last one failed). */
 ORTEP_API ortep_status ortep_decoder_logits(ortep_decoder *decoder, float *dst, size_t n);
 ORTEP_API size_t ortep_decoder_position(const ortep_decoder *decoder);
+/* Host nanoseconds spent in steps before each step's sync, summed since open:
+ * writing the inputs, running or replaying, launching argmax. On a GPU this
+ * is the launch side alone (the sync's wait excluded); on the CPU EP, whose
+ * kernels run as they are launched, it is nearly the whole step. */
+ORTEP_API uint64_t ortep_decoder_launch_ns(const ortep_decoder *decoder);
 ORTEP_API size_t ortep_decoder_vocab_size(const ortep_decoder *decoder);
 ORTEP_API size_t ortep_decoder_max_seq_len(const ortep_decoder *decoder);
 /* The device error word seen at the last failed step (0 when none). */

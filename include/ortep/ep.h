@@ -156,6 +156,10 @@ typedef struct ortep_ep_vtable {
   bool (*allocation_counts)(const ortep_ep *self, uint64_t *allocations, uint64_t *frees);
   /* Executable graphs instantiated, and updated in place, since creation. */
   void (*graph_counts)(const ortep_ep *self, uint64_t *instantiations, uint64_t *updates);
+  /* Kernel launches recorded in the live segments, as the device graph holds
+   * them (CUDA: kernel nodes of the captured graphs, which may be more than
+   * the graph's nodes when a node launches several kernels). */
+  size_t (*graph_kernel_nodes)(const ortep_ep *self);
   size_t (*claim_nodes)(const ortep_ep *self, const ortep_graph *graph, ortep_node_id *out, size_t cap);
   size_t (*context_source_keys)(const ortep_ep *self, const char **out, size_t cap);
   ortep_status (*save_context)(ortep_ep *self, void **blob, size_t *len);
@@ -227,6 +231,7 @@ ORTEP_API uint32_t *ortep_ep_error_word_ptr(ortep_ep *ep);
 ORTEP_API bool ortep_ep_allocation_counts(const ortep_ep *ep, uint64_t *allocations, uint64_t *frees);
 /* Segments instantiated and updated in place (0 and 0 by default). */
 ORTEP_API void ortep_ep_graph_counts(const ortep_ep *ep, uint64_t *instantiations, uint64_t *updates);
+ORTEP_API size_t ortep_ep_graph_kernel_nodes(const ortep_ep *ep);
 ORTEP_API size_t ortep_ep_claim_nodes(const ortep_ep *ep, const ortep_graph *graph, ortep_node_id *out, size_t cap);
 ORTEP_API size_t ortep_ep_context_source_keys(const ortep_ep *ep, const char **out, size_t cap);
 ORTEP_API ortep_status ortep_ep_save_context(ortep_ep *ep, void **blob, size_t *len);

@@ -51,7 +51,8 @@ typedef struct ortep_session_options {
 typedef struct ortep_session_stats {
   ortep_run_mode mode;       /* the mode in force (GRAPH may have fallen back to EAGER) */
   size_t nodes;              /* graph nodes */
-  size_t kernels_per_step;   /* kernel launches per step */
+  size_t kernels_per_step;   /* kernels (graph nodes run) per step */
+  size_t graph_kernel_nodes; /* device kernels in the captured segments (GRAPH; CUDA counts kernel nodes) */
   size_t copies_per_step;    /* cross-EP copies per step */
   size_t segments;           /* captured segments (GRAPH) */
   size_t seams;              /* eager steps between segments (GRAPH) */

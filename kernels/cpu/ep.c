@@ -288,6 +288,11 @@ static ortep_status cpu_reset_graph(ortep_ep *ep, bool *had) {
 }
 
 static size_t cpu_segment_count(const ortep_ep *ep) { return cself_of(ep)->n_segments; }
+static size_t cpu_graph_kernel_nodes(const ortep_ep *ep) {
+  size_t n = 0;
+  for (size_t i = 0; i < cself_of(ep)->n_segments; i++) n += cself_of(ep)->segments[i].n;
+  return n;
+}
 static bool cpu_capture_active(const ortep_ep *ep) { return cself_of(ep)->capturing; }
 
 static ortep_status cpu_check_error(ortep_ep *ep, uint32_t *bits) {
@@ -342,6 +347,7 @@ static const ortep_ep_vtable cpu_vtable = {
     .error_word_ptr = cpu_error_ptr,
     .allocation_counts = cpu_counts,
     .graph_counts = cpu_graph_counts,
+    .graph_kernel_nodes = cpu_graph_kernel_nodes,
 };
 
 ortep_status ortep_cpu_ep_create(ortep_governor *governor, ortep_ep **out) {

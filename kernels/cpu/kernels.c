@@ -80,6 +80,18 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       for (size_t r = 0; r < k->op.p.sm.rows; r++)
         ((int64_t *)out[0])[r] = ortep__cpu_argmax_f32((const float *)in[0] + r * k->op.p.sm.n, k->op.p.sm.n, ew);
       break;
+    case K_LINEAR: {
+      __typeof__(k->op.p.lin) *p = &k->op.p.lin;
+      cpu_weights w[ORTEP__LINEAR_GROUPS], b[ORTEP__LINEAR_GROUPS];
+      float *y[ORTEP__LINEAR_GROUPS] = {out[0], NULL, NULL};
+      for (size_t g = 0; g < p->groups; g++) {
+        w[g] = W(in[1 + 2 * g], p->wdt[g]);
+        b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
+        if (!p->gate_up) y[g] = out[g];
+      }
+      ortep__cpu_linear(in[0], p->m, p->k, p->groups, w, b, p->n, p->gate_up, p->residual ? in[7] : NULL, y);
+      break;
+    }
     case K_NOOP:
       break;
   }

@@ -49,6 +49,42 @@ static float dot8_bf16(const float *x, const uint16_t *w, size_t k) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
+static float dot8_f16(const float *x, const uint16_t *w, size_t k) {
+  float l[8] = {0};
+  size_t t = 0;
+  for (; t + 8 <= k; t += 8)
+    for (size_t j = 0; j < 8; j++) l[j] += x[t + j] * ortep_f16_to_f32(w[t + j]);
+  for (; t < k; t++) l[t & 7] += x[t] * ortep_f16_to_f32(w[t]);
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+/* Row j of a [n, k] weight times x. */
+static float dot_row(const float *x, cpu_weights w, size_t j, size_t k) {
+  if (w.dtype == ORTEP_DTYPE_BF16) return dot8_bf16(x, (const uint16_t *)w.data + j * k, k);
+  if (w.dtype == ORTEP_DTYPE_F16) return dot8_f16(x, (const uint16_t *)w.data + j * k, k);
+  return dot8(x, (const float *)w.data + j * k, k);
+}
+
+void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w, const cpu_weights *b,
+                       const size_t *n, bool gate_up, const float *res, float *const *y) {
+  for (size_t r = 0; r < m; r++) {
+    const float *xr = x + r * k;
+    if (gate_up) {
+      for (size_t j = 0; j < n[0]; j++) {
+        float g = dot_row(xr, w[0], j, k) + (b[0].data ? cpu_w(b[0], j) : 0.0f);
+        float u = dot_row(xr, w[1], j, k) + (b[1].data ? cpu_w(b[1], j) : 0.0f);
+        y[0][r * n[0] + j] = g / (1.0f + expf(-g)) * u;
+      }
+      continue;
+    }
+    for (size_t g = 0; g < groups; g++)
+      for (size_t j = 0; j < n[g]; j++) {
+        float v = dot_row(xr, w[g], j, k) + (b[g].data ? cpu_w(b[g], j) : 0.0f);
+        y[g][r * n[g] + j] = res ? v + res[r * n[g] + j] : v;
+      }
+  }
+}
+
 void ortep__cpu_gemm(const float *a, cpu_weights b, bool trans_b, const float *c_f32, cpu_weights c, size_t c_rows,
                      float alpha, float beta, size_t m, size_t k, size_t n, float *y) {
   bool has_c = c.data != NULL || c_f32 != NULL;

@@ -46,6 +46,11 @@ void ortep__cpu_gather(cpu_weights table, size_t rows, size_t h, const void *ind
 void ortep__cpu_gemm(const float *a, cpu_weights b, bool trans_b, const float *c_f32, cpu_weights c, size_t c_rows,
                      float alpha, float beta, size_t m, size_t k, size_t n, float *y);
 /* y[i] = a[i] + b[i % nb] (add) or a[i] * b[i % nb] (mul). */
+/* ortep:Linear (opset.h): groups of y_g[m, n_g] = x[m, k] W_g^T + b_g, W_g
+ * [n_g, k]; gate_up: y_0 = SiLU(x W_0^T + b_0) * (x W_1^T + b_1); res (may
+ * be NULL) is added to y_0. Each output is one dot product in a fixed order. */
+void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w, const cpu_weights *b,
+                       const size_t *n, bool gate_up, const float *res, float *const *y);
 void ortep__cpu_add(const float *a, cpu_weights b, size_t nb, size_t n, float *y);
 void ortep__cpu_mul(const float *a, cpu_weights b, size_t nb, size_t n, float *y);
 void ortep__cpu_sigmoid(const float *x, size_t n, float *y);

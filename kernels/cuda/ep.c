@@ -53,6 +53,7 @@ typedef struct cuda_ep {
    * launched, so the buffers they name may have moved. */
   cudaGraphExec_t *retired;
   size_t n_segments, n_retired, segments_cap;
+  size_t kernel_nodes; /* kernel nodes of the live segments' graphs */
   uint64_t instantiations, updates;
 } cuda_ep;
 
@@ -323,6 +324,18 @@ static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
     case K_ARGMAX:
       rc = ortep__cu_argmax_rows(in[0], o->p.sm.rows, o->p.sm.n, out[0], err, s);
       break;
+    case K_LINEAR: {
+      const __typeof__(o->p.lin) *p = &o->p.lin;
+      ortep__cu_linear_args a = {.x = in[0], .res = p->residual ? in[7] : NULL, .m = p->m, .k = p->k,
+                                 .groups = p->groups, .gate_up = p->gate_up};
+      for (size_t g = 0; g < p->groups; g++) {
+        a.n[g] = p->n[g], a.w[g] = in[1 + 2 * g], a.wdt[g] = (int)p->wdt[g];
+        a.b[g] = p->bias[g] ? in[2 + 2 * g] : NULL, a.bdt[g] = (int)p->bdt[g];
+        a.y[g] = p->gate_up ? (g ? NULL : out[0]) : out[g];
+      }
+      rc = ortep__cu_linear(&a, s);
+      break;
+    }
     case K_NOOP:
       rc = ortep__cu_noop(s);
       break;
@@ -505,6 +518,23 @@ static ortep_status cuda_begin(ortep_ep *ep, ortep_kernel *const *kernels, size_
   return ORTEP_OK;
 }
 
+/* Kernel nodes of a captured graph (what a replay launches); at capture
+ * time, never per step. */
+static cudaError_t count_kernel_nodes(cudaGraph_t graph, size_t *kernels) {
+  size_t n = 0;
+  cudaError_t r = cudaGraphGetNodes(graph, NULL, &n);
+  if (r != cudaSuccess || !n) return r;
+  cudaGraphNode_t *nodes = ortep__malloc(n * sizeof *nodes);
+  if (!nodes) return cudaErrorMemoryAllocation;
+  r = cudaGraphGetNodes(graph, nodes, &n);
+  for (size_t i = 0; r == cudaSuccess && i < n; i++) {
+    enum cudaGraphNodeType t;
+    if ((r = cudaGraphNodeGetType(nodes[i], &t)) == cudaSuccess && t == cudaGraphNodeTypeKernel) ++*kernels;
+  }
+  ortep__free(nodes);
+  return r;
+}
+
 static ortep_status cuda_end(ortep_ep *ep) {
   cuda_ep *e = E(ep);
   if (!e->capturing) return ortep__fail(ORTEP_E_STATE, "%s: end_capture without begin_capture", CUDA_EP_NAME);
@@ -526,6 +556,11 @@ static ortep_status cuda_end(ortep_ep *ep) {
     e->segments_cap = cap;
   }
   size_t at = e->n_segments;
+  size_t kernels = 0;
+  if ((r = count_kernel_nodes(graph, &kernels)) != cudaSuccess) {
+    cudaGraphDestroy(graph);
+    return cuda_fail(r, "cudaGraphGetNodes");
+  }
   cudaGraphExec_t exec = NULL;
   if (at < e->n_retired && e->retired[at]) {
     /* the same segment captured again: patch the old executable in place */
@@ -550,6 +585,7 @@ static ortep_status cuda_end(ortep_ep *ep) {
   }
   cudaGraphDestroy(graph);
   e->segments[e->n_segments++] = exec;
+  e->kernel_nodes += kernels;
   return ORTEP_OK;
 }
 
@@ -595,6 +631,7 @@ static ortep_status cuda_reset(ortep_ep *ep, bool *had) {
   }
   if (e->n_segments > e->n_retired) e->n_retired = e->n_segments;
   e->n_segments = 0;
+  e->kernel_nodes = 0;
   return ORTEP_OK;
 }
 
@@ -604,6 +641,7 @@ static void cuda_graph_counts(const ortep_ep *ep, uint64_t *inst, uint64_t *upd)
 }
 
 static size_t cuda_segment_count(const ortep_ep *ep) { return CE(ep)->n_segments; }
+static size_t cuda_graph_kernel_nodes(const ortep_ep *ep) { return CE(ep)->kernel_nodes; }
 static bool cuda_capture_active(const ortep_ep *ep) { return CE(ep)->capturing; }
 
 static ortep_status cuda_check_error(ortep_ep *ep, uint32_t *bits) {
@@ -655,6 +693,7 @@ static const ortep_ep_vtable cuda_vtable = {
     .error_word_ptr = cuda_error_ptr,
     .allocation_counts = cuda_counts,
     .graph_counts = cuda_graph_counts,
+    .graph_kernel_nodes = cuda_graph_kernel_nodes,
 };
 
 ortep_status ortep_cuda_ep_create(ortep_governor *governor, ortep_ep **out) {

@@ -129,12 +129,10 @@ __device__ __forceinline__ float gemv_epilogue(float acc, float alpha, const voi
   return v;
 }
 
-__global__ void k_gemv_nk(const float *x, const void *w, int wdt, size_t k, size_t n, int vec, float alpha,
-                          const void *c, int cdt, size_t c_rows, float beta, float *y) {
-  unsigned lane = threadIdx.x & 31;
-  size_t j = blockIdx.x * (size_t)(blockDim.x >> 5) + (threadIdx.x >> 5), r = blockIdx.y;
-  if (j >= n) return;
-  const float *xr = x + r * k;
+/* One warp's dot product of x (f32) with row j of a [*, k] weight. vec: both
+ * rows 16-byte aligned and k a multiple of 8, so 16-byte loads are safe. */
+__device__ __forceinline__ float warp_dot(const float *xr, const void *w, int wdt, size_t j, size_t k, int vec,
+                                          unsigned lane) {
   float acc = 0.0f;
   if (wdt == DT_F32) {
     const float *wr = (const float *)w + j * k;
@@ -161,8 +159,64 @@ __global__ void k_gemv_nk(const float *x, const void *w, int wdt, size_t k, size
       for (size_t i = lane; i < k; i += 32) acc += xr[i] * w16(wr[i], wdt);
     }
   }
-  acc = warp_sum(acc);
+  return warp_sum(acc);
+}
+
+static int vec_ok(const float *x, const void *w, int wdt, size_t k) {
+  return k % (wdt == DT_F32 ? 4 : 8) == 0 && ((uintptr_t)x | (uintptr_t)w) % 16 == 0;
+}
+
+__global__ void k_gemv_nk(const float *x, const void *w, int wdt, size_t k, size_t n, int vec, float alpha,
+                          const void *c, int cdt, size_t c_rows, float beta, float *y) {
+  unsigned lane = threadIdx.x & 31;
+  size_t j = blockIdx.x * (size_t)(blockDim.x >> 5) + (threadIdx.x >> 5), r = blockIdx.y;
+  if (j >= n) return;
+  float acc = warp_dot(x + r * k, w, wdt, j, k, vec, lane);
   if (lane == 0) y[r * n + j] = gemv_epilogue(acc, alpha, c, cdt, c_rows, beta, r, n, j);
+}
+
+struct linear_vec {
+  int v[3];
+};
+
+/* Rows of all groups laid end to end: blockIdx.x * warps + warp picks one. */
+__global__ void k_linear(ortep__cu_linear_args a, linear_vec vec) {
+  unsigned lane = threadIdx.x & 31;
+  size_t j = blockIdx.x * (size_t)(blockDim.x >> 5) + (threadIdx.x >> 5), r = blockIdx.y;
+  const float *xr = a.x + r * a.k;
+  if (a.gate_up) {
+    if (j >= a.n[0]) return;
+    float g = warp_dot(xr, a.w[0], a.wdt[0], j, a.k, vec.v[0], lane);
+    float u = warp_dot(xr, a.w[1], a.wdt[1], j, a.k, vec.v[1], lane);
+    if (lane == 0) {
+      if (a.b[0]) g += ld(a.b[0], a.bdt[0], j);
+      if (a.b[1]) u += ld(a.b[1], a.bdt[1], j);
+      a.y[0][r * a.n[0] + j] = g / (1.0f + expf(-g)) * u;
+    }
+    return;
+  }
+  size_t g = 0;
+  while (g < a.groups && j >= a.n[g]) j -= a.n[g++];
+  if (g >= a.groups) return;
+  float v = warp_dot(xr, a.w[g], a.wdt[g], j, a.k, vec.v[g], lane);
+  if (lane == 0) {
+    if (a.b[g]) v += ld(a.b[g], a.bdt[g], j);
+    if (a.res) v += a.res[r * a.n[g] + j];
+    a.y[g][r * a.n[g] + j] = v;
+  }
+}
+
+extern "C" int ortep__cu_linear(const ortep__cu_linear_args *a, void *stream) {
+  size_t rows = a->gate_up ? a->n[0] : 0;
+  linear_vec vec = {{0, 0, 0}};
+  for (size_t g = 0; g < a->groups; g++) {
+    if (!a->gate_up) rows += a->n[g];
+    vec.v[g] = vec_ok(a->x, a->w[g], a->wdt[g], a->k);
+  }
+  if (!rows || !a->m) return 0;
+  const unsigned warps = 4;
+  k_linear<<<dim3(blocks(rows, warps), (unsigned)a->m), warps * 32, 0, (cudaStream_t)stream>>>(*a, vec);
+  return launched();
 }
 
 __global__ void k_gemv_kn(const float *x, const void *w, int wdt, size_t k, size_t n, float alpha, const void *c,
@@ -181,8 +235,7 @@ extern "C" int ortep__cu_gemv(const float *x, const void *w, int wdt, int trans_
   cudaStream_t s = (cudaStream_t)stream;
   if (trans_b) {
     /* 16-byte loads need 16-byte aligned rows of both x (f32) and W */
-    size_t per = wdt == DT_F32 ? 4 : 8;
-    int vec = k % per == 0 && k % 4 == 0 && ((uintptr_t)x | (uintptr_t)w) % 16 == 0;
+    int vec = vec_ok(x, w, wdt, k);
     const unsigned warps = 4;
     k_gemv_nk<<<dim3(blocks(n, warps), (unsigned)m), warps * 32, 0, s>>>(x, w, wdt, k, n, vec, alpha, c, cdt, c_rows,
                                                                           beta, y);

@@ -25,6 +25,19 @@ int ortep__cu_convert(const float *x, void *dst, int dt, size_t n, void *stream)
  * For decode (m = 1); c (dtype cdt, c_rows 1 or m) may be NULL. */
 int ortep__cu_gemv(const float *x, const void *w, int wdt, int trans_b, size_t m, size_t k, size_t n, float alpha,
                    const void *c, int cdt, size_t c_rows, float beta, float *y, void *stream);
+/* ortep:Linear (kernels/opset.h) in one launch: a warp per output row of
+ * every group; gate_up computes both dots of a row and writes SiLU(g) * u;
+ * res (may be NULL) is added to group 0. Same arithmetic as the GEMV. */
+typedef struct ortep__cu_linear_args {
+  const float *x;
+  const float *res;
+  size_t m, k, groups, n[3];
+  const void *w[3], *b[3];
+  int wdt[3], bdt[3];
+  float *y[3];
+  int gate_up;
+} ortep__cu_linear_args;
+int ortep__cu_linear(const ortep__cu_linear_args *a, void *stream);
 /* y[i] = broadcast c over rows (c dtype cdt, c_rows 1 or m) */
 int ortep__cu_fill_bias(const void *c, int cdt, size_t c_rows, size_t m, size_t n, float *y, void *stream);
 int ortep__cu_binary(int mul, const float *a, const void *b, int bdt, size_t nb, size_t n, float *y, void *stream);
