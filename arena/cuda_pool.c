@@ -11,12 +11,13 @@
  * Allocations are cudaMallocFromPoolAsync on the owning stream; frees are
  * cudaFreeAsync. An allocation while the stream is capturing is refused: a
  * captured graph must not allocate (carve from the arena before capture).
- * The governor's DEVICE tier is charged before and refunded after.
+ * The governor's DEVICE tier is charged before and refunded after. Built
+ * into the CUDA module (kernels/cuda/module.h), never into the core.
  */
-#include "internal.h"
-
-#if ORTEP_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "../kernels/cuda/module.h"
+#include "internal.h"
 
 typedef struct cuda_pool {
   ortep_allocator base;
@@ -89,8 +90,7 @@ static const ortep_allocator_vtable pool_vtable = {
     .destroy = pool_destroy,
 };
 
-ortep_status ortep_cuda_pool_allocator_create(int device, void *stream, ortep_governor *governor,
-                                              ortep_allocator **out) {
+ortep_status ortep__cuda_pool_create(int device, void *stream, ortep_governor *governor, ortep_allocator **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_cuda_pool_allocator_create: out is NULL");
   *out = NULL;
   cuda_pool *p = ortep__calloc(1, sizeof *p);
@@ -123,15 +123,3 @@ ortep_status ortep_cuda_pool_allocator_create(int device, void *stream, ortep_go
   return ORTEP_OK;
 }
 
-#else
-
-ortep_status ortep_cuda_pool_allocator_create(int device, void *stream, ortep_governor *governor,
-                                              ortep_allocator **out) {
-  (void)device, (void)stream, (void)governor;
-  if (out) *out = NULL;
-  return ortep__fail(ORTEP_E_NOT_SUPPORTED,
-                     "this build of ortep has no CUDA support (the CUDA Toolkit was not found at configure time); "
-                     "rebuild with the toolkit installed");
-}
-
-#endif

@@ -42,7 +42,9 @@ static inline uint64_t ortep__trace_segment_payload(size_t index, size_t nodes) 
   return ((uint64_t)index << 32) | (uint64_t)(nodes & 0xffffffffu);
 }
 
-#if ORTEP_HAVE_NVTX
+/* The CUDA module (kernels/cuda/module.h) traces nothing itself: the core's
+ * executor traces around every call into it. */
+#if ORTEP_HAVE_NVTX && !defined(ORTEP_CUDA_MODULE)
 #include <stdatomic.h>
 /* 0: not initialised yet; 1: a tool is attached; 2: none is. With no tool,
  * every trace call costs one relaxed load and a branch: NVTX's domain

@@ -7,24 +7,22 @@
  * EP's stream; while a capture is open they are recorded into the stream's
  * graph instead of running. A segment is one cudaGraphExec_t.
  *
- * This file has been compiled but not yet run on a GPU in this project; the
- * device tests (tests/test_cuda.c) and bench/device-check.sh exercise it on a
- * machine that has one.
+ * Built into libortep_cuda.so, the module the core loads on demand
+ * (module.h); the device suite (tests/test_cuda_device.c) and
+ * bench/device-check.sh exercise it on a machine with a GPU.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/internal.h"
-#include "../../runtime/trace.h"
-#include "ortep/cuda_ep.h"
-
-#if ORTEP_HAVE_CUDA
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "../../runtime/internal.h"
 #include "../opset.h"
+#include "module.h"
 #include "ops.h"
+#include "ortep/cuda_ep.h"
 
 #define CUDA_EP_NAME "cuda_ep"
 #define CUDA_OP_COST 10 /* preferred over the CPU EP's 100 */
@@ -71,7 +69,7 @@ static ortep_status cuda_fail(cudaError_t e, const char *what) {
     if (e_ != cudaSuccess) return cuda_fail(e_, what); \
   } while (0)
 
-bool ortep_cuda_available(char *why, size_t len) {
+bool ortep__cuda_available(char *why, size_t len) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e == cudaSuccess && n > 0) return true;
@@ -81,7 +79,7 @@ bool ortep_cuda_available(char *why, size_t len) {
   return false;
 }
 
-ortep_status ortep_cuda_device_info_get(int device, ortep_cuda_device_info *out) {
+ortep_status ortep__cuda_device_info(int device, ortep_cuda_device_info *out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_cuda_device_info_get: out is NULL");
   memset(out, 0, sizeof *out);
   int n = 0;
@@ -143,7 +141,7 @@ static ortep_status cuda_initialize(ortep_ep *ep, const ortep_config *config) {
   e->base.device = ortep_device_cuda((uint32_t)dev);
   CU(cudaSetDevice(e->device), "cudaSetDevice");
   CU(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  if ((st = ortep_cuda_pool_allocator_create(e->device, e->stream, e->governor, &e->pool)) != ORTEP_OK) {
+  if ((st = ortep__cuda_pool_create(e->device, e->stream, e->governor, &e->pool)) != ORTEP_OK) {
     release_all(e);
     return st;
   }
@@ -568,7 +566,6 @@ static ortep_status cuda_end(ortep_ep *ep) {
     if (cudaGraphExecUpdate(e->retired[at], graph, &info) == cudaSuccess) {
       exec = e->retired[at];
       e->updates++;
-      ortep__trace_mark(ORTEP__TRACE_GRAPH_EXEC_UPDATE, at);
     } else {
       cudaGetLastError();
       cudaGraphExecDestroy(e->retired[at]);
@@ -696,7 +693,7 @@ static const ortep_ep_vtable cuda_vtable = {
     .graph_kernel_nodes = cuda_graph_kernel_nodes,
 };
 
-ortep_status ortep_cuda_ep_create(ortep_governor *governor, ortep_ep **out) {
+ortep_status ortep__cuda_ep_create(ortep_governor *governor, ortep_ep **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_cuda_ep_create: out is NULL");
   *out = NULL;
   cuda_ep *e = ortep__calloc(1, sizeof *e);
@@ -707,25 +704,3 @@ ortep_status ortep_cuda_ep_create(ortep_governor *governor, ortep_ep **out) {
   return ORTEP_OK;
 }
 
-#else
-
-ortep_status ortep_cuda_ep_create(ortep_governor *governor, ortep_ep **out) {
-  (void)governor;
-  if (out) *out = NULL;
-  return ortep__fail(ORTEP_E_NOT_SUPPORTED,
-                     "this build of ortep has no CUDA EP (the CUDA Toolkit was not found at configure time); rebuild "
-                     "with the toolkit installed, or use the CPU EP");
-}
-
-bool ortep_cuda_available(char *why, size_t len) {
-  if (why && len) snprintf(why, len, "this build of ortep has no CUDA support");
-  return false;
-}
-
-ortep_status ortep_cuda_device_info_get(int device, ortep_cuda_device_info *out) {
-  (void)device;
-  if (out) memset(out, 0, sizeof *out);
-  return ortep__fail(ORTEP_E_NOT_SUPPORTED, "this build of ortep has no CUDA support");
-}
-
-#endif
