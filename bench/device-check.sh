@@ -93,8 +93,10 @@ run bench_qwen_f16 300 "$bench" decode --ep cuda --preset qwen2.5-0.5b --dtype f
   --json "$out/decode_qwen_f16.json"
 ratio() { # graph over eager from a decode JSON
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); m=j["modes"]
-print("graph %.0f tok/s, eager %.0f tok/s: graph/eager %.2fx; p50 %.1f us" % (m["graph"]["tokens_per_s"],
-      m["eager"]["tokens_per_s"], j["speedup_graph_over_eager"], m["graph"]["latency_p50_us"]))' "$1" 2>/dev/null ||
+g = m["graph"]
+print("graph %.0f tok/s, eager %.0f tok/s: graph/eager %.2fx; p50 %.1f us; %d kernels in graphs; launch %.1f us/token" % (
+      g["tokens_per_s"], m["eager"]["tokens_per_s"], j["speedup_graph_over_eager"], g["latency_p50_us"],
+      g["graph_kernel_nodes"], g["host_launch_us_per_token"]))' "$1" 2>/dev/null ||
     echo "no figures"
 }
 for f in tiny_cuda tiny_cpu qwen_bf16 qwen_f16; do
