@@ -209,6 +209,53 @@ START_TEST(zero_allocations_per_step_and_none_during_capture) {
 }
 END_TEST
 
+/* The two-pass device argmax: the first maximum wins across blocks, any
+ * non-finite logit latches the bit while the finite maximum is still found,
+ * f16 logits too; the result matches the CPU EP's on the same input. */
+static void argmax_on(ortep_ep *ep, const void *host, size_t n, ortep_dtype dt, uint32_t out[2]) {
+  size_t es = dt == ORTEP_DTYPE_F16 ? 2 : 4;
+  ortep_buffer logits, res;
+  ck_assert_ok(ortep_ep_allocate(ep, n * es, 256, &logits));
+  ck_assert_ok(ortep_ep_allocate(ep, 8, 8, &res));
+  ck_assert_ok(ortep_ep_copy_from_host(ep, host, n * es, &logits));
+  ck_assert_ok(ortep_ep_device_argmax(ep, logits.ptr, n, dt, &res));
+  ck_assert_ok(ortep_ep_copy_to_host(ep, &res, out, 8));
+  ck_assert_ok(ortep_ep_deallocate(ep, &logits));
+  ck_assert_ok(ortep_ep_deallocate(ep, &res));
+  ck_assert_ok(ortep_ep_reset_error_word(ep));
+}
+START_TEST(device_argmax_across_blocks_matches_the_cpu) {
+  ortep_ep *gpu, *cpu = test_cpu_ep();
+  ck_assert_ok(ortep_cuda_ep_create(NULL, &gpu));
+  ck_assert_ok(ortep_ep_initialize(gpu, NULL));
+  const size_t n = 151936; /* Qwen2.5's vocabulary: many blocks */
+  float *x = malloc(n * sizeof *x);
+  uint16_t *h = malloc(n * sizeof *h);
+  test_rng r = test_rng_new(test_seed());
+  for (int c = 0; c < 5; c++) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)(test_rng_next(&r) % 20000) / 1000.0f - 10.0f;
+    if (c >= 1) x[140000] = x[9000] = 50.0f;     /* a tie in different blocks: 9000 wins */
+    if (c >= 2) x[7] = NAN;                       /* flagged, the finite maximum still found */
+    if (c >= 3) x[n - 1] = INFINITY;
+    if (c == 4)
+      for (size_t i = 0; i < n; i++) x[i] = NAN; /* no finite logit: token 0 */
+    uint32_t g[2], want[2];
+    argmax_on(gpu, x, n, ORTEP_DTYPE_F32, g);
+    argmax_on(cpu, x, n, ORTEP_DTYPE_F32, want);
+    ck_assert_msg(g[0] == want[0] && g[1] == want[1], "case %d: cuda (%u, 0x%x), cpu (%u, 0x%x)", c, g[0], g[1],
+                  want[0], want[1]);
+    for (size_t i = 0; i < n; i++) h[i] = ortep_f32_to_f16(x[i]);
+    argmax_on(gpu, h, n, ORTEP_DTYPE_F16, g);
+    argmax_on(cpu, h, n, ORTEP_DTYPE_F16, want);
+    ck_assert_msg(g[0] == want[0] && g[1] == want[1], "f16 case %d: cuda (%u, 0x%x), cpu (%u, 0x%x)", c, g[0], g[1],
+                  want[0], want[1]);
+  }
+  free(x), free(h);
+  ortep_ep_destroy(gpu);
+  ortep_ep_destroy(cpu);
+}
+END_TEST
+
 START_TEST(copies_and_fences) {
   ortep_ep *ep;
   ck_assert_ok(ortep_cuda_ep_create(NULL, &ep));
@@ -252,6 +299,7 @@ int main(void) {
   tcase_add_test(tc, a_non_finite_weight_fails_the_step_on_cuda);
   tcase_add_test(tc, zero_allocations_per_step_and_none_during_capture);
   tcase_add_test(tc, copies_and_fences);
+  tcase_add_test(tc, device_argmax_across_blocks_matches_the_cpu);
   suite_add_tcase(s, tc);
   /* its own case, so the sanitizer runs can leave it out (CK_RUN_CASE=core) */
   TCase *large = tcase_create("large");

@@ -41,6 +41,7 @@ typedef struct cuda_ep {
   void *workspace;
   size_t workspace_bytes;
   uint32_t *err; /* device */
+  void *argmax_scratch; /* device: the argmax's per-block partial results */
   void *staging; /* pinned host: [0, DOWN_BYTES) downloads, the rest upload slices */
   size_t staged; /* upload bytes staged since the last stream sync */
   uint64_t allocations, frees, fences;
@@ -170,6 +171,10 @@ static ortep_status cuda_initialize(ortep_ep *ep, const ortep_config *config) {
     return ortep__wrap(st, "%s: the error word", CUDA_EP_NAME);
   }
   e->err = errp;
+  if ((st = ortep_allocator_allocate(e->pool, ortep__cu_argmax_scratch_bytes(), 256, &e->argmax_scratch)) != ORTEP_OK) {
+    release_all(e);
+    return ortep__wrap(st, "%s: the argmax scratch", CUDA_EP_NAME);
+  }
   cudaError_t r = cudaMemsetAsync(e->err, 0, sizeof *e->err, e->stream);
   if (r == cudaSuccess) r = cudaHostAlloc(&e->staging, STAGING_BYTES, cudaHostAllocDefault);
   if (r == cudaSuccess) r = cudaStreamSynchronize(e->stream);
@@ -192,12 +197,14 @@ static void release_all(cuda_ep *e) {
   if (e->stream) cudaStreamSynchronize(e->stream);
   free_segments(e);
   if (e->err) ortep_allocator_deallocate(e->pool, e->err, 256, 256);
+  if (e->argmax_scratch)
+    ortep_allocator_deallocate(e->pool, e->argmax_scratch, ortep__cu_argmax_scratch_bytes(), 256);
   if (e->workspace) ortep_allocator_deallocate(e->pool, e->workspace, e->workspace_bytes, 256);
   if (e->blas) cublasDestroy(e->blas);
   if (e->staging) cudaFreeHost(e->staging);
   ortep_allocator_destroy(e->pool);
   if (e->stream) cudaStreamDestroy(e->stream);
-  e->err = NULL, e->workspace = NULL, e->blas = NULL, e->staging = NULL, e->pool = NULL, e->stream = NULL;
+  e->err = NULL, e->argmax_scratch = NULL, e->workspace = NULL, e->blas = NULL, e->staging = NULL, e->pool = NULL, e->stream = NULL;
   e->initialized = false;
 }
 
@@ -500,7 +507,8 @@ static bool cuda_argmax_supported(const ortep_ep *ep) { return true; }
 
 static ortep_status cuda_argmax(ortep_ep *ep, const void *logits, size_t n, ortep_dtype dtype, ortep_buffer *result) {
   cuda_ep *e = E(ep);
-  int rc = ortep__cu_device_argmax(logits, dtype == ORTEP_DTYPE_F16, n, result->ptr, e->err, e->stream);
+  int rc = ortep__cu_device_argmax(logits, dtype == ORTEP_DTYPE_F16, n, e->argmax_scratch, result->ptr, e->err,
+                                   e->stream);
   return rc ? cuda_fail((cudaError_t)rc, "device argmax") : ORTEP_OK;
 }
 

@@ -363,9 +363,17 @@ __global__ void k_kv_write(const float *k, const float *v, float *kc, float *vc,
   vc[at] = v[i];
 }
 
-/* One block per query head: scores over 0..pos, softmax, weighted V. */
+/* One block of GQA_THREADS per query head: scores over 0..pos, softmax,
+ * weighted V. Each warp scores its own positions with the lanes splitting
+ * head_dim (coalesced K rows, a shuffle sum); the weighted sum over V is
+ * split over GQA_THREADS / hd groups of positions, each thread keeping one
+ * dimension, and the groups' partial sums are added in a fixed order. Every
+ * load of a loop is independent of the previous one, so they overlap instead
+ * of each waiting out the memory latency. */
+#define GQA_THREADS 256
 __global__ void k_gqa(const float *q, const float *kc, const float *vc, const int32_t *pos, size_t heads, size_t kv,
                       size_t hd, size_t cap, float scale, float *scores, float *out) {
+  __shared__ float part[GQA_THREADS];
   size_t h = blockIdx.x, g = h / (heads / kv);
   int p = *pos;
   float *oh = out + h * hd;
@@ -375,21 +383,42 @@ __global__ void k_gqa(const float *q, const float *kc, const float *vc, const in
   }
   const float *qh = q + h * hd, *K = kc + g * cap * hd, *V = vc + g * cap * hd;
   float *sc = scores + h * cap;
-  float mx = -INFINITY;
-  for (int t = (int)threadIdx.x; t <= p; t += (int)blockDim.x) {
+  unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int t = (int)warp; t <= p; t += (int)warps) {
     float d = 0.0f;
-    for (size_t i = 0; i < hd; i++) d += qh[i] * K[(size_t)t * hd + i];
-    sc[t] = d * scale;
-    mx = fmaxf(mx, sc[t]);
+    for (size_t i = lane; i < hd; i += 32) d += qh[i] * K[(size_t)t * hd + i];
+    d = warp_sum(d);
+    if (lane == 0) sc[t] = d * scale;
   }
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int t = (int)threadIdx.x; t <= p; t += (int)blockDim.x) mx = fmaxf(mx, sc[t]);
   mx = block_max(mx);
   float den = 0.0f;
   for (int t = (int)threadIdx.x; t <= p; t += (int)blockDim.x) den += (sc[t] = expf(sc[t] - mx));
   den = block_sum(den); /* its barriers also order the score writes before the reads below */
-  for (size_t d = threadIdx.x; d < hd; d += blockDim.x) {
+  if (hd <= blockDim.x) {
+    unsigned groups = blockDim.x / (unsigned)hd, tg = threadIdx.x / (unsigned)hd;
+    size_t d = threadIdx.x % hd;
     float acc = 0.0f;
-    for (int t = 0; t <= p; t++) acc += sc[t] * V[(size_t)t * hd + d];
-    oh[d] = acc / den;
+    if (tg < groups) {
+#pragma unroll 4
+      for (int t = (int)tg; t <= p; t += (int)groups) acc += sc[t] * V[(size_t)t * hd + d];
+    }
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.x < hd) {
+      float sum = 0.0f;
+      for (unsigned k = 0; k < groups; k++) sum += part[k * hd + threadIdx.x];
+      oh[threadIdx.x] = sum / den;
+    }
+  } else {
+    for (size_t d = threadIdx.x; d < hd; d += blockDim.x) {
+      float acc = 0.0f;
+#pragma unroll 4
+      for (int t = 0; t <= p; t++) acc += sc[t] * V[(size_t)t * hd + d];
+      oh[d] = acc / den;
+    }
   }
 }
 
@@ -400,7 +429,7 @@ extern "C" int ortep__cu_gqa_decode(const float *q, const float *k, const float 
   k_kv_write<<<blocks(kv * hd, 128), 128, 0, s>>>(k, v, kc, vc, pos, kv, hd, cap, err);
   int st = launched();
   if (st) return st;
-  k_gqa<<<(unsigned)heads, 128, 0, s>>>(q, kc, vc, pos, heads, kv, hd, cap, scale, scores, out);
+  k_gqa<<<(unsigned)heads, GQA_THREADS, 0, s>>>(q, kc, vc, pos, heads, kv, hd, cap, scale, scores, out);
   return launched();
 }
 
@@ -488,9 +517,41 @@ extern "C" int ortep__cu_argmax_rows(const float *x, size_t rows, size_t n, int6
   return launched();
 }
 
-__global__ void k_device_argmax(const void *logits, int f16, size_t n, uint32_t *result, uint32_t *err) {
+/* Device argmax in two passes: ARGMAX_BLOCKS blocks at most each reduce a
+ * slice to (value, index, any non-finite), then one block reduces those and
+ * writes (token, error word). The same "larger value, or equal value and
+ * smaller index" rule at both levels keeps the first maximum. */
+struct argmax_part {
+  float v;
+  unsigned bad;
+  unsigned long long i;
+};
+
+__global__ void k_argmax_partial(const void *logits, int f16, size_t n, size_t chunk, argmax_part *parts) {
+  size_t lo = blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
   bool bad = false;
-  best b = block_best(scan(logits, n, f16, &bad));
+  best b = {0.0f, ~0ull};
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    float v = f16 ? __half2float(((const __half *)logits)[i]) : ((const float *)logits)[i];
+    if (!isfinite(v)) {
+      bad = true;
+      continue;
+    }
+    b = pick(b, best{v, i});
+  }
+  b = block_best(b);
+  bad = __syncthreads_or(bad);
+  if (threadIdx.x == 0) parts[blockIdx.x] = argmax_part{b.v, bad ? 1u : 0u, b.i};
+}
+
+__global__ void k_argmax_final(const argmax_part *parts, unsigned nparts, uint32_t *result, uint32_t *err) {
+  best b = {0.0f, ~0ull};
+  bool bad = false;
+  for (unsigned k = threadIdx.x; k < nparts; k += blockDim.x) {
+    b = pick(b, best{parts[k].v, parts[k].i});
+    bad = bad || parts[k].bad;
+  }
+  b = block_best(b);
   bad = __syncthreads_or(bad);
   if (threadIdx.x == 0) {
     if (bad) atomicOr(err, BIT_ARGMAX);
@@ -499,9 +560,22 @@ __global__ void k_device_argmax(const void *logits, int f16, size_t n, uint32_t 
   }
 }
 
-extern "C" int ortep__cu_device_argmax(const void *logits, int f16, size_t n, uint32_t *result, uint32_t *err,
-                                       void *stream) {
-  k_device_argmax<<<1, 1024, 0, (cudaStream_t)stream>>>(logits, f16, n, result, err);
+extern "C" size_t ortep__cu_argmax_scratch_bytes(void) { return ORTEP__CU_ARGMAX_BLOCKS * sizeof(argmax_part); }
+
+extern "C" int ortep__cu_device_argmax(const void *logits, int f16, size_t n, void *scratch, uint32_t *result,
+                                       uint32_t *err, void *stream) {
+  cudaStream_t s = (cudaStream_t)stream;
+  size_t chunk = 4096; /* four values per thread of a 1024-thread block */
+  size_t blocks_needed = (n + chunk - 1) / chunk;
+  if (blocks_needed > ORTEP__CU_ARGMAX_BLOCKS) {
+    blocks_needed = ORTEP__CU_ARGMAX_BLOCKS;
+    chunk = (n + blocks_needed - 1) / blocks_needed;
+  }
+  if (!blocks_needed) blocks_needed = 1;
+  k_argmax_partial<<<(unsigned)blocks_needed, 1024, 0, s>>>(logits, f16, n, chunk, (argmax_part *)scratch);
+  int st = launched();
+  if (st) return st;
+  k_argmax_final<<<1, 256, 0, s>>>((const argmax_part *)scratch, (unsigned)blocks_needed, result, err);
   return launched();
 }
 

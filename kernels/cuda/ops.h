@@ -54,8 +54,13 @@ int ortep__cu_gqa_decode(const float *q, const float *k, const float *v, float *
                          uint32_t *err, void *stream);
 int ortep__cu_softmax(const float *x, size_t rows, size_t n, float *y, void *stream);
 int ortep__cu_argmax_rows(const float *x, size_t rows, size_t n, int64_t *out, uint32_t *err, void *stream);
-/* result[0] = first maximum (NaN skipped), result[1] = *err */
-int ortep__cu_device_argmax(const void *logits, int f16, size_t n, uint32_t *result, uint32_t *err, void *stream);
+/* result[0] = the first maximum among the finite logits, result[1] = *err
+ * (ORed with the non-finite bit when any logit is NaN or infinite); two
+ * launches over scratch of ortep__cu_argmax_scratch_bytes() device bytes. */
+#define ORTEP__CU_ARGMAX_BLOCKS 256
+size_t ortep__cu_argmax_scratch_bytes(void);
+int ortep__cu_device_argmax(const void *logits, int f16, size_t n, void *scratch, uint32_t *result, uint32_t *err,
+                            void *stream);
 int ortep__cu_noop(void *stream);
 
 #ifdef __cplusplus
