@@ -130,13 +130,17 @@ __device__ __forceinline__ float gemv_epilogue(float acc, float alpha, const voi
 }
 
 /* One warp's dot product of x (f32) with row j of a [*, k] weight. vec: both
- * rows 16-byte aligned and k a multiple of 8, so 16-byte loads are safe. */
+ * rows 16-byte aligned and k a multiple of 8, so 16-byte loads are safe.
+ * Unrolled so that each lane has several loads in flight: a long row (the
+ * MLP's down projection, K = 4864) would otherwise wait out the memory
+ * latency once per iteration. */
 __device__ __forceinline__ float warp_dot(const float *xr, const void *w, int wdt, size_t j, size_t k, int vec,
                                           unsigned lane) {
   float acc = 0.0f;
   if (wdt == DT_F32) {
     const float *wr = (const float *)w + j * k;
     if (vec) {
+#pragma unroll 4
       for (size_t i = lane * 4; i < k; i += 128) {
         float4 a = *(const float4 *)(xr + i), b = *(const float4 *)(wr + i);
         acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
@@ -147,6 +151,7 @@ __device__ __forceinline__ float warp_dot(const float *xr, const void *w, int wd
   } else {
     const unsigned short *wr = (const unsigned short *)w + j * k;
     if (vec) {
+#pragma unroll 4
       for (size_t i = lane * 8; i < k; i += 256) {
         uint4 b = *(const uint4 *)(wr + i);
         float4 a0 = *(const float4 *)(xr + i), a1 = *(const float4 *)(xr + i + 4);
