@@ -420,6 +420,54 @@ START_TEST(weights_read_into_memory_survive_truncation) {
 }
 END_TEST
 
+/* The CPU EP's workers (cpu.threads): every output row is computed whole by
+ * one worker in a fixed order, so tokens and logits are bitwise the same for
+ * 1, 2, 3 and 8 threads, eager and replayed, on a model whose nodes do split
+ * across workers ("small": 4 layers) and on one whose nodes do not ("tiny"). */
+START_TEST(logits_are_bitwise_equal_for_every_thread_count) {
+  const char *presets[] = {"tiny", "small"};
+  const ortep_dtype types[] = {ORTEP_DTYPE_F32, ORTEP_DTYPE_BF16};
+  for (int pi = 0; pi < 2; pi++) {
+    char dir[64];
+    test_model_dir(dir, sizeof dir, presets[pi], types[pi]);
+    float *want = NULL;
+    int32_t want_tok[16];
+    size_t V = 0;
+    const char *threads[] = {"1", "2", "3", "8"};
+    for (int t = 0; t < 4; t++)
+      for (int eager = 0; eager < 2; eager++) {
+        ortep_config *c;
+        ck_assert_ok(ortep_config_create(&c));
+        ck_assert_ok(ortep_config_set(c, "cpu.threads", threads[t]));
+        ortep_decoder *d;
+        ck_assert_ok(ortep_decoder_open(
+            dir, &(ortep_decoder_options){.ep = "cpu", .eager = eager, .max_seq_len = 32, .config = c}, &d));
+        V = ortep_decoder_vocab_size(d);
+        float *l = malloc(16 * V * sizeof *l);
+        int32_t tok;
+        ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, &tok));
+        for (int i = 0; i < 16; i++) {
+          ck_assert_ok(ortep_decoder_logits(d, l + (size_t)i * V, V));
+          if (want) ck_assert_msg(tok == want_tok[i], "%s, %s threads, eager %d, step %d: token %d, want %d",
+                                  presets[pi], threads[t], eager, i, tok, want_tok[i]);
+          else want_tok[i] = tok;
+          ck_assert_ok(ortep_decoder_step(d, tok, 4 + i, &tok));
+        }
+        if (want)
+          ck_assert_msg(memcmp(l, want, 16 * V * sizeof *l) == 0, "%s, %s threads, eager %d: logits differ",
+                        presets[pi], threads[t], eager);
+        else
+          want = l, l = NULL;
+        free(l);
+        ortep_decoder_close(d);
+        ortep_config_destroy(c);
+      }
+    free(want);
+    test_model_dir_remove(dir);
+  }
+}
+END_TEST
+
 START_TEST(open_errors_are_clear) {
   ortep_decoder *d = (ortep_decoder *)1;
   ck_assert_status(ortep_decoder_open("/nonexistent/model", NULL, &d), ORTEP_E_IO);
@@ -462,6 +510,7 @@ int main(void) {
   tcase_add_loop_test(tc, position_past_the_cache_fails_with_the_position_bit, 0, 2);
   tcase_add_loop_test(tc, steady_state_steps_allocate_nothing, 0, 2);
   tcase_add_test(tc, open_errors_are_clear);
+  tcase_add_test(tc, logits_are_bitwise_equal_for_every_thread_count);
   tcase_add_test(tc, weights_read_into_memory_survive_truncation);
   tcase_add_test(tc, an_oversized_decoder_is_refused_before_touching_memory);
   tcase_add_test(tc, generate_in_chunks_emits_the_tokens_of_one_call);

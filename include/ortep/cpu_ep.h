@@ -40,6 +40,10 @@ ORTEP_API ortep_status ortep_cpu_ep_create(ortep_governor *governor, ortep_ep **
  * not destroyed by it; charging a governor is that allocator's business. */
 ORTEP_API ortep_status ortep_cpu_ep_create_with_allocator(ortep_allocator *backing, ortep_ep **out);
 
+/* The worker threads an initialised CPU EP runs its nodes on (cpu.threads;
+ * by default every CPU the process may run on); 0 for another EP. */
+ORTEP_API size_t ortep_cpu_ep_threads(const ortep_ep *ep);
+
 ORTEP_END_DECLS
 
 #endif

@@ -63,6 +63,9 @@ ORTEP_API size_t ortep_model_weight_bytes(const ortep_model *model);
  *                   vocab 512, tied embeddings, q/k/v biases (a fast CPU default)
  *   "tiny-llama"    LLaMA-style, hidden 64, 2 layers, 4 heads / 1 KV head,
  *                   vocab 384, untied lm_head, no biases
+ *   "small"         Qwen2-style, hidden 256, 4 layers, 8 heads / 2 KV heads,
+ *                   intermediate 704, vocab 2048, tied, biases (a model whose
+ *                   nodes are big enough to run on several CPU workers)
  *   "qwen2.5-0.5b"  the exact shapes of Qwen2.5-0.5B: hidden 896, 24 layers,
  *                   14 heads / 2 KV heads, intermediate 4864, vocab 151936,
  *                   tied embeddings, q/k/v biases

@@ -45,6 +45,7 @@ typedef struct cpu_ep {
   segment *segments;
   size_t n_segments, segments_cap;
   uint64_t installed; /* segments ever installed: the CPU's "instantiations" */
+  ortep__cpu_pool *pool; /* workers, from initialise to destroy */
 } cpu_ep;
 
 static cpu_ep *self_of(ortep_ep *ep) { return (cpu_ep *)ep; }
@@ -61,20 +62,22 @@ static ortep_status cpu_initialize(ortep_ep *ep, const ortep_config *config) {
   static const char *const known[] = {"cpu.threads"};
   ortep_status st = ortep_config_check_namespace(config, "cpu", known, 1);
   if (st != ORTEP_OK) return st;
-  /* One BLAS thread unless asked: decode multiplies one row by a matrix, and
-   * waking OpenBLAS's workers for each such GEMV costs more than it saves
-   * (2.4x slower on the tiny preset on 2 cores). Large models on many cores
-   * may gain from cpu.threads = N. The setting is OpenBLAS's, process-wide. */
-  long n = 1;
+  /* cpu.threads: the workers this EP runs its nodes on (pool.c), by default
+   * every CPU the process may run on. OpenBLAS itself stays single-threaded
+   * (process-wide): its own threads would fight ours for the same cores. */
+  size_t n = ortep__cpu_default_threads();
   const char *threads = ortep_config_get(config, "cpu.threads");
   if (threads) {
     char *end;
-    n = strtol(threads, &end, 10);
-    if (*end || end == threads || n < 1 || n > 1024)
+    long v = strtol(threads, &end, 10);
+    if (*end || end == threads || v < 1 || v > 1024)
       return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cpu.threads = '%s': use a whole number of threads from 1 to 1024",
                          threads);
+    n = (size_t)v;
   }
-  openblas_set_num_threads((int)n);
+  if (e->initialized) return ORTEP_OK;
+  openblas_set_num_threads(1);
+  if (!e->pool && (st = ortep__cpu_pool_create(n, &e->pool)) != ORTEP_OK) return st;
   if (!e->host) {
     if ((st = ortep_host_allocator_create(e->governor, &e->host)) != ORTEP_OK) return st;
     e->owns_host = true;
@@ -115,6 +118,7 @@ static void cpu_destroy(ortep_ep *ep) {
   ortep__free(e->open.records);
   ortep__free(e->segments);
   if (e->owns_host) ortep_allocator_destroy(e->host);
+  ortep__cpu_pool_destroy(e->pool);
   ortep__free(e);
 }
 
@@ -133,7 +137,7 @@ static void cpu_supports(const ortep_ep *ep, const ortep_node *node, int64_t ops
 
 static ortep_status cpu_get_kernel(ortep_ep *ep, const ortep_node *node, const ortep_shape *shapes,
                                    const ortep_dtype *dtypes, size_t n, int64_t opset, ortep_kernel **out) {
-  return ortep__cpu_make_kernel(node, shapes, dtypes, n, opset, out);
+  return ortep__cpu_make_kernel(node, shapes, dtypes, n, opset, self_of(ep)->pool, out);
 }
 
 static ortep_status cpu_allocate(ortep_ep *ep, size_t size, size_t align, ortep_buffer *out) {
@@ -179,11 +183,41 @@ static ortep_status cpu_fence_wait(ortep_ep *ep, ortep_fence *f) { return ORTEP_
 static ortep_status cpu_sync(ortep_ep *ep) { return ORTEP_OK; }
 static bool cpu_argmax_supported(const ortep_ep *ep) { return true; }
 
+/* Argmax over the workers: range t of the vocabulary to worker t, then the
+ * ranges combined in order with the same rule (strictly larger wins), so the
+ * first maximum wins for any thread count. */
+#define ARGMAX_PARTS 64
+typedef struct argmax_job {
+  const float *x32;
+  const uint16_t *x16;
+  size_t n, parts;
+  size_t best[ARGMAX_PARTS];
+  float value[ARGMAX_PARTS];
+  bool bad[ARGMAX_PARTS];
+} argmax_job;
+static void argmax_task(void *ctx, size_t begin, size_t end) {
+  argmax_job *j = ctx;
+  for (size_t part = begin; part < end; part++)
+    ortep__cpu_argmax_range(j->x32, j->x16, j->n * part / j->parts, j->n * (part + 1) / j->parts, &j->best[part],
+                            &j->value[part], &j->bad[part]);
+}
+
 static ortep_status cpu_argmax(ortep_ep *ep, const void *logits, size_t n, ortep_dtype dtype, ortep_buffer *result) {
   cpu_ep *e = self_of(ep);
-  uint32_t token = dtype == ORTEP_DTYPE_F16 ? ortep__cpu_argmax_f16(logits, n, &e->error_word)
-                                            : ortep__cpu_argmax_f32(logits, n, &e->error_word);
-  uint32_t pair[2] = {token, __atomic_load_n(&e->error_word, __ATOMIC_RELAXED)};
+  size_t threads = ortep__cpu_pool_threads(e->pool);
+  argmax_job j = {dtype == ORTEP_DTYPE_F16 ? NULL : logits, dtype == ORTEP_DTYPE_F16 ? logits : NULL, n,
+                  threads < ARGMAX_PARTS ? threads : ARGMAX_PARTS, {0}, {0}, {0}};
+  ortep__cpu_pool_for(e->pool, j.parts, n / j.parts + 1, argmax_task, &j);
+  size_t token = n;
+  float best = 0;
+  bool bad = false;
+  for (size_t part = 0; part < j.parts; part++) {
+    bad = bad || j.bad[part];
+    size_t end = n * (part + 1) / j.parts;
+    if (j.best[part] != end && (token == n || j.value[part] > best)) token = j.best[part], best = j.value[part];
+  }
+  if (bad) __atomic_fetch_or(&e->error_word, ORTEP_ERROR_ARGMAX_NOT_FINITE, __ATOMIC_RELAXED);
+  uint32_t pair[2] = {token == n ? 0u : (uint32_t)token, __atomic_load_n(&e->error_word, __ATOMIC_RELAXED)};
   memcpy(result->ptr, pair, sizeof pair);
   return ORTEP_OK;
 }
@@ -369,4 +403,9 @@ ortep_status ortep_cpu_ep_create_with_allocator(ortep_allocator *backing, ortep_
   ortep_status st = ortep_cpu_ep_create(NULL, out);
   if (st == ORTEP_OK) self_of(*out)->host = backing;
   return st;
+}
+
+size_t ortep_cpu_ep_threads(const ortep_ep *ep) {
+  if (!ep || strcmp(ortep_ep_name(ep), CPU_EP_NAME) != 0) return 0;
+  return ortep__cpu_pool_threads(cself_of(ep)->pool);
 }

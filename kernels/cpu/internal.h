@@ -3,6 +3,7 @@
 #define ORTEP_KERNELS_CPU_INTERNAL_H
 
 #include "ops.h"
+#include "pool.h"
 
 #define CPU_EP_NAME "cpu_ep"
 #define CPU_OP_COST 100
@@ -12,6 +13,6 @@ void ortep__cpu_supports(const ortep_node *node, int64_t opset, const ortep_shap
                          size_t n, ortep_kernel_match *out);
 /* A kernel for the node specialised to these shapes (after supports says yes). */
 ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *shapes, const ortep_dtype *dtypes,
-                                    size_t n, int64_t opset, ortep_kernel **out);
+                                    size_t n, int64_t opset, ortep__cpu_pool *pool, ortep_kernel **out);
 
 #endif

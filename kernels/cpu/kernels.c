@@ -14,7 +14,22 @@ typedef struct cpu_kernel {
   char name[64];
   ortep__op_params op;
   float *scratch;
+  ortep__cpu_pool *pool; /* the EP's workers (NULL: run inline) */
 } cpu_kernel;
+
+/* ortep:Linear over the pool: every output row is one item, computed whole
+ * by one worker. */
+typedef struct linear_job {
+  const __typeof__(((ortep__op_params *)0)->p.lin) *p;
+  const float *x, *res;
+  cpu_weights w[ORTEP__LINEAR_GROUPS], b[ORTEP__LINEAR_GROUPS];
+  float *y[ORTEP__LINEAR_GROUPS];
+} linear_job;
+static void linear_task(void *ctx, size_t begin, size_t end) {
+  const linear_job *j = ctx;
+  ortep__cpu_linear(j->x, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin,
+                    end);
+}
 
 void ortep__cpu_supports(const ortep_node *node, int64_t opset, const ortep_shape *shapes, const ortep_dtype *dtypes,
                          size_t n, ortep_kernel_match *out) {
@@ -81,15 +96,15 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
         ((int64_t *)out[0])[r] = ortep__cpu_argmax_f32((const float *)in[0] + r * k->op.p.sm.n, k->op.p.sm.n, ew);
       break;
     case K_LINEAR: {
-      __typeof__(k->op.p.lin) *p = &k->op.p.lin;
-      cpu_weights w[ORTEP__LINEAR_GROUPS], b[ORTEP__LINEAR_GROUPS];
-      float *y[ORTEP__LINEAR_GROUPS] = {out[0], NULL, NULL};
+      const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
+      linear_job j = {p, in[0], p->residual ? in[7] : NULL, {{0}}, {{0}}, {out[0], NULL, NULL}};
       for (size_t g = 0; g < p->groups; g++) {
-        w[g] = W(in[1 + 2 * g], p->wdt[g]);
-        b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
-        if (!p->gate_up) y[g] = out[g];
+        j.w[g] = W(in[1 + 2 * g], p->wdt[g]);
+        j.b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
+        if (!p->gate_up) j.y[g] = out[g];
       }
-      ortep__cpu_linear(in[0], p->m, p->k, p->groups, w, b, p->n, p->gate_up, p->residual ? in[7] : NULL, y);
+      size_t items = ortep__cpu_linear_items(p->m, p->groups, p->n, p->gate_up);
+      ortep__cpu_pool_for(k->pool, items, p->gate_up ? 2 * p->k : p->k, linear_task, &j);
       break;
     }
     case K_NOOP:
@@ -118,7 +133,7 @@ static void cpu_destroy(ortep_kernel *self) {
 static const ortep_kernel_vtable cpu_kernel_vtable = {cpu_run, cpu_destroy, cpu_record};
 
 ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *shapes, const ortep_dtype *dtypes,
-                                    size_t n, int64_t opset, ortep_kernel **out) {
+                                    size_t n, int64_t opset, ortep__cpu_pool *pool, ortep_kernel **out) {
   cpu_kernel *k = ortep__calloc(1, sizeof *k);
   if (!k) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel", CPU_EP_NAME);
   ortep_kernel_match m;
@@ -134,6 +149,7 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
       return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for attention scratch (%zu floats)", CPU_EP_NAME, cap);
     }
   }
+  k->pool = pool;
   snprintf(k->name, sizeof k->name, "cpu.%s", ortep_node_op_type(node));
   k->base = (ortep_kernel){&cpu_kernel_vtable, k->name, true};
   *out = &k->base;

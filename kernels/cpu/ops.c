@@ -6,6 +6,8 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops.h"
@@ -58,30 +60,112 @@ static float dot8_f16(const float *x, const uint16_t *w, size_t k) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
+/* --- SIMD dot products -------------------------------------------------------
+ * x86-64 with AVX2, FMA and F16C: 32 products per iteration in four 8-lane
+ * FMA accumulators (loads of the four overlap), 16-bit weights widened in
+ * registers (bf16: shift into the high half; f16: vcvtph2ps), f32
+ * accumulation, the lanes summed in a fixed order. Chosen once per process
+ * by CPU feature detection (ORTEP_CPU_SIMD=portable forces the portable
+ * loops above, which give the same results within float rounding); within
+ * one process the choice never changes, so results do not depend on the
+ * thread count. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+AVX2 static inline float hsum8(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);                 /* 4 lanes */
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));        /* 2 */
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55)); /* 1 */
+  return _mm_cvtss_f32(s);
+}
+AVX2 static inline __m256 wide_bf16(const uint16_t *w) {
+  __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)w));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+AVX2 static inline __m256 wide_f16(const uint16_t *w) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)); }
+
+#define DOT_AVX2(name, T, LOAD)                                                                   \
+  AVX2 static float name(const float *x, const T *w, size_t k) {                                \
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                 \
+    size_t t = 0;                                                                               \
+    for (; t + 32 <= k; t += 32) {                                                              \
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), LOAD(w + t), a0);                            \
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 8), LOAD(w + t + 8), a1);                    \
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 16), LOAD(w + t + 16), a2);                  \
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 24), LOAD(w + t + 24), a3);                  \
+    }                                                                                           \
+    for (; t + 8 <= k; t += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), LOAD(w + t), a0);  \
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));              \
+    float tail = 0.0f;                                                                          \
+    for (; t < k; t++) tail += x[t] * name##_one(w[t]);                                         \
+    return s + tail;                                                                            \
+  }
+static inline float dot_f32_avx2_one(float w) { return w; }
+static inline float dot_bf16_avx2_one(uint16_t w) { return cpu_bf16(w); }
+static inline float dot_f16_avx2_one(uint16_t w) { return ortep_f16_to_f32(w); }
+#define LOAD_F32(p) _mm256_loadu_ps(p)
+DOT_AVX2(dot_f32_avx2, float, LOAD_F32)
+DOT_AVX2(dot_bf16_avx2, uint16_t, wide_bf16)
+DOT_AVX2(dot_f16_avx2, uint16_t, wide_f16)
+#endif
+
+typedef struct dot_set {
+  float (*f32)(const float *, const float *, size_t);
+  float (*bf16)(const float *, const uint16_t *, size_t);
+  float (*f16)(const float *, const uint16_t *, size_t);
+  const char *name;
+} dot_set;
+
+static dot_set dots = {dot8, dot8_bf16, dot8_f16, "portable"};
+static pthread_once_t dots_once = PTHREAD_ONCE_INIT;
+
+static void pick_dots(void) {
+  const char *force = getenv("ORTEP_CPU_SIMD");
+  if (force && !strcmp(force, "portable")) return;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    dots = (dot_set){dot_f32_avx2, dot_bf16_avx2, dot_f16_avx2, "avx2+fma+f16c"};
+#endif
+}
+
+const char *ortep__cpu_simd_name(void) {
+  pthread_once(&dots_once, pick_dots);
+  return dots.name;
+}
+
 /* Row j of a [n, k] weight times x. */
-static float dot_row(const float *x, cpu_weights w, size_t j, size_t k) {
-  if (w.dtype == ORTEP_DTYPE_BF16) return dot8_bf16(x, (const uint16_t *)w.data + j * k, k);
-  if (w.dtype == ORTEP_DTYPE_F16) return dot8_f16(x, (const uint16_t *)w.data + j * k, k);
-  return dot8(x, (const float *)w.data + j * k, k);
+static inline float dot_row(const float *x, cpu_weights w, size_t j, size_t k) {
+  if (w.dtype == ORTEP_DTYPE_BF16) return dots.bf16(x, (const uint16_t *)w.data + j * k, k);
+  if (w.dtype == ORTEP_DTYPE_F16) return dots.f16(x, (const uint16_t *)w.data + j * k, k);
+  return dots.f32(x, (const float *)w.data + j * k, k);
+}
+
+size_t ortep__cpu_linear_items(size_t m, size_t groups, const size_t *n, bool gate_up) {
+  size_t rows = 0;
+  for (size_t g = 0; g < (gate_up ? 1 : groups); g++) rows += n[g];
+  return m * rows;
 }
 
 void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w, const cpu_weights *b,
-                       const size_t *n, bool gate_up, const float *res, float *const *y) {
-  for (size_t r = 0; r < m; r++) {
+                       const size_t *n, bool gate_up, const float *res, float *const *y, size_t begin, size_t end) {
+  pthread_once(&dots_once, pick_dots);
+  size_t per_row = ortep__cpu_linear_items(1, groups, n, gate_up);
+  for (size_t item = begin; item < end; item++) {
+    size_t r = item / per_row, j = item % per_row;
     const float *xr = x + r * k;
     if (gate_up) {
-      for (size_t j = 0; j < n[0]; j++) {
-        float g = dot_row(xr, w[0], j, k) + (b[0].data ? cpu_w(b[0], j) : 0.0f);
-        float u = dot_row(xr, w[1], j, k) + (b[1].data ? cpu_w(b[1], j) : 0.0f);
-        y[0][r * n[0] + j] = g / (1.0f + expf(-g)) * u;
-      }
+      float g = dot_row(xr, w[0], j, k) + (b[0].data ? cpu_w(b[0], j) : 0.0f);
+      float u = dot_row(xr, w[1], j, k) + (b[1].data ? cpu_w(b[1], j) : 0.0f);
+      y[0][r * n[0] + j] = g / (1.0f + expf(-g)) * u;
       continue;
     }
-    for (size_t g = 0; g < groups; g++)
-      for (size_t j = 0; j < n[g]; j++) {
-        float v = dot_row(xr, w[g], j, k) + (b[g].data ? cpu_w(b[g], j) : 0.0f);
-        y[g][r * n[g] + j] = res ? v + res[r * n[g] + j] : v;
-      }
+    size_t g = 0;
+    while (j >= n[g]) j -= n[g++];
+    float v = dot_row(xr, w[g], j, k) + (b[g].data ? cpu_w(b[g], j) : 0.0f);
+    y[g][r * n[g] + j] = res ? v + res[r * n[g] + j] : v;
   }
 }
 
@@ -272,21 +356,31 @@ void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y) {
   }
 }
 
-/* The first maximum among the finite values. Any NaN or infinity latches
- * ARGMAX_NOT_FINITE in the same pass (logits like that mean the model
- * produced garbage; the step fails and the token is never emitted). */
-static uint32_t argmax_finite(const float *x32, const uint16_t *x16, size_t n, uint32_t *error_word) {
-  size_t best = n;
+/* The first maximum among the finite values of [begin, end). Any NaN or
+ * infinity sets *bad (the caller latches ARGMAX_NOT_FINITE: logits like that
+ * mean the model produced garbage; the step fails and the token is never
+ * emitted). *best is end when no value is finite. */
+void ortep__cpu_argmax_range(const float *x32, const uint16_t *x16, size_t begin, size_t end, size_t *best,
+                             float *value, bool *bad) {
+  size_t bi = end;
   float bv = 0;
-  bool bad = false;
-  for (size_t i = 0; i < n; i++) {
+  bool nf = false;
+  for (size_t i = begin; i < end; i++) {
     float v = x32 ? x32[i] : ortep_f16_to_f32(x16[i]);
     if (!isfinite(v)) {
-      bad = true;
+      nf = true;
       continue;
     }
-    if (best == n || v > bv) best = i, bv = v;
+    if (bi == end || v > bv) bi = i, bv = v;
   }
+  *best = bi, *value = bv, *bad = nf;
+}
+
+static uint32_t argmax_finite(const float *x32, const uint16_t *x16, size_t n, uint32_t *error_word) {
+  size_t best;
+  float v;
+  bool bad;
+  ortep__cpu_argmax_range(x32, x16, 0, n, &best, &v, &bad);
   if (bad) cpu_latch(error_word, ORTEP_ERROR_ARGMAX_NOT_FINITE);
   return best == n ? 0 : (uint32_t)best;
 }

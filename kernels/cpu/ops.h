@@ -50,7 +50,16 @@ void ortep__cpu_gemm(const float *a, cpu_weights b, bool trans_b, const float *c
  * [n_g, k]; gate_up: y_0 = SiLU(x W_0^T + b_0) * (x W_1^T + b_1); res (may
  * be NULL) is added to y_0. Each output is one dot product in a fixed order. */
 void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w, const cpu_weights *b,
-                       const size_t *n, bool gate_up, const float *res, float *const *y);
+                       const size_t *n, bool gate_up, const float *res, float *const *y, size_t begin, size_t end);
+/* The outputs ortep__cpu_linear computes, indexed row by row: items
+ * [begin, end) of them can go to different threads. */
+size_t ortep__cpu_linear_items(size_t m, size_t groups, const size_t *n, bool gate_up);
+/* Which dot products this process uses ("avx2+fma+f16c" or "portable"). */
+const char *ortep__cpu_simd_name(void);
+/* Argmax over [begin, end) (see ops.c); the EP splits a vocabulary into
+ * ranges and combines them in order, so the first maximum still wins. */
+void ortep__cpu_argmax_range(const float *x32, const uint16_t *x16, size_t begin, size_t end, size_t *best,
+                             float *value, bool *bad);
 void ortep__cpu_add(const float *a, cpu_weights b, size_t nb, size_t n, float *y);
 void ortep__cpu_mul(const float *a, cpu_weights b, size_t nb, size_t n, float *y);
 void ortep__cpu_sigmoid(const float *x, size_t n, float *y);

@@ -1,0 +1,165 @@
+/*
+ * pool.c: the CPU EP's persistent workers (pool.h).
+ *
+ * Workers are created when the EP is initialised and live until it is
+ * destroyed; a parallel-for hands each of them one fixed, contiguous range
+ * of the work (range t always to worker t, the caller taking range 0), so
+ * no thread is created and nothing is allocated per node or per step, and
+ * since every output row is computed whole by one thread in a fixed order,
+ * results are bitwise the same for any thread count.
+ *
+ * Hand-off: a job is published by bumping `epoch`; a worker spins briefly
+ * on it (consecutive nodes of a step arrive microseconds apart) and then
+ * sleeps on a futex, so an idle pool costs no CPU. The caller waits for
+ * `pending` the same way.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "pool.h"
+
+#define SPINS 20000 /* ~10-50 us of polling before sleeping */
+
+typedef struct worker {
+  ortep__cpu_pool *pool;
+  size_t index;
+  pthread_t thread;
+} worker;
+
+struct ortep__cpu_pool {
+  size_t threads; /* the caller included */
+  worker *workers; /* threads - 1 of them */
+  size_t started;
+  _Atomic uint32_t epoch;   /* bumped to publish a job */
+  _Atomic uint32_t pending; /* workers still running the job */
+  _Atomic uint32_t sleepers;
+  _Atomic bool stop;
+  /* the job: read by workers after they see the epoch change */
+  ortep__cpu_task fn;
+  void *ctx;
+  size_t n;
+};
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val) {
+  syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+static void futex_wake(_Atomic uint32_t *addr, int n) {
+  syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+static void range_of(size_t n, size_t threads, size_t t, size_t *begin, size_t *end) {
+  *begin = n * t / threads;
+  *end = n * (t + 1) / threads;
+}
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  ortep__cpu_pool *p = w->pool;
+  uint32_t seen = 0; /* the epoch at creation: no job is published before every worker exists */
+  for (;;) {
+    uint32_t now;
+    int spins = 0;
+    while ((now = atomic_load_explicit(&p->epoch, memory_order_acquire)) == seen) {
+      if (++spins < SPINS) {
+        relax();
+        continue;
+      }
+      atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
+      if (atomic_load_explicit(&p->epoch, memory_order_seq_cst) == seen) futex_wait(&p->epoch, seen);
+      atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_relaxed);
+      spins = 0;
+    }
+    seen = now;
+    if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
+    size_t b, e;
+    range_of(p->n, p->threads, w->index, &b, &e);
+    if (b < e) p->fn(p->ctx, b, e);
+    if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) futex_wake(&p->pending, 1);
+  }
+}
+
+static void publish(ortep__cpu_pool *p) {
+  atomic_fetch_add_explicit(&p->epoch, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&p->sleepers, memory_order_seq_cst)) futex_wake(&p->epoch, INT_MAX);
+}
+
+ortep_status ortep__cpu_pool_create(size_t threads, ortep__cpu_pool **out) {
+  *out = NULL;
+  if (threads < 1) threads = 1;
+  ortep__cpu_pool *p = ortep__calloc(1, sizeof *p);
+  if (!p) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "cpu_ep: no memory for the worker pool");
+  p->threads = threads;
+  if (threads > 1 && !(p->workers = ortep__calloc(threads - 1, sizeof *p->workers))) {
+    ortep__free(p);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "cpu_ep: no memory for %zu workers", threads - 1);
+  }
+  for (size_t i = 0; i + 1 < threads; i++) {
+    p->workers[i] = (worker){p, i + 1, 0};
+    int rc = pthread_create(&p->workers[i].thread, NULL, worker_main, &p->workers[i]);
+    if (rc) {
+      ortep__cpu_pool_destroy(p);
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "cpu_ep: cannot start worker %zu of %zu: %s; lower cpu.threads",
+                         i + 1, threads - 1, strerror(rc));
+    }
+    p->started++;
+  }
+  *out = p;
+  return ORTEP_OK;
+}
+
+void ortep__cpu_pool_destroy(ortep__cpu_pool *p) {
+  if (!p) return;
+  atomic_store_explicit(&p->stop, true, memory_order_release);
+  publish(p);
+  for (size_t i = 0; i < p->started; i++) pthread_join(p->workers[i].thread, NULL);
+  ortep__free(p->workers);
+  ortep__free(p);
+}
+
+size_t ortep__cpu_pool_threads(const ortep__cpu_pool *p) { return p ? p->threads : 1; }
+
+void ortep__cpu_pool_for(ortep__cpu_pool *p, size_t n, size_t work_per_item, ortep__cpu_task fn, void *ctx) {
+  if (!p || p->threads == 1 || n < 2 || n * work_per_item < ORTEP__CPU_POOL_MIN_WORK) {
+    if (n) fn(ctx, 0, n);
+    return;
+  }
+  p->fn = fn, p->ctx = ctx, p->n = n;
+  atomic_store_explicit(&p->pending, (uint32_t)(p->threads - 1), memory_order_relaxed);
+  publish(p);
+  size_t b, e;
+  range_of(n, p->threads, 0, &b, &e);
+  if (b < e) fn(ctx, b, e);
+  uint32_t left;
+  int spins = 0;
+  while ((left = atomic_load_explicit(&p->pending, memory_order_acquire)) != 0) {
+    if (++spins < SPINS) {
+      relax();
+      continue;
+    }
+    futex_wait(&p->pending, left);
+    spins = 0;
+  }
+}
+
+size_t ortep__cpu_default_threads(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return (size_t)n;
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (size_t)n : 1;
+}

@@ -1,0 +1,28 @@
+/*
+ * pool.h: the CPU EP's persistent worker pool (pool.c). A parallel-for over
+ * n items gives worker t the fixed range [n t / T, n (t + 1) / T); the
+ * caller is worker 0. Work below ORTEP__CPU_POOL_MIN_WORK (items x work per
+ * item, in multiply-adds) runs on the caller alone: waking workers costs
+ * more than a small node takes. Not reentrant: one parallel-for at a time
+ * per pool (an EP serves one step at a time).
+ */
+#ifndef ORTEP_KERNELS_CPU_POOL_H
+#define ORTEP_KERNELS_CPU_POOL_H
+
+#include "../../runtime/internal.h"
+
+#define ORTEP__CPU_POOL_MIN_WORK ((size_t)1 << 16)
+
+typedef struct ortep__cpu_pool ortep__cpu_pool;
+typedef void (*ortep__cpu_task)(void *ctx, size_t begin, size_t end);
+
+ortep_status ortep__cpu_pool_create(size_t threads, ortep__cpu_pool **out);
+void ortep__cpu_pool_destroy(ortep__cpu_pool *pool);
+size_t ortep__cpu_pool_threads(const ortep__cpu_pool *pool);
+/* fn(ctx, begin, end) over [0, n) split across the pool; returns when all
+ * ranges are done. pool may be NULL (then it runs inline). */
+void ortep__cpu_pool_for(ortep__cpu_pool *pool, size_t n, size_t work_per_item, ortep__cpu_task fn, void *ctx);
+/* The CPUs this process may run on (sched_getaffinity). */
+size_t ortep__cpu_default_threads(void);
+
+#endif
