@@ -46,7 +46,7 @@ static const char decode_usage[] =
     "usage: ortep-bench decode [--model DIR | --preset tiny|tiny-llama|small|qwen2.5-0.5b] [--ep auto|cpu|cuda]\n"
     "                          [--dtype f32|f16|bf16] [--mode eager|graph|segmented|all] [--seam OP,...]\n"
     "                          [--prompt-len P] [--tokens N] [--warmup W] [--runs R] [--threads N] [--json FILE]\n"
-    "                          [--explain]\n"
+    "                          [--explain] [--profile]\n"
     "\n"
     "Per-token decode latency of each execution mode, side by side in one run. With no\n"
     "arguments: the synthetic tiny preset (written to ~/.cache/ortep/models the first\n"
@@ -62,6 +62,7 @@ static const char decode_usage[] =
     "  --tokens N       generated tokens timed per run (default 64)\n"
     "  --warmup W       untimed tokens before the runs (default 8)\n"
     "  --runs R         timed runs per mode (default 5)\n"
+    "  --profile        also time every node of an eager run and print the time per token by op type\n"
     "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"
     "  --json FILE      also write the figures as JSON\n"
     "  --explain        print each mode's plan (node -> EP, segment or seam, offsets)\n"
@@ -162,6 +163,74 @@ static double read_bandwidth(size_t threads) {
   }
   free(buf), free(rd), free(th);
   return best;
+}
+
+/* --profile: one more eager decoder with every node timed; the time per
+ * token summed by op type, largest first, on stdout (and into json). */
+typedef struct op_time {
+  const char *op;
+  uint64_t ns;
+} op_time;
+static int cmp_op_time(const void *a, const void *b) {
+  uint64_t x = ((const op_time *)a)->ns, y = ((const op_time *)b)->ns;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+static int profile_run(const char *dir, const char *ep, const ortep_config *config, const int32_t *prompt,
+                       size_t plen, long tokens, cJSON **out) {
+  ortep_decoder_options o = {.ep = ep, .max_seq_len = plen + (size_t)tokens + 1, .eager = true, .config = config,
+                             .profile = true};
+  ortep_decoder *d;
+  int32_t next;
+  if (ortep_decoder_open(dir, &o, &d) != ORTEP_OK || ortep_decoder_prefill(d, prompt, plen, &next) != ORTEP_OK) {
+    fprintf(stderr, "ortep-bench decode: --profile: %s\n", ortep_last_error());
+    ortep_decoder_close(d);
+    return 1;
+  }
+  ortep_session *s = ortep_decoder_session(d);
+  size_t n = ortep_session_profile_count(s);
+  uint64_t *before = calloc(n + 1, sizeof *before);
+  op_time *ops = calloc(n + 1, sizeof *ops);
+  if (!before || !ops) {
+    fprintf(stderr, "ortep-bench decode: --profile: no memory\n");
+    free(before), free(ops), ortep_decoder_close(d);
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++) ortep_session_profile(s, i, NULL, NULL, &before[i]);
+  int rc = 0;
+  for (long t = 0; t < tokens && !rc; t++)
+    if (ortep_decoder_step(d, next, (int32_t)(plen + (size_t)t), &next) != ORTEP_OK) {
+      fprintf(stderr, "ortep-bench decode: --profile: %s\n", ortep_last_error());
+      rc = 1;
+    }
+  size_t kinds = 0;
+  uint64_t total = 0;
+  for (size_t i = 0; i < n && !rc; i++) {
+    const char *op;
+    uint64_t ns;
+    ortep_session_profile(s, i, &op, NULL, &ns);
+    ns -= before[i]; /* the timed tokens only, not the prompt */
+    total += ns;
+    size_t k = 0;
+    while (k < kinds && strcmp(ops[k].op, op)) k++;
+    if (k == kinds) ops[kinds++] = (op_time){op, 0};
+    ops[k].ns += ns;
+  }
+  if (!rc) {
+    qsort(ops, kinds, sizeof *ops, cmp_op_time);
+    *out = cJSON_CreateObject();
+    for (size_t k = 0; k < kinds; k++) cJSON_AddNumberToObject(*out, ops[k].op, (double)ops[k].ns / 1e3 / (double)tokens);
+  }
+  free(before), free(ops);
+  ortep_decoder_close(d);
+  return rc;
+}
+
+static void print_profile(const cJSON *prof, long tokens) {
+  double total = 0;
+  for (const cJSON *it = prof->child; it; it = it->next) total += it->valuedouble;
+  printf("  profile (eager, %ld tokens, every node timed): time per token by op type\n", tokens);
+  for (const cJSON *it = prof->child; it; it = it->next)
+    printf("    %-36s %10.1f us %6.1f%%\n", it->string, it->valuedouble, total > 0 ? 100.0 * it->valuedouble / total : 0);
 }
 
 static int run_mode(const char *dir, const mode_def *m, const char *ep, const char *seams, const ortep_config *config,
@@ -277,14 +346,14 @@ int bench_decode_main(int argc, char **argv) {
   const char *model = NULL, *preset = NULL, *ep = "auto", *dtype = "f32", *mode = "all", *json_path = NULL;
   const char *seams = "GroupQueryAttention";
   long plen = 16, tokens = 64, warmup = 8, runs = 5, threads = 0;
-  bool explain = false;
+  bool explain = false, profile = false;
   static const struct option lo[] = {{"model", required_argument, 0, 'm'},  {"preset", required_argument, 0, 'p'},
                                      {"ep", required_argument, 0, 'e'},     {"dtype", required_argument, 0, 'd'},
                                      {"mode", required_argument, 0, 'M'},   {"seam", required_argument, 0, 's'},
                                      {"prompt-len", required_argument, 0, 'P'}, {"tokens", required_argument, 0, 'n'},
                                      {"warmup", required_argument, 0, 'w'}, {"runs", required_argument, 0, 'r'},
                                      {"json", required_argument, 0, 'j'},   {"explain", no_argument, 0, 'x'},
-                                     {"threads", required_argument, 0, 'T'},
+                                     {"threads", required_argument, 0, 'T'}, {"profile", no_argument, 0, 'F'},
                                      {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -305,6 +374,7 @@ int bench_decode_main(int argc, char **argv) {
       case 'j': json_path = optarg; break;
       case 'x': explain = true; break;
       case 'T': rc = bench_parse_count("decode", "--threads", optarg, 1, 1024, &threads); break;
+      case 'F': profile = true; break;
       case 'h': fputs(decode_usage, stdout); return 0;
       case ':': return bench_usage_error("decode", "option '%s' needs a value", argv[optind - 1]);
       default: return bench_usage_error("decode", "unknown option '%s'", argv[optind - 1]);
@@ -391,6 +461,8 @@ int bench_decode_main(int argc, char **argv) {
     if (want[i])
       exit_code = run_mode(dir, &modes[i], ep, seams, config, prompt, (size_t)plen, tokens, warmup, runs, explain,
                            progress, &res[i], ep_used, sizeof ep_used, &threads_used);
+  cJSON *prof = NULL;
+  if (profile && !exit_code) exit_code = profile_run(dir, ep, config, prompt, (size_t)plen, tokens, &prof);
   ortep_config_destroy(config);
 
   /* Agreement: every mode must produce the same tokens. A test hook
@@ -419,6 +491,7 @@ int bench_decode_main(int argc, char **argv) {
   bool any = false;
   for (int i = 0; i < NMODES; i++) any = any || res[i].ran;
   if (!any) { /* the error is already on stderr; no figures to report */
+    cJSON_Delete(prof);
     if (json) fclose(json), remove(json_path);
     free(prompt);
     return exit_code ? exit_code : 1;
@@ -470,6 +543,8 @@ int bench_decode_main(int argc, char **argv) {
            100.0 * res[bestmode].tok_s / best_tps,
            read_per_token < (32u << 20) ? " (the weights fit in cache, so the bound is not binding)" : "");
   }
+
+  if (prof) print_profile(prof, tokens);
 
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "command", "decode");
@@ -523,6 +598,7 @@ int bench_decode_main(int argc, char **argv) {
     cJSON_AddNumberToObject(b, "best_tokens_per_s", best_tps);
     cJSON_AddNumberToObject(b, "fraction_achieved", res[bestmode].tok_s / best_tps);
   }
+  if (prof) cJSON_AddItemToObject(root, "profile_us_per_token", prof), prof = NULL;
   if (json && bench_json_finish(json, json_path, root)) exit_code = 1;
   json = NULL;
   cJSON_Delete(root);

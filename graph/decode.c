@@ -209,7 +209,7 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   d->vocab = (size_t)c->vocab_size;
   if ((st = check_size(d, c, ortep_ep_registry_count(d->registry) == 1))) goto fail;
   if ((st = ortep__llama_build(d->model, cpu, d->max_seq, &d->graph))) goto fail;
-  ortep_session_options so = {o.eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH, o.forced_seams, o.seam_every};
+  ortep_session_options so = {o.eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH, o.forced_seams, o.seam_every, o.profile};
   if ((st = ortep_session_create(d->graph, d->registry, &so, &d->session))) goto fail;
   const char *inputs[2] = {ORTEP_INPUT_TOKEN, ORTEP_INPUT_POSITION};
   for (int i = 0; i < 2; i++) {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../runtime/trace.h"
 #include "internal.h"
@@ -87,6 +88,7 @@ struct ortep_session {
   bool captured;
   bool warmed; /* one eager step has run: lazy set-up is done before any capture */
   atomic_flag running; /* a run is in progress: an overlapping run is refused */
+  uint64_t *prof_ns;   /* options.profile: eager nanoseconds per step */
   ortep_run_mode mode;
   char fallback[400];
   uint64_t n_run, captures, retries;
@@ -610,10 +612,18 @@ static ortep_status capture(ortep_session *s) {
   return ORTEP_OK;
 }
 
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static inline __attribute__((always_inline)) ortep_status run_eager(ortep_session *s, const bool traced) {
   for (size_t i = 0; i < s->n_steps; i++) {
     if (traced) ortep__trace_push_text(s->steps[i].label, ORTEP__TRACE_CAT_EXECUTOR);
+    uint64_t t0 = s->prof_ns ? now_ns() : 0;
     ortep_status st = run_step(s, &s->steps[i]);
+    if (s->prof_ns) s->prof_ns[i] += now_ns() - t0;
     if (traced) ortep__trace_pop();
     if (st != ORTEP_OK) return st;
   }
@@ -720,6 +730,7 @@ void ortep_session_destroy(ortep_session *s) {
   ortep__free(s->units);
   ortep__free(s->staging);
   ortep__free(s->forced);
+  ortep__free(s->prof_ns);
   ortep__strmap_free(&s->home);
   ortep__free(s);
 }
@@ -766,6 +777,8 @@ ortep_status ortep_session_create(const ortep_graph *graph, ortep_ep_registry *r
     ortep__trace_pop();
   }
   if (st == ORTEP_OK && (st = bind_io(s)) == ORTEP_OK) st = build_units(s);
+  if (st == ORTEP_OK && s->opts.profile && !(s->prof_ns = ortep__calloc(s->n_steps + 1, sizeof *s->prof_ns)))
+    st = oom("the profile");
   ortep__trace_pop();
   ortep__free(order);
   ortep__free(where);
@@ -856,6 +869,22 @@ void ortep_session_get_stats(const ortep_session *s, ortep_session_stats *out) {
   out->captures = s->captures;
   out->capture_retries = s->retries;
   out->fallback_reason = s->fallback[0] ? s->fallback : NULL;
+}
+
+size_t ortep_session_profile_count(const ortep_session *s) { return s && s->prof_ns ? s->n_steps : 0; }
+
+ortep_status ortep_session_profile(const ortep_session *s, size_t i, const char **op_type, const char **node,
+                                   uint64_t *total_ns) {
+  if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_profile: session is NULL");
+  if (!s->prof_ns)
+    return ortep__fail(ORTEP_E_STATE, "ortep_session_profile: the session was created without options.profile");
+  if (i >= s->n_steps)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "ortep_session_profile: step %zu of %zu", i, s->n_steps);
+  const step *sp = &s->steps[i];
+  if (op_type) *op_type = sp->kind == STEP_COPY ? "copy" : ortep_node_op_type(sp->node);
+  if (node) *node = sp->kind == STEP_COPY ? "" : ortep_node_name(sp->node);
+  if (total_ns) *total_ns = s->prof_ns[i];
+  return ORTEP_OK;
 }
 
 size_t ortep_session_seam_count(const ortep_session *s) {

@@ -99,7 +99,32 @@ START_TEST(decode_runs_every_mode_and_writes_the_documented_json) {
   }
   ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetObjectItem(modes, "segmented"), "seams")->valuedouble, 2);
   has(j, "bandwidth_bound");
+  has(cJSON_GetObjectItem(j, "bandwidth_bound"), "read_bytes_per_s");
+  has(cJSON_GetObjectItem(j, "bandwidth_bound"), "threads");
   cJSON_Delete(j);
+}
+END_TEST
+
+/* --threads sets the CPU EP's workers (the bound is measured with as many);
+ * --profile adds the time per token by op type, every op of the graph. */
+START_TEST(threads_and_profile) {
+  char err[4096], args[256];
+  snprintf(args, sizeof args, "decode --ep cpu --mode graph --tokens 4 --runs 1 --warmup 0 --threads 3 --profile --json %s/p.json",
+           g_tmp);
+  ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
+  cJSON *j = read_json("p.json");
+  ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetObjectItem(j, "bandwidth_bound"), "threads")->valuedouble, 3);
+  const cJSON *prof = cJSON_GetObjectItem(j, "profile_us_per_token");
+  ck_assert_ptr_nonnull(prof);
+  const char *ops[] = {"Linear", "GroupQueryAttention", "RotaryEmbedding", "SimplifiedLayerNormalization",
+                       "SkipSimplifiedLayerNormalization", "Gather"};
+  for (size_t i = 0; i < 6; i++) {
+    const cJSON *v = cJSON_GetObjectItem(prof, ops[i]);
+    ck_assert_msg(v && v->valuedouble >= 0, "profile lacks %s", ops[i]);
+  }
+  cJSON_Delete(j);
+  ck_assert_int_eq(bench(NULL, "decode --threads 0", err, sizeof err), 2);
+  ck_assert_msg(strstr(err, "--threads '0'"), "%s", err);
 }
 END_TEST
 
@@ -183,6 +208,7 @@ int main(void) {
   tcase_add_test(tc, disagreement_between_modes_is_an_error);
   tcase_add_test(tc, alloc_and_replay_write_json);
   tcase_add_test(tc, unknown_seams_and_unwritable_json_fail_up_front);
+  tcase_add_test(tc, threads_and_profile);
   suite_add_tcase(s, tc);
   return test_run(s);
 }

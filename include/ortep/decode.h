@@ -42,6 +42,7 @@ typedef struct ortep_decoder_options {
   const ortep_config *config; /* EP options ("cpu.threads") and governor budgets ("ortep.host.budget_bytes") */
   ortep_governor *governor;  /* charge this governor instead of a private one (must outlive the decoder) */
   ortep_allocator *host_allocator; /* back the CPU EP with this allocator (must outlive the decoder) */
+  bool profile;              /* time every node of eager steps (ortep_session_profile) */
 } ortep_decoder_options;
 
 /* Opens model_dir (model.h), builds the decode-step graph and a session on

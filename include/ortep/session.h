@@ -46,6 +46,9 @@ typedef struct ortep_session_options {
   /* Also force every Nth node (in execution order, N >= 2) to be a seam: a
    * testing aid for seam handling. 0: off. */
   uint32_t seam_every;
+  /* Time every step of an eager run (two clock reads per node): read with
+   * ortep_session_profile. Off by default. */
+  bool profile;
 } ortep_session_options;
 
 typedef struct ortep_session_stats {
@@ -92,6 +95,13 @@ ORTEP_API ortep_status ortep_session_invalidate(ortep_session *session);
 ORTEP_API void ortep_session_get_stats(const ortep_session *session, ortep_session_stats *out);
 /* The seams, in execution order: node name, op type, reason. */
 ORTEP_API size_t ortep_session_seam_count(const ortep_session *session);
+/* With options.profile: the steps of the plan in execution order, each with
+ * its op type ("copy" for a cross-EP copy), node name and the nanoseconds
+ * its eager runs took in total. ORTEP_E_STATE without profiling;
+ * ORTEP_E_OUT_OF_RANGE past the last step. */
+ORTEP_API size_t ortep_session_profile_count(const ortep_session *session);
+ORTEP_API ortep_status ortep_session_profile(const ortep_session *session, size_t i, const char **op_type,
+                                             const char **node, uint64_t *total_ns);
 ORTEP_API ortep_status ortep_session_seam(const ortep_session *session, size_t i, const char **node,
                                           const char **op_type, const char **reason);
 /* The EP a node was placed on (NULL when unknown). */
