@@ -510,6 +510,7 @@ int bench_decode_main(int argc, char **argv) {
     printf("\n");                                      \
   } while (0)
   ROW("tokens/s (median of runs)", "%14.1f", res[i].tok_s);
+  ROW("weights read (GB/s)", "%14.2f", res[i].tok_s * (double)read_per_token / 1e9);
   ROW("latency p50 (us)", "%14.1f", res[i].p50);
   ROW("latency p90 (us)", "%14.1f", res[i].p90);
   ROW("latency p99 (us)", "%14.1f", res[i].p99);
@@ -566,6 +567,7 @@ int bench_decode_main(int argc, char **argv) {
     if (!res[i].ran) continue;
     cJSON *o = cJSON_AddObjectToObject(jm, modes[i].name);
     cJSON_AddNumberToObject(o, "tokens_per_s", res[i].tok_s);
+    cJSON_AddNumberToObject(o, "weight_bytes_per_s", res[i].tok_s * (double)read_per_token);
     cJSON_AddNumberToObject(o, "latency_p50_us", res[i].p50);
     cJSON_AddNumberToObject(o, "latency_p90_us", res[i].p90);
     cJSON_AddNumberToObject(o, "latency_p99_us", res[i].p99);

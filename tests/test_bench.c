@@ -86,7 +86,7 @@ START_TEST(decode_runs_every_mode_and_writes_the_documented_json) {
   ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "prompt_token_ids")), 3);
   const cJSON *modes = cJSON_GetObjectItem(j, "modes");
   const char *names[] = {"eager", "graph", "segmented"};
-  const char *fields[] = {"tokens_per_s",  "latency_p50_us",       "latency_p90_us",      "latency_p99_us",
+  const char *fields[] = {"tokens_per_s", "weight_bytes_per_s", "latency_p50_us",       "latency_p90_us",      "latency_p99_us",
                           "latency_max_us", "host_cpu_us_per_token", "host_launch_us_per_token", "kernels_per_token",  "graph_kernel_nodes", "segments",
                           "seams",          "seam_reasons",          "allocations_per_step", "planned_arena_bytes",
                           "lower_bound_bytes", "naive_sum_bytes",    "kv_cache_bytes",      "token_ids"};
