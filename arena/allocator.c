@@ -1,5 +1,5 @@
 /*
- * allocator.c: dispatch for the allocator contract (seed 004). Every entry
+ * allocator.c: dispatch for the allocator contract (allocator.h). Every entry
  * point validates the request once, here, so implementations see only
  * well-formed calls, and optional vtable entries left NULL get the contract's
  * defaults: release forwards to deallocate_with_unmapped, which forwards to

@@ -3,7 +3,7 @@
  * can run the SQLite-style OOM loop (fail the 1st, 2nd, ... allocation of an
  * operation until it succeeds) through the same allocator interface users
  * plug in. Everything else forwards to the inner allocator unchanged,
- * including its capabilities, so the wrapper is transparent (seed 004).
+ * including its capabilities, so the wrapper is transparent to its users.
  */
 #include "internal.h"
 

@@ -1,7 +1,8 @@
 /*
- * buffer.c: the device buffer handle. Construction validates what the seed
+ * buffer.c: the device buffer handle. Construction validates what the contract
  * leaves to debug assertions (non-null, power-of-two alignment) and reports
- * it as a status, since a C caller has no borrow checker to lean on.
+ * it as a status: nothing in C stops a caller from handing over a bad pointer,
+ * so the handle's rules are checked where they can be.
  */
 #include <string.h>
 

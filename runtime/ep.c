@@ -1,8 +1,9 @@
 /*
- * ep.c: dispatch for the execution-provider contract (seed 001), the
+ * ep.c: dispatch for the execution-provider contract (ep.h), the
  * namespaced configuration, and the EP registry. Every optional vtable entry
- * left NULL gets the seed's default here, with the seed's bounds checks and
- * messages, so an EP implements only what it really does.
+ * left NULL gets its default here (host copies with bounds checks,
+ * "not supported" naming the EP for what it lacks), so an EP implements only
+ * what it really does.
  */
 #include <stdio.h>
 #include <string.h>

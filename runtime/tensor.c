@@ -1,5 +1,5 @@
 /*
- * tensor.c: tensors as views of reference-counted storage (seed 003).
+ * tensor.c: tensors as views of reference-counted storage (tensor.h).
  *
  * The storage holds the EP buffer and an atomic reference count; each tensor
  * handle (the original and every view) holds one reference, and the last

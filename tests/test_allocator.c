@@ -1,4 +1,4 @@
-/* test_allocator.c: the allocator contract of seed 004 (defaults, capability
+/* test_allocator.c: the allocator contract (defaults, capability
  * discovery), the host allocator, and the fault-injecting wrapper. */
 #include "testutil.h"
 

@@ -1,4 +1,5 @@
-/* test_buffer.c: the device buffer handle of seeds 000/001, re-expressed. */
+/* test_buffer.c: the device buffer handle: owned, borrowed and borrowed-mut
+ * handles, construction checks, and who frees what. */
 #include <pthread.h>
 
 #include "testutil.h"

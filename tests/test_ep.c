@@ -1,4 +1,4 @@
-/* test_ep.c: the EP contract (seed 001): the dispatchers' defaults and their
+/* test_ep.c: the EP contract: the dispatchers' defaults and their
  * messages, configuration namespaces, the registry; and the CPU EP's memory,
  * copies, fences, argmax, error word and recorded-plan device graphs. */
 #include <math.h>

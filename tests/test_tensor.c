@@ -1,4 +1,4 @@
-/* test_tensor.c: tensors (seed 003) and dtypes: lazy allocation, views
+/* test_tensor.c: tensors and dtypes: lazy allocation, views
  * sharing storage, host-only access, type checks, item, copies, and the
  * reference count that frees exactly once. */
 #include <math.h>

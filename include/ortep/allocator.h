@@ -1,5 +1,5 @@
 /*
- * allocator.h: the allocator contract (seed 004) and the host allocator.
+ * allocator.h: the allocator contract and the host allocator.
  *
  * An allocator is something memory comes from. It is a vtable plus state: an
  * implementation embeds `ortep_allocator` as its first member and fills the

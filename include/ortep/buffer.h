@@ -1,5 +1,5 @@
 /*
- * buffer.h: the device buffer handle (seeds 000/001). A value naming one
+ * buffer.h: the device buffer handle. A value naming one
  * region of memory on one device: base pointer, size, alignment, device, and
  * who owns it.
  *

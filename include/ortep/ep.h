@@ -1,12 +1,12 @@
 /*
- * ep.h: the execution-provider contract (seed 001) and its registry.
+ * ep.h: the execution-provider contract and its registry.
  *
  * An EP is a vtable plus state: an implementation embeds `ortep_ep` as its
  * first member. Callers always go through the ortep_ep_* dispatch functions,
  * which check arguments and give the contract's default for every optional
  * entry left NULL:
  *
- *   copy_from_host / _at, copy_to_host  host memcpy with the seed's bounds and
+ *   copy_from_host / _at, copy_to_host  host memcpy with bounds and
  *                                       overflow checks; refused for a device
  *                                       that is not host-accessible
  *   device_argmax                       unsupported (the EP's name in the message)

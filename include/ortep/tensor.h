@@ -1,5 +1,5 @@
 /*
- * tensor.h: tensors (seed 003). A tensor is a dtype, a shape, and a view
+ * tensor.h: tensors. A tensor is a dtype, a shape, and a view
  * (byte offset, byte size) of a storage owned by an EP. Storage may be
  * allocated lazily (on ensure_allocated or first copyin) or at once. Views
  * share their storage and its id (used for dependency tracking); the storage
