@@ -8,21 +8,6 @@
  */
 #include "internal.h"
 
-ortep_status ortep_allocation_request_check(const char *who, size_t bytes, size_t align) {
-  if (!ortep__is_pow2(align))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                       "%s: alignment %zu for a %zu-byte request is not a power of two; the alignment must be a "
-                       "power of two (1, 2, 4, ..., e.g. 64)",
-                       who, align, bytes);
-  size_t rounded;
-  if (!ortep__align_up(bytes ? bytes : 1, align, &rounded))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                       "%s: %zu bytes aligned to %zu overflows the address space; the rounded size must fit in "
-                       "size_t",
-                       who, bytes, align);
-  return ORTEP_OK;
-}
-
 ortep_status ortep_allocator_allocate(ortep_allocator *a, size_t bytes, size_t align, void **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_allocator_allocate: out is NULL");
   *out = NULL;

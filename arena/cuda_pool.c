@@ -16,7 +16,6 @@
  */
 #include <cuda_runtime_api.h>
 
-#include "../kernels/cuda/module.h"
 #include "internal.h"
 
 typedef struct cuda_pool {

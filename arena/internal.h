@@ -8,6 +8,12 @@
 #include <stdatomic.h>
 
 #include "../runtime/internal.h"
+/* the memory layer's public headers; nothing of kernels/ or graph/ */
+#include "ortep/allocator.h"
+#include "ortep/arena.h"
+#include "ortep/governor.h"
+#include "ortep/planner.h"
+#include "ortep/slab.h"
 
 typedef struct ortep__counters {
   _Atomic uint64_t current;
@@ -57,5 +63,9 @@ static inline void ortep__counters_read(const ortep__counters *c, ortep_mem_stat
 static inline bool ortep__allocator_is_host(const ortep_allocator *a) {
   return ortep_allocator_device(a).tier == ORTEP_TIER_HOST;
 }
+
+/* The CUDA device pool (cuda_pool.c), built into the CUDA EP module only
+ * (kernels/cuda/module.h). */
+ortep_status ortep__cuda_pool_create(int device, void *stream, ortep_governor *governor, ortep_allocator **out);
 
 #endif

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/internal.h" /* ortep__format_bytes */
+#include "../graph/bench_api.h"
 #include "bench.h"
 #if !ORTEP_SYSTEM_ALLOCATOR
 #include <mimalloc.h>

@@ -4,7 +4,8 @@
 
 #include "../runtime/internal.h"
 #include "../runtime/strmap.h"
-#include "ortep/session.h"
+/* graph/ is the top layer of the library: it may use every public header */
+#include "ortep/ortep.h"
 
 /* An ortep_allocator drawing from an EP's allocate/deallocate, so the memory
  * layer's planned arena can hold an EP's activations. Its device key follows

@@ -132,9 +132,11 @@ void ortep_ep_supports_op(const ortep_ep *ep, const ortep_node *node, int64_t op
     return;
   }
   ep->vtable->supports_op(ep, node, opset, shapes, dtypes, layouts, n, out);
-  if (!out->supported && !out->reason[0]) /* the contract: never a bare decline */
-    snprintf(out->reason, sizeof out->reason, "%s declines %s '%s' without a reason (a bug in that EP)",
-             ortep_ep_name(ep), ortep_node_op_type(node), ortep_node_name(node));
+  /* the contract: never a bare decline. The caller names the node (the
+   * session prefixes every reason with it), so the EP alone is named here:
+   * the dispatcher need not know the IR beyond its opaque handle. */
+  if (!out->supported && !out->reason[0])
+    snprintf(out->reason, sizeof out->reason, "%s declined it without a reason (a bug in that EP)", ortep_ep_name(ep));
 }
 
 ortep_status ortep_ep_get_kernel(ortep_ep *ep, const ortep_node *node, const ortep_shape *shapes,

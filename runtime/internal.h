@@ -9,7 +9,19 @@
 #include <assert.h>
 #include <stdarg.h>
 
-#include "ortep/ortep.h"
+/* The runtime layer's own public headers, and nothing above it: a runtime
+ * file that reached for an allocator, an EP implementation, the executor or
+ * a model would not compile (layers point one way: DESIGN.md). */
+#include "ortep/buffer.h"
+#include "ortep/device.h"
+#include "ortep/dtype.h"
+#include "ortep/ep.h"
+#include "ortep/error_word.h"
+#include "ortep/hooks.h"
+#include "ortep/ir.h"
+#include "ortep/safetensors.h"
+#include "ortep/status.h"
+#include "ortep/tensor.h"
 
 /* Record a failure for ortep_last_error() and return its status. */
 ortep_status ortep__fail(ortep_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -99,7 +99,7 @@ START_TEST(unsupported_reasons_are_never_empty) {
   ortep_dtype d = ORTEP_DTYPE_F32;
   ortep_ep_supports_op(&m->base, ortep_graph_node(g, 0), 17, &s, &d, NULL, 1, &km);
   ck_assert(!km.supported);
-  ck_assert_msg(strstr(km.reason, "min_ep declines Relu 'r'"), "%s", km.reason);
+  ck_assert_msg(strstr(km.reason, "min_ep declined it without a reason"), "%s", km.reason);
   ortep_graph_destroy(g);
   ortep_ep_destroy(&m->base);
 }

@@ -26,6 +26,7 @@
 #ifndef ORTEP_ALLOCATOR_H
 #define ORTEP_ALLOCATOR_H
 
+#include "ortep/buffer.h" /* ortep_allocation_request_check */
 #include "ortep/device.h"
 #include "ortep/status.h"
 
@@ -51,7 +52,9 @@ static inline bool ortep_device_key_equal(ortep_device_key a, ortep_device_key b
  *                valid complete result and never signals failure.
  *   FAILED       nothing changed: the allocation is still live and owned.
  *   QUARANTINED  a partial teardown: unmapped_bytes were unmapped and
- *                residual_owned_bytes are still owned by the allocator. */
+ *                residual_owned_bytes are still owned by the allocator (not
+ *                used yet: no backend tears down partially; only the fault
+ *                wrapper forwards it). */
 typedef enum ortep_release_kind {
   ORTEP_RELEASE_COMPLETE = 0,
   ORTEP_RELEASE_FAILED = 1,
@@ -129,6 +132,8 @@ typedef struct ortep_allocator_vtable {
   uint64_t (*deallocate_with_unmapped)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
   ortep_release_outcome (*release)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
   bool (*commits_on_demand)(const ortep_allocator *self);
+  /* (not used yet: no backend implements them; the fault wrapper forwards
+   * them, so a future backend is testable through it) */
   const ortep_virtual_backing *(*virtual_backing)(ortep_allocator *self);
   const ortep_shared_mapping *(*shared_mapping)(ortep_allocator *self);
   ortep_status (*stats)(const ortep_allocator *self, ortep_mem_stats *out);
@@ -155,9 +160,6 @@ ORTEP_API const ortep_shared_mapping *ortep_allocator_shared_mapping(ortep_alloc
 ORTEP_API ortep_status ortep_allocator_stats(const ortep_allocator *a, ortep_mem_stats *out);
 /* Frees the allocator object itself (not its live allocations). NULL is a no-op. */
 ORTEP_API void ortep_allocator_destroy(ortep_allocator *a);
-
-/* Validates (bytes, align) the way allocate does, without allocating. */
-ORTEP_API ortep_status ortep_allocation_request_check(const char *who, size_t bytes, size_t align);
 
 /* --- the host allocator ---------------------------------------------------- */
 typedef struct ortep_governor ortep_governor;

@@ -69,6 +69,11 @@ ORTEP_API void *ortep_buffer_as_mut_ptr(ortep_buffer *buffer);
  * must not be freed (check ortep_buffer_is_borrowed first). */
 ORTEP_API void *ortep_buffer_into_raw(ortep_buffer *buffer);
 
+/* Validates an allocation request (bytes, align) the way every allocator and
+ * EP does before allocating: align a power of two, the rounded size within
+ * size_t. ORTEP_E_INVALID_ARGUMENT names `who` and what was wrong. */
+ORTEP_API ortep_status ortep_allocation_request_check(const char *who, size_t bytes, size_t align);
+
 ORTEP_END_DECLS
 
 #endif

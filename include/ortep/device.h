@@ -16,6 +16,8 @@ typedef struct ortep_device {
   uint32_t index;
 } ortep_device;
 
+/* DISK (not used yet): the governor keeps its budget and counters, but no
+ * backend allocates from disk. */
 typedef enum ortep_tier { ORTEP_TIER_HOST = 0, ORTEP_TIER_DEVICE = 1, ORTEP_TIER_DISK = 2 } ortep_tier;
 #define ORTEP_TIER_COUNT 3
 

@@ -120,6 +120,8 @@ typedef struct ortep_ep_vtable {
   ortep_status (*initialize)(ortep_ep *self, const ortep_config *config);
   ortep_status (*shutdown)(ortep_ep *self);
   void (*destroy)(ortep_ep *self);
+  /* layouts (not used yet): the executor passes NULL, every input being
+   * row-major; an EP may refuse another layout. */
   void (*supports_op)(const ortep_ep *self, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
                       const ortep_dtype *dtypes, const ortep_layout *layouts, size_t n_inputs,
                       ortep_kernel_match *out);
@@ -142,6 +144,7 @@ typedef struct ortep_ep_vtable {
   bool (*device_argmax_supported)(const ortep_ep *self);
   ortep_status (*device_argmax)(ortep_ep *self, const void *logits, size_t elements, ortep_dtype dtype,
                                 ortep_buffer *result);
+  /* kernels, n (not used yet): the segment's kernels, a hint no EP reads */
   ortep_status (*begin_capture)(ortep_ep *self, ortep_kernel *const *kernels, size_t n);
   ortep_status (*end_capture)(ortep_ep *self);
   ortep_status (*abort_capture)(ortep_ep *self);
@@ -161,6 +164,8 @@ typedef struct ortep_ep_vtable {
    * the graph's nodes when a node launches several kernels). */
   size_t (*graph_kernel_nodes)(const ortep_ep *self);
   size_t (*claim_nodes)(const ortep_ep *self, const ortep_graph *graph, ortep_node_id *out, size_t cap);
+  /* EPContext (not used yet): no EP implements these and nothing calls them;
+   * the dispatchers answer "none" / not supported, naming the EP. */
   size_t (*context_source_keys)(const ortep_ep *self, const char **out, size_t cap);
   ortep_status (*save_context)(ortep_ep *self, void **blob, size_t *len);
   ortep_status (*load_context)(ortep_ep *self, const void *blob, size_t len);

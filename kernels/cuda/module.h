@@ -16,6 +16,7 @@
 #ifndef ORTEP_KERNELS_CUDA_MODULE_H
 #define ORTEP_KERNELS_CUDA_MODULE_H
 
+#include "../../arena/internal.h" /* ortep__cuda_pool_create */
 #include "../opset.h"
 #include "ortep/cuda_ep.h"
 
@@ -55,10 +56,9 @@ typedef struct ortep__cuda_module {
   ortep_status (*device_info)(int device, ortep_cuda_device_info *out);
 } ortep__cuda_module;
 
-/* The module's implementations (ep.c, arena/cuda_pool.c). */
+/* The module's implementations (ep.c; the pool is arena/cuda_pool.c). */
 bool ortep__cuda_available(char *why, size_t len);
 ortep_status ortep__cuda_ep_create(ortep_governor *governor, ortep_ep **out);
-ortep_status ortep__cuda_pool_create(int device, void *stream, ortep_governor *governor, ortep_allocator **out);
 ortep_status ortep__cuda_device_info(int device, ortep_cuda_device_info *out);
 
 /* The one symbol the module exports. Fills *out and returns true when abi
