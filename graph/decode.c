@@ -245,12 +245,6 @@ fail:
   return st;
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Entry guard of every call that touches the decoder's state: the contract
  * (decode.h) is one thread at a time, and a second concurrent call gets
  * ORTEP_E_STATE instead of corrupting the session. One atomic exchange. */
@@ -278,13 +272,13 @@ static ortep_status step(ortep_decoder *d, int32_t token, int32_t position, int3
   ortep__trace_push(ORTEP__TRACE_DECODE_STEP, (uint64_t)(uint32_t)position);
   ortep_status st;
   uint32_t pair[2] = {0, 0};
-  uint64_t t0 = now_ns();
+  uint64_t t0 = ortep__now_ns();
   if ((st = ortep_ep_copy_from_host(d->in_ep[0], &token, sizeof token, &d->in_buf[0])) == ORTEP_OK &&
       (st = ortep_ep_copy_from_host(d->in_ep[1], &position, sizeof position, &d->in_buf[1])) == ORTEP_OK &&
       (st = ortep_session_run(d->session)) == ORTEP_OK) {
     ortep__trace_push(ORTEP__TRACE_SYNC, d->steps);
     st = ortep_ep_device_argmax(d->ep, d->logits, d->vocab, ORTEP_DTYPE_F32, &d->result);
-    d->launch_ns += now_ns() - t0;
+    d->launch_ns += ortep__now_ns() - t0;
     if (st == ORTEP_OK) st = ortep_ep_copy_to_host(d->ep, &d->result, pair, sizeof pair); /* the one sync */
     for (size_t i = 0; st == ORTEP_OK && i < d->n_watch; i++) { /* one more read per other EP */
       uint32_t bits = 0;

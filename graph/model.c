@@ -143,15 +143,10 @@ ortep_status ortep_model_config_parse(const char *json, size_t len, ortep_model_
 }
 
 static ortep_status read_file(const char *path, char **out, size_t *len) {
-  /* O_NONBLOCK, then the type: a FIFO would block open() and read() forever */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return ortep__fail(ORTEP_E_IO, "cannot open %s: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    return ortep__fail(ORTEP_E_IO, "%s is not a regular file (a FIFO, device or directory); point it at the file itself",
-                       path);
-  }
+  int fd;
+  size_t size;
+  ortep_status st = ortep__open_regular(path, &fd, &size);
+  if (st != ORTEP_OK) return st;
   FILE *f = fdopen(fd, "rb");
   if (!f) {
     close(fd);
@@ -190,16 +185,11 @@ static ortep_status read_file(const char *path, char **out, size_t *len) {
 /* READ mode: the whole file into memory from the host EP (charged to its
  * governor), then parsed in place; the file is closed before this returns. */
 static ortep_status read_weights(ortep_model *m, const char *path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return ortep__fail(ORTEP_E_IO, "cannot open %s: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    return ortep__fail(ORTEP_E_IO, "%s is not a regular file (a FIFO, device or directory); point it at the file itself",
-                       path);
-  }
-  size_t len = (size_t)sb.st_size;
-  ortep_status st = ortep_ep_allocate(m->host, len ? len : 1, 64, &m->copy);
+  int fd;
+  size_t len;
+  ortep_status st = ortep__open_regular(path, &fd, &len);
+  if (st != ORTEP_OK) return st;
+  st = ortep_ep_allocate(m->host, len ? len : 1, 64, &m->copy);
   if (st != ORTEP_OK) {
     close(fd);
     return ortep__wrap(st, "reading the weights of %s into memory (ortep.weights = read)", path);

@@ -612,18 +612,12 @@ static ortep_status capture(ortep_session *s) {
   return ORTEP_OK;
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static inline __attribute__((always_inline)) ortep_status run_eager(ortep_session *s, const bool traced) {
   for (size_t i = 0; i < s->n_steps; i++) {
     if (traced) ortep__trace_push_text(s->steps[i].label, ORTEP__TRACE_CAT_EXECUTOR);
-    uint64_t t0 = s->prof_ns ? now_ns() : 0;
+    uint64_t t0 = s->prof_ns ? ortep__now_ns() : 0;
     ortep_status st = run_step(s, &s->steps[i]);
-    if (s->prof_ns) s->prof_ns[i] += now_ns() - t0;
+    if (s->prof_ns) s->prof_ns[i] += ortep__now_ns() - t0;
     if (traced) ortep__trace_pop();
     if (st != ORTEP_OK) return st;
   }

@@ -41,6 +41,15 @@ void ortep__free(void *ptr);
 struct cJSON;
 ortep_status ortep__json_parse(const char *text, size_t len, const char *what, struct cJSON **out);
 
+/* Opens path for reading and checks it is a regular file without ever
+ * blocking: O_NONBLOCK first, then the type, so a FIFO (which would block
+ * open() and read() forever) or a device is refused at once, naming the path.
+ * On success *fd is open (the caller closes it) and *size is the file's. */
+ortep_status ortep__open_regular(const char *path, int *fd, size_t *size);
+
+/* The monotonic clock in nanoseconds. */
+uint64_t ortep__now_ns(void);
+
 /* "1.5 GiB", "200 MiB", "64 B". Writes into buf (>= 32 bytes); returns buf. */
 char *ortep__format_bytes(uint64_t bytes, char *buf, size_t len);
 

@@ -221,17 +221,10 @@ ortep_status ortep_safetensors_parse(const void *bytes, size_t len, ortep_safete
 ortep_status ortep_safetensors_open(const char *path, ortep_safetensors **out) {
   if (!out || !path) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_safetensors_open: NULL argument");
   *out = NULL;
-  /* O_NONBLOCK: opening a FIFO for reading would otherwise wait forever for
-   * a writer; it is refused by the type check instead. */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return ortep__fail(ORTEP_E_IO, "cannot open %s: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    return ortep__fail(ORTEP_E_IO, "%s is not a regular file (a FIFO, device or directory); point it at the file itself",
-                       path);
-  }
-  size_t len = (size_t)sb.st_size;
+  int fd;
+  size_t len;
+  ortep_status ost = ortep__open_regular(path, &fd, &len);
+  if (ost != ORTEP_OK) return ost;
   void *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
   close(fd);
   if (map == MAP_FAILED) return ortep__fail(ORTEP_E_IO, "cannot map %s (%zu bytes): %s", path, len, strerror(errno));
@@ -333,5 +326,19 @@ ortep_status ortep_safetensors_write_stream(const char *path, const ortep_safete
     if (produced != ORTEP_OK) return ortep__wrap(produced, "writing %s", path);
     return ortep__fail(ORTEP_E_IO, "writing %s failed: %s", path, strerror(saved));
   }
+  return ORTEP_OK;
+}
+
+ortep_status ortep__open_regular(const char *path, int *fd, size_t *size) {
+  *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (*fd < 0) return ortep__fail(ORTEP_E_IO, "cannot open %s: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(*fd);
+    *fd = -1;
+    return ortep__fail(ORTEP_E_IO, "%s is not a regular file (a FIFO, device or directory); point it at the file itself",
+                       path);
+  }
+  *size = (size_t)sb.st_size;
   return ORTEP_OK;
 }

@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -94,4 +95,10 @@ char *ortep__format_bytes(uint64_t bytes, char *buf, size_t len) {
   }
   snprintf(buf, len, "%.1f %s", v, units[u]);
   return buf;
+}
+
+uint64_t ortep__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
