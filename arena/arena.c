@@ -102,13 +102,8 @@ static ortep_status add_chunk(ortep_arena *a, size_t size, size_t align, size_t 
                        ortep__format_bytes(size, b1, sizeof b1), ortep__format_bytes(a->max_bytes, b2, sizeof b2),
                        ortep__format_bytes(a->reserved, b3, sizeof b3));
   }
-  if (a->nchunks == a->chunks_cap) {
-    size_t cap = a->chunks_cap ? a->chunks_cap * 2 : 4;
-    chunk *grown = ortep__realloc(a->chunks, cap * sizeof *grown);
-    if (!grown) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "arena: no memory to track another chunk");
-    a->chunks = grown;
-    a->chunks_cap = cap;
-  }
+  if (!ORTEP__GROW(a->chunks, a->chunks_cap, a->nchunks + 1))
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "arena: no memory to track another chunk");
   void *p;
   ortep_status st = ortep_allocator_allocate(a->backing, size, align, &p);
   if (st != ORTEP_OK) return ortep__wrap(st, "arena: growing by %zu bytes", size);

@@ -105,22 +105,10 @@ static size_t find_page(const ortep_slab *s, const void *p) {
 
 static ortep_status grow(ortep_slab *s) {
   /* Reserve every resource first; commit only when all are in hand. */
-  if (s->npages == s->pages_cap) {
-    size_t cap = s->pages_cap ? s->pages_cap * 2 : 4;
-    page *pages = ortep__realloc(s->pages, cap * sizeof *pages);
-    if (!pages) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "slab: no memory to track another page");
-    s->pages = pages;
-    s->pages_cap = cap;
-  }
-  size_t need = (s->npages + 1) * s->per_page;
-  if (need > s->stack_cap) {
-    size_t cap = s->stack_cap ? s->stack_cap * 2 : s->per_page;
-    if (cap < need) cap = need;
-    void **stack = ortep__realloc(s->stack, cap * sizeof *stack);
-    if (!stack) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "slab: no memory for the free list of another page");
-    s->stack = stack;
-    s->stack_cap = cap;
-  }
+  if (!ORTEP__GROW(s->pages, s->pages_cap, s->npages + 1))
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "slab: no memory to track another page");
+  if (!ORTEP__GROW(s->stack, s->stack_cap, (s->npages + 1) * s->per_page))
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "slab: no memory for the free list of another page");
   uint64_t *live = ortep__calloc(bitmap_words(s->per_page), sizeof *live);
   if (!live) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "slab: no memory for a page's live bits");
   void *base;

@@ -174,8 +174,13 @@ typedef struct plan_builder {
 
 static size_t pb_add(plan_builder *b, size_t bytes) {
   if (b->n == b->cap) {
-    b->cap = b->cap ? b->cap * 2 : 256;
-    b->t = realloc(b->t, b->cap * sizeof *b->t);
+    size_t cap = b->cap ? b->cap * 2 : 256;
+    ortep_plan_tensor *t = realloc(b->t, cap * sizeof *t);
+    if (!t) {
+      fprintf(stderr, "ortep-bench alloc: no memory for the planner workload\n");
+      exit(1);
+    }
+    b->t = t, b->cap = cap;
   }
   b->t[b->n] = (ortep_plan_tensor){bytes, 256, b->step, b->step};
   return b->n++;

@@ -147,38 +147,29 @@ static ortep_status read_file(const char *path, char **out, size_t *len) {
   size_t size;
   ortep_status st = ortep__open_regular(path, &fd, &size);
   if (st != ORTEP_OK) return st;
-  FILE *f = fdopen(fd, "rb");
-  if (!f) {
+  if (size > (16u << 20)) {
     close(fd);
-    return ortep__fail(ORTEP_E_IO, "cannot read %s: %s", path, strerror(errno));
+    return ortep__fail(ORTEP_E_FORMAT, "%s is larger than 16 MiB; it is not a model config", path);
   }
-  char *buf = NULL;
-  size_t cap = 0, n = 0;
-  for (;;) {
-    if (n == cap) {
-      cap = cap ? cap * 2 : 4096;
-      if (cap > (16u << 20)) {
-        fclose(f), ortep__free(buf);
-        return ortep__fail(ORTEP_E_FORMAT, "%s is larger than 16 MiB; it is not a model config", path);
-      }
-      char *g = ortep__realloc(buf, cap);
-      if (!g) {
-        fclose(f), ortep__free(buf);
-        return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory to read %s", path);
-      }
-      buf = g;
-    }
-    size_t r = fread(buf + n, 1, cap - n, f);
-    n += r;
-    if (r == 0) break;
+  char *buf = ortep__malloc(size ? size : 1);
+  if (!buf) {
+    close(fd);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory to read %s", path);
   }
-  bool err = ferror(f);
-  fclose(f);
+  size_t got = 0;
+  while (got < size) {
+    ssize_t r = read(fd, buf + got, size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break; /* shrank under us: parse what is there */
+    got += (size_t)r;
+  }
+  int err = got < size && errno != 0 ? errno : 0;
+  close(fd);
   if (err) {
     ortep__free(buf);
-    return ortep__fail(ORTEP_E_IO, "reading %s failed", path);
+    return ortep__fail(ORTEP_E_IO, "reading %s failed: %s", path, strerror(err));
   }
-  *out = buf, *len = n;
+  *out = buf, *len = got;
   return ORTEP_OK;
 }
 

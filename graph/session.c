@@ -95,30 +95,20 @@ struct ortep_session {
 };
 
 /* --- small helpers ------------------------------------------------------------- */
-static bool grow(void **arr, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return true;
-  size_t c = *cap ? *cap * 2 : 16;
-  while (c < need) c *= 2;
-  void *p = ortep__realloc(*arr, c * elem);
-  if (!p) return false;
-  *arr = p, *cap = c;
-  return true;
-}
-
 static ortep_status oom(const char *what) {
   return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "session: no memory for %s", what);
 }
 
 static ortep_status add_slot(ortep_session *s, const char *name, uint32_t ep, ortep_dtype dtype, size_t bytes,
                              uint32_t first, uint32_t *out) {
-  if (!grow((void **)&s->slots, &s->slots_cap, s->n_slots + 1, sizeof *s->slots)) return oom("a value");
+  if (!ORTEP__GROW(s->slots, s->slots_cap, s->n_slots + 1)) return oom("a value");
   s->slots[s->n_slots] = (slot){.name = name, .ep = ep, .dtype = dtype, .bytes = bytes, .first = first, .last = first};
   *out = (uint32_t)s->n_slots++;
   return ORTEP_OK;
 }
 
 static step *new_step(ortep_session *s) {
-  if (!grow((void **)&s->steps, &s->steps_cap, s->n_steps + 1, sizeof *s->steps)) return NULL;
+  if (!ORTEP__GROW(s->steps, s->steps_cap, s->n_steps + 1)) return NULL;
   step *st = &s->steps[s->n_steps++];
   memset(st, 0, sizeof *st);
   st->src = st->dst = NONE;
@@ -295,7 +285,7 @@ static ortep_status slot_for(ortep_session *s, const char *v, uint32_t e, uint32
       return ORTEP_OK;
     }
     ep_state *es = &s->eps[e];
-    if (!grow((void **)&es->uploads, &es->uploads_cap, es->n_uploads + 1, sizeof *es->uploads)) return oom("an upload");
+    if (!ORTEP__GROW(es->uploads, es->uploads_cap, es->n_uploads + 1)) return oom("an upload");
     ortep_buffer b;
     if ((st = ortep_ep_allocate(ep, sl->bytes, SLOT_ALIGN, &b)) != ORTEP_OK)
       return ortep__wrap(st, "uploading initializer '%s' to %s", v, ortep_ep_name(ep));

@@ -32,26 +32,20 @@ static const preset presets[] = {
 
 typedef enum init_kind { INIT_EMBED, INIT_PROJ, INIT_NORM, INIT_BIAS } init_kind;
 
+/* entries stays an array of its own: ortep_safetensors_write takes it as is.
+ * Each array has its own capacity, so a failed growth tears nothing. */
 typedef struct gen {
   ortep_safetensors_entry *entries;
   init_kind *kinds;
-  size_t n, cap;
-  uint64_t seed;
   char **names;
+  size_t n, entries_cap, kinds_cap, names_cap;
+  uint64_t seed;
 } gen;
 
 static ortep_status add(gen *g, const char *name, ortep_dtype dt, int64_t d0, int64_t d1, init_kind k) {
-  if (g->n == g->cap) {
-    size_t cap = g->cap ? g->cap * 2 : 64;
-    ortep_safetensors_entry *e = ortep__realloc(g->entries, cap * sizeof *e);
-    if (e) g->entries = e;
-    init_kind *kk = e ? ortep__realloc(g->kinds, cap * sizeof *kk) : NULL;
-    if (kk) g->kinds = kk;
-    char **nn = kk ? ortep__realloc(g->names, cap * sizeof *nn) : NULL;
-    if (nn) g->names = nn;
-    if (!nn) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "synthetic model: no memory");
-    g->cap = cap;
-  }
+  if (!ORTEP__GROW(g->entries, g->entries_cap, g->n + 1) || !ORTEP__GROW(g->kinds, g->kinds_cap, g->n + 1) ||
+      !ORTEP__GROW(g->names, g->names_cap, g->n + 1))
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "synthetic model: no memory");
   char *copy = ortep__strdup(name);
   if (!copy) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "synthetic model: no memory");
   ortep_shape s = {d1 < 0 ? 1u : 2u, {d0, d1 < 0 ? 0 : d1}};

@@ -44,6 +44,7 @@ static const ortep__cuda_host host = {
     ortep__calloc,
     ortep__realloc,
     ortep__free,
+    ortep__grow,
     ortep__format_bytes,
     ortep__op_check,
     ortep_allocator_allocate,

@@ -13,7 +13,9 @@
 
 /* --- configuration ---------------------------------------------------------- */
 struct ortep_config {
-  char **keys, **vals;
+  struct config_item {
+    char *key, *val;
+  } *items;
   size_t n, cap;
 };
 
@@ -25,8 +27,8 @@ ortep_status ortep_config_create(ortep_config **out) {
 
 void ortep_config_destroy(ortep_config *c) {
   if (!c) return;
-  for (size_t i = 0; i < c->n; i++) ortep__free(c->keys[i]), ortep__free(c->vals[i]);
-  ortep__free(c->keys), ortep__free(c->vals), ortep__free(c);
+  for (size_t i = 0; i < c->n; i++) ortep__free(c->items[i].key), ortep__free(c->items[i].val);
+  ortep__free(c->items), ortep__free(c);
 }
 
 ortep_status ortep_config_set(ortep_config *c, const char *key, const char *value) {
@@ -38,45 +40,36 @@ ortep_status ortep_config_set(ortep_config *c, const char *key, const char *valu
   char *v = ortep__strdup(value);
   if (!v) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_config_set: no memory");
   for (size_t i = 0; i < c->n; i++)
-    if (strcmp(c->keys[i], key) == 0) {
-      ortep__free(c->vals[i]);
-      c->vals[i] = v;
+    if (strcmp(c->items[i].key, key) == 0) {
+      ortep__free(c->items[i].val);
+      c->items[i].val = v;
       return ORTEP_OK;
     }
-  if (c->n == c->cap) {
-    size_t cap = c->cap ? c->cap * 2 : 8;
-    char **k = ortep__realloc(c->keys, cap * sizeof *k);
-    if (k) c->keys = k;
-    char **vv = k ? ortep__realloc(c->vals, cap * sizeof *vv) : NULL;
-    if (vv) c->vals = vv;
-    if (!k || !vv) {
-      ortep__free(v);
-      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_config_set: no memory");
-    }
-    c->cap = cap;
+  if (!ORTEP__GROW(c->items, c->cap, c->n + 1)) {
+    ortep__free(v);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_config_set: no memory");
   }
   char *k = ortep__strdup(key);
   if (!k) {
     ortep__free(v);
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_config_set: no memory");
   }
-  c->keys[c->n] = k;
-  c->vals[c->n++] = v;
+  c->items[c->n++] = (struct config_item){k, v};
   return ORTEP_OK;
 }
 
 const char *ortep_config_get(const ortep_config *c, const char *key) {
   for (size_t i = 0; c && key && i < c->n; i++)
-    if (strcmp(c->keys[i], key) == 0) return c->vals[i];
+    if (strcmp(c->items[i].key, key) == 0) return c->items[i].val;
   return NULL;
 }
 size_t ortep_config_count(const ortep_config *c) { return c ? c->n : 0; }
-const char *ortep_config_key(const ortep_config *c, size_t i) { return c && i < c->n ? c->keys[i] : NULL; }
+const char *ortep_config_key(const ortep_config *c, size_t i) { return c && i < c->n ? c->items[i].key : NULL; }
 
 ortep_status ortep_config_check_namespace(const ortep_config *c, const char *ns, const char *const *known, size_t n) {
   size_t nl = strlen(ns);
   for (size_t i = 0; c && i < c->n; i++) {
-    const char *k = c->keys[i];
+    const char *k = c->items[i].key;
     if (strncmp(k, ns, nl) != 0 || k[nl] != '.') continue;
     bool ok = false;
     for (size_t j = 0; j < n && !ok; j++) ok = strcmp(k, known[j]) == 0;
@@ -463,14 +456,9 @@ ortep_status ortep_ep_registry_add(ortep_ep_registry *r, ortep_ep *ep, uint32_t 
     ortep_ep_destroy(ep);
     return ORTEP_E_INVALID_ARGUMENT;
   }
-  if (r->n == r->cap) {
-    size_t cap = r->cap ? r->cap * 2 : 4;
-    ortep_ep **eps = ortep__realloc(r->eps, cap * sizeof *eps);
-    if (!eps) {
-      ortep_ep_destroy(ep);
-      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_ep_registry_add: no memory");
-    }
-    r->eps = eps, r->cap = cap;
+  if (!ORTEP__GROW(r->eps, r->cap, r->n + 1)) {
+    ortep_ep_destroy(ep);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_ep_registry_add: no memory");
   }
   ep->id = (uint32_t)r->n;
   r->eps[r->n++] = ep;

@@ -53,3 +53,17 @@ void *ortep__realloc(void *ptr, size_t size) { return hooks.r(ptr, size ? size :
 void ortep__free(void *ptr) {
   if (ptr) hooks.f(ptr);
 }
+
+bool ortep__grow(void **arr, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return true;
+  size_t c = *cap ? *cap : 8;
+  while (c < need) {
+    if (c > SIZE_MAX / 2) return false;
+    c *= 2;
+  }
+  if (c > SIZE_MAX / elem) return false;
+  void *p = ortep__realloc(*arr, c * elem);
+  if (!p) return false;
+  *arr = p, *cap = c;
+  return true;
+}

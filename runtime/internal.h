@@ -41,6 +41,13 @@ void ortep__free(void *ptr);
 struct cJSON;
 ortep_status ortep__json_parse(const char *text, size_t len, const char *what, struct cJSON **out);
 
+/* Grows the array *arr (elements of elem bytes, room for *cap) to room for
+ * at least need: the capacity doubles, from 8. On failure (false) *arr and
+ * *cap are untouched, so the caller's array is never torn. The one growth
+ * rule of the library: ORTEP__GROW(array, cap, need) spells the sizes. */
+bool ortep__grow(void **arr, size_t *cap, size_t need, size_t elem);
+#define ORTEP__GROW(arr, cap, need) ortep__grow((void **)&(arr), &(cap), (need), sizeof *(arr))
+
 /* Opens path for reading and checks it is a regular file without ever
  * blocking: O_NONBLOCK first, then the type, so a FIFO (which would block
  * open() and read() forever) or a device is refused at once, naming the path.

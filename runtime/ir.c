@@ -60,17 +60,6 @@ struct ortep_graph {
   size_t n_opsets, opsets_cap;
 };
 
-static bool reserve(void **arr, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return true;
-  size_t c = *cap ? *cap * 2 : 8;
-  while (c < need) c *= 2;
-  void *p = ortep__realloc(*arr, c * elem);
-  if (!p) return false;
-  *arr = p;
-  *cap = c;
-  return true;
-}
-
 #define OOM(what) ortep__fail(ORTEP_E_OUT_OF_MEMORY, "graph: no memory for %s", what)
 
 ortep_status ortep_graph_create(ortep_graph **out) {
@@ -114,7 +103,7 @@ ortep_status ortep_graph_set_opset(ortep_graph *g, const char *domain, int64_t v
                        !g || !domain ? "graph or domain is NULL" : "version must be >= 1");
   for (size_t i = 0; i < g->n_opsets; i++)
     if (strcmp(g->opsets[i].domain, domain) == 0) return g->opsets[i].version = version, ORTEP_OK;
-  if (!reserve((void **)&g->opsets, &g->opsets_cap, g->n_opsets + 1, sizeof *g->opsets)) return OOM("an opset");
+  if (!ORTEP__GROW(g->opsets, g->opsets_cap, g->n_opsets + 1)) return OOM("an opset");
   char *d = ortep__strdup(domain);
   if (!d) return OOM("an opset");
   g->opsets[g->n_opsets++] = (opset){d, version};
@@ -148,7 +137,7 @@ ortep_status ortep_graph_add_value(ortep_graph *g, const char *name, ortep_dtype
                        ortep_dtype_name(v->dtype), ortep_shape_format(&v->shape, a, sizeof a),
                        ortep_dtype_name(dtype), ortep_shape_format(shape, b, sizeof b));
   }
-  if (!reserve((void **)&g->values, &g->values_cap, g->n_values + 1, sizeof *g->values)) return OOM("a value");
+  if (!ORTEP__GROW(g->values, g->values_cap, g->n_values + 1)) return OOM("a value");
   char *n = ortep__strdup(name);
   if (!n) return OOM("a value name");
   if (!ortep__strmap_put(&g->value_index, n, (uint32_t)g->n_values)) {
@@ -160,7 +149,7 @@ ortep_status ortep_graph_add_value(ortep_graph *g, const char *name, ortep_dtype
 }
 
 static ortep_status add_name(const char ***arr, size_t *n, size_t *cap, const char *name) {
-  if (!reserve((void **)arr, cap, *n + 1, sizeof **arr)) return OOM("a graph input or output");
+  if (!ortep__grow((void **)arr, cap, *n + 1, sizeof **arr)) return OOM("a graph input or output");
   (*arr)[(*n)++] = name;
   return ORTEP_OK;
 }
@@ -197,7 +186,7 @@ ortep_status ortep_graph_add_initializer(ortep_graph *g, const char *name, ortep
     return st;
   }
   char *n = NULL;
-  if (!reserve((void **)&g->inits, &g->inits_cap, g->n_inits + 1, sizeof *g->inits) || !(n = ortep__strdup(name))) {
+  if (!ORTEP__GROW(g->inits, g->inits_cap, g->n_inits + 1) || !(n = ortep__strdup(name))) {
     ortep_tensor_release(t);
     return OOM("an initializer");
   }
@@ -231,7 +220,7 @@ ortep_status ortep_graph_add_node(ortep_graph *g, const char *op_type, const cha
                        "node %s (op %s): every output is unnamed; name at least one (\"\" marks an absent optional "
                        "output)",
                        name ? name : "?", op_type);
-  if (!reserve((void **)&g->nodes, &g->nodes_cap, g->n_nodes + 1, sizeof *g->nodes)) return OOM("a node");
+  if (!ORTEP__GROW(g->nodes, g->nodes_cap, g->n_nodes + 1)) return OOM("a node");
   ortep_node *n = ortep__calloc(1, sizeof *n);
   if (!n) return OOM("a node");
   n->id = (ortep_node_id)g->n_nodes;

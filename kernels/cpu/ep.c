@@ -230,12 +230,8 @@ static ortep_status cpu_run_kernel(ortep_ep *ep, ortep_kernel *k, const ortep_ke
     ortep_status st = k->vtable->record(k, io);
     if (st != ORTEP_OK) return ortep__wrap(st, "%s: recording %s failed", CPU_EP_NAME, ortep_kernel_name(k));
   }
-  if (e->open.n == e->open_cap) {
-    size_t cap = e->open_cap ? e->open_cap * 2 : 32;
-    record *r = ortep__realloc(e->open.records, cap * sizeof *r);
-    if (!r) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to record a kernel", CPU_EP_NAME);
-    e->open.records = r, e->open_cap = cap;
-  }
+  if (!ORTEP__GROW(e->open.records, e->open_cap, e->open.n + 1))
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to record a kernel", CPU_EP_NAME);
   /* One block holds the bound pointers: inputs, then outputs. */
   size_t slots = io->n_inputs + io->n_outputs;
   void **ptrs = ortep__malloc((slots ? slots : 1) * sizeof *ptrs);
@@ -263,12 +259,8 @@ static ortep_status cpu_begin_capture(ortep_ep *ep, ortep_kernel *const *kernels
 static ortep_status cpu_end_capture(ortep_ep *ep) {
   cpu_ep *e = self_of(ep);
   if (!e->capturing) return ortep__fail(ORTEP_E_STATE, "%s: end_capture without begin_capture", CPU_EP_NAME);
-  if (e->n_segments == e->segments_cap) {
-    size_t cap = e->segments_cap ? e->segments_cap * 2 : 8;
-    segment *s = ortep__realloc(e->segments, cap * sizeof *s);
-    if (!s) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to install a segment", CPU_EP_NAME);
-    e->segments = s, e->segments_cap = cap;
-  }
+  if (!ORTEP__GROW(e->segments, e->segments_cap, e->n_segments + 1))
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to install a segment", CPU_EP_NAME);
   record *exact = ortep__malloc((e->open.n ? e->open.n : 1) * sizeof *exact);
   if (!exact) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to install a segment", CPU_EP_NAME);
   if (e->open.n) memcpy(exact, e->open.records, e->open.n * sizeof *exact);

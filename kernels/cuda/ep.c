@@ -51,7 +51,7 @@ typedef struct cuda_ep {
    * for cudaGraphExecUpdate when segment i is captured again: never
    * launched, so the buffers they name may have moved. */
   cudaGraphExec_t *retired;
-  size_t n_segments, n_retired, segments_cap;
+  size_t n_segments, n_retired, segments_cap, retired_cap;
   size_t kernel_nodes; /* kernel nodes of the live segments' graphs */
   uint64_t instantiations, updates;
 } cuda_ep;
@@ -548,19 +548,13 @@ static ortep_status cuda_end(ortep_ep *ep) {
   cudaError_t r = cudaStreamEndCapture(e->stream, &graph);
   e->capturing = false;
   if (r != cudaSuccess) return cuda_fail(r, "cudaStreamEndCapture");
-  if (e->n_segments == e->segments_cap) {
-    size_t cap = e->segments_cap ? e->segments_cap * 2 : 8;
-    cudaGraphExec_t *g = ortep__realloc(e->segments, cap * sizeof *g);
-    if (g) e->segments = g;
-    cudaGraphExec_t *old = g ? ortep__realloc(e->retired, cap * sizeof *old) : NULL;
-    if (old) e->retired = old;
-    if (!g || !old) {
-      cudaGraphDestroy(graph);
-      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to install a segment", CUDA_EP_NAME);
-    }
-    for (size_t i = e->segments_cap; i < cap; i++) e->retired[i] = NULL;
-    e->segments_cap = cap;
+  size_t had = e->retired_cap;
+  if (!ORTEP__GROW(e->segments, e->segments_cap, e->n_segments + 1) ||
+      !ORTEP__GROW(e->retired, e->retired_cap, e->n_segments + 1)) {
+    cudaGraphDestroy(graph);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to install a segment", CUDA_EP_NAME);
   }
+  for (size_t i = had; i < e->retired_cap; i++) e->retired[i] = NULL;
   size_t at = e->n_segments;
   size_t kernels = 0;
   if ((r = count_kernel_nodes(graph, &kernels)) != cudaSuccess) {

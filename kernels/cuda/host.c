@@ -35,6 +35,7 @@ void *ortep__malloc(size_t size) { return H->malloc(size); }
 void *ortep__calloc(size_t count, size_t size) { return H->calloc(count, size); }
 void *ortep__realloc(void *ptr, size_t size) { return H->realloc(ptr, size); }
 void ortep__free(void *ptr) { H->free(ptr); }
+bool ortep__grow(void **arr, size_t *cap, size_t need, size_t elem) { return H->grow(arr, cap, need, elem); }
 char *ortep__format_bytes(uint64_t bytes, char *buf, size_t len) { return H->format_bytes(bytes, buf, len); }
 bool ortep__op_check(const char *ep_name, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
                      const ortep_dtype *dtypes, size_t n, ortep_kernel_match *match, ortep__op_params *params) {

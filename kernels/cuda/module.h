@@ -20,7 +20,7 @@
 #include "../opset.h"
 #include "ortep/cuda_ep.h"
 
-#define ORTEP__CUDA_MODULE_ABI 1
+#define ORTEP__CUDA_MODULE_ABI 2
 #define ORTEP__CUDA_MODULE_ENTRY "ortep_cuda_module_init"
 
 typedef struct ortep__cuda_host {
@@ -31,6 +31,7 @@ typedef struct ortep__cuda_host {
   void *(*calloc)(size_t count, size_t size);
   void *(*realloc)(void *ptr, size_t size);
   void (*free)(void *ptr);
+  bool (*grow)(void **arr, size_t *cap, size_t need, size_t elem);
   char *(*format_bytes)(uint64_t bytes, char *buf, size_t len);
   bool (*op_check)(const char *ep_name, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
                    const ortep_dtype *dtypes, size_t n, ortep_kernel_match *match, ortep__op_params *params);
