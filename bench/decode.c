@@ -314,11 +314,11 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
     r->kernels = st.kernels_per_step, r->segments = st.segments, r->seams = st.seams;
     r->graph_kernels = st.graph_kernel_nodes;
     r->planned = st.planned_bytes, r->lower_bound = st.lower_bound_bytes, r->naive = st.naive_bytes;
-    /* past_key.N and past_value.N are the same size: count the keys twice */
     char n[64];
     size_t bytes;
-    for (int l = 0; snprintf(n, sizeof n, "past_key.%d", l), ortep_session_value(s, n, NULL, NULL, &bytes) == ORTEP_OK; l++)
-      r->kv_bytes += 2 * bytes;
+    for (size_t l = 0; ortep_session_value(s, ortep_decoder_kv_name(l, false, n, sizeof n), NULL, NULL, &bytes) == ORTEP_OK;
+         l++)
+      r->kv_bytes += 2 * bytes; /* a layer's key and value caches are the same size */
     r->nseams = ortep_session_seam_count(s);
     r->seam_text = calloc(r->nseams + 1, sizeof *r->seam_text);
     if (!r->seam_text) r->nseams = 0;

@@ -165,11 +165,11 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   if (o.governor) {
     d->governor = o.governor;
   } else {
-    if ((st = ortep_governor_create(&d->governor))) goto fail;
+    if ((st = ortep_governor_create(&d->governor)) != ORTEP_OK) goto fail;
     d->owns_governor = true;
-    if ((st = ortep_governor_set_budget(d->governor, ORTEP_TIER_HOST, default_host_budget()))) goto fail;
+    if ((st = ortep_governor_set_budget(d->governor, ORTEP_TIER_HOST, default_host_budget())) != ORTEP_OK) goto fail;
   }
-  if ((st = apply_governor_config(d->governor, o.config)) || (st = ortep_ep_registry_create(&d->registry)) ||
+  if ((st = apply_governor_config(d->governor, o.config)) != ORTEP_OK || (st = ortep_ep_registry_create(&d->registry)) != ORTEP_OK ||
       (st = o.host_allocator ? ortep_cpu_ep_create_with_allocator(o.host_allocator, &cpu)
                              : ortep_cpu_ep_create(d->governor, &cpu)))
     goto fail;
@@ -179,7 +179,7 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     char why[256] = "";
     if (ortep_cuda_available(why, sizeof why)) {
       ortep_ep *gpu = NULL;
-      if ((st = ortep_cuda_ep_create(d->governor, &gpu)) || (st = register_ep(d, gpu, o.config))) {
+      if ((st = ortep_cuda_ep_create(d->governor, &gpu)) != ORTEP_OK || (st = register_ep(d, gpu, o.config)) != ORTEP_OK) {
         ortep_ep_destroy(cpu);
         goto fail;
       }
@@ -189,7 +189,7 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
       goto fail;
     }
   }
-  if ((st = register_ep(d, cpu, o.config))) goto fail;
+  if ((st = register_ep(d, cpu, o.config)) != ORTEP_OK) goto fail;
   const char *wm = ortep_config_get(o.config, WEIGHTS_KEY);
   if (wm && strcmp(wm, "map") && strcmp(wm, "read")) {
     st = ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s = '%s': use map (the default: zero-copy) or read (a private copy)",
@@ -197,7 +197,7 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     goto fail;
   }
   ortep_model_options mo = {wm && !strcmp(wm, "read") ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu};
-  if ((st = ortep_model_open_with(dir, &mo, &d->model))) goto fail;
+  if ((st = ortep_model_open_with(dir, &mo, &d->model)) != ORTEP_OK) goto fail;
   const ortep_model_config *c = ortep_model_get_config(d->model);
   size_t limit = (size_t)c->max_position_embeddings;
   d->max_seq = o.max_seq_len ? o.max_seq_len : (limit < 1024 ? limit : 1024);
@@ -207,37 +207,34 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     goto fail;
   }
   d->vocab = (size_t)c->vocab_size;
-  if ((st = check_size(d, c, ortep_ep_registry_count(d->registry) == 1))) goto fail;
-  if ((st = ortep__llama_build(d->model, cpu, d->max_seq, &d->graph))) goto fail;
+  if ((st = check_size(d, c, ortep_ep_registry_count(d->registry) == 1)) != ORTEP_OK) goto fail;
+  if ((st = ortep__llama_build(d->model, cpu, d->max_seq, &d->graph)) != ORTEP_OK) goto fail;
   ortep_session_options so = {o.eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH, o.forced_seams, o.seam_every, o.profile};
-  if ((st = ortep_session_create(d->graph, d->registry, &so, &d->session))) goto fail;
+  if ((st = ortep_session_create(d->graph, d->registry, &so, &d->session)) != ORTEP_OK) goto fail;
   const char *inputs[2] = {ORTEP_INPUT_TOKEN, ORTEP_INPUT_POSITION};
   for (int i = 0; i < 2; i++) {
     void *p;
     size_t bytes;
-    if ((st = ortep_session_value(d->session, inputs[i], &d->in_ep[i], &p, &bytes))) goto fail;
-    if ((st = ortep_buffer_from_borrowed_mut_parts(p, ortep_ep_device(d->in_ep[i]), bytes, 1, &d->in_buf[i]))) goto fail;
+    if ((st = ortep_session_value(d->session, inputs[i], &d->in_ep[i], &p, &bytes)) != ORTEP_OK) goto fail;
+    if ((st = ortep_buffer_from_borrowed_mut_parts(p, ortep_ep_device(d->in_ep[i]), bytes, 1, &d->in_buf[i])) != ORTEP_OK) goto fail;
   }
   /* argmax and the per-step read happen on the EP that holds the logits */
-  if ((st = ortep_session_value(d->session, ORTEP_OUTPUT_LOGITS, &d->ep, NULL, NULL))) goto fail;
-  if ((st = ortep_ep_allocate(d->ep, 8, 8, &d->result))) {
+  if ((st = ortep_session_value(d->session, ORTEP_OUTPUT_LOGITS, &d->ep, NULL, NULL)) != ORTEP_OK) goto fail;
+  if ((st = ortep_ep_allocate(d->ep, 8, 8, &d->result)) != ORTEP_OK) {
     ortep__wrap(st, "decoder: the 8-byte argmax result buffer");
     goto fail;
   }
-  if ((st = ortep_session_value(d->session, ORTEP_OUTPUT_LOGITS, NULL, &d->logits, NULL))) goto fail;
+  if ((st = ortep_session_value(d->session, ORTEP_OUTPUT_LOGITS, NULL, &d->logits, NULL)) != ORTEP_OK) goto fail;
   char name[64];
-  for (int64_t l = 0; l < c->num_hidden_layers; l++) {
-    snprintf(name, sizeof name, "past_key.%lld", (long long)l);
-    if ((st = zero_value(d, name))) goto fail;
-    snprintf(name, sizeof name, "past_value.%lld", (long long)l);
-    if ((st = zero_value(d, name))) goto fail;
-  }
+  for (size_t l = 0; l < (size_t)c->num_hidden_layers; l++)
+    for (int v = 0; v < 2; v++)
+      if ((st = zero_value(d, ortep_decoder_kv_name(l, v, name, sizeof name))) != ORTEP_OK) goto fail;
   for (uint32_t i = 0; i < ortep_ep_registry_count(d->registry); i++) {
     ortep_ep *ep = ortep_ep_registry_get(d->registry, i);
     if (ep != d->ep && ortep_ep_error_word_ptr(ep) && d->n_watch < sizeof d->watch / sizeof *d->watch)
       d->watch[d->n_watch++] = ep;
   }
-  if ((st = reset_error_words(d))) goto fail;
+  if ((st = reset_error_words(d)) != ORTEP_OK) goto fail;
   *out = d;
   return ORTEP_OK;
 fail:
@@ -410,6 +407,11 @@ ortep_status ortep_decoder_logits(ortep_decoder *d, float *dst, size_t n) {
                                 "ortep_decoder_logits: no logits to read: no step has succeeded since the decoder was "
                                 "opened or reset (or the last step failed); run a step or a prefill first"));
   return leave(d, ortep_session_read(d->session, ORTEP_OUTPUT_LOGITS, dst, n * sizeof *dst));
+}
+
+const char *ortep_decoder_kv_name(size_t layer, bool value, char *buf, size_t len) {
+  if (buf && len) snprintf(buf, len, "%s.%zu", value ? "past_value" : "past_key", layer);
+  return buf;
 }
 
 size_t ortep_decoder_position(const ortep_decoder *d) { return d ? d->pos : 0; }

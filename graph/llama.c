@@ -38,7 +38,7 @@ typedef struct builder {
 } builder;
 
 static void value(builder *b, const char *name, int64_t d0, int64_t d1, int64_t d2) {
-  if (b->st) return;
+  if (b->st != ORTEP_OK) return;
   ortep_shape s = {3, {d0, d1, d2}};
   b->st = ortep_graph_add_value(b->g, name, ORTEP_DTYPE_F32, &s);
 }
@@ -56,12 +56,12 @@ static void weight(builder *b, const char *name) {
   if ((uintptr_t)e->data % es == 0) {
     ortep_buffer buf;
     b->st = ortep_buffer_from_borrowed_parts(e->data, ortep_ep_device(b->host), e->size, es, &buf);
-    if (!b->st) b->st = ortep_tensor_from_borrowed(b->host, e->dtype, &e->shape, &buf, &t);
+    if (b->st == ORTEP_OK) b->st = ortep_tensor_from_borrowed(b->host, e->dtype, &e->shape, &buf, &t);
   } else {
     b->st = ortep_tensor_create(b->host, e->dtype, &e->shape, false, &t);
-    if (!b->st) b->st = ortep_tensor_copyin(t, e->data, e->size);
+    if (b->st == ORTEP_OK) b->st = ortep_tensor_copyin(t, e->data, e->size);
   }
-  if (!b->st)
+  if (b->st == ORTEP_OK)
     b->st = ortep_graph_add_initializer(b->g, name, t);
   else
     ortep_tensor_release(t);
@@ -70,15 +70,15 @@ static void weight(builder *b, const char *name) {
 static ortep_node_id node(builder *b, const char *op, const char *domain, const char *name, const char *const *in,
                           size_t nin, const char *const *out, size_t nout) {
   ortep_node_id id = 0;
-  if (!b->st) b->st = ortep_graph_add_node(b->g, op, domain, name, in, nin, out, nout, &id);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_node(b->g, op, domain, name, in, nin, out, nout, &id);
   return id;
 }
 
 static void attr_i(builder *b, ortep_node_id id, const char *k, int64_t v) {
-  if (!b->st) b->st = ortep_graph_set_attr_int(b->g, id, k, v);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_set_attr_int(b->g, id, k, v);
 }
 static void attr_f(builder *b, ortep_node_id id, const char *k, float v) {
-  if (!b->st) b->st = ortep_graph_set_attr_float(b->g, id, k, v);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_set_attr_float(b->g, id, k, v);
 }
 
 /* The Hugging Face Linear as ortep:Linear (kernels/opset.h): outs[g] =
@@ -102,16 +102,16 @@ static void linear(builder *b, const char *name, const char *in, const char *con
 }
 
 static void rope_tables(builder *b, size_t rows, int64_t head_dim, double theta) {
-  if (b->st) return;
+  if (b->st != ORTEP_OK) return;
   size_t half = (size_t)head_dim / 2;
   ortep_shape s = {2, {(int64_t)rows, (int64_t)half}};
   ortep_tensor *c = NULL, *sn = NULL;
   float *cd, *sd;
   b->st = ortep_tensor_create(b->host, ORTEP_DTYPE_F32, &s, false, &c);
-  if (!b->st) b->st = ortep_tensor_create(b->host, ORTEP_DTYPE_F32, &s, false, &sn);
-  if (!b->st) b->st = ortep_tensor_host_data_mut(c, ORTEP_DTYPE_F32, (void **)&cd);
-  if (!b->st) b->st = ortep_tensor_host_data_mut(sn, ORTEP_DTYPE_F32, (void **)&sd);
-  if (!b->st)
+  if (b->st == ORTEP_OK) b->st = ortep_tensor_create(b->host, ORTEP_DTYPE_F32, &s, false, &sn);
+  if (b->st == ORTEP_OK) b->st = ortep_tensor_host_data_mut(c, ORTEP_DTYPE_F32, (void **)&cd);
+  if (b->st == ORTEP_OK) b->st = ortep_tensor_host_data_mut(sn, ORTEP_DTYPE_F32, (void **)&sd);
+  if (b->st == ORTEP_OK)
     for (size_t p = 0; p < rows; p++)
       for (size_t i = 0; i < half; i++) {
         double inv = pow(theta, -2.0 * (double)i / (double)head_dim);
@@ -119,11 +119,11 @@ static void rope_tables(builder *b, size_t rows, int64_t head_dim, double theta)
         cd[p * half + i] = (float)cos(a);
         sd[p * half + i] = (float)sin(a);
       }
-  if (!b->st) {
+  if (b->st == ORTEP_OK) {
     b->st = ortep_graph_add_initializer(b->g, "rope.cos", c);
     c = NULL;
   }
-  if (!b->st) {
+  if (b->st == ORTEP_OK) {
     b->st = ortep_graph_add_initializer(b->g, "rope.sin", sn);
     sn = NULL;
   }
@@ -135,7 +135,7 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   const ortep_model_config *c = ortep_model_get_config(m);
   builder b = {NULL, m, host, ORTEP_OK};
   *out = NULL;
-  if ((b.st = ortep_graph_create(&b.g))) return b.st;
+  if ((b.st = ortep_graph_create(&b.g)) != ORTEP_OK) return b.st;
   int64_t H = c->hidden_size, I = c->intermediate_size, NH = c->num_attention_heads, KV = c->num_key_value_heads;
   int64_t HD = c->head_dim, V = c->vocab_size, S = (int64_t)max_seq;
   ortep_graph_set_opset(b.g, "", 17);
@@ -143,7 +143,7 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   ortep_graph_set_opset(b.g, ORTEP_DOMAIN_ORTEP, 1);
   ortep_shape one = {2, {1, 1}}, cache = {3, {KV, S, HD}};
   b.st = ortep_graph_add_input(b.g, ORTEP_INPUT_TOKEN, ORTEP_DTYPE_I32, &one);
-  if (!b.st) b.st = ortep_graph_add_input(b.g, ORTEP_INPUT_POSITION, ORTEP_DTYPE_I32, &one);
+  if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, ORTEP_INPUT_POSITION, ORTEP_DTYPE_I32, &one);
   rope_tables(&b, (size_t)S, HD, c->rope_theta);
   char h[64] = "h.0";
   value(&b, h, 1, 1, H);
@@ -165,11 +165,11 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
     NODE(0, "input_norm"), NODE(1, "qkv_proj"), NODE(2, "q_rotary"), NODE(3, "k_rotary"), NODE(4, "attention");
     NODE(5, "o_proj"), NODE(6, "post_norm"), NODE(7, "gate_up_proj"), NODE(8, "down_proj");
     char ck[64], cv[64], hn[64];
-    snprintf(ck, sizeof ck, "past_key.%lld", (long long)l);
-    snprintf(cv, sizeof cv, "past_value.%lld", (long long)l);
+    ortep_decoder_kv_name((size_t)l, false, ck, sizeof ck);
+    ortep_decoder_kv_name((size_t)l, true, cv, sizeof cv);
     snprintf(hn, sizeof hn, "h.%lld", (long long)l + 1);
-    if (!b.st) b.st = ortep_graph_add_input(b.g, ck, ORTEP_DTYPE_F32, &cache);
-    if (!b.st) b.st = ortep_graph_add_input(b.g, cv, ORTEP_DTYPE_F32, &cache);
+    if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, ck, ORTEP_DTYPE_F32, &cache);
+    if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, cv, ORTEP_DTYPE_F32, &cache);
     bool bias = c->attention_bias;
     value(&b, n[0], 1, 1, H);
     weight(&b, w[0]);
@@ -213,8 +213,8 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   linear(&b, "lm_head", "final",
          (const char *[]){c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}, NULL, 1,
          (const char *[]){ORTEP_OUTPUT_LOGITS}, (int64_t[]){V}, false, NULL);
-  if (!b.st) b.st = ortep_graph_add_output(b.g, ORTEP_OUTPUT_LOGITS);
-  if (b.st) {
+  if (b.st == ORTEP_OK) b.st = ortep_graph_add_output(b.g, ORTEP_OUTPUT_LOGITS);
+  if (b.st != ORTEP_OK) {
     ortep_graph_destroy(b.g);
     return ortep__wrap(b.st, "building the decode graph");
   }

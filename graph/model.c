@@ -88,7 +88,7 @@ static ortep_status parse_config(const cJSON *root, ortep_model_config *c) {
                     "(Qwen2ForCausalLM)",
                     type ? type : a0);
   ortep_status st;
-  if ((st = get_int(root, "hidden_size", true, 0, &c->hidden_size)) ||
+  if ((st = get_int(root, "hidden_size", true, 0, &c->hidden_size)) != ORTEP_OK ||
       (st = get_int(root, "intermediate_size", true, 0, &c->intermediate_size)) ||
       (st = get_int(root, "num_hidden_layers", true, 0, &c->num_hidden_layers)) ||
       (st = get_int(root, "num_attention_heads", true, 0, &c->num_attention_heads)) ||
@@ -103,7 +103,7 @@ static ortep_status parse_config(const cJSON *root, ortep_model_config *c) {
   if (c->hidden_size % c->num_attention_heads && !cJSON_GetObjectItemCaseSensitive(root, "head_dim"))
     return CFG_FAIL("hidden_size %lld is not a multiple of num_attention_heads %lld", (long long)c->hidden_size,
                     (long long)c->num_attention_heads);
-  if ((st = get_int(root, "head_dim", false, c->hidden_size / c->num_attention_heads, &c->head_dim))) return st;
+  if ((st = get_int(root, "head_dim", false, c->hidden_size / c->num_attention_heads, &c->head_dim)) != ORTEP_OK) return st;
   if (c->head_dim % 2) return CFG_FAIL("head_dim %lld must be even for rotary embeddings", (long long)c->head_dim);
   if (c->num_attention_heads % c->num_key_value_heads)
     return CFG_FAIL("num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
@@ -229,9 +229,9 @@ static ortep_status check_weights(const ortep_model *m) {
   int64_t kv = c->num_key_value_heads * c->head_dim;
   ortep_status st;
   char n[256];
-  if ((st = expect(m, "model.embed_tokens.weight", c->vocab_size, H))) return st;
-  if ((st = expect(m, "model.norm.weight", H, -1))) return st;
-  if (!c->tie_word_embeddings && (st = expect(m, "lm_head.weight", c->vocab_size, H))) return st;
+  if ((st = expect(m, "model.embed_tokens.weight", c->vocab_size, H)) != ORTEP_OK) return st;
+  if ((st = expect(m, "model.norm.weight", H, -1)) != ORTEP_OK) return st;
+  if (!c->tie_word_embeddings && (st = expect(m, "lm_head.weight", c->vocab_size, H)) != ORTEP_OK) return st;
   for (int64_t l = 0; l < c->num_hidden_layers; l++) {
     struct {
       const char *suffix;
@@ -252,7 +252,7 @@ static ortep_status check_weights(const ortep_model *m) {
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
       if (!t[i].want) continue;
       snprintf(n, sizeof n, "model.layers.%lld.%s", (long long)l, t[i].suffix);
-      if ((st = expect(m, n, t[i].d0, t[i].d1))) return st;
+      if ((st = expect(m, n, t[i].d0, t[i].d1)) != ORTEP_OK) return st;
     }
   }
   return ORTEP_OK;

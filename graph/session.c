@@ -21,12 +21,22 @@
 
 #define SLOT_ALIGN 256
 #define NONE UINT32_MAX
+/* The session's fixed limits, each with the message that names it. */
+#define MAX_NODE_INPUTS 64    /* shapes and dtypes of one node's inputs live on the stack */
+#define WHY_BYTES 2048        /* every EP's refusal of one node, joined with " | " */
+#define REASON_BYTES 200      /* why a step is a seam */
+#define LABEL_BYTES 160       /* "<op> <node>": the trace range of a seam */
+#define FALLBACK_BYTES 400    /* why GRAPH mode fell back to EAGER */
+#define OPS_LIST_BYTES 1024   /* the graph's op types, for a bad forced-seam name */
 
 typedef struct slot {
   const char *name;
   uint32_t ep;
   ortep_dtype dtype;
   size_t bytes;
+  /* The value's lifetime in execution order: the first and last step that
+   * use it (writing or reading), the interval the memory planner keeps it
+   * alive for. */
   uint32_t first, last;
   bool persistent; /* graph inputs/outputs: never share memory */
   bool bound;      /* an initializer bound in place or uploaded: not planned */
@@ -48,16 +58,18 @@ typedef struct step {
   ortep_kernel_io io;
   uint32_t src, dst; /* copy steps */
   bool seam;
-  char reason[200];
+  char reason[REASON_BYTES];
   bool record_failed;
-  char label[160]; /* "<op> <node>": the trace range of this step as a seam */
+  char label[LABEL_BYTES]; /* "<op> <node>": the trace range of this step as a seam */
 } step;
 
+/* What a replay runs in order: a segment (count steps captured together on
+ * one EP) or a seam (one step run eagerly). */
 typedef struct unit {
   bool segment;
   uint32_t ep;
-  size_t ep_segment;
-  size_t first, count; /* steps */
+  size_t ep_segment;   /* segment: its index among that EP's captured segments */
+  size_t first, count; /* the steps it covers */
 } unit;
 
 typedef struct ep_state {
@@ -90,7 +102,7 @@ struct ortep_session {
   atomic_flag running; /* a run is in progress: an overlapping run is refused */
   uint64_t *prof_ns;   /* options.profile: eager nanoseconds per step */
   ortep_run_mode mode;
-  char fallback[400];
+  char fallback[FALLBACK_BYTES];
   uint64_t n_run, captures, retries;
 };
 
@@ -130,7 +142,7 @@ static ortep_status check_forced(const ortep_session *s, const ortep_graph *g, c
       found = (strlen(op) == len && !strncmp(op, p, len)) || (strlen(name) == len && !strncmp(name, p, len));
     }
     if (!found) {
-      char ops[1024] = "";
+      char ops[OPS_LIST_BYTES] = "";
       size_t used = 0;
       for (size_t i = 0; i < n; i++) {
         const char *op = ortep_node_op_type(ortep_graph_node(g, order[i]));
@@ -223,17 +235,19 @@ static ortep_status place(ortep_session *s, const ortep_node_id *order, size_t n
       if (claimed[k] < total && where[claimed[k]] == NONE) where[claimed[k]] = (uint32_t)e;
   }
   ortep__free(claimed);
-  ortep_shape shapes[64];
-  ortep_dtype dtypes[64];
+  ortep_shape shapes[MAX_NODE_INPUTS];
+  ortep_dtype dtypes[MAX_NODE_INPUTS];
   for (size_t k = 0; k < n; k++) {
     const ortep_node *node = ortep_graph_node(g, order[k]);
     size_t nin = ortep_node_input_count(node);
-    if (nin > 64) return ortep__fail(ORTEP_E_NOT_SUPPORTED, "node '%s' has %zu inputs; at most 64", ortep_node_name(node), nin);
+    if (nin > MAX_NODE_INPUTS)
+      return ortep__fail(ORTEP_E_NOT_SUPPORTED, "node '%s' has %zu inputs; at most %d", ortep_node_name(node), nin,
+                         MAX_NODE_INPUTS);
     ortep_status st = node_signature(g, node, shapes, dtypes);
     if (st != ORTEP_OK) return st;
     if (where[order[k]] != NONE) continue;
     uint32_t best = NONE, best_cost = UINT32_MAX;
-    char why[2048];
+    char why[WHY_BYTES];
     size_t used = 0;
     for (size_t e = 0; e < s->n_eps; e++) {
       ortep_kernel_match m;
@@ -393,8 +407,8 @@ static ortep_status build_steps(ortep_session *s, const ortep_node_id *order, si
 }
 
 static ortep_status make_kernels(ortep_session *s) {
-  ortep_shape shapes[64];
-  ortep_dtype dtypes[64];
+  ortep_shape shapes[MAX_NODE_INPUTS];
+  ortep_dtype dtypes[MAX_NODE_INPUTS];
   for (size_t i = 0; i < s->n_steps; i++) {
     step *sp = &s->steps[i];
     if (sp->kind != STEP_NODE) continue;
@@ -547,16 +561,14 @@ static ortep_status build_units(ortep_session *s) {
  * reports the step. */
 static ortep_status record_all(ortep_session *s, size_t *failed) {
   *failed = SIZE_MAX;
-  ortep_kernel *kernels[1024];
   size_t segment_no = 0;
   for (size_t u = 0; u < s->n_units; u++) {
     unit *un = &s->units[u];
     if (!un->segment) continue;
     ortep_ep *ep = s->eps[un->ep].ep;
-    size_t nk = 0;
-    for (size_t i = 0; i < un->count && nk < 1024; i++) kernels[nk++] = s->steps[un->first + i].kernel;
     ortep__trace_push(ORTEP__TRACE_CAPTURE_SEGMENT, ortep__trace_segment_payload(segment_no++, un->count));
-    ortep_status st = ortep_ep_begin_capture(ep, kernels, un->count <= 1024 ? nk : 0);
+    /* capturability was decided per step (decide_seams); no kernel list */
+    ortep_status st = ortep_ep_begin_capture(ep, NULL, 0);
     for (size_t i = 0; st == ORTEP_OK && i < un->count; i++) {
       st = run_step(s, &s->steps[un->first + i]);
       if (st != ORTEP_OK) {

@@ -195,7 +195,7 @@ ortep_status ortep_ep_copy(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *
   NEED_EP(ep, "ortep_ep_copy");
   if (!src || !dst) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: copy: NULL buffer", ortep_ep_name(ep));
   ortep_status st;
-  if ((st = check_reachable(ep, src, "copy: the source")) || (st = check_reachable(ep, dst, "copy: the destination")))
+  if ((st = check_reachable(ep, src, "copy: the source")) != ORTEP_OK || (st = check_reachable(ep, dst, "copy: the destination")) != ORTEP_OK)
     return st;
   if (size > src->size || size > dst->size)
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: copy of %zu bytes exceeds the %s (%zu bytes)", ortep_ep_name(ep),
@@ -211,7 +211,7 @@ ortep_status ortep_ep_copy_async(ortep_ep *ep, const ortep_buffer *src, ortep_bu
   if (!src || !dst || !out)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: copy_async: NULL argument", ortep_ep_name(ep));
   ortep_status st;
-  if ((st = check_reachable(ep, src, "async copy: the source")) ||
+  if ((st = check_reachable(ep, src, "async copy: the source")) != ORTEP_OK ||
       (st = check_reachable(ep, dst, "async copy: the destination")))
     return st;
   if (size > src->size || size > dst->size)

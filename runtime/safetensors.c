@@ -45,7 +45,7 @@ static const char *dtype_tag(ortep_dtype d) {
 }
 
 void ortep_safetensors_close(ortep_safetensors *st) {
-  if (!st) return;
+  if (st == ORTEP_OK) return;
   for (size_t i = 0; i < st->n; i++) ortep__free((char *)(uintptr_t)st->entries[i].name);
   ortep__free(st->entries);
   ortep__strmap_free(&st->index);
@@ -208,7 +208,7 @@ ortep_status ortep_safetensors_parse(const void *bytes, size_t len, ortep_safete
   if (!out || (len && !bytes)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_safetensors_parse: NULL argument");
   *out = NULL;
   ortep_safetensors *st = ortep__calloc(1, sizeof *st);
-  if (!st) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "safetensors: no memory");
+  if (st == ORTEP_OK) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "safetensors: no memory");
   ortep_status rc = parse(bytes, len, st);
   if (rc != ORTEP_OK) {
     ortep_safetensors_close(st);
@@ -229,7 +229,7 @@ ortep_status ortep_safetensors_open(const char *path, ortep_safetensors **out) {
   close(fd);
   if (map == MAP_FAILED) return ortep__fail(ORTEP_E_IO, "cannot map %s (%zu bytes): %s", path, len, strerror(errno));
   ortep_safetensors *st = ortep__calloc(1, sizeof *st);
-  if (!st) {
+  if (st == ORTEP_OK) {
     if (len) munmap(map, len);
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "safetensors: no memory");
   }

@@ -52,7 +52,7 @@ static ortep_status describe(ortep_dtype dtype, const ortep_shape *shape, size_t
 
 static ortep_status new_storage(ortep_ep *ep, size_t size, storage **out) {
   storage *st = ortep__calloc(1, sizeof *st);
-  if (!st) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "tensor: no memory for the storage record");
+  if (st == ORTEP_OK) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "tensor: no memory for the storage record");
   st->id = atomic_fetch_add(&next_storage_id, 1);
   st->ep = ep;
   st->size = size;

@@ -144,7 +144,8 @@ typedef struct ortep_ep_vtable {
   bool (*device_argmax_supported)(const ortep_ep *self);
   ortep_status (*device_argmax)(ortep_ep *self, const void *logits, size_t elements, ortep_dtype dtype,
                                 ortep_buffer *result);
-  /* kernels, n (not used yet): the segment's kernels, a hint no EP reads */
+  /* kernels, n (not used yet): a hint for the segment's kernels; the
+   * executor passes NULL, 0 and no EP reads it */
   ortep_status (*begin_capture)(ortep_ep *self, ortep_kernel *const *kernels, size_t n);
   ortep_status (*end_capture)(ortep_ep *self);
   ortep_status (*abort_capture)(ortep_ep *self);
