@@ -60,8 +60,8 @@ const ortep_shared_mapping *ortep_allocator_shared_mapping(ortep_allocator *a) {
   return a->vtable->shared_mapping ? a->vtable->shared_mapping(a) : NULL;
 }
 
-ortep_status ortep_allocator_stats(const ortep_allocator *a, ortep_mem_stats *out) {
-  if (!a || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_allocator_stats: NULL argument");
+ortep_status ortep_allocator_get_stats(const ortep_allocator *a, ortep_mem_stats *out) {
+  if (!a || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_allocator_get_stats: NULL argument");
   if (!a->vtable->stats)
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "allocator '%s' keeps no counters", ortep_allocator_name(a));
   return a->vtable->stats(a, out);

@@ -316,7 +316,7 @@ size_t ortep_arena_trim(ortep_arena *a) {
   return released;
 }
 
-void ortep_arena_stats_get(const ortep_arena *a, ortep_arena_stats *out) {
+void ortep_arena_get_stats(const ortep_arena *a, ortep_arena_stats *out) {
   if (!out) return;
   if (!a) {
     *out = (ortep_arena_stats){0};

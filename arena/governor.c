@@ -135,7 +135,7 @@ ortep_status ortep_governor_refund(ortep_governor *g, ortep_tier tier, uint64_t 
   return ORTEP_OK;
 }
 
-void ortep_governor_stats(const ortep_governor *g, ortep_tier tier, ortep_mem_stats *out) {
+void ortep_governor_get_stats(const ortep_governor *g, ortep_tier tier, ortep_mem_stats *out) {
   if (!out) return;
   if (!g || !tier_ok(tier)) {
     *out = (ortep_mem_stats){0};

@@ -218,7 +218,7 @@ size_t ortep_slab_shrink(ortep_slab *s) {
   return released;
 }
 
-void ortep_slab_stats_get(ortep_slab *s, ortep_slab_stats *out) {
+void ortep_slab_get_stats(ortep_slab *s, ortep_slab_stats *out) {
   if (!out) return;
   if (!s) {
     *out = (ortep_slab_stats){0};

@@ -84,7 +84,7 @@ static ortep_status zero_value(ortep_decoder *d, const char *name) {
   size_t bytes;
   ortep_buffer b;
   ortep_status st = ortep_session_value(d->session, name, &ep, &p, &bytes);
-  if (st == ORTEP_OK) st = ortep_buffer_from_borrowed_mut_parts(p, ortep_ep_device(ep), bytes, 1, &b);
+  if (st == ORTEP_OK) st = ortep_buffer_wrap_borrowed_mut(p, ortep_ep_device(ep), bytes, 1, &b);
   for (size_t at = 0; st == ORTEP_OK && at < bytes; at += sizeof zeros)
     st = ortep_ep_copy_from_host_at(ep, zeros, bytes - at < sizeof zeros ? bytes - at : sizeof zeros, &b, at);
   return st;
@@ -113,7 +113,7 @@ static ortep_status check_size(ortep_decoder *d, const ortep_model_config *c, bo
   uint64_t act = (L * (8 * H + 3 * q + 4 * kv + 3 * I) + 2 * V + (uint64_t)c->num_attention_heads * S) * f;
   uint64_t need = (on_host ? kv_bytes + act : 0) + rope, budget = ortep_governor_budget(d->governor, ORTEP_TIER_HOST);
   ortep_mem_stats used;
-  ortep_governor_stats(d->governor, ORTEP_TIER_HOST, &used);
+  ortep_governor_get_stats(d->governor, ORTEP_TIER_HOST, &used);
   if (budget == ORTEP_BUDGET_UNLIMITED || (used.current_bytes <= budget && need <= budget - used.current_bytes))
     return ORTEP_OK;
   char b[6][32];
@@ -216,7 +216,7 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     void *p;
     size_t bytes;
     if ((st = ortep_session_value(d->session, inputs[i], &d->in_ep[i], &p, &bytes)) != ORTEP_OK) goto fail;
-    if ((st = ortep_buffer_from_borrowed_mut_parts(p, ortep_ep_device(d->in_ep[i]), bytes, 1, &d->in_buf[i])) != ORTEP_OK) goto fail;
+    if ((st = ortep_buffer_wrap_borrowed_mut(p, ortep_ep_device(d->in_ep[i]), bytes, 1, &d->in_buf[i])) != ORTEP_OK) goto fail;
   }
   /* argmax and the per-step read happen on the EP that holds the logits */
   if ((st = ortep_session_value(d->session, ORTEP_OUTPUT_LOGITS, &d->ep, NULL, NULL)) != ORTEP_OK) goto fail;

@@ -16,7 +16,7 @@ typedef struct ep_allocator {
 static ortep_status epa_allocate(ortep_allocator *self, size_t bytes, size_t align, void **out) {
   ortep_buffer b;
   ortep_status st = ortep_ep_allocate(((ep_allocator *)self)->ep, bytes, align, &b);
-  if (st == ORTEP_OK) *out = ortep_buffer_into_raw(&b);
+  if (st == ORTEP_OK) *out = ortep_buffer_release(&b);
   return st;
 }
 

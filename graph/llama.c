@@ -55,7 +55,7 @@ static void weight(builder *b, const char *name) {
   size_t es = ortep_dtype_size(e->dtype);
   if ((uintptr_t)e->data % es == 0) {
     ortep_buffer buf;
-    b->st = ortep_buffer_from_borrowed_parts(e->data, ortep_ep_device(b->host), e->size, es, &buf);
+    b->st = ortep_buffer_wrap_borrowed(e->data, ortep_ep_device(b->host), e->size, es, &buf);
     if (b->st == ORTEP_OK) b->st = ortep_tensor_from_borrowed(b->host, e->dtype, &e->shape, &buf, &t);
   } else {
     b->st = ortep_tensor_create(b->host, e->dtype, &e->shape, false, &t);

@@ -50,7 +50,7 @@ static const ortep__cuda_host host = {
     ortep_allocator_allocate,
     ortep_allocator_deallocate,
     ortep_allocator_destroy,
-    ortep_buffer_from_raw_parts,
+    ortep_buffer_wrap_owned,
     ortep_config_check_namespace,
     ortep_config_get,
     ortep_device_is_host_accessible,

@@ -25,36 +25,36 @@ static ortep_status make(void *ptr, ortep_device device, size_t size, size_t ali
   return ORTEP_OK;
 }
 
-ortep_status ortep_buffer_from_raw_parts(void *ptr, ortep_device device, size_t size, size_t align,
+ortep_status ortep_buffer_wrap_owned(void *ptr, ortep_device device, size_t size, size_t align,
                                          ortep_buffer *out) {
-  return make(ptr, device, size, align, ORTEP_BUFFER_OWNED, "ortep_buffer_from_raw_parts", out);
+  return make(ptr, device, size, align, ORTEP_BUFFER_OWNED, "ortep_buffer_wrap_owned", out);
 }
 
-ortep_status ortep_buffer_from_borrowed_parts(const void *ptr, ortep_device device, size_t size, size_t align,
+ortep_status ortep_buffer_wrap_borrowed(const void *ptr, ortep_device device, size_t size, size_t align,
                                               ortep_buffer *out) {
-  /* The const is restored by as_mut_ptr refusing to hand out this pointer. */
+  /* The const is kept by ortep_buffer_data_mut refusing to hand out this pointer. */
   return make((void *)(uintptr_t)ptr, device, size, align, ORTEP_BUFFER_BORROWED,
-              "ortep_buffer_from_borrowed_parts", out);
+              "ortep_buffer_wrap_borrowed", out);
 }
 
-ortep_status ortep_buffer_from_borrowed_mut_parts(void *ptr, ortep_device device, size_t size, size_t align,
+ortep_status ortep_buffer_wrap_borrowed_mut(void *ptr, ortep_device device, size_t size, size_t align,
                                                   ortep_buffer *out) {
-  return make(ptr, device, size, align, ORTEP_BUFFER_BORROWED_MUT, "ortep_buffer_from_borrowed_mut_parts", out);
+  return make(ptr, device, size, align, ORTEP_BUFFER_BORROWED_MUT, "ortep_buffer_wrap_borrowed_mut", out);
 }
 
 bool ortep_buffer_is_borrowed(const ortep_buffer *b) { return b && b->owner != ORTEP_BUFFER_OWNED; }
 ortep_device ortep_buffer_device(const ortep_buffer *b) { return b ? b->device : ortep_device_cpu(); }
-size_t ortep_buffer_len(const ortep_buffer *b) { return b ? b->size : 0; }
+size_t ortep_buffer_size(const ortep_buffer *b) { return b ? b->size : 0; }
 bool ortep_buffer_is_empty(const ortep_buffer *b) { return !b || b->size == 0; }
 size_t ortep_buffer_alignment(const ortep_buffer *b) { return b ? b->align : 0; }
-const void *ortep_buffer_as_ptr(const ortep_buffer *b) { return b ? b->ptr : NULL; }
+const void *ortep_buffer_data(const ortep_buffer *b) { return b ? b->ptr : NULL; }
 
-void *ortep_buffer_as_mut_ptr(ortep_buffer *b) {
+void *ortep_buffer_data_mut(ortep_buffer *b) {
   if (!b || b->owner == ORTEP_BUFFER_BORROWED) return NULL;
   return b->ptr;
 }
 
-void *ortep_buffer_into_raw(ortep_buffer *b) {
+void *ortep_buffer_release(ortep_buffer *b) {
   if (!b) return NULL;
   void *p = b->ptr;
   memset(b, 0, sizeof *b);

@@ -240,7 +240,7 @@ ortep_status ortep_ep_copy_from_host(ortep_ep *ep, const void *src, size_t len, 
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host upload of %zu bytes exceeds destination %zu bytes",
                        ortep_ep_name(ep), len, dst->size);
   if (len == 0) return ORTEP_OK;
-  void *p = ortep_buffer_as_mut_ptr(dst);
+  void *p = ortep_buffer_data_mut(dst);
   if (!p) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload into a read-only borrowed buffer", ortep_ep_name(ep));
   memcpy(p, src, len);
   return ORTEP_OK;
@@ -262,7 +262,7 @@ ortep_status ortep_ep_copy_from_host_at(ortep_ep *ep, const void *src, size_t le
   if (!ortep_device_is_host_accessible(dst->device))
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: ranged host upload is not implemented for device %s",
                        ortep_ep_name(ep), ortep_device_format(dst->device, d, sizeof d));
-  unsigned char *p = ortep_buffer_as_mut_ptr(dst);
+  unsigned char *p = ortep_buffer_data_mut(dst);
   if (!p) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload into a read-only borrowed buffer", ortep_ep_name(ep));
   memcpy(p + offset, src, len);
   return ORTEP_OK;
@@ -325,7 +325,7 @@ ortep_status ortep_ep_device_argmax(ortep_ep *ep, const void *logits, size_t ele
                        ortep_ep_name(ep), elements);
   ortep_status st = check_own(ep, result, "device argmax");
   if (st != ORTEP_OK) return st;
-  if (result->size < 8 || !ortep_buffer_as_mut_ptr(result))
+  if (result->size < 8 || !ortep_buffer_data_mut(result))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "%s: device argmax needs a writable 8-byte result buffer (token id, error word); got %zu bytes",
                        ortep_ep_name(ep), result->size);

@@ -90,7 +90,7 @@ ortep_status ortep_tensor_from_borrowed(ortep_ep *ep, ortep_dtype dtype, const o
   if (!ortep_buffer_is_borrowed(buffer))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "ortep_tensor_from_borrowed: the buffer is OWNED; wrap foreign memory with "
-                       "ortep_buffer_from_borrowed_parts (a tensor over an owned buffer would free it)");
+                       "ortep_buffer_wrap_borrowed (a tensor over an owned buffer would free it)");
   if (!ortep_device_equal(buffer->device, ortep_ep_device(ep))) {
     char a[32], b[32];
     return ortep__fail(ORTEP_E_WRONG_DEVICE, "ortep_tensor_from_borrowed: buffer on %s, EP '%s' on %s",

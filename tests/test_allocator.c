@@ -27,7 +27,7 @@ START_TEST(eager_allocator_requires_only_the_ordinary_contract) {
   ck_assert_ptr_null(ortep_allocator_virtual_backing(a));
   ck_assert_ptr_null(ortep_allocator_shared_mapping(a));
   ortep_mem_stats st;
-  ck_assert_status(ortep_allocator_stats(a, &st), ORTEP_E_NOT_SUPPORTED);
+  ck_assert_status(ortep_allocator_get_stats(a, &st), ORTEP_E_NOT_SUPPORTED);
   void *p;
   ck_assert_ok(ortep_allocator_allocate(a, 64, 16, &p));
   ortep_release_outcome o = ortep_allocator_release(a, p, 64, 16);
@@ -113,7 +113,7 @@ START_TEST(invalid_requests_are_refused_with_a_reason) {
   ck_assert_error_mentions("overflow");
   ck_assert_status(ortep_allocator_allocate(h, 8, 8, NULL), ORTEP_E_INVALID_ARGUMENT);
   ortep_mem_stats st;
-  ck_assert_ok(ortep_allocator_stats(h, &st));
+  ck_assert_ok(ortep_allocator_get_stats(h, &st));
   ck_assert_uint_eq(st.allocations, 0);
   ortep_allocator_destroy(h);
 }
@@ -129,7 +129,7 @@ START_TEST(host_refusal_by_the_system_is_clean) {
   ck_assert_status(ortep_allocator_allocate(h, (size_t)1 << 60, 64, &p), ORTEP_E_OUT_OF_MEMORY);
   ck_assert_error_mentions("out of memory");
   ortep_mem_stats st;
-  ortep_governor_stats(g, ORTEP_TIER_HOST, &st);
+  ortep_governor_get_stats(g, ORTEP_TIER_HOST, &st);
   ck_assert_uint_eq(st.current_bytes, 0); /* the charge was refunded */
   ortep_allocator_destroy(h);
   ortep_governor_destroy(g);
@@ -175,17 +175,17 @@ START_TEST(host_allocator_charges_and_refunds_the_governor) {
   void *a, *b;
   ck_assert_ok(ortep_allocator_allocate(h, 600, 8, &a));
   ortep_mem_stats before, after;
-  ortep_governor_stats(g, ORTEP_TIER_HOST, &before);
+  ortep_governor_get_stats(g, ORTEP_TIER_HOST, &before);
   ck_assert_uint_eq(before.current_bytes, 600);
   ck_assert_status(ortep_allocator_allocate(h, 500, 8, &b), ORTEP_E_BUDGET_EXCEEDED);
   ck_assert_error_mentions("ortep.host.budget_bytes");
-  ortep_governor_stats(g, ORTEP_TIER_HOST, &after);
+  ortep_governor_get_stats(g, ORTEP_TIER_HOST, &after);
   ck_assert_mem_eq(&before, &after, sizeof before);
   ortep_mem_stats hs;
-  ck_assert_ok(ortep_allocator_stats(h, &hs));
+  ck_assert_ok(ortep_allocator_get_stats(h, &hs));
   ck_assert_uint_eq(hs.allocations, 1);
   ortep_allocator_deallocate(h, a, 600, 8);
-  ortep_governor_stats(g, ORTEP_TIER_HOST, &after);
+  ortep_governor_get_stats(g, ORTEP_TIER_HOST, &after);
   ck_assert_uint_eq(after.current_bytes, 0);
   ck_assert_uint_eq(after.peak_bytes, 600);
   ck_assert_uint_eq(after.frees, 1);
@@ -215,16 +215,16 @@ START_TEST(fault_allocator_fails_the_nth_request) {
   ortep_fault_allocator_arm(f, 0, false);
   ck_assert_ok(ortep_allocator_allocate(f, 16, 16, &p[4]));
   ortep_mem_stats st;
-  ck_assert_ok(ortep_allocator_stats(f, &st));
+  ck_assert_ok(ortep_allocator_get_stats(f, &st));
   ck_assert_uint_eq(st.allocations, 4);
   ck_assert_uint_eq(st.current_bytes, 64);
   ortep_allocator_deallocate(f, p[0], 16, 16);
   ortep_allocator_deallocate(f, p[1], 16, 16);
   ck_assert_int_eq(ortep_allocator_release(f, p[3], 16, 16).kind, ORTEP_RELEASE_COMPLETE);
   ortep_allocator_deallocate(f, p[4], 16, 16);
-  ck_assert_ok(ortep_allocator_stats(f, &st));
+  ck_assert_ok(ortep_allocator_get_stats(f, &st));
   ck_assert_uint_eq(st.current_bytes, 0);
-  ck_assert_ok(ortep_allocator_stats(h, &st));
+  ck_assert_ok(ortep_allocator_get_stats(h, &st));
   ck_assert_uint_eq(st.current_bytes, 0);
   ck_assert_uint_eq(st.frees, 4);
   /* arming something that is not a fault allocator does nothing */

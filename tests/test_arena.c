@@ -16,7 +16,7 @@ START_TEST(carves_are_aligned_disjoint_and_grow_by_chunks) {
   ck_assert_ok(ortep_arena_alloc(a, 10000, 128, (void **)&big)); /* larger than a chunk */
   ck_assert_uint_eq((uintptr_t)big % 128, 0);
   ortep_arena_stats st;
-  ortep_arena_stats_get(a, &st);
+  ortep_arena_get_stats(a, &st);
   ck_assert_uint_eq(st.chunks, 2);
   ck_assert_uint_eq(st.reserved, backing_stats(&f).current_bytes);
   ck_assert_uint_ge(st.used, 10110);
@@ -56,7 +56,7 @@ START_TEST(mark_rewind_reset_reuse_memory_without_new_chunks) {
   }
   ck_assert_uint_eq(backing_stats(&f).allocations, allocs_after_warmup);
   ortep_arena_stats st;
-  ortep_arena_stats_get(a, &st);
+  ortep_arena_get_stats(a, &st);
   ck_assert_uint_eq(st.used, 0);
   ck_assert_uint_gt(st.high_water, 0);
   /* trim gives back what holds nothing */
@@ -252,7 +252,7 @@ START_TEST(random_operations_match_a_shadow_model) {
       }
     }
     ortep_arena_stats st;
-    ortep_arena_stats_get(a, &st);
+    ortep_arena_get_stats(a, &st);
     ck_assert_msg(st.used >= sum && st.high_water >= st.used && st.reserved >= st.used,
                   "seed 0x%llx op %d: stats used %zu high %zu reserved %zu for %zu live bytes",
                   (unsigned long long)seed, op, st.used, st.high_water, st.reserved, sum);
@@ -281,12 +281,12 @@ START_TEST(oom_loop_over_arena_growth) {
     bool failed = false;
     for (int k = 0; k < 40; k++) {
       ortep_arena_stats before, after;
-      ortep_arena_stats_get(a, &before);
+      ortep_arena_get_stats(a, &before);
       ortep_status st = ortep_arena_alloc(a, 700, 64, &p);
       if (st != ORTEP_OK) {
         ck_assert_int_eq(st, ORTEP_E_OUT_OF_MEMORY);
         ck_assert_error_mentions("injected");
-        ortep_arena_stats_get(a, &after);
+        ortep_arena_get_stats(a, &after);
         ck_assert_mem_eq(&before, &after, sizeof before); /* nothing changed */
         failed = true;
         /* ... and the arena is still usable */

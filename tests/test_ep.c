@@ -178,19 +178,19 @@ START_TEST(cpu_memory_counters_and_ownership) {
   /* a borrowed buffer is a no-op free */
   char mine[16];
   ortep_buffer borrowed;
-  ck_assert_ok(ortep_buffer_from_borrowed_parts(mine, ortep_device_cpu(), 16, 1, &borrowed));
+  ck_assert_ok(ortep_buffer_wrap_borrowed(mine, ortep_device_cpu(), 16, 1, &borrowed));
   ck_assert_ok(ortep_ep_deallocate(cpu, &borrowed));
   uint64_t allocs, frees;
   ck_assert(ortep_ep_allocation_counts(cpu, &allocs, &frees));
   ck_assert_uint_eq(allocs, 1);
   ck_assert_uint_eq(frees, 0);
   ortep_mem_stats st;
-  ortep_governor_stats(g, ORTEP_TIER_HOST, &st);
+  ortep_governor_get_stats(g, ORTEP_TIER_HOST, &st);
   ck_assert_uint_eq(st.current_bytes, 1000);
   ck_assert_ok(ortep_ep_deallocate(cpu, &a));
   ck_assert(ortep_ep_allocation_counts(cpu, &allocs, &frees));
   ck_assert_uint_eq(frees, 1);
-  ortep_governor_stats(g, ORTEP_TIER_HOST, &st);
+  ortep_governor_get_stats(g, ORTEP_TIER_HOST, &st);
   ck_assert_uint_eq(st.current_bytes, 0);
   ortep_ep_destroy(cpu);
   ortep_governor_destroy(g);

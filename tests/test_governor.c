@@ -11,13 +11,13 @@ START_TEST(refused_charge_changes_no_counter) {
   ck_assert_ok(ortep_governor_set_budget(g, ORTEP_TIER_DEVICE, (uint64_t)8 << 30));
   ck_assert_ok(ortep_governor_charge(g, ORTEP_TIER_DEVICE, (uint64_t)8090 << 20)); /* 7.9 GiB */
   ortep_mem_stats before, after;
-  ortep_governor_stats(g, ORTEP_TIER_DEVICE, &before);
+  ortep_governor_get_stats(g, ORTEP_TIER_DEVICE, &before);
   ck_assert_status(ortep_governor_charge(g, ORTEP_TIER_DEVICE, (uint64_t)200 << 20), ORTEP_E_BUDGET_EXCEEDED);
   ck_assert_error_mentions("device budget 8.0 GiB");
   ck_assert_error_mentions("7.9 GiB in use");
   ck_assert_error_mentions("200.0 MiB refused");
   ck_assert_error_mentions("ortep.device.budget_bytes");
-  ortep_governor_stats(g, ORTEP_TIER_DEVICE, &after);
+  ortep_governor_get_stats(g, ORTEP_TIER_DEVICE, &after);
   ck_assert_mem_eq(&before, &after, sizeof before);
   /* other tiers are independent */
   ck_assert_ok(ortep_governor_charge(g, ORTEP_TIER_HOST, (uint64_t)200 << 20));
@@ -33,7 +33,7 @@ START_TEST(refund_more_than_charged_is_refused) {
   ck_assert_status(ortep_governor_refund(g, ORTEP_TIER_HOST, 11), ORTEP_E_INVALID_ARGUMENT);
   ck_assert_error_mentions("exceeds");
   ortep_mem_stats st;
-  ortep_governor_stats(g, ORTEP_TIER_HOST, &st);
+  ortep_governor_get_stats(g, ORTEP_TIER_HOST, &st);
   ck_assert_uint_eq(st.current_bytes, 10);
   ck_assert_uint_eq(st.frees, 0);
   ck_assert_status(ortep_governor_charge(g, (ortep_tier)7, 1), ORTEP_E_INVALID_ARGUMENT);
@@ -106,7 +106,7 @@ START_TEST(concurrent_charges_and_refunds_balance) {
   worker w[4];
   run_threads(g, w, 4);
   ortep_mem_stats st;
-  ortep_governor_stats(g, ORTEP_TIER_HOST, &st);
+  ortep_governor_get_stats(g, ORTEP_TIER_HOST, &st);
   long granted = 0;
   for (int i = 0; i < 4; i++) granted += w[i].granted;
   ck_assert_uint_eq(st.current_bytes, 0);
@@ -125,7 +125,7 @@ START_TEST(concurrent_charges_never_exceed_the_budget) {
   worker w[4];
   run_threads(g, w, 4);
   ortep_mem_stats st;
-  ortep_governor_stats(g, ORTEP_TIER_HOST, &st);
+  ortep_governor_get_stats(g, ORTEP_TIER_HOST, &st);
   long refused = 0, granted = 0;
   for (int i = 0; i < 4; i++) refused += w[i].refused, granted += w[i].granted;
   ck_assert_int_gt(refused, 0); /* the budget did bite */

@@ -29,7 +29,7 @@ M(alloc_align_zero, void *p; return ortep_allocator_allocate(e->host, 8, 0, &p);
 M(alloc_align_odd, void *p; return ortep_allocator_allocate(e->host, 8, 48, &p);)
 M(host_create_null, return ortep_host_allocator_create(NULL, NULL);)
 M(fault_create_null_inner, ortep_allocator *a; return ortep_fault_allocator_create(NULL, &a);)
-M(stats_null, return ortep_allocator_stats(e->host, NULL);)
+M(stats_null, return ortep_allocator_get_stats(e->host, NULL);)
 M(gov_charge_bad_tier, return ortep_governor_charge(e->gov, (ortep_tier)99, 1);)
 M(gov_refund_too_much, return ortep_governor_refund(e->gov, ORTEP_TIER_DISK, 1);)
 M(gov_configure_null, return ortep_governor_configure(e->gov, NULL, "1");)
@@ -43,8 +43,8 @@ M(slab_zero_size, ortep_slab *s; return ortep_slab_create(e->host, 0, 8, 4, &s);
 M(slab_free_null, return ortep_slab_free(NULL, e->bytes);)
 M(plan_null_summary, return ortep_plan_memory(NULL, 0, NULL, NULL);)
 M(plan_verify_null_offsets, ortep_plan_tensor t = {8, 8, 0, 1}; return ortep_plan_verify(&t, 1, NULL, 8);)
-M(buffer_null, ortep_buffer b; return ortep_buffer_from_raw_parts(NULL, ortep_device_cpu(), 8, 8, &b);)
-M(buffer_misaligned, ortep_buffer b; return ortep_buffer_from_raw_parts(e->bytes + 1, ortep_device_cpu(), 8, 8, &b);)
+M(buffer_null, ortep_buffer b; return ortep_buffer_wrap_owned(NULL, ortep_device_cpu(), 8, 8, &b);)
+M(buffer_misaligned, ortep_buffer b; return ortep_buffer_wrap_owned(e->bytes + 1, ortep_device_cpu(), 8, 8, &b);)
 M(shape_rank_9, ortep_shape s; int64_t d[9] = {1}; return ortep_shape_make(d, 9, &s);)
 M(shape_negative, ortep_shape s; int64_t d[1] = {-7}; return ortep_shape_make(d, 1, &s);)
 M(dtype_unknown, ortep_dtype d; return ortep_dtype_parse("complex128", &d);)
@@ -141,7 +141,7 @@ START_TEST(each_misuse_is_a_clear_error) {
   ck_assert_ok(ortep_graph_create(&e.graph));
   ortep_shape s = SHAPE(16);
   ck_assert_ok(ortep_tensor_create(e.cpu, ORTEP_DTYPE_F32, &s, false, &e.f32));
-  ck_assert_ok(ortep_buffer_from_borrowed_parts(e.bytes, ortep_device_cpu(), sizeof e.bytes, 1, &e.borrowed_buf));
+  ck_assert_ok(ortep_buffer_wrap_borrowed(e.bytes, ortep_device_cpu(), sizeof e.bytes, 1, &e.borrowed_buf));
   ck_assert_ok(ortep_tensor_from_borrowed(e.cpu, ORTEP_DTYPE_U8, &(ortep_shape){1, {64}}, &e.borrowed_buf, &e.borrowed));
   ck_assert_ok(ortep_ep_allocate(e.cpu, 64, 64, &e.owned));
   const misuse *m = &table[_i];
@@ -158,7 +158,7 @@ START_TEST(each_misuse_is_a_clear_error) {
   ortep_graph_destroy(e.graph);
   ortep_allocator_destroy(e.host);
   ortep_mem_stats gs;
-  ortep_governor_stats(e.gov, ORTEP_TIER_HOST, &gs);
+  ortep_governor_get_stats(e.gov, ORTEP_TIER_HOST, &gs);
   ck_assert_uint_eq(gs.current_bytes, 0);
   ortep_governor_destroy(e.gov);
   uint64_t a, f;
@@ -189,7 +189,7 @@ START_TEST(null_is_a_no_op_where_documented) {
   ortep_safetensors_close(NULL);
   ortep_model_close(NULL);
   ortep_decoder_close(NULL);
-  ck_assert_ptr_null(ortep_buffer_into_raw(NULL));
+  ck_assert_ptr_null(ortep_buffer_release(NULL));
   ck_assert_uint_eq(ortep_graph_node_count(NULL), 0);
   ck_assert_ptr_null(ortep_ep_registry_find(NULL, "cpu_ep"));
 }

@@ -25,9 +25,9 @@ static chain chain_new(void) {
 }
 static void expect_clean(const chain *c) {
   ortep_mem_stats st;
-  ortep_governor_stats(c->gov, ORTEP_TIER_HOST, &st);
+  ortep_governor_get_stats(c->gov, ORTEP_TIER_HOST, &st);
   ck_assert_msg(st.current_bytes == 0, "%llu bytes still charged", (unsigned long long)st.current_bytes);
-  ck_assert_ok(ortep_allocator_stats(c->fault, &st));
+  ck_assert_ok(ortep_allocator_get_stats(c->fault, &st));
   ck_assert_uint_eq(st.current_bytes, 0);
 }
 static void chain_free(chain *c) {
@@ -105,7 +105,7 @@ typedef struct probe {
 static ortep_status probe_alloc(ortep_allocator *self, size_t b, size_t a, void **out) {
   probe *p = (probe *)self;
   ortep_mem_stats st;
-  ortep_governor_stats(p->gov, ORTEP_TIER_HOST, &st);
+  ortep_governor_get_stats(p->gov, ORTEP_TIER_HOST, &st);
   if (p->n < 4096) p->need[p->n++] = st.current_bytes + b;
   return ortep_allocator_allocate(p->inner, b, a, out);
 }

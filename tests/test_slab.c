@@ -20,7 +20,7 @@ START_TEST(objects_are_aligned_distinct_and_counted) {
   for (int i = 0; i < 20; i++)
     for (int b = 0; b < 24; b++) ck_assert_int_eq(((unsigned char *)obj[i])[b], i);
   ortep_slab_stats st;
-  ortep_slab_stats_get(s, &st);
+  ortep_slab_get_stats(s, &st);
   ck_assert_uint_eq(st.object_size, 32);
   ck_assert_uint_eq(st.pages, 3);
   ck_assert_uint_eq(st.page_bytes, 256);
@@ -29,7 +29,7 @@ START_TEST(objects_are_aligned_distinct_and_counted) {
   ck_assert_uint_eq(st.allocs, 20);
   ck_assert_uint_eq(backing_stats(&f).current_bytes, 3 * 256);
   for (int i = 0; i < 20; i++) ck_assert_ok(ortep_slab_free(s, obj[i]));
-  ortep_slab_stats_get(s, &st);
+  ortep_slab_get_stats(s, &st);
   ck_assert_uint_eq(st.live, 0);
   ck_assert_uint_eq(st.peak_live, 20);
   ck_assert_uint_eq(st.frees, 20);
@@ -38,7 +38,7 @@ START_TEST(objects_are_aligned_distinct_and_counted) {
   ck_assert_uint_eq(backing_stats(&f).allocations, 3);
   for (int i = 0; i < 12; i++) ck_assert_ok(ortep_slab_free(s, obj[i]));
   ck_assert_uint_ge(ortep_slab_shrink(s), 1);
-  ortep_slab_stats_get(s, &st);
+  ortep_slab_get_stats(s, &st);
   ck_assert_uint_eq(st.live, 8);
   ck_assert_uint_eq(backing_stats(&f).current_bytes, st.pages * 256);
   for (int i = 12; i < 20; i++) ck_assert_ok(ortep_slab_free(s, obj[i]));
@@ -58,7 +58,7 @@ START_TEST(bad_parameters_are_refused) {
   ck_assert_status(ortep_slab_create(NULL, 8, 8, 4, &s), ORTEP_E_INVALID_ARGUMENT);
   ck_assert_ok(ortep_slab_create(f.fault, 100, 4, 0, &s)); /* default objects per page */
   ortep_slab_stats st;
-  ortep_slab_stats_get(s, &st);
+  ortep_slab_get_stats(s, &st);
   ck_assert_uint_eq(st.page_bytes, (65536 / 100) * 100);
   ortep_slab_destroy(s);
   fixture_free(&f);
@@ -85,7 +85,7 @@ START_TEST(debug_builds_detect_double_and_foreign_frees) {
   int on_stack;
   ck_assert_status(ortep_slab_free(s, &on_stack), ORTEP_E_INVALID_POINTER);
   ortep_slab_stats st;
-  ortep_slab_stats_get(s, &st);
+  ortep_slab_get_stats(s, &st);
   ck_assert_uint_eq(st.live, 1); /* the refused frees changed nothing */
   ck_assert_uint_eq(st.frees, 1);
   ck_assert_ok(ortep_slab_free(s, b));
@@ -137,7 +137,7 @@ START_TEST(random_operations_match_a_shadow_model) {
     }
     if (op % 97 == 0) ortep_slab_shrink(s);
     ortep_slab_stats st;
-    ortep_slab_stats_get(s, &st);
+    ortep_slab_get_stats(s, &st);
     ck_assert_msg(st.live == n && st.allocs == allocs && st.frees == frees && st.capacity >= n &&
                       st.capacity == st.pages * per_page && backing_stats(&f).current_bytes == st.pages * st.page_bytes,
                   "seed 0x%llx op %d: stats disagree with the model", (unsigned long long)seed, op);
@@ -191,7 +191,7 @@ START_TEST(several_threads_share_one_cache) {
   for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
   for (int i = 0; i < 4; i++) ck_assert_msg(w[i].ok, "thread %d saw a failure or a corrupted object", i);
   ortep_slab_stats st;
-  ortep_slab_stats_get(s, &st);
+  ortep_slab_get_stats(s, &st);
   ck_assert_uint_eq(st.live, 0);
   ck_assert_uint_eq(st.allocs, st.frees);
   ck_assert_uint_le(st.peak_live, 4 * 64);
@@ -212,12 +212,12 @@ START_TEST(oom_loop_over_page_allocation) {
     bool failed = false;
     for (int i = 0; i < 30; i++) {
       ortep_slab_stats before, after;
-      ortep_slab_stats_get(s, &before);
+      ortep_slab_get_stats(s, &before);
       ortep_status st = ortep_slab_alloc(s, &o[i]);
       if (st != ORTEP_OK) {
         ck_assert_int_eq(st, ORTEP_E_OUT_OF_MEMORY);
         ck_assert_error_mentions("injected");
-        ortep_slab_stats_get(s, &after);
+        ortep_slab_get_stats(s, &after);
         ck_assert_mem_eq(&before, &after, sizeof before);
         failed = true;
         ck_assert_ok(ortep_slab_alloc(s, &o[i])); /* still usable */
@@ -251,7 +251,7 @@ START_TEST(oom_loop_over_page_allocation) {
         }
       }
       ortep_slab_stats stt;
-      ortep_slab_stats_get(s, &stt);
+      ortep_slab_get_stats(s, &stt);
       ck_assert_uint_eq(stt.live, (size_t)got);
       for (int i = 0; i < got; i++) ck_assert_ok(ortep_slab_free(s, o[i]));
       ortep_slab_destroy(s);

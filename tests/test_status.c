@@ -22,7 +22,7 @@ END_TEST
 static void *fail_in_thread(void *arg) {
   (void)arg;
   ortep_buffer b;
-  ortep_buffer_from_raw_parts(NULL, ortep_device_cpu(), 1, 1, &b);
+  ortep_buffer_wrap_owned(NULL, ortep_device_cpu(), 1, 1, &b);
   return strstr(ortep_last_error(), "NULL") ? (void *)1 : NULL;
 }
 
@@ -37,7 +37,7 @@ START_TEST(last_error_is_per_thread_and_clearable) {
   ck_assert_ptr_nonnull(seen);
   ck_assert_str_eq(ortep_last_error(), ""); /* the other thread's failure is not ours */
   ortep_buffer b;
-  ck_assert_status(ortep_buffer_from_raw_parts(NULL, ortep_device_cpu(), 1, 1, &b), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_status(ortep_buffer_wrap_owned(NULL, ortep_device_cpu(), 1, 1, &b), ORTEP_E_INVALID_ARGUMENT);
   ck_assert_int_eq(ortep_last_status(), ORTEP_E_INVALID_ARGUMENT);
   ck_assert_error_mentions("NULL");
   ortep_clear_error();

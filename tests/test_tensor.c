@@ -165,7 +165,7 @@ START_TEST(copies_between_tensors_and_borrowed_storage) {
   ortep_ep *cpu = test_cpu_ep();
   float weights[6] = {1, 2, 3, 4, 5, 6};
   ortep_buffer b;
-  ck_assert_ok(ortep_buffer_from_borrowed_parts(weights, ortep_device_cpu(), sizeof weights, 4, &b));
+  ck_assert_ok(ortep_buffer_wrap_borrowed(weights, ortep_device_cpu(), sizeof weights, 4, &b));
   ortep_tensor *w, *dst;
   ortep_shape s = SHAPE(2, 3);
   ck_assert_ok(ortep_tensor_from_borrowed(cpu, ORTEP_DTYPE_F32, &s, &b, &w));

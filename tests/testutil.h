@@ -137,7 +137,7 @@ static inline fixture fixture_new(void) {
 /* What the wrapper has handed out and not had back. */
 static inline ortep_mem_stats backing_stats(const fixture *f) {
   ortep_mem_stats st;
-  ck_assert_ok(ortep_allocator_stats(f->fault, &st));
+  ck_assert_ok(ortep_allocator_get_stats(f->fault, &st));
   return st;
 }
 static inline void fixture_free(fixture *f) {
@@ -203,7 +203,7 @@ static inline ortep_status tmin_alloc(ortep_ep *e, size_t size, size_t align, or
     if (p == MAP_FAILED) return ORTEP_E_OUT_OF_MEMORY;
   }
   ((test_min_ep *)e)->allocs++;
-  return ortep_buffer_from_raw_parts(p, e->device, size, align, out);
+  return ortep_buffer_wrap_owned(p, e->device, size, align, out);
 }
 static inline ortep_status tmin_dealloc(ortep_ep *e, ortep_buffer *b) {
   if (ortep_device_is_host_accessible(e->device))

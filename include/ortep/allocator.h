@@ -157,7 +157,7 @@ ORTEP_API bool ortep_allocator_commits_on_demand(const ortep_allocator *a);
 /* NULL when the allocator has no such capability. */
 ORTEP_API const ortep_virtual_backing *ortep_allocator_virtual_backing(ortep_allocator *a);
 ORTEP_API const ortep_shared_mapping *ortep_allocator_shared_mapping(ortep_allocator *a);
-ORTEP_API ortep_status ortep_allocator_stats(const ortep_allocator *a, ortep_mem_stats *out);
+ORTEP_API ortep_status ortep_allocator_get_stats(const ortep_allocator *a, ortep_mem_stats *out);
 /* Frees the allocator object itself (not its live allocations). NULL is a no-op. */
 ORTEP_API void ortep_allocator_destroy(ortep_allocator *a);
 
@@ -169,7 +169,7 @@ typedef struct ortep_governor ortep_governor;
  * capability. When governor is non-NULL every allocation is charged to its
  * HOST tier before it is made and refunded when it is released; the governor
  * must outlive the allocator. Per-allocator counters through
- * ortep_allocator_stats. Thread-safe. Destroy with ortep_allocator_destroy. */
+ * ortep_allocator_get_stats. Thread-safe. Destroy with ortep_allocator_destroy. */
 ORTEP_API ortep_status ortep_host_allocator_create(ortep_governor *governor, ortep_allocator **out);
 
 /* --- the CUDA pool allocator ------------------------------------------------- */

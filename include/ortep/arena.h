@@ -76,7 +76,7 @@ ORTEP_API void ortep_arena_reset(ortep_arena *arena);
 /* Release chunks that hold nothing carved. Returns the bytes released. */
 ORTEP_API size_t ortep_arena_trim(ortep_arena *arena);
 
-ORTEP_API void ortep_arena_stats_get(const ortep_arena *arena, ortep_arena_stats *out);
+ORTEP_API void ortep_arena_get_stats(const ortep_arena *arena, ortep_arena_stats *out);
 
 ORTEP_END_DECLS
 

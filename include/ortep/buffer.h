@@ -41,33 +41,33 @@ typedef struct ortep_buffer {
 /* Wrap an allocation this caller owns (the owning EP, usually). ptr must be
  * non-null, at least size bytes, aligned to align (a power of two). On
  * failure *out is zeroed and the status says which requirement failed. */
-ORTEP_API ortep_status ortep_buffer_from_raw_parts(void *ptr, ortep_device device, size_t size,
+ORTEP_API ortep_status ortep_buffer_wrap_owned(void *ptr, ortep_device device, size_t size,
                                                    size_t align, ortep_buffer *out);
 /* Wrap foreign read-only memory (e.g. an mmap) that outlives the handle. */
-ORTEP_API ortep_status ortep_buffer_from_borrowed_parts(const void *ptr, ortep_device device,
+ORTEP_API ortep_status ortep_buffer_wrap_borrowed(const void *ptr, ortep_device device,
                                                         size_t size, size_t align,
                                                         ortep_buffer *out);
 /* Wrap foreign writable memory this caller has exclusive use of. A null
  * pointer is refused (ORTEP_E_INVALID_ARGUMENT). */
-ORTEP_API ortep_status ortep_buffer_from_borrowed_mut_parts(void *ptr, ortep_device device,
+ORTEP_API ortep_status ortep_buffer_wrap_borrowed_mut(void *ptr, ortep_device device,
                                                             size_t size, size_t align,
                                                             ortep_buffer *out);
 
 /* True for BORROWED and BORROWED_MUT: such a handle must never be freed. */
 ORTEP_API bool ortep_buffer_is_borrowed(const ortep_buffer *buffer);
 ORTEP_API ortep_device ortep_buffer_device(const ortep_buffer *buffer);
-ORTEP_API size_t ortep_buffer_len(const ortep_buffer *buffer);
+ORTEP_API size_t ortep_buffer_size(const ortep_buffer *buffer);
 ORTEP_API bool ortep_buffer_is_empty(const ortep_buffer *buffer);
 ORTEP_API size_t ortep_buffer_alignment(const ortep_buffer *buffer);
 /* The base address. Dereferencing it is valid only on host-accessible
  * devices (ortep_device_is_host_accessible). */
-ORTEP_API const void *ortep_buffer_as_ptr(const ortep_buffer *buffer);
+ORTEP_API const void *ortep_buffer_data(const ortep_buffer *buffer);
 /* A writable base address: NULL for a read-only BORROWED handle. */
-ORTEP_API void *ortep_buffer_as_mut_ptr(ortep_buffer *buffer);
+ORTEP_API void *ortep_buffer_data_mut(ortep_buffer *buffer);
 /* Consume the handle: returns its pointer and zeroes *buffer. For an OWNED
  * buffer the caller takes over the single-free obligation; a borrowed pointer
  * must not be freed (check ortep_buffer_is_borrowed first). */
-ORTEP_API void *ortep_buffer_into_raw(ortep_buffer *buffer);
+ORTEP_API void *ortep_buffer_release(ortep_buffer *buffer);
 
 /* Validates an allocation request (bytes, align) the way every allocator and
  * EP does before allocating: align a power of two, the rounded size within

@@ -37,7 +37,7 @@ ORTEP_API ortep_status ortep_governor_charge(ortep_governor *governor, ortep_tie
  * (ORTEP_E_INVALID_ARGUMENT) and changes nothing. */
 ORTEP_API ortep_status ortep_governor_refund(ortep_governor *governor, ortep_tier tier, uint64_t bytes);
 
-ORTEP_API void ortep_governor_stats(const ortep_governor *governor, ortep_tier tier, ortep_mem_stats *out);
+ORTEP_API void ortep_governor_get_stats(const ortep_governor *governor, ortep_tier tier, ortep_mem_stats *out);
 
 ORTEP_END_DECLS
 

@@ -42,7 +42,7 @@ ORTEP_API ortep_status ortep_slab_free(ortep_slab *slab, void *object);
 /* Releases pages with no live object. Returns the pages released. */
 ORTEP_API size_t ortep_slab_shrink(ortep_slab *slab);
 
-ORTEP_API void ortep_slab_stats_get(ortep_slab *slab, ortep_slab_stats *out);
+ORTEP_API void ortep_slab_get_stats(ortep_slab *slab, ortep_slab_stats *out);
 
 ORTEP_END_DECLS
 

@@ -151,7 +151,7 @@ static ortep_status cpu_allocate(ortep_ep *ep, size_t size, size_t align, ortep_
                        CPU_EP_NAME, size);
   void *p;
   if ((st = ortep_allocator_allocate(e->host, size, align, &p)) != ORTEP_OK) return st;
-  if ((st = ortep_buffer_from_raw_parts(p, ep->device, size, align, out)) != ORTEP_OK) {
+  if ((st = ortep_buffer_wrap_owned(p, ep->device, size, align, out)) != ORTEP_OK) {
     /* the allocator broke its contract (a misaligned block): give it back */
     ortep_allocator_deallocate(e->host, p, size, align);
     return ortep__wrap(st, "%s: allocator '%s' returned an unusable block", CPU_EP_NAME, ortep_allocator_name(e->host));

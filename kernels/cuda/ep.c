@@ -390,7 +390,7 @@ static ortep_status cuda_allocate(ortep_ep *ep, size_t size, size_t align, ortep
   void *p;
   if ((st = ortep_allocator_allocate(e->pool, size, align, &p)) != ORTEP_OK) return st;
   e->allocations++;
-  return ortep_buffer_from_raw_parts(p, ep->device, size, align, out);
+  return ortep_buffer_wrap_owned(p, ep->device, size, align, out);
 }
 
 static ortep_status cuda_deallocate(ortep_ep *ep, ortep_buffer *b) {

@@ -48,8 +48,8 @@ void ortep_allocator_deallocate(ortep_allocator *a, void *ptr, size_t bytes, siz
   H->allocator_deallocate(a, ptr, bytes, align);
 }
 void ortep_allocator_destroy(ortep_allocator *a) { H->allocator_destroy(a); }
-ortep_status ortep_buffer_from_raw_parts(void *ptr, ortep_device device, size_t size, size_t align, ortep_buffer *out) {
-  return H->buffer_from_raw_parts(ptr, device, size, align, out);
+ortep_status ortep_buffer_wrap_owned(void *ptr, ortep_device device, size_t size, size_t align, ortep_buffer *out) {
+  return H->buffer_wrap_owned(ptr, device, size, align, out);
 }
 ortep_status ortep_config_check_namespace(const ortep_config *config, const char *ns, const char *const *known,
                                           size_t n) {

@@ -38,7 +38,7 @@ typedef struct ortep__cuda_host {
   ortep_status (*allocator_allocate)(ortep_allocator *a, size_t bytes, size_t align, void **out);
   void (*allocator_deallocate)(ortep_allocator *a, void *ptr, size_t bytes, size_t align);
   void (*allocator_destroy)(ortep_allocator *a);
-  ortep_status (*buffer_from_raw_parts)(void *ptr, ortep_device device, size_t size, size_t align, ortep_buffer *out);
+  ortep_status (*buffer_wrap_owned)(void *ptr, ortep_device device, size_t size, size_t align, ortep_buffer *out);
   ortep_status (*config_check_namespace)(const ortep_config *config, const char *ns, const char *const *known,
                                          size_t n_known);
   const char *(*config_get)(const ortep_config *config, const char *key);

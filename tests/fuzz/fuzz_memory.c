@@ -41,12 +41,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t align = (size_t)1 << (y % 9);
         if (op & 0x80) ortep_fault_allocator_arm(fault, 1, false);
         ortep_arena_stats before, after;
-        ortep_arena_stats_get(a, &before);
+        ortep_arena_get_stats(a, &before);
         void *p;
         ortep_status st = ortep_arena_alloc(a, n, align, &p);
         ortep_fault_allocator_arm(fault, 0, false);
         if (st != ORTEP_OK) {
-          ortep_arena_stats_get(a, &after);
+          ortep_arena_get_stats(a, &after);
           CHECK(memcmp(&before, &after, sizeof before) == 0);
           break;
         }
@@ -94,7 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       for (size_t j = 0; j < ab[k].n; j += 1 + ab[k].n / 4) CHECK(ab[k].p[j] == ab[k].fill);
     for (size_t k = 0; k < ns; k++) CHECK(sb[k].p[0] == sb[k].fill && sb[k].p[23] == sb[k].fill);
     ortep_slab_stats ss;
-    ortep_slab_stats_get(s, &ss);
+    ortep_slab_get_stats(s, &ss);
     CHECK(ss.live == ns);
   }
   for (size_t k = 0; k < na; k++)
@@ -119,7 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ortep_slab_destroy(s);
   ortep_arena_destroy(a);
   ortep_mem_stats st;
-  ortep_allocator_stats(fault, &st);
+  ortep_allocator_get_stats(fault, &st);
   CHECK(st.current_bytes == 0);
   ortep_allocator_destroy(fault);
   ortep_allocator_destroy(host);
