@@ -174,6 +174,7 @@ static bool fits(const chunk *c, size_t off, size_t bytes, size_t align, size_t 
 }
 
 static inline void carve(ortep_arena *a, size_t pad, size_t bytes, void **out) {
+  ortep__assert(a->offset + pad + bytes <= a->chunks[a->cur].size); /* fits() said so */
   *out = a->chunks[a->cur].base + a->offset + pad;
   ARENA_UNPOISON(a, *out, bytes);
   a->offset += pad + bytes;

@@ -324,6 +324,7 @@ static ortep_status feed_emitted(ortep_decoder *d, size_t emitted) {
   }
   d->pos++;
   d->fed = true;
+  ortep__assert(d->pos <= d->max_seq); /* checked before the step */
   return ORTEP_OK;
 }
 

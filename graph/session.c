@@ -655,6 +655,7 @@ static inline __attribute__((always_inline)) ortep_status run_once(ortep_session
       if (un->segment) {
         if (traced) ortep__trace_push(ORTEP__TRACE_REPLAY_SEGMENT, ortep__trace_segment_payload(segment_no, un->count));
         segment_no++;
+        ortep__assert(un->ep_segment < ortep_ep_segment_count(s->eps[un->ep].ep)); /* captured by record_all */
         st = ortep_ep_replay_segment(s->eps[un->ep].ep, un->ep_segment);
       } else {
         if (traced) ortep__trace_push_text(s->steps[un->first].label, ORTEP__TRACE_CAT_EXECUTOR);

@@ -86,7 +86,7 @@ static bool check_gather(ctx *c) {
   if (c->dtypes[1] != ORTEP_DTYPE_I32 && c->dtypes[1] != ORTEP_DTYPE_I64)
     return refuse(c, "indices must be i32 or i64, got %s", dn(c->dtypes[1]));
   if (c->k) {
-    c->k->kind = K_GATHER;
+    c->k->kind = ORTEP__OP_GATHER;
     c->k->p.gather.rows = (size_t)c->shapes[0].dims[0];
     c->k->p.gather.h = (size_t)c->shapes[0].dims[1];
     c->k->p.gather.n = numel(&c->shapes[1]);
@@ -105,7 +105,7 @@ static bool check_matmul(ctx *c) {
   if ((size_t)c->shapes[1].dims[0] != k)
     return refuse(c, "A's last dimension %zu differs from B's first %lld", k, (long long)c->shapes[1].dims[0]);
   if (c->k) {
-    c->k->kind = K_GEMM;
+    c->k->kind = ORTEP__OP_GEMM;
     c->k->p.gemm = (__typeof__(c->k->p.gemm)){.m = k ? numel(&c->shapes[0]) / k : 0, .k = k,
                                           .n = (size_t)c->shapes[1].dims[1], .bdt = c->dtypes[1],
                                           .alpha = 1.0f, .beta = 0.0f};
@@ -127,7 +127,7 @@ static bool check_fused_matmul(ctx *c) {
   size_t bk = (size_t)c->shapes[1].dims[tb ? 1 : 0], n = (size_t)c->shapes[1].dims[tb ? 0 : 1];
   if (bk != k) return refuse(c, "A's last dimension %zu differs from B's K %zu (transB=%d)", k, bk, tb);
   if (c->k) {
-    c->k->kind = K_GEMM;
+    c->k->kind = ORTEP__OP_GEMM;
     c->k->p.gemm = (__typeof__(c->k->p.gemm)){.m = k ? numel(&c->shapes[0]) / k : 0, .k = k, .n = n,
                                               .bdt = c->dtypes[1], .trans_b = tb,
                                               .alpha = ortep_node_attr_float_or(c->node, "alpha", 1.0f)};
@@ -156,7 +156,7 @@ static bool check_gemm(ctx *c) {
     c_rows = cn == n ? 1 : m;
   }
   if (c->k) {
-    c->k->kind = K_GEMM;
+    c->k->kind = ORTEP__OP_GEMM;
     c->k->p.gemm = (__typeof__(c->k->p.gemm)){.m = m, .k = k, .n = n, .c_rows = c_rows, .bdt = c->dtypes[1],
                                           .cdt = has_c ? c->dtypes[2] : ORTEP_DTYPE_F32, .trans_b = tb,
                                           .has_c = has_c, .alpha = ortep_node_attr_float_or(c->node, "alpha", 1.0f),
@@ -200,7 +200,7 @@ static bool check_silumul(ctx *c) {
   if (!common(c, 2, 2, true)) return false;
   if (c->dtypes[1] != ORTEP_DTYPE_F32 || !ortep_shape_equal(&c->shapes[0], &c->shapes[1]))
     return refuse(c, "gate and up must be f32 of the same shape");
-  if (c->k) c->k->kind = K_SILUMUL, c->k->p.un.n = numel(&c->shapes[0]);
+  if (c->k) c->k->kind = ORTEP__OP_SILUMUL, c->k->p.un.n = numel(&c->shapes[0]);
   return true;
 }
 
@@ -224,7 +224,7 @@ static bool check_rmsnorm(ctx *c, bool skip) {
   if (!skip && ortep_node_output_count(c->node) > 1 && out_present(c, 1))
     return refuse(c, "only output 0 is produced; leave the inv_std_var output empty");
   if (c->k) {
-    c->k->kind = K_RMSNORM;
+    c->k->kind = ORTEP__OP_RMSNORM;
     c->k->p.norm = (__typeof__(c->k->p.norm)){.rows = h ? numel(x) / h : 0, .h = h,
                                           .eps = ortep_node_attr_float_or(c->node, "epsilon", 1e-5f),
                                           .sdt = c->dtypes[scale_i], .bdt = has_bias ? c->dtypes[3] : ORTEP_DTYPE_F32,
@@ -258,7 +258,7 @@ static bool check_rotary(ctx *c) {
   if (!ortep_shape_equal(&c->shapes[2], &c->shapes[3]) || c->dtypes[2] != c->dtypes[3])
     return refuse(c, "cos_cache and sin_cache must have the same shape and dtype");
   if (c->k) {
-    c->k->kind = K_ROTARY;
+    c->k->kind = ORTEP__OP_ROTARY;
     c->k->p.rot = (__typeof__(c->k->p.rot)){.tokens = tokens, .heads = (size_t)heads, .hd = hd, .rot = rd,
                                         .max_pos = (size_t)c->shapes[2].dims[0],
                                         .inter = ortep_node_attr_int_or(c->node, "interleaved", 0) != 0,
@@ -304,7 +304,7 @@ static bool check_gqa(ctx *c) {
     return refuse(c, "present_key/present_value are not produced: the caches are updated in place; leave them empty");
   if (c->k) {
     float scale = ortep_node_attr_float_or(c->node, "scale", 0.0f);
-    c->k->kind = K_GQA;
+    c->k->kind = ORTEP__OP_GQA;
     c->k->p.gqa = (__typeof__(c->k->p.gqa)){.heads = (size_t)heads, .kv = (size_t)kv, .hd = hd, .cap = cap,
                                         .scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)hd)};
   }
@@ -318,9 +318,9 @@ static bool check_last_axis(ctx *c, ortep__op_kind kd, int64_t default_axis) {
   if (axis < 0) axis += x->rank;
   if (x->rank == 0 || axis != (int64_t)x->rank - 1)
     return refuse(c, "only the last axis is supported (axis -1%s); got axis %lld of a rank-%u input",
-                  kd == K_SOFTMAX && c->opset < 13 ? ", which needs opset >= 13 or an explicit axis" : "",
+                  kd == ORTEP__OP_SOFTMAX && c->opset < 13 ? ", which needs opset >= 13 or an explicit axis" : "",
                   (long long)ortep_node_attr_int_or(c->node, "axis", default_axis), x->rank);
-  if (kd == K_ARGMAX && ortep_node_attr_int_or(c->node, "select_last_index", 0))
+  if (kd == ORTEP__OP_ARGMAX && ortep_node_attr_int_or(c->node, "select_last_index", 0))
     return refuse(c, "select_last_index=1 is not supported: the first maximum wins");
   if (c->k) c->k->kind = kd, c->k->p.sm.n = last_dim(x), c->k->p.sm.rows = numel(x) / (last_dim(x) ? last_dim(x) : 1);
   return true;
@@ -369,13 +369,13 @@ static bool check_linear(ctx *c) {
   }
   p.groups = groups;
   p.gate_up = gate_up;
-  if (c->k) c->k->kind = K_LINEAR, c->k->p.lin = p;
+  if (c->k) c->k->kind = ORTEP__OP_LINEAR, c->k->p.lin = p;
   return true;
 }
 
 static bool check_noop(ctx *c) {
   if (!common(c, 0, 64, false)) return false;
-  if (c->k) c->k->kind = K_NOOP;
+  if (c->k) c->k->kind = ORTEP__OP_NOOP;
   return true;
 }
 
@@ -392,11 +392,11 @@ static bool check(ctx *c) {
   if (onnx && !strcmp(op, "Gather")) return check_gather(c);
   if (onnx && !strcmp(op, "MatMul")) return check_matmul(c);
   if (onnx && !strcmp(op, "Gemm")) return check_gemm(c);
-  if (onnx && !strcmp(op, "Add")) return check_binary(c, K_ADD);
-  if (onnx && !strcmp(op, "Mul")) return check_binary(c, K_MUL);
-  if (onnx && !strcmp(op, "Sigmoid")) return check_unary(c, K_SIGMOID);
-  if (onnx && !strcmp(op, "Softmax")) return check_last_axis(c, K_SOFTMAX, c->opset >= 13 || c->opset == 0 ? -1 : 1);
-  if (onnx && !strcmp(op, "ArgMax")) return check_last_axis(c, K_ARGMAX, 0);
+  if (onnx && !strcmp(op, "Add")) return check_binary(c, ORTEP__OP_ADD);
+  if (onnx && !strcmp(op, "Mul")) return check_binary(c, ORTEP__OP_MUL);
+  if (onnx && !strcmp(op, "Sigmoid")) return check_unary(c, ORTEP__OP_SIGMOID);
+  if (onnx && !strcmp(op, "Softmax")) return check_last_axis(c, ORTEP__OP_SOFTMAX, c->opset >= 13 || c->opset == 0 ? -1 : 1);
+  if (onnx && !strcmp(op, "ArgMax")) return check_last_axis(c, ORTEP__OP_ARGMAX, 0);
   if ((onnx || ms) && !strcmp(op, "SimplifiedLayerNormalization")) return check_rmsnorm(c, false);
   if (ms && !strcmp(op, "SkipSimplifiedLayerNormalization")) return check_rmsnorm(c, true);
   if (ms && !strcmp(op, "RotaryEmbedding")) return check_rotary(c);

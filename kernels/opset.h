@@ -12,19 +12,19 @@
 #include "../runtime/internal.h"
 
 typedef enum ortep__op_kind {
-  K_GATHER,
-  K_GEMM,
-  K_ADD,
-  K_MUL,
-  K_SIGMOID,
-  K_SILUMUL,
-  K_RMSNORM,
-  K_ROTARY,
-  K_GQA,
-  K_SOFTMAX,
-  K_ARGMAX,
-  K_NOOP,
-  K_LINEAR,
+  ORTEP__OP_GATHER,
+  ORTEP__OP_GEMM,
+  ORTEP__OP_ADD,
+  ORTEP__OP_MUL,
+  ORTEP__OP_SIGMOID,
+  ORTEP__OP_SILUMUL,
+  ORTEP__OP_RMSNORM,
+  ORTEP__OP_ROTARY,
+  ORTEP__OP_GQA,
+  ORTEP__OP_SOFTMAX,
+  ORTEP__OP_ARGMAX,
+  ORTEP__OP_NOOP,
+  ORTEP__OP_LINEAR,
 } ortep__op_kind;
 
 #define ORTEP__LINEAR_GROUPS 3

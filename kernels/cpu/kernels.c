@@ -45,30 +45,30 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
   void *const *out = io->outputs;
   uint32_t *ew = io->error_word;
   switch (k->op.kind) {
-    case K_GATHER:
+    case ORTEP__OP_GATHER:
       ortep__cpu_gather(W(in[0], k->op.p.gather.tdt), k->op.p.gather.rows, k->op.p.gather.h, in[1], k->op.p.gather.idx64,
                         k->op.p.gather.n, out[0], ew);
       break;
-    case K_GEMM: {
+    case ORTEP__OP_GEMM: {
       __typeof__(k->op.p.gemm) *g = &k->op.p.gemm;
       const void *cp = g->has_c && io->n_inputs > 2 ? in[2] : NULL;
       ortep__cpu_gemm(in[0], W(in[1], g->bdt), g->trans_b, NULL, W(cp, g->cdt), g->c_rows, g->alpha, g->beta, g->m,
                       g->k, g->n, out[0]);
       break;
     }
-    case K_ADD:
+    case ORTEP__OP_ADD:
       ortep__cpu_add(in[0], W(in[1], k->op.p.bin.bdt), k->op.p.bin.nb, k->op.p.bin.n, out[0]);
       break;
-    case K_MUL:
+    case ORTEP__OP_MUL:
       ortep__cpu_mul(in[0], W(in[1], k->op.p.bin.bdt), k->op.p.bin.nb, k->op.p.bin.n, out[0]);
       break;
-    case K_SIGMOID:
+    case ORTEP__OP_SIGMOID:
       ortep__cpu_sigmoid(in[0], k->op.p.un.n, out[0]);
       break;
-    case K_SILUMUL:
+    case ORTEP__OP_SILUMUL:
       ortep__cpu_silu_mul(in[0], in[1], k->op.p.un.n, out[0]);
       break;
-    case K_RMSNORM: {
+    case ORTEP__OP_RMSNORM: {
       __typeof__(k->op.p.norm) *p = &k->op.p.norm;
       size_t si = p->skip ? 2 : 1;
       ortep__cpu_rmsnorm(in[0], p->skip ? in[1] : NULL, W(p->has_bias ? in[3] : NULL, p->bdt), p->has_bias,
@@ -76,26 +76,26 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
                          p->has_sum && io->n_outputs > 3 ? out[3] : NULL);
       break;
     }
-    case K_ROTARY: {
+    case ORTEP__OP_ROTARY: {
       __typeof__(k->op.p.rot) *r = &k->op.p.rot;
       ortep__cpu_rotary(in[0], in[1], r->pos64, r->tokens, r->heads, r->hd, r->rot, r->inter, W(in[2], r->cdt),
                         W(in[3], r->cdt), r->max_pos, out[0], ew);
       break;
     }
-    case K_GQA: {
+    case ORTEP__OP_GQA: {
       __typeof__(k->op.p.gqa) *g = &k->op.p.gqa;
       ortep__cpu_gqa_decode(in[0], in[1], in[2], (float *)(uintptr_t)in[3], (float *)(uintptr_t)in[4], in[5],
                             g->heads, g->kv, g->hd, g->cap, g->scale, k->scratch, out[0], ew);
       break;
     }
-    case K_SOFTMAX:
+    case ORTEP__OP_SOFTMAX:
       ortep__cpu_softmax(in[0], k->op.p.sm.rows, k->op.p.sm.n, out[0]);
       break;
-    case K_ARGMAX:
+    case ORTEP__OP_ARGMAX:
       for (size_t r = 0; r < k->op.p.sm.rows; r++)
         ((int64_t *)out[0])[r] = ortep__cpu_argmax_f32((const float *)in[0] + r * k->op.p.sm.n, k->op.p.sm.n, ew);
       break;
-    case K_LINEAR: {
+    case ORTEP__OP_LINEAR: {
       const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
       linear_job j = {p, in[0], p->residual ? in[7] : NULL, {{0}}, {{0}}, {out[0], NULL, NULL}};
       for (size_t g = 0; g < p->groups; g++) {
@@ -107,7 +107,7 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       ortep__cpu_pool_for(k->pool, items, p->gate_up ? 2 * p->k : p->k, linear_task, &j);
       break;
     }
-    case K_NOOP:
+    case ORTEP__OP_NOOP:
       break;
   }
   return ORTEP_OK;
@@ -141,7 +141,7 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     ortep__free(k);
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", m.reason);
   }
-  if (k->op.kind == K_GQA) {
+  if (k->op.kind == ORTEP__OP_GQA) {
     size_t cap = k->op.p.gqa.cap;
     k->scratch = ortep__malloc(cap * sizeof *k->scratch);
     if (!k->scratch) {

@@ -84,6 +84,7 @@ static void *worker_main(void *arg) {
     seen = now;
     if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
     size_t b, e;
+    ortep__assert(w->index < p->threads);
     range_of(p->n, p->threads, w->index, &b, &e);
     if (b < e) p->fn(p->ctx, b, e);
     if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) futex_wake(&p->pending, 1);

@@ -56,8 +56,8 @@ typedef struct cuda_ep {
   uint64_t instantiations, updates;
 } cuda_ep;
 
-static cuda_ep *E(ortep_ep *ep) { return (cuda_ep *)ep; }
-static const cuda_ep *CE(const ortep_ep *ep) { return (const cuda_ep *)ep; }
+static cuda_ep *self_of(ortep_ep *ep) { return (cuda_ep *)ep; }
+static const cuda_ep *cself_of(const ortep_ep *ep) { return (const cuda_ep *)ep; }
 
 static ortep_status cuda_fail(cudaError_t e, const char *what) {
   return ortep__fail(e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? ORTEP_E_NO_DEVICE
@@ -110,7 +110,7 @@ static ortep_status need_init(const cuda_ep *e, const char *what) {
 static void release_all(cuda_ep *e);
 
 static ortep_status cuda_initialize(ortep_ep *ep, const ortep_config *config) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   static const char *const known[] = {"cuda.device_id", "cuda.workspace_bytes"};
   ortep_status st = ortep_config_check_namespace(config, "cuda", known, 2);
   if (st != ORTEP_OK) return st;
@@ -209,14 +209,14 @@ static void release_all(cuda_ep *e) {
 }
 
 static ortep_status cuda_shutdown(ortep_ep *ep) {
-  release_all(E(ep));
+  release_all(self_of(ep));
   return ORTEP_OK;
 }
 
 static void cuda_destroy(ortep_ep *ep) {
-  release_all(E(ep));
-  ortep__free(E(ep)->segments);
-  ortep__free(E(ep)->retired);
+  release_all(self_of(ep));
+  ortep__free(self_of(ep)->segments);
+  ortep__free(self_of(ep)->retired);
   ortep__free(ep);
 }
 
@@ -291,45 +291,45 @@ static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
   const ortep__op_params *o = &k->op;
   int rc = 0;
   switch (o->kind) {
-    case K_GATHER:
+    case ORTEP__OP_GATHER:
       rc = ortep__cu_gather(in[0], (int)o->p.gather.tdt, o->p.gather.rows, o->p.gather.h, in[1], o->p.gather.idx64,
                             o->p.gather.n, out[0], err, s);
       break;
-    case K_GEMM:
+    case ORTEP__OP_GEMM:
       return run_gemm(k, in, out, io->n_inputs);
-    case K_ADD:
-    case K_MUL:
-      rc = ortep__cu_binary(o->kind == K_MUL, in[0], in[1], (int)o->p.bin.bdt, o->p.bin.nb, o->p.bin.n, out[0], s);
+    case ORTEP__OP_ADD:
+    case ORTEP__OP_MUL:
+      rc = ortep__cu_binary(o->kind == ORTEP__OP_MUL, in[0], in[1], (int)o->p.bin.bdt, o->p.bin.nb, o->p.bin.n, out[0], s);
       break;
-    case K_SIGMOID:
+    case ORTEP__OP_SIGMOID:
       rc = ortep__cu_sigmoid(in[0], o->p.un.n, out[0], s);
       break;
-    case K_SILUMUL:
+    case ORTEP__OP_SILUMUL:
       rc = ortep__cu_silu_mul(in[0], in[1], o->p.un.n, out[0], s);
       break;
-    case K_RMSNORM: {
+    case ORTEP__OP_RMSNORM: {
       size_t si = o->p.norm.skip ? 2 : 1;
       rc = ortep__cu_rmsnorm(in[0], o->p.norm.skip ? in[1] : NULL, o->p.norm.has_bias ? in[3] : NULL,
                              (int)o->p.norm.bdt, in[si], (int)o->p.norm.sdt, o->p.norm.rows, o->p.norm.h, o->p.norm.eps,
                              out[0], o->p.norm.has_sum && io->n_outputs > 3 ? out[3] : NULL, s);
       break;
     }
-    case K_ROTARY:
+    case ORTEP__OP_ROTARY:
       rc = ortep__cu_rotary(in[0], in[1], o->p.rot.pos64, o->p.rot.tokens, o->p.rot.heads, o->p.rot.hd, o->p.rot.rot,
                             o->p.rot.inter, in[2], in[3], (int)o->p.rot.cdt, o->p.rot.max_pos, out[0], err, s);
       break;
-    case K_GQA:
+    case ORTEP__OP_GQA:
       rc = ortep__cu_gqa_decode(in[0], in[1], in[2], (float *)(uintptr_t)in[3], (float *)(uintptr_t)in[4], in[5],
                                 o->p.gqa.heads, o->p.gqa.kv, o->p.gqa.hd, o->p.gqa.cap, o->p.gqa.scale, k->scratch,
                                 out[0], err, s);
       break;
-    case K_SOFTMAX:
+    case ORTEP__OP_SOFTMAX:
       rc = ortep__cu_softmax(in[0], o->p.sm.rows, o->p.sm.n, out[0], s);
       break;
-    case K_ARGMAX:
+    case ORTEP__OP_ARGMAX:
       rc = ortep__cu_argmax_rows(in[0], o->p.sm.rows, o->p.sm.n, out[0], err, s);
       break;
-    case K_LINEAR: {
+    case ORTEP__OP_LINEAR: {
       const __typeof__(o->p.lin) *p = &o->p.lin;
       ortep__cu_linear_args a = {.x = in[0], .res = p->residual ? in[7] : NULL, .m = p->m, .k = p->k,
                                  .groups = p->groups, .gate_up = p->gate_up};
@@ -341,7 +341,7 @@ static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
       rc = ortep__cu_linear(&a, s);
       break;
     }
-    case K_NOOP:
+    case ORTEP__OP_NOOP:
       rc = ortep__cu_noop(s);
       break;
   }
@@ -358,7 +358,7 @@ static const ortep_kernel_vtable cuda_kernel_vtable = {cuda_run, cuda_kernel_des
 
 static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const ortep_shape *shapes,
                                     const ortep_dtype *dtypes, size_t n, int64_t opset, ortep_kernel **out) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   ortep_status st = need_init(e, "get_kernel");
   if (st != ORTEP_OK) return st;
   cuda_kernel *k = ortep__calloc(1, sizeof *k);
@@ -371,8 +371,8 @@ static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const 
   k->ep = e;
   snprintf(k->name, sizeof k->name, "cuda.%s", ortep_node_op_type(node));
   /* Scratch is carved now, never during a capture. */
-  if (k->op.kind == K_GQA) k->scratch_bytes = k->op.p.gqa.heads * k->op.p.gqa.cap * sizeof(float);
-  if (k->op.kind == K_GEMM && k->op.p.gemm.bdt != ORTEP_DTYPE_F32 && k->op.p.gemm.m > 1) k->scratch_bytes = k->op.p.gemm.m * k->op.p.gemm.k * 2;
+  if (k->op.kind == ORTEP__OP_GQA) k->scratch_bytes = k->op.p.gqa.heads * k->op.p.gqa.cap * sizeof(float);
+  if (k->op.kind == ORTEP__OP_GEMM && k->op.p.gemm.bdt != ORTEP_DTYPE_F32 && k->op.p.gemm.m > 1) k->scratch_bytes = k->op.p.gemm.m * k->op.p.gemm.k * 2;
   if (k->scratch_bytes && (st = ortep_allocator_allocate(e->pool, k->scratch_bytes, 256, &k->scratch)) != ORTEP_OK) {
     ortep__free(k);
     return ortep__wrap(st, "%s: scratch for %s", CUDA_EP_NAME, ortep_node_name(node));
@@ -384,7 +384,7 @@ static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const 
 
 /* --- memory and copies -------------------------------------------------------------- */
 static ortep_status cuda_allocate(ortep_ep *ep, size_t size, size_t align, ortep_buffer *out) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   ortep_status st = need_init(e, "allocate");
   if (st != ORTEP_OK) return st;
   void *p;
@@ -394,7 +394,7 @@ static ortep_status cuda_allocate(ortep_ep *ep, size_t size, size_t align, ortep
 }
 
 static ortep_status cuda_deallocate(ortep_ep *ep, ortep_buffer *b) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   ortep_allocator_deallocate(e->pool, b->ptr, b->size, b->align);
   e->frees++;
   return ORTEP_OK;
@@ -407,7 +407,7 @@ static enum cudaMemcpyKind kind_of(const ortep_buffer *src, const ortep_buffer *
 }
 
 static ortep_status cuda_copy(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   CU(cudaMemcpyAsync(dst->ptr, src->ptr, size, kind_of(src, dst), e->stream), "copy");
   CU(cudaStreamSynchronize(e->stream), "copy");
   e->staged = 0;
@@ -416,7 +416,7 @@ static ortep_status cuda_copy(ortep_ep *ep, const ortep_buffer *src, ortep_buffe
 
 static ortep_status cuda_copy_async(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size,
                                     ortep_fence *out) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   cudaEvent_t ev;
   CU(cudaMemcpyAsync(dst->ptr, src->ptr, size, kind_of(src, dst), e->stream), "async copy");
   CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "async copy fence");
@@ -434,8 +434,8 @@ static ortep_status cuda_fence_wait(ortep_ep *ep, ortep_fence *f) {
 }
 
 static ortep_status cuda_sync(ortep_ep *ep) {
-  CU(cudaStreamSynchronize(E(ep)->stream), "sync");
-  E(ep)->staged = 0;
+  CU(cudaStreamSynchronize(self_of(ep)->stream), "sync");
+  self_of(ep)->staged = 0;
   return ORTEP_OK;
 }
 
@@ -445,7 +445,7 @@ static ortep_status cuda_sync(ortep_ep *ep) {
  * later launch on the stream. Slices are reclaimed at the next stream sync,
  * so a decode step keeps its one sync (the 8-byte read). */
 static ortep_status cuda_from_host_at(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst, size_t offset) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   if (!dst || (len && !src)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload: NULL argument", CUDA_EP_NAME);
   if (offset > SIZE_MAX - len || offset + len > dst->size)
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host upload range %zu..+%zu exceeds destination %zu bytes",
@@ -480,7 +480,7 @@ static ortep_status cuda_from_host(ortep_ep *ep, const void *src, size_t len, or
 }
 
 static ortep_status cuda_to_host_at(ortep_ep *ep, const ortep_buffer *src, size_t offset, void *dst, size_t len) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   if (!src || (len && !dst)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host download: NULL argument", CUDA_EP_NAME);
   if (offset > SIZE_MAX - len || offset + len > src->size)
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host download of %zu bytes exceeds source %zu bytes", CUDA_EP_NAME,
@@ -506,7 +506,7 @@ static ortep_status cuda_to_host(ortep_ep *ep, const ortep_buffer *src, void *ds
 static bool cuda_argmax_supported(const ortep_ep *ep) { return true; }
 
 static ortep_status cuda_argmax(ortep_ep *ep, const void *logits, size_t n, ortep_dtype dtype, ortep_buffer *result) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   int rc = ortep__cu_device_argmax(logits, dtype == ORTEP_DTYPE_F16, n, e->argmax_scratch, result->ptr, e->err,
                                    e->stream);
   return rc ? cuda_fail((cudaError_t)rc, "device argmax") : ORTEP_OK;
@@ -514,7 +514,7 @@ static ortep_status cuda_argmax(ortep_ep *ep, const void *logits, size_t n, orte
 
 /* --- device graphs ---------------------------------------------------------------- */
 static ortep_status cuda_begin(ortep_ep *ep, ortep_kernel *const *kernels, size_t n) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   ortep_status st = need_init(e, "begin_capture");
   if (st != ORTEP_OK) return st;
   if (e->capturing)
@@ -542,7 +542,7 @@ static cudaError_t count_kernel_nodes(cudaGraph_t graph, size_t *kernels) {
 }
 
 static ortep_status cuda_end(ortep_ep *ep) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   if (!e->capturing) return ortep__fail(ORTEP_E_STATE, "%s: end_capture without begin_capture", CUDA_EP_NAME);
   cudaGraph_t graph = NULL;
   cudaError_t r = cudaStreamEndCapture(e->stream, &graph);
@@ -589,7 +589,7 @@ static ortep_status cuda_end(ortep_ep *ep) {
 }
 
 static ortep_status cuda_abort(ortep_ep *ep) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   if (!e->capturing) return ORTEP_OK;
   cudaGraph_t graph = NULL;
   cudaStreamEndCapture(e->stream, &graph); /* ends it even when invalidated */
@@ -600,7 +600,7 @@ static ortep_status cuda_abort(ortep_ep *ep) {
 }
 
 static ortep_status cuda_replay_segment(ortep_ep *ep, size_t i) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   if (e->capturing) return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: replay while a capture is open", CUDA_EP_NAME);
   if (i >= e->n_segments)
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: segment %zu does not exist (%zu captured)", CUDA_EP_NAME, i,
@@ -610,7 +610,7 @@ static ortep_status cuda_replay_segment(ortep_ep *ep, size_t i) {
 }
 
 static ortep_status cuda_replay(ortep_ep *ep) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   if (!e->n_segments) return ortep__fail(ORTEP_E_STATE, "%s: replay with no captured graph; capture first", CUDA_EP_NAME);
   for (size_t i = 0; i < e->n_segments; i++) {
     ortep_status st = cuda_replay_segment(ep, i);
@@ -620,7 +620,7 @@ static ortep_status cuda_replay(ortep_ep *ep) {
 }
 
 static ortep_status cuda_reset(ortep_ep *ep, bool *had) {
-  cuda_ep *e = E(ep);
+  cuda_ep *e = self_of(ep);
   *had = e->n_segments > 0;
   if (e->stream) cudaStreamSynchronize(e->stream); /* no replay still reads a buffer about to move */
   /* Retire the executables (never launched again) for a later update. */
@@ -635,27 +635,27 @@ static ortep_status cuda_reset(ortep_ep *ep, bool *had) {
 }
 
 static void cuda_graph_counts(const ortep_ep *ep, uint64_t *inst, uint64_t *upd) {
-  *inst = CE(ep)->instantiations;
-  *upd = CE(ep)->updates;
+  *inst = cself_of(ep)->instantiations;
+  *upd = cself_of(ep)->updates;
 }
 
-static size_t cuda_segment_count(const ortep_ep *ep) { return CE(ep)->n_segments; }
-static size_t cuda_graph_kernel_nodes(const ortep_ep *ep) { return CE(ep)->kernel_nodes; }
-static bool cuda_capture_active(const ortep_ep *ep) { return CE(ep)->capturing; }
+static size_t cuda_segment_count(const ortep_ep *ep) { return cself_of(ep)->n_segments; }
+static size_t cuda_graph_kernel_nodes(const ortep_ep *ep) { return cself_of(ep)->kernel_nodes; }
+static bool cuda_capture_active(const ortep_ep *ep) { return cself_of(ep)->capturing; }
 
 static ortep_status cuda_check_error(ortep_ep *ep, uint32_t *bits) {
-  ortep_buffer b = {E(ep)->err, sizeof(uint32_t), 4, ep->device, ORTEP_BUFFER_BORROWED};
+  ortep_buffer b = {self_of(ep)->err, sizeof(uint32_t), 4, ep->device, ORTEP_BUFFER_BORROWED};
   return cuda_to_host(ep, &b, bits, sizeof *bits);
 }
 static ortep_status cuda_reset_error(ortep_ep *ep) {
-  CU(cudaMemsetAsync(E(ep)->err, 0, sizeof(uint32_t), E(ep)->stream), "resetting the error word");
-  CU(cudaStreamSynchronize(E(ep)->stream), "resetting the error word");
+  CU(cudaMemsetAsync(self_of(ep)->err, 0, sizeof(uint32_t), self_of(ep)->stream), "resetting the error word");
+  CU(cudaStreamSynchronize(self_of(ep)->stream), "resetting the error word");
   return ORTEP_OK;
 }
-static uint32_t *cuda_error_ptr(ortep_ep *ep) { return E(ep)->err; }
+static uint32_t *cuda_error_ptr(ortep_ep *ep) { return self_of(ep)->err; }
 static bool cuda_counts(const ortep_ep *ep, uint64_t *a, uint64_t *f) {
-  if (a) *a = CE(ep)->allocations;
-  if (f) *f = CE(ep)->frees;
+  if (a) *a = cself_of(ep)->allocations;
+  if (f) *f = cself_of(ep)->frees;
   return true;
 }
 
