@@ -344,11 +344,16 @@ ortep_status ortep_ep_begin_capture(ortep_ep *ep, ortep_kernel *const *kernels, 
       return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                          "%s: kernel %zu (%s) is not capturable; run it as an eager seam between segments",
                          ortep_ep_name(ep), i, ortep_kernel_name(kernels[i]));
+  if (ortep_ep_capture_active(ep))
+    return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: a capture is already open; end or abort it first",
+                       ortep_ep_name(ep));
   return ep->vtable->begin_capture(ep, kernels, n);
 }
 ortep_status ortep_ep_end_capture(ortep_ep *ep) {
   NEED_EP(ep, "ortep_ep_end_capture");
   GRAPH_DEFAULT(end_capture, "device graph capture");
+  if (!ortep_ep_capture_active(ep))
+    return ortep__fail(ORTEP_E_STATE, "%s: end_capture without begin_capture", ortep_ep_name(ep));
   return ep->vtable->end_capture(ep);
 }
 ortep_status ortep_ep_abort_capture(ortep_ep *ep) {
@@ -358,11 +363,19 @@ ortep_status ortep_ep_abort_capture(ortep_ep *ep) {
 ortep_status ortep_ep_replay(ortep_ep *ep) {
   NEED_EP(ep, "ortep_ep_replay");
   GRAPH_DEFAULT(replay, "device graph replay");
+  if (ortep_ep_capture_active(ep))
+    return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: replay while a capture is open", ortep_ep_name(ep));
   return ep->vtable->replay(ep);
 }
 ortep_status ortep_ep_replay_segment(ortep_ep *ep, size_t index) {
   NEED_EP(ep, "ortep_ep_replay_segment");
   GRAPH_DEFAULT(replay_segment, "segmented device graph replay");
+  if (ortep_ep_capture_active(ep))
+    return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: replay while a capture is open", ortep_ep_name(ep));
+  size_t have = ortep_ep_segment_count(ep);
+  if (index >= have)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: segment %zu does not exist (%zu captured)", ortep_ep_name(ep),
+                       index, have);
   return ep->vtable->replay_segment(ep, index);
 }
 ortep_status ortep_ep_reset_graph(ortep_ep *ep, bool *had_graph) {

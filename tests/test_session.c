@@ -69,6 +69,7 @@ static ortep_status fe_replay(ortep_ep *e) { return ortep_ep_replay(INNER(e)); }
 static ortep_status fe_replay_seg(ortep_ep *e, size_t i) { return ortep_ep_replay_segment(INNER(e), i); }
 static ortep_status fe_reset(ortep_ep *e, bool *had) { return ortep_ep_reset_graph(INNER(e), had); }
 static size_t fe_segs(const ortep_ep *e) { return ortep_ep_segment_count(INNER(e)); }
+static bool fe_active(const ortep_ep *e) { return ortep_ep_capture_active(INNER(e)); }
 static uint32_t *fe_word(ortep_ep *e) { return ortep_ep_error_word_ptr(INNER(e)); }
 static bool fe_counts(const ortep_ep *e, uint64_t *a, uint64_t *f) { return ortep_ep_allocation_counts(INNER(e), a, f); }
 static size_t fe_claim(const ortep_ep *e, const ortep_graph *g, ortep_node_id *out, size_t cap) {
@@ -83,7 +84,7 @@ static const ortep_ep_vtable flaky_vt = {
     .copy = fe_copy, .copy_async = fe_copy_async, .fence_wait = fe_wait, .sync = fe_sync,
     .capabilities = fe_caps, .run_kernel = fe_run, .begin_capture = fe_begin, .end_capture = fe_end,
     .abort_capture = fe_abort, .replay = fe_replay, .replay_segment = fe_replay_seg, .reset_graph = fe_reset,
-    .segment_count = fe_segs, .error_word_ptr = fe_word, .allocation_counts = fe_counts, .claim_nodes = fe_claim};
+    .segment_count = fe_segs, .capture_active = fe_active, .error_word_ptr = fe_word, .allocation_counts = fe_counts, .claim_nodes = fe_claim};
 
 static ortep_ep *flaky_new(bool flaky) {
   flaky_ep *e = calloc(1, sizeof *e);

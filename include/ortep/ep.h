@@ -153,6 +153,9 @@ typedef struct ortep_ep_vtable {
   ortep_status (*replay_segment)(ortep_ep *self, size_t index);
   ortep_status (*reset_graph)(ortep_ep *self, bool *had_graph);
   size_t (*segment_count)(const ortep_ep *self);
+  /* Required of an EP that implements begin_capture: the dispatcher refuses a
+   * second begin, an end without a begin and a replay during a capture by
+   * asking it, so no EP repeats those checks. */
   bool (*capture_active)(const ortep_ep *self);
   ortep_status (*check_error_word)(ortep_ep *self, uint32_t *bits);
   ortep_status (*reset_error_word)(ortep_ep *self);
