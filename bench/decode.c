@@ -27,8 +27,9 @@ typedef struct mode_def {
   bool seams;
 } mode_def;
 
-static const mode_def modes[] = {{"eager", true, false}, {"graph", false, false}, {"segmented", false, true}};
-#define NMODES 3
+typedef enum mode_id { MODE_EAGER, MODE_GRAPH, MODE_SEGMENTED, NMODES } mode_id;
+static const mode_def modes[NMODES] = {
+    [MODE_EAGER] = {"eager", true, false}, [MODE_GRAPH] = {"graph", false, false}, [MODE_SEGMENTED] = {"segmented", false, true}};
 
 typedef struct mode_result {
   bool ran;
@@ -342,11 +343,32 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
   return rc;
 }
 
-int bench_decode_main(int argc, char **argv) {
-  const char *model = NULL, *preset = NULL, *ep = "auto", *dtype = "f32", *mode = "all", *json_path = NULL;
-  const char *seams = "GroupQueryAttention";
-  long plen = 16, tokens = 64, warmup = 8, runs = 5, threads = 0;
-  bool explain = false, profile = false;
+/* --- the command: parse, prepare, run, compare, report ------------------------ */
+typedef struct decode_opts {
+  const char *model, *preset, *ep, *dtype, *seams, *json_path;
+  long plen, tokens, warmup, runs, threads;
+  bool explain, profile, want[NMODES];
+} decode_opts;
+
+typedef struct decode_run {
+  char dir[4096];
+  ortep_model_config cfg;
+  size_t weight_bytes, read_per_token;
+  int32_t *prompt;
+  FILE *json;
+  mode_result res[NMODES];
+  char ep_used[64];
+  size_t threads_used;
+  cJSON *prof;
+  bool agree;
+  double bw; /* the read bound (CPU EP), 0 when not measured */
+} decode_run;
+
+/* -1: go on; otherwise the exit code (help: 0, usage errors: 2). */
+static int parse(int argc, char **argv, decode_opts *o) {
+  *o = (decode_opts){.ep = "auto", .dtype = "f32", .seams = "GroupQueryAttention", .plen = 16, .tokens = 64,
+                     .warmup = 8, .runs = 5};
+  const char *mode = "all";
   static const struct option lo[] = {{"model", required_argument, 0, 'm'},  {"preset", required_argument, 0, 'p'},
                                      {"ep", required_argument, 0, 'e'},     {"dtype", required_argument, 0, 'd'},
                                      {"mode", required_argument, 0, 'M'},   {"seam", required_argument, 0, 's'},
@@ -361,20 +383,20 @@ int bench_decode_main(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
     int rc = 0;
     switch (c) {
-      case 'm': model = optarg; break;
-      case 'p': preset = optarg; break;
-      case 'e': ep = optarg; break;
-      case 'd': dtype = optarg; break;
+      case 'm': o->model = optarg; break;
+      case 'p': o->preset = optarg; break;
+      case 'e': o->ep = optarg; break;
+      case 'd': o->dtype = optarg; break;
       case 'M': mode = optarg; break;
-      case 's': seams = optarg; break;
-      case 'P': rc = bench_parse_count("decode", "--prompt-len", optarg, 1, 100000, &plen); break;
-      case 'n': rc = bench_parse_count("decode", "--tokens", optarg, 1, 1000000, &tokens); break;
-      case 'w': rc = bench_parse_count("decode", "--warmup", optarg, 0, 1000000, &warmup); break;
-      case 'r': rc = bench_parse_count("decode", "--runs", optarg, 1, 10000, &runs); break;
-      case 'j': json_path = optarg; break;
-      case 'x': explain = true; break;
-      case 'T': rc = bench_parse_count("decode", "--threads", optarg, 1, 1024, &threads); break;
-      case 'F': profile = true; break;
+      case 's': o->seams = optarg; break;
+      case 'P': rc = bench_parse_count("decode", "--prompt-len", optarg, 1, 100000, &o->plen); break;
+      case 'n': rc = bench_parse_count("decode", "--tokens", optarg, 1, 1000000, &o->tokens); break;
+      case 'w': rc = bench_parse_count("decode", "--warmup", optarg, 0, 1000000, &o->warmup); break;
+      case 'r': rc = bench_parse_count("decode", "--runs", optarg, 1, 10000, &o->runs); break;
+      case 'j': o->json_path = optarg; break;
+      case 'x': o->explain = true; break;
+      case 'T': rc = bench_parse_count("decode", "--threads", optarg, 1, 1024, &o->threads); break;
+      case 'F': o->profile = true; break;
       case 'h': fputs(decode_usage, stdout); return 0;
       case ':': return bench_usage_error("decode", "option '%s' needs a value", argv[optind - 1]);
       default: return bench_usage_error("decode", "unknown option '%s'", argv[optind - 1]);
@@ -382,96 +404,94 @@ int bench_decode_main(int argc, char **argv) {
     if (rc) return rc;
   }
   if (optind < argc) return bench_usage_error("decode", "unexpected argument '%s'", argv[optind]);
-  if (model && preset) return bench_usage_error("decode", "--model and --preset exclude each other; give one");
-  if (strcmp(ep, "auto") && strcmp(ep, "cpu") && strcmp(ep, "cuda"))
-    return bench_usage_error("decode", "--ep '%s' is not one of auto, cpu, cuda", ep);
-  if (strcmp(dtype, "f32") && strcmp(dtype, "f16") && strcmp(dtype, "bf16"))
-    return bench_usage_error("decode", "--dtype '%s' is not one of f32, f16, bf16", dtype);
-  bool want[NMODES] = {false, false, false};
-  if (!strcmp(mode, "all"))
-    want[0] = want[1] = want[2] = true;
-  else {
-    int k = -1;
-    for (int i = 0; i < NMODES; i++)
-      if (!strcmp(mode, modes[i].name)) k = i;
-    if (k < 0) return bench_usage_error("decode", "--mode '%s' is not one of eager, graph, segmented, all", mode);
-    want[k] = true;
+  if (o->model && o->preset) return bench_usage_error("decode", "--model and --preset exclude each other; give one");
+  if (strcmp(o->ep, "auto") && strcmp(o->ep, "cpu") && strcmp(o->ep, "cuda"))
+    return bench_usage_error("decode", "--ep '%s' is not one of auto, cpu, cuda", o->ep);
+  if (strcmp(o->dtype, "f32") && strcmp(o->dtype, "f16") && strcmp(o->dtype, "bf16"))
+    return bench_usage_error("decode", "--dtype '%s' is not one of f32, f16, bf16", o->dtype);
+  bool all = !strcmp(mode, "all"), found = all;
+  for (int i = 0; i < NMODES; i++) {
+    o->want[i] = all || !strcmp(mode, modes[i].name);
+    found = found || o->want[i];
   }
-  if (!preset) preset = "tiny";
-  if (!model && strcmp(preset, "tiny") && strcmp(preset, "tiny-llama") && strcmp(preset, "small") &&
-      strcmp(preset, "qwen2.5-0.5b"))
-    return bench_usage_error("decode", "--preset '%s' is not one of tiny, tiny-llama, small, qwen2.5-0.5b", preset);
-  char dir[4096];
-  if (model)
-    snprintf(dir, sizeof dir, "%s", model);
-  else if (preset_dir(preset, dtype, dir, sizeof dir))
-    return 1;
+  if (!found) return bench_usage_error("decode", "--mode '%s' is not one of eager, graph, segmented, all", mode);
+  if (!o->preset) o->preset = "tiny";
+  if (!o->model && strcmp(o->preset, "tiny") && strcmp(o->preset, "tiny-llama") && strcmp(o->preset, "small") &&
+      strcmp(o->preset, "qwen2.5-0.5b"))
+    return bench_usage_error("decode", "--preset '%s' is not one of tiny, tiny-llama, small, qwen2.5-0.5b", o->preset);
+  return -1;
+}
 
+/* The model (written the first time for a preset), its sizes, the prompt and
+ * the --json file: -1 to go on, else the exit code. */
+static int prepare(const decode_opts *o, decode_run *r) {
+  if (o->model)
+    snprintf(r->dir, sizeof r->dir, "%s", o->model);
+  else if (preset_dir(o->preset, o->dtype, r->dir, sizeof r->dir))
+    return 1;
   ortep_model *mdl;
-  if (ortep_model_open(dir, &mdl) != ORTEP_OK) {
+  if (ortep_model_open(r->dir, &mdl) != ORTEP_OK) {
     fprintf(stderr, "ortep-bench decode: %s\n", ortep_last_error());
     return 1;
   }
-  ortep_model_config cfg = *ortep_model_get_config(mdl);
-  size_t weight_bytes = ortep_model_weight_bytes(mdl);
+  r->cfg = *ortep_model_get_config(mdl);
+  r->weight_bytes = ortep_model_weight_bytes(mdl);
   const ortep_safetensors_entry *embed = ortep_model_tensor(mdl, "model.embed_tokens.weight");
   /* per token every weight is read once, except an untied embedding table,
    * of which one row is read */
-  size_t read_per_token = weight_bytes - (cfg.tie_word_embeddings ? 0 : embed->size - embed->size / (size_t)cfg.vocab_size);
+  r->read_per_token = r->weight_bytes -
+                      (r->cfg.tie_word_embeddings ? 0 : embed->size - embed->size / (size_t)r->cfg.vocab_size);
   ortep_model_close(mdl);
-  if ((size_t)plen + (size_t)tokens + (size_t)warmup + 1 > (size_t)cfg.max_position_embeddings)
+  if ((size_t)o->plen + (size_t)o->tokens + (size_t)o->warmup + 1 > (size_t)r->cfg.max_position_embeddings)
     return bench_usage_error("decode", "--prompt-len + --tokens + --warmup exceeds the model's %lld positions",
-                             (long long)cfg.max_position_embeddings);
-  int32_t *prompt = malloc((size_t)plen * sizeof *prompt);
-  if (!prompt) {
-    fprintf(stderr, "ortep-bench decode: no memory for a %ld-token prompt\n", plen);
+                             (long long)r->cfg.max_position_embeddings);
+  if (!(r->prompt = malloc((size_t)o->plen * sizeof *r->prompt))) {
+    fprintf(stderr, "ortep-bench decode: no memory for a %ld-token prompt\n", o->plen);
     return 1;
   }
-  FILE *json = NULL; /* created now: an unwritable --json fails before the run, not after it */
-  if (json_path && !(json = bench_json_open(json_path))) {
-    free(prompt);
-    return 1;
-  }
-  for (long i = 0; i < plen; i++) prompt[i] = (int32_t)((i * 7919 + 13) % cfg.vocab_size);
+  for (long i = 0; i < o->plen; i++) r->prompt[i] = (int32_t)((i * 7919 + 13) % r->cfg.vocab_size);
+  /* created now: an unwritable --json fails before the run, not after it */
+  if (o->json_path && !(r->json = bench_json_open(o->json_path))) return 1;
+  return -1;
+}
 
-  bool progress = isatty(2);
+/* Every wanted mode, then the profile: 0 or the exit code of the failure. */
+static int run_all(const decode_opts *o, decode_run *r) {
   bench_print_header("decode");
   printf("model %s (%s, hidden %lld, %lld layers, vocab %lld, %.1f MiB of weights); prompt %ld, %ld tokens x %ld runs, "
          "warm-up %ld\n",
-         model ? model : preset, cfg.arch == ORTEP_ARCH_QWEN2 ? "qwen2" : "llama", (long long)cfg.hidden_size,
-         (long long)cfg.num_hidden_layers, (long long)cfg.vocab_size, (double)weight_bytes / 1048576.0, plen, tokens,
-         runs, warmup);
-  mode_result res[NMODES] = {{0}};
-  char ep_used[64] = "";
-  size_t threads_used = 0;
+         o->model ? o->model : o->preset, r->cfg.arch == ORTEP_ARCH_QWEN2 ? "qwen2" : "llama",
+         (long long)r->cfg.hidden_size, (long long)r->cfg.num_hidden_layers, (long long)r->cfg.vocab_size,
+         (double)r->weight_bytes / 1048576.0, o->plen, o->tokens, o->runs, o->warmup);
   ortep_config *config = NULL;
-  if (threads) {
+  if (o->threads) {
     char v[32];
-    snprintf(v, sizeof v, "%ld", threads);
+    snprintf(v, sizeof v, "%ld", o->threads);
     if (ortep_config_create(&config) != ORTEP_OK || ortep_config_set(config, "cpu.threads", v) != ORTEP_OK) {
       fprintf(stderr, "ortep-bench decode: %s\n", ortep_last_error());
       ortep_config_destroy(config);
-      if (json) fclose(json), remove(json_path);
-      free(prompt);
       return 1;
     }
   }
-  int exit_code = 0;
-  for (int i = 0; i < NMODES && !exit_code; i++)
-    if (want[i])
-      exit_code = run_mode(dir, &modes[i], ep, seams, config, prompt, (size_t)plen, tokens, warmup, runs, explain,
-                           progress, &res[i], ep_used, sizeof ep_used, &threads_used);
-  cJSON *prof = NULL;
-  if (profile && !exit_code) exit_code = profile_run(dir, ep, config, prompt, (size_t)plen, tokens, &prof);
+  bool progress = isatty(2);
+  int rc = 0;
+  for (int i = 0; i < NMODES && !rc; i++)
+    if (o->want[i])
+      rc = run_mode(r->dir, &modes[i], o->ep, o->seams, config, r->prompt, (size_t)o->plen, o->tokens, o->warmup,
+                    o->runs, o->explain, progress, &r->res[i], r->ep_used, sizeof r->ep_used, &r->threads_used);
+  if (o->profile && !rc) rc = profile_run(r->dir, o->ep, config, r->prompt, (size_t)o->plen, o->tokens, &r->prof);
   ortep_config_destroy(config);
+  return rc;
+}
 
-  /* Agreement: every mode must produce the same tokens. A test hook
-   * (ORTEP_BENCH_PERTURB=<mode>) flips one token to prove this is checked. */
+/* Every mode must produce the same tokens. A test hook (ORTEP_BENCH_PERTURB=
+ * <mode>) flips one token to prove this is checked. */
+static bool compare(decode_run *r) {
   const char *perturb = getenv("ORTEP_BENCH_PERTURB");
+  mode_result *res = r->res;
   for (int i = 0; perturb && i < NMODES; i++)
     if (res[i].ran && !strcmp(perturb, modes[i].name)) res[i].tokens[res[i].ntokens / 2] ^= 1;
   int first = -1;
-  bool agree = true;
   for (int i = 0; i < NMODES; i++) {
     if (!res[i].ran) continue;
     if (first < 0) {
@@ -482,22 +502,19 @@ int bench_decode_main(int argc, char **argv) {
       if (res[i].tokens[t] != res[first].tokens[t]) {
         fprintf(stderr, "ortep-bench decode: %s and %s disagree at generated token %zu (%d vs %d)\n",
                 modes[first].name, modes[i].name, t, res[first].tokens[t], res[i].tokens[t]);
-        agree = false;
-        break;
+        return false;
       }
   }
-  if (!agree && !exit_code) exit_code = 1;
+  return true;
+}
 
-  bool any = false;
-  for (int i = 0; i < NMODES; i++) any = any || res[i].ran;
-  if (!any) { /* the error is already on stderr; no figures to report */
-    cJSON_Delete(prof);
-    if (json) fclose(json), remove(json_path);
-    free(prompt);
-    return exit_code ? exit_code : 1;
-  }
-  double bw = !exit_code && !strcmp(ep_used, "cpu_ep") ? read_bandwidth(threads_used) : 0;
-  printf("\nEP %s\n", ep_used);
+static mode_id best_mode(const decode_run *r) {
+  return r->res[MODE_GRAPH].ran ? MODE_GRAPH : r->res[MODE_SEGMENTED].ran ? MODE_SEGMENTED : MODE_EAGER;
+}
+
+static void report_table(const decode_opts *o, const decode_run *r) {
+  const mode_result *res = r->res;
+  printf("\nEP %s\n", r->ep_used);
   printf("  %-28s", "");
   for (int i = 0; i < NMODES; i++)
     if (res[i].ran) printf("%14s", modes[i].name);
@@ -510,7 +527,7 @@ int bench_decode_main(int argc, char **argv) {
     printf("\n");                                      \
   } while (0)
   ROW("tokens/s (median of runs)", "%14.1f", res[i].tok_s);
-  ROW("weights read (GB/s)", "%14.2f", res[i].tok_s * (double)read_per_token / 1e9);
+  ROW("weights read (GB/s)", "%14.2f", res[i].tok_s * (double)r->read_per_token / 1e9);
   ROW("latency p50 (us)", "%14.1f", res[i].p50);
   ROW("latency p90 (us)", "%14.1f", res[i].p90);
   ROW("latency p99 (us)", "%14.1f", res[i].p99);
@@ -530,85 +547,120 @@ int bench_decode_main(int argc, char **argv) {
   for (int i = 0; i < NMODES; i++)
     for (size_t k = 0; res[i].ran && k < res[i].nseams && k < 8; k++)
       printf("  %s seam: %s\n", modes[i].name, res[i].seam_text[k]);
-  if (res[0].ran && res[1].ran)
-    printf("  graph over eager: %.2fx tokens/s (same run)\n", res[1].tok_s / res[0].tok_s);
-  if (res[0].ran && res[2].ran)
-    printf("  segmented over eager: %.2fx tokens/s (same run)\n", res[2].tok_s / res[0].tok_s);
-  printf("  token ids: %s across modes\n", agree ? "identical" : "DIFFERENT (error)");
-  double best_tps = bw > 0 ? bw / (double)read_per_token : 0;
-  int bestmode = res[1].ran ? 1 : res[2].ran ? 2 : 0;
-  if (bw > 0) {
+  if (res[MODE_EAGER].ran && res[MODE_GRAPH].ran)
+    printf("  graph over eager: %.2fx tokens/s (same run)\n", res[MODE_GRAPH].tok_s / res[MODE_EAGER].tok_s);
+  if (res[MODE_EAGER].ran && res[MODE_SEGMENTED].ran)
+    printf("  segmented over eager: %.2fx tokens/s (same run)\n", res[MODE_SEGMENTED].tok_s / res[MODE_EAGER].tok_s);
+  printf("  token ids: %s across modes\n", r->agree ? "identical" : "DIFFERENT (error)");
+  if (r->bw > 0) {
+    double best_tps = r->bw / (double)r->read_per_token;
+    mode_id b = best_mode(r);
     printf("  weight-bandwidth bound: %.1f MiB read per token / %.1f GB/s read with %zu threads = %.0f tokens/s at best; "
            "%s achieves %.0f%%%s\n",
-           (double)read_per_token / 1048576.0, bw / 1e9, threads_used, best_tps, modes[bestmode].name,
-           100.0 * res[bestmode].tok_s / best_tps,
-           read_per_token < (32u << 20) ? " (the weights fit in cache, so the bound is not binding)" : "");
+           (double)r->read_per_token / 1048576.0, r->bw / 1e9, r->threads_used, best_tps, modes[b].name,
+           100.0 * res[b].tok_s / best_tps,
+           r->read_per_token < (32u << 20) ? " (the weights fit in cache, so the bound is not binding)" : "");
   }
+  if (r->prof) print_profile(r->prof, o->tokens);
+}
 
-  if (prof) print_profile(prof, tokens);
-
+static cJSON *report_json(const decode_opts *o, decode_run *r) {
+  const mode_result *res = r->res;
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "command", "decode");
   cJSON_AddItemToObject(root, "machine", bench_machine_json());
   cJSON_AddItemToObject(root, "build", bench_build_json());
-  cJSON_AddStringToObject(root, "ep", ep_used);
-  cJSON_AddStringToObject(root, "model", model ? model : preset);
-  cJSON_AddStringToObject(root, "model_kind", model ? "path" : "preset");
-  cJSON_AddStringToObject(root, "dtype", model ? "file" : dtype);
-  cJSON_AddNumberToObject(root, "weight_bytes", (double)weight_bytes);
-  cJSON_AddNumberToObject(root, "prompt_len", (double)plen);
-  cJSON_AddNumberToObject(root, "tokens", (double)tokens);
-  cJSON_AddNumberToObject(root, "warmup", (double)warmup);
-  cJSON_AddNumberToObject(root, "runs", (double)runs);
+  cJSON_AddStringToObject(root, "ep", r->ep_used);
+  cJSON_AddStringToObject(root, "model", o->model ? o->model : o->preset);
+  cJSON_AddStringToObject(root, "model_kind", o->model ? "path" : "preset");
+  cJSON_AddStringToObject(root, "dtype", o->model ? "file" : o->dtype);
+  cJSON_AddNumberToObject(root, "weight_bytes", (double)r->weight_bytes);
+  cJSON_AddNumberToObject(root, "prompt_len", (double)o->plen);
+  cJSON_AddNumberToObject(root, "tokens", (double)o->tokens);
+  cJSON_AddNumberToObject(root, "warmup", (double)o->warmup);
+  cJSON_AddNumberToObject(root, "runs", (double)o->runs);
   cJSON *jp = cJSON_AddArrayToObject(root, "prompt_token_ids");
-  for (long i = 0; i < plen; i++) cJSON_AddItemToArray(jp, cJSON_CreateNumber(prompt[i]));
+  for (long i = 0; i < o->plen; i++) cJSON_AddItemToArray(jp, cJSON_CreateNumber(r->prompt[i]));
   cJSON *jm = cJSON_AddObjectToObject(root, "modes");
   for (int i = 0; i < NMODES; i++) {
     if (!res[i].ran) continue;
-    cJSON *o = cJSON_AddObjectToObject(jm, modes[i].name);
-    cJSON_AddNumberToObject(o, "tokens_per_s", res[i].tok_s);
-    cJSON_AddNumberToObject(o, "weight_bytes_per_s", res[i].tok_s * (double)read_per_token);
-    cJSON_AddNumberToObject(o, "latency_p50_us", res[i].p50);
-    cJSON_AddNumberToObject(o, "latency_p90_us", res[i].p90);
-    cJSON_AddNumberToObject(o, "latency_p99_us", res[i].p99);
-    cJSON_AddNumberToObject(o, "latency_max_us", res[i].max_us);
-    cJSON_AddNumberToObject(o, "host_cpu_us_per_token", res[i].cpu_us);
-    cJSON_AddNumberToObject(o, "host_launch_us_per_token", res[i].launch_us);
-    cJSON_AddNumberToObject(o, "kernels_per_token", (double)res[i].kernels);
-    cJSON_AddNumberToObject(o, "graph_kernel_nodes", (double)res[i].graph_kernels);
-    cJSON_AddNumberToObject(o, "segments", (double)res[i].segments);
-    cJSON_AddNumberToObject(o, "seams", (double)res[i].seams);
-    cJSON *js = cJSON_AddArrayToObject(o, "seam_reasons");
+    cJSON *m = cJSON_AddObjectToObject(jm, modes[i].name);
+    cJSON_AddNumberToObject(m, "tokens_per_s", res[i].tok_s);
+    cJSON_AddNumberToObject(m, "weight_bytes_per_s", res[i].tok_s * (double)r->read_per_token);
+    cJSON_AddNumberToObject(m, "latency_p50_us", res[i].p50);
+    cJSON_AddNumberToObject(m, "latency_p90_us", res[i].p90);
+    cJSON_AddNumberToObject(m, "latency_p99_us", res[i].p99);
+    cJSON_AddNumberToObject(m, "latency_max_us", res[i].max_us);
+    cJSON_AddNumberToObject(m, "host_cpu_us_per_token", res[i].cpu_us);
+    cJSON_AddNumberToObject(m, "host_launch_us_per_token", res[i].launch_us);
+    cJSON_AddNumberToObject(m, "kernels_per_token", (double)res[i].kernels);
+    cJSON_AddNumberToObject(m, "graph_kernel_nodes", (double)res[i].graph_kernels);
+    cJSON_AddNumberToObject(m, "segments", (double)res[i].segments);
+    cJSON_AddNumberToObject(m, "seams", (double)res[i].seams);
+    cJSON *js = cJSON_AddArrayToObject(m, "seam_reasons");
     for (size_t k = 0; k < res[i].nseams; k++) cJSON_AddItemToArray(js, cJSON_CreateString(res[i].seam_text[k]));
-    cJSON_AddNumberToObject(o, "allocations_per_step", res[i].allocs_per_step);
-    cJSON_AddNumberToObject(o, "planned_arena_bytes", (double)res[i].planned);
-    cJSON_AddNumberToObject(o, "lower_bound_bytes", (double)res[i].lower_bound);
-    cJSON_AddNumberToObject(o, "naive_sum_bytes", (double)res[i].naive);
-    cJSON_AddNumberToObject(o, "kv_cache_bytes", (double)res[i].kv_bytes);
-    cJSON *jt = cJSON_AddArrayToObject(o, "token_ids");
+    cJSON_AddNumberToObject(m, "allocations_per_step", res[i].allocs_per_step);
+    cJSON_AddNumberToObject(m, "planned_arena_bytes", (double)res[i].planned);
+    cJSON_AddNumberToObject(m, "lower_bound_bytes", (double)res[i].lower_bound);
+    cJSON_AddNumberToObject(m, "naive_sum_bytes", (double)res[i].naive);
+    cJSON_AddNumberToObject(m, "kv_cache_bytes", (double)res[i].kv_bytes);
+    cJSON *jt = cJSON_AddArrayToObject(m, "token_ids");
     for (size_t t = 0; t < res[i].ntokens; t++) cJSON_AddItemToArray(jt, cJSON_CreateNumber(res[i].tokens[t]));
   }
-  if (res[0].ran && res[1].ran) cJSON_AddNumberToObject(root, "speedup_graph_over_eager", res[1].tok_s / res[0].tok_s);
-  if (res[0].ran && res[2].ran)
-    cJSON_AddNumberToObject(root, "speedup_segmented_over_eager", res[2].tok_s / res[0].tok_s);
-  cJSON_AddBoolToObject(root, "tokens_agree", agree);
-  if (bw > 0) {
+  if (res[MODE_EAGER].ran && res[MODE_GRAPH].ran)
+    cJSON_AddNumberToObject(root, "speedup_graph_over_eager", res[MODE_GRAPH].tok_s / res[MODE_EAGER].tok_s);
+  if (res[MODE_EAGER].ran && res[MODE_SEGMENTED].ran)
+    cJSON_AddNumberToObject(root, "speedup_segmented_over_eager", res[MODE_SEGMENTED].tok_s / res[MODE_EAGER].tok_s);
+  cJSON_AddBoolToObject(root, "tokens_agree", r->agree);
+  if (r->bw > 0) {
+    double best_tps = r->bw / (double)r->read_per_token;
     cJSON *b = cJSON_AddObjectToObject(root, "bandwidth_bound");
-    cJSON_AddNumberToObject(b, "weight_bytes_per_token", (double)read_per_token);
-    cJSON_AddNumberToObject(b, "read_bytes_per_s", bw);
-    cJSON_AddNumberToObject(b, "threads", (double)threads_used);
+    cJSON_AddNumberToObject(b, "weight_bytes_per_token", (double)r->read_per_token);
+    cJSON_AddNumberToObject(b, "read_bytes_per_s", r->bw);
+    cJSON_AddNumberToObject(b, "threads", (double)r->threads_used);
     cJSON_AddNumberToObject(b, "best_tokens_per_s", best_tps);
-    cJSON_AddNumberToObject(b, "fraction_achieved", res[bestmode].tok_s / best_tps);
+    cJSON_AddNumberToObject(b, "fraction_achieved", res[best_mode(r)].tok_s / best_tps);
   }
-  if (prof) cJSON_AddItemToObject(root, "profile_us_per_token", prof), prof = NULL;
-  if (json && bench_json_finish(json, json_path, root)) exit_code = 1;
-  json = NULL;
-  cJSON_Delete(root);
+  if (r->prof) cJSON_AddItemToObject(root, "profile_us_per_token", r->prof), r->prof = NULL;
+  return root;
+}
+
+/* Everything prepare and run_all made; an unfinished --json file is removed. */
+static void release(const decode_opts *o, decode_run *r) {
+  if (r->json) fclose(r->json), remove(o->json_path);
+  cJSON_Delete(r->prof);
   for (int i = 0; i < NMODES; i++) {
-    free(res[i].tokens);
-    for (size_t k = 0; k < res[i].nseams; k++) free(res[i].seam_text[k]);
-    free(res[i].seam_text);
+    free(r->res[i].tokens);
+    for (size_t k = 0; k < r->res[i].nseams; k++) free(r->res[i].seam_text[k]);
+    free(r->res[i].seam_text);
   }
-  free(prompt);
-  return exit_code;
+  free(r->prompt);
+}
+
+int bench_decode_main(int argc, char **argv) {
+  decode_opts o;
+  int rc = parse(argc, argv, &o);
+  if (rc >= 0) return rc;
+  decode_run r = {.agree = true};
+  if ((rc = prepare(&o, &r)) >= 0) {
+    release(&o, &r);
+    return rc;
+  }
+  rc = run_all(&o, &r);
+  r.agree = compare(&r);
+  if (!r.agree && !rc) rc = 1;
+  bool any = false;
+  for (int i = 0; i < NMODES; i++) any = any || r.res[i].ran;
+  if (any) { /* otherwise the error is already on stderr and there are no figures */
+    r.bw = !rc && !strcmp(r.ep_used, "cpu_ep") ? read_bandwidth(r.threads_used) : 0;
+    report_table(&o, &r);
+    cJSON *root = report_json(&o, &r);
+    if (r.json && bench_json_finish(r.json, o.json_path, root)) rc = 1;
+    r.json = NULL;
+    cJSON_Delete(root);
+  } else if (!rc) {
+    rc = 1;
+  }
+  release(&o, &r);
+  return rc;
 }
