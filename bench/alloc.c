@@ -306,23 +306,17 @@ int bench_alloc_main(int argc, char **argv) {
                                            {"json", required_argument, 0, 'j'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
-  opterr = 0;
-  optind = 1;
-  int c;
-  while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-    int rc = 0;
+  int c, rc = 0;
+  while ((c = bench_next_option("alloc", argc, argv, longopts, alloc_usage, &rc)) >= 0) {
     switch (c) {
       case 'r': rc = bench_parse_count("alloc", "--runs", optarg, 1, 1000, &runs); break;
       case 's': rc = bench_parse_count("alloc", "--steps", optarg, 1, 1000000, &steps); break;
       case 'k': rc = bench_parse_count("alloc", "--tensors", optarg, 8, 4096, &k); break;
       case 'j': json_path = optarg; break;
-      case 'h': fputs(alloc_usage, stdout); return 0;
-      case ':': return bench_usage_error("alloc", "option '%s' needs a value", argv[optind - 1]);
-      default: return bench_usage_error("alloc", "unknown option '%s'", argv[optind - 1]);
     }
     if (rc) return rc;
   }
-  if (optind < argc) return bench_usage_error("alloc", "unexpected argument '%s'", argv[optind]);
+  if (c == BENCH_OPTIONS_EXIT) return rc;
   FILE *json = NULL; /* created now: an unwritable --json fails before the run */
   if (json_path && !(json = bench_json_open(json_path))) return 1;
 

@@ -39,6 +39,17 @@ int bench_json_finish(FILE *f, const char *path, const cJSON *root);
 
 /* Prints "ortep-bench <cmd>: <message>\n<usage hint>" to stderr; returns 2. */
 int bench_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The option loop every command shares (getopt_long over lo, which must
+ * hold {"help", no_argument, 0, 'h'}): returns the next option for the
+ * command to handle; or BENCH_OPTIONS_DONE when the options are over and no
+ * stray argument is left; or BENCH_OPTIONS_EXIT with *exit_code set (--help
+ * printed usage: 0; a missing value, an unknown option or a stray argument:
+ * a usage error, 2). */
+#define BENCH_OPTIONS_DONE (-1)
+#define BENCH_OPTIONS_EXIT (-2)
+struct option;
+int bench_next_option(const char *cmd, int argc, char **argv, const struct option *lo, const char *usage,
+                      int *exit_code);
 /* Parses a positive integer option; on error prints a usage error. */
 int bench_parse_count(const char *cmd, const char *opt, const char *arg, long min, long max, long *out);
 

@@ -1,11 +1,15 @@
 /* common.c: the helpers every ortep-bench subcommand uses (bench.h). */
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "bench.h"
+
+/* the argv the option loop is walking: a new one restarts getopt */
+static char **bench_last_argv;
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -123,6 +127,36 @@ int bench_usage_error(const char *cmd, const char *fmt, ...) {
   fprintf(stderr, "\nTry 'ortep-bench %s --help'.\n", cmd);
   va_end(ap);
   return BENCH_EXIT_USAGE;
+}
+
+int bench_next_option(const char *cmd, int argc, char **argv, const struct option *lo, const char *usage,
+                      int *exit_code) {
+  if (optind == 0 || argv != bench_last_argv) { /* a new command line */
+    opterr = 0;
+    optind = 1;
+    bench_last_argv = argv;
+  }
+  int c = getopt_long(argc, argv, ":h", lo, NULL);
+  switch (c) {
+    case -1:
+      if (optind < argc) {
+        *exit_code = bench_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+        return BENCH_OPTIONS_EXIT;
+      }
+      return BENCH_OPTIONS_DONE;
+    case 'h':
+      fputs(usage, stdout);
+      *exit_code = 0;
+      return BENCH_OPTIONS_EXIT;
+    case ':':
+      *exit_code = bench_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
+      return BENCH_OPTIONS_EXIT;
+    case '?':
+      *exit_code = bench_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+      return BENCH_OPTIONS_EXIT;
+    default:
+      return c;
+  }
 }
 
 int bench_parse_count(const char *cmd, const char *opt, const char *arg, long min, long max, long *out) {

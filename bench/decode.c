@@ -377,11 +377,8 @@ static int parse(int argc, char **argv, decode_opts *o) {
                                      {"json", required_argument, 0, 'j'},   {"explain", no_argument, 0, 'x'},
                                      {"threads", required_argument, 0, 'T'}, {"profile", no_argument, 0, 'F'},
                                      {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-  opterr = 0;
-  optind = 1;
-  int c;
-  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
-    int rc = 0;
+  int c, rc = 0;
+  while ((c = bench_next_option("decode", argc, argv, lo, decode_usage, &rc)) >= 0) {
     switch (c) {
       case 'm': o->model = optarg; break;
       case 'p': o->preset = optarg; break;
@@ -397,13 +394,10 @@ static int parse(int argc, char **argv, decode_opts *o) {
       case 'x': o->explain = true; break;
       case 'T': rc = bench_parse_count("decode", "--threads", optarg, 1, 1024, &o->threads); break;
       case 'F': o->profile = true; break;
-      case 'h': fputs(decode_usage, stdout); return 0;
-      case ':': return bench_usage_error("decode", "option '%s' needs a value", argv[optind - 1]);
-      default: return bench_usage_error("decode", "unknown option '%s'", argv[optind - 1]);
     }
     if (rc) return rc;
   }
-  if (optind < argc) return bench_usage_error("decode", "unexpected argument '%s'", argv[optind]);
+  if (c == BENCH_OPTIONS_EXIT) return rc;
   if (o->model && o->preset) return bench_usage_error("decode", "--model and --preset exclude each other; give one");
   if (strcmp(o->ep, "auto") && strcmp(o->ep, "cpu") && strcmp(o->ep, "cuda"))
     return bench_usage_error("decode", "--ep '%s' is not one of auto, cpu, cuda", o->ep);

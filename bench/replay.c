@@ -48,23 +48,17 @@ int bench_replay_main(int argc, char **argv) {
   static const struct option lo[] = {{"nodes", required_argument, 0, 'n'}, {"runs", required_argument, 0, 'r'},
                                      {"iters", required_argument, 0, 'i'}, {"json", required_argument, 0, 'j'},
                                      {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
-  opterr = 0;
-  optind = 1;
-  int c;
-  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
-    int rc = 0;
+  int c, rc = 0;
+  while ((c = bench_next_option("replay", argc, argv, lo, replay_usage, &rc)) >= 0) {
     switch (c) {
       case 'n': rc = bench_parse_count("replay", "--nodes", optarg, 1, 1000000, &nodes); break;
       case 'r': rc = bench_parse_count("replay", "--runs", optarg, 1, 10000, &runs); break;
       case 'i': rc = bench_parse_count("replay", "--iters", optarg, 1, 1000000, &iters); break;
       case 'j': json_path = optarg; break;
-      case 'h': fputs(replay_usage, stdout); return 0;
-      case ':': return bench_usage_error("replay", "option '%s' needs a value", argv[optind - 1]);
-      default: return bench_usage_error("replay", "unknown option '%s'", argv[optind - 1]);
     }
     if (rc) return rc;
   }
-  if (optind < argc) return bench_usage_error("replay", "unexpected argument '%s'", argv[optind]);
+  if (c == BENCH_OPTIONS_EXIT) return rc;
   FILE *json = NULL; /* created now: an unwritable --json fails before the run */
   if (json_path && !(json = bench_json_open(json_path))) return 1;
 
