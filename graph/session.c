@@ -312,7 +312,7 @@ static ortep_status slot_for(ortep_session *s, const char *v, uint32_t e, uint32
   if (!ortep__strmap_get(&s->home, v, &home))
     return ortep__fail(ORTEP_E_INTERNAL, "session: value '%s' has no producer (the graph changed?)", v);
   /* A cross-EP copy, emitted now (before the consumer). */
-  uint32_t copy;
+  uint32_t copy = NONE;
   if ((st = add_slot(s, s->slots[home].name, e, s->slots[home].dtype, s->slots[home].bytes, (uint32_t)s->n_steps,
                      &copy)) != ORTEP_OK)
     return st;
@@ -349,7 +349,7 @@ static ortep_status build_steps(ortep_session *s, const ortep_node_id *order, si
     size_t bytes;
     ortep_graph_value_info(g, v, &dt, &sh);
     if ((st = ortep_shape_bytes(&sh, dt, &bytes)) != ORTEP_OK) return ortep__wrap(st, "graph input '%s'", v);
-    uint32_t sl;
+    uint32_t sl = NONE;
     if ((st = add_slot(s, v, e, dt, bytes, 0, &sl)) != ORTEP_OK) return st;
     s->slots[sl].persistent = true;
     if (!ortep__strmap_put(&s->home, s->slots[sl].name, sl)) return oom("the value index");
@@ -393,7 +393,7 @@ static ortep_status build_steps(ortep_session *s, const ortep_node_id *order, si
       size_t bytes;
       ortep_graph_value_info(g, v, &dt, &sh);
       if ((st = ortep_shape_bytes(&sh, dt, &bytes)) != ORTEP_OK) return ortep__wrap(st, "value '%s'", v);
-      uint32_t sl;
+      uint32_t sl = NONE;
       if ((st = add_slot(s, v, e, dt, bytes, here, &sl)) != ORTEP_OK) return st;
       s->steps[s->n_steps - 1].out[j] = sl;
       s->slots[sl].persistent = is_graph_output(g, v);
