@@ -46,17 +46,25 @@ typedef struct slot {
 
 typedef enum step_kind { STEP_NODE, STEP_COPY } step_kind;
 
+/* One entry of the execution order: a tagged union, `kind` saying which of
+ * the two members is live (only that one is ever read or freed). */
 typedef struct step {
   step_kind kind;
   uint32_t ep;
-  const ortep_node *node;
-  ortep_kernel *kernel;
-  uint32_t *in, *out; /* slot indices; NONE for an absent optional value */
-  size_t n_in, n_out;
-  const void **in_ptrs;
-  void **out_ptrs;
-  ortep_kernel_io io;
-  uint32_t src, dst; /* copy steps */
+  union {
+    struct { /* STEP_NODE: a kernel over bound slots */
+      const ortep_node *node;
+      ortep_kernel *kernel;
+      uint32_t *in, *out; /* slot indices; NONE for an absent optional value */
+      size_t n_in, n_out;
+      const void **in_ptrs;
+      void **out_ptrs;
+      ortep_kernel_io io;
+    };
+    struct { /* STEP_COPY: a value crossing EPs */
+      uint32_t src, dst;
+    };
+  };
   bool seam;
   char reason[REASON_BYTES];
   bool record_failed;
@@ -123,7 +131,6 @@ static step *new_step(ortep_session *s) {
   if (!ORTEP__GROW(s->steps, s->steps_cap, s->n_steps + 1)) return NULL;
   step *st = &s->steps[s->n_steps++];
   memset(st, 0, sizeof *st);
-  st->src = st->dst = NONE;
   return st;
 }
 
@@ -709,6 +716,7 @@ void ortep_session_destroy(ortep_session *s) {
   if (!s) return;
   reset_graphs(s); /* before any buffer a graph references is released */
   for (size_t i = 0; i < s->n_steps; i++) {
+    if (s->steps[i].kind != STEP_NODE) continue;
     ortep_kernel_destroy(s->steps[i].kernel);
     ortep__free(s->steps[i].in);
     ortep__free(s->steps[i].in_ptrs);
