@@ -360,6 +360,56 @@ ortep_status ortep_decoder_prefill(ortep_decoder *d, const int32_t *tokens, size
   return st != ORTEP_OK ? st : leave(d, prefill(d, tokens, n, next));
 }
 
+static bool in_ids(int32_t t, const int32_t *ids, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] == t) return true;
+  return false;
+}
+
+static ortep_status generate_ex(ortep_decoder *d, const ortep_generate_options *o, ortep_token_callback cb, void *user,
+                                ortep_generate_result *r) {
+  *r = (ortep_generate_result){0, ORTEP_STOP_MAX_TOKENS, -1};
+  if (!d->have_next)
+    return ortep__fail(ORTEP_E_STATE, "ortep_decoder_generate_ex: nothing to continue from; prefill a prompt first");
+  if (o->n_stop_tokens && !o->stop_tokens)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_generate_ex: %zu stop tokens but the list is NULL",
+                       o->n_stop_tokens);
+  const ortep_model_config *c = ortep_model_get_config(d->model);
+  for (size_t i = 0; o->max_tokens == 0 || i < o->max_tokens; i++) {
+    if (!d->fed && d->pos >= d->max_seq) {
+      r->reason = ORTEP_STOP_CACHE_FULL;
+      return ORTEP_OK;
+    }
+    ortep_status st = feed_emitted(d, i);
+    if (st != ORTEP_OK) return st;
+    int32_t tok = d->next;
+    bool eos = !o->ignore_eos && in_ids(tok, c->eos_token_ids, c->n_eos_token_ids);
+    if (eos || in_ids(tok, o->stop_tokens, o->n_stop_tokens)) {
+      r->reason = eos ? ORTEP_STOP_EOS : ORTEP_STOP_STOP_TOKEN;
+      r->stop_token = tok; /* stays next: not emitted, not fed */
+      return ORTEP_OK;
+    }
+    d->fed = false;
+    r->generated = i + 1;
+    if (cb && !cb(tok, i, user)) {
+      r->reason = ORTEP_STOP_CALLBACK;
+      return ORTEP_OK;
+    }
+  }
+  return ORTEP_OK;
+}
+
+ortep_status ortep_decoder_generate_ex(ortep_decoder *d, const ortep_generate_options *options,
+                                       ortep_token_callback cb, void *user, ortep_generate_result *result) {
+  ortep_generate_result scratch;
+  ortep_generate_result *r = result ? result : &scratch;
+  *r = (ortep_generate_result){0, ORTEP_STOP_MAX_TOKENS, -1};
+  if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_generate_ex: decoder is NULL");
+  ortep_generate_options o = options ? *options : (ortep_generate_options){0};
+  ortep_status st = enter(d, "ortep_decoder_generate_ex");
+  return st != ORTEP_OK ? st : leave(d, generate_ex(d, &o, cb, user, r));
+}
+
 static ortep_status generate(ortep_decoder *d, size_t max_tokens, ortep_token_callback cb, void *user,
                              size_t *generated) {
   if (!d->have_next)

@@ -69,6 +69,30 @@ static ortep_status get_bool(const cJSON *root, const char *key, bool fallback, 
   return ORTEP_OK;
 }
 
+/* "eos_token_id": an int or a list of ints, each a token of the vocabulary.
+ * Absent or null leaves *c as it is (so generation_config.json can override
+ * config.json). what names the file in messages. */
+static ortep_status parse_eos(const cJSON *root, const char *what, ortep_model_config *c) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+  if (!v || cJSON_IsNull(v)) return ORTEP_OK;
+  const cJSON *one = cJSON_IsArray(v) ? v->child : v;
+  size_t n = 0;
+  int32_t ids[ORTEP_MAX_EOS_TOKENS];
+  for (; one; one = cJSON_IsArray(v) ? one->next : NULL) {
+    if (n == ORTEP_MAX_EOS_TOKENS)
+      return ortep__fail(ORTEP_E_FORMAT, "%s: 'eos_token_id' lists more than %d ids", what, ORTEP_MAX_EOS_TOKENS);
+    if (!cJSON_IsNumber(one) || !(one->valuedouble >= 0 && one->valuedouble < (double)c->vocab_size) ||
+        one->valuedouble != (double)(int32_t)one->valuedouble)
+      return ortep__fail(ORTEP_E_FORMAT,
+                         "%s: 'eos_token_id' must be a token id (an integer in [0, %lld), vocab_size) or a list of them",
+                         what, (long long)c->vocab_size);
+    ids[n++] = (int32_t)one->valuedouble;
+  }
+  memcpy(c->eos_token_ids, ids, n * sizeof *ids);
+  c->n_eos_token_ids = n;
+  return ORTEP_OK;
+}
+
 static ortep_status parse_config(const cJSON *root, ortep_model_config *c) {
   if (!cJSON_IsObject(root)) return CFG_FAIL("the document is not a JSON object");
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
@@ -128,7 +152,7 @@ static ortep_status parse_config(const cJSON *root, ortep_model_config *c) {
   const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
   if (rs && !cJSON_IsNull(rs))
     return CFG_FAIL("rope_scaling is set; ortep implements plain RoPE only (remove it or use a model without it)");
-  return ORTEP_OK;
+  return parse_eos(root, "config.json", c);
 }
 
 ortep_status ortep_model_config_parse(const char *json, size_t len, ortep_model_config *out) {
@@ -258,6 +282,26 @@ static ortep_status check_weights(const ortep_model *m) {
   return ORTEP_OK;
 }
 
+/* generation_config.json, when the directory has one: its eos_token_id
+ * overrides config.json's (as Hugging Face's generate reads them). */
+static ortep_status generation_config(const char *dir, ortep_model_config *c) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/generation_config.json", dir);
+  struct stat sb;
+  if (stat(path, &sb) != 0) return ORTEP_OK; /* optional */
+  char *json = NULL;
+  size_t len = 0;
+  ortep_status st = read_file(path, &json, &len);
+  cJSON *root = NULL;
+  if (st == ORTEP_OK) st = ortep__json_parse(json, len, "generation_config.json", &root);
+  ortep__free(json);
+  if (st == ORTEP_OK && !cJSON_IsObject(root))
+    st = ortep__fail(ORTEP_E_FORMAT, "generation_config.json: the document is not a JSON object");
+  if (st == ORTEP_OK) st = parse_eos(root, "generation_config.json", c);
+  cJSON_Delete(root);
+  return st == ORTEP_OK ? st : ortep__wrap(st, "%s", path);
+}
+
 ortep_status ortep_model_open(const char *dir, ortep_model **out) { return ortep_model_open_with(dir, NULL, out); }
 
 ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *options, ortep_model **out) {
@@ -280,11 +324,11 @@ ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *o
   if (o.weights == ORTEP_WEIGHTS_READ) m->host = o.host;
   char *json = NULL;
   size_t len = 0;
-  /* the longer of the two names must fit, or neither is opened */
-  if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path) {
+  /* the longest of the names must fit, or none is opened */
+  if ((size_t)snprintf(path, sizeof path, "%s/generation_config.json", dir) >= sizeof path) {
     ortep__free(m);
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "model directory path is %zu bytes; at most %zu are supported",
-                       strlen(dir), sizeof path - sizeof "/model.safetensors");
+                       strlen(dir), sizeof path - sizeof "/generation_config.json");
   }
   snprintf(path, sizeof path, "%s/config.json", dir);
   ortep_status st = read_file(path, &json, &len);
@@ -293,6 +337,7 @@ ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *o
     if (st != ORTEP_OK) ortep__wrap(st, "%s", path);
   }
   ortep__free(json);
+  if (st == ORTEP_OK) st = generation_config(dir, &m->config);
   if (st == ORTEP_OK) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     st = m->host ? read_weights(m, path) : ortep_safetensors_open(path, &m->weights);

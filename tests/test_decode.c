@@ -468,6 +468,133 @@ START_TEST(logits_are_bitwise_equal_for_every_thread_count) {
 }
 END_TEST
 
+/* Stop conditions: the model's eos_token_id (config.json, overridden by
+ * generation_config.json; an int or a list), user stop ids, max_tokens, the
+ * callback and a full cache, each reported; a stop token is never emitted. */
+static void append_key(const char *dir, const char *file, const char *kv) {
+  char path[160], buf[8192];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  FILE *f = fopen(path, "r");
+  size_t n = 0;
+  if (f) {
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+  }
+  buf[n] = '\0';
+  char *end = strrchr(buf, '}');
+  f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  if (end) {
+    *end = '\0';
+    fprintf(f, "%s, %s}\n", buf, kv);
+  } else {
+    fprintf(f, "{%s}\n", kv);
+  }
+  fclose(f);
+}
+typedef struct seen {
+  int32_t tok[64];
+  size_t n, stop_at;
+} seen;
+static bool see(int32_t token, size_t index, void *user) {
+  seen *s = user;
+  s->tok[s->n++] = token;
+  return !(s->stop_at && s->n == s->stop_at);
+}
+START_TEST(generation_stops_at_eos_stop_ids_limits_and_a_full_cache) {
+  char dir[64], kv[128];
+  test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
+  /* the greedy continuation, and a token that first appears at k >= 2 */
+  int32_t seq[16];
+  ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = 64});
+  seen all = {0};
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
+  ck_assert_ok(ortep_decoder_generate(d, 16, see, &all, NULL));
+  memcpy(seq, all.tok, sizeof seq);
+  ortep_decoder_close(d);
+  size_t k = 0, k2 = 0;
+  for (size_t i = 2; i < 16 && !k; i++) {
+    bool fresh = true;
+    for (size_t j = 0; j < i; j++) fresh = fresh && seq[j] != seq[i];
+    if (fresh) k = i;
+  }
+  for (size_t i = 1; i < k && !k2; i++) {
+    bool fresh = true;
+    for (size_t j = 0; j < i; j++) fresh = fresh && seq[j] != seq[i];
+    if (fresh) k2 = i;
+  }
+  ck_assert_msg(k >= 2 && k2 >= 1, "the greedy sequence repeats too much for this test");
+  snprintf(kv, sizeof kv, "\"eos_token_id\": %d", seq[k]);
+  append_key(dir, "config.json", kv);
+  ortep_decoder_options o = {.ep = "cpu", .max_seq_len = 64};
+  ck_assert_ok(ortep_decoder_open(dir, &o, &d));
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
+  seen s = {0};
+  ortep_generate_result r;
+  ck_assert_ok(ortep_decoder_generate_ex(d, NULL, see, &s, &r));
+  ck_assert_int_eq(r.reason, ORTEP_STOP_EOS);
+  ck_assert_int_eq(r.stop_token, seq[k]);
+  ck_assert_uint_eq(r.generated, k);
+  ck_assert_uint_eq(s.n, k);
+  ck_assert_mem_eq(s.tok, seq, k * sizeof *seq);
+  /* resumed past it: the stop token comes first */
+  s = (seen){0};
+  ck_assert_ok(ortep_decoder_generate_ex(d, &(ortep_generate_options){.max_tokens = 2, .ignore_eos = true}, see, &s, &r));
+  ck_assert_int_eq(r.reason, ORTEP_STOP_MAX_TOKENS);
+  ck_assert_uint_eq(s.n, 2);
+  ck_assert_int_eq(s.tok[0], seq[k]);
+  ck_assert_int_eq(s.tok[1], seq[k + 1]);
+  /* a user stop id, the callback, max_tokens */
+  ck_assert_ok(ortep_decoder_reset(d));
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
+  ck_assert_ok(ortep_decoder_generate_ex(d, &(ortep_generate_options){.stop_tokens = &seq[k2], .n_stop_tokens = 1},
+                                         NULL, NULL, &r));
+  ck_assert_int_eq(r.reason, ORTEP_STOP_STOP_TOKEN);
+  ck_assert_uint_eq(r.generated, k2);
+  ck_assert_ok(ortep_decoder_reset(d));
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
+  s = (seen){.stop_at = 1};
+  ck_assert_ok(ortep_decoder_generate_ex(d, NULL, see, &s, &r));
+  ck_assert_int_eq(r.reason, ORTEP_STOP_CALLBACK);
+  ck_assert_uint_eq(r.generated, 1);
+  ortep_decoder_close(d);
+  /* a full cache is a normal end */
+  o.max_seq_len = 8;
+  ck_assert_ok(ortep_decoder_open(dir, &o, &d));
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
+  ck_assert_ok(ortep_decoder_generate_ex(d, &(ortep_generate_options){.ignore_eos = true}, NULL, NULL, &r));
+  ck_assert_int_eq(r.reason, ORTEP_STOP_CACHE_FULL);
+  ck_assert_uint_eq(r.generated, 5); /* positions 4..7 fed, and the token the last one gave */
+  ortep_decoder_close(d);
+  /* generation_config.json overrides config.json, and takes a list */
+  snprintf(kv, sizeof kv, "\"eos_token_id\": [%d, %d]", 511, seq[k2]);
+  append_key(dir, "generation_config.json", kv);
+  o.max_seq_len = 64;
+  ck_assert_ok(ortep_decoder_open(dir, &o, &d));
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
+  ck_assert_ok(ortep_decoder_generate_ex(d, NULL, NULL, NULL, &r));
+  ck_assert_int_eq(r.reason, ORTEP_STOP_EOS);
+  ck_assert_int_eq(r.stop_token, seq[k2]);
+  ortep_decoder_close(d);
+  /* bad ids are refused, naming the file */
+  append_key(dir, "generation_config.json", "\"x\": 1"); /* still valid */
+  char path[160];
+  snprintf(path, sizeof path, "%s/generation_config.json", dir);
+  FILE *f = fopen(path, "w");
+  fputs("{\"eos_token_id\": 512}", f);
+  fclose(f);
+  ck_assert_status(ortep_decoder_open(dir, &o, &d), ORTEP_E_FORMAT);
+  ck_assert_error_mentions("generation_config.json: 'eos_token_id' must be a token id");
+  f = fopen(path, "w");
+  fputs("{\"eos_token_id\": [1,2,3,4,5,6,7,8,9]}", f);
+  fclose(f);
+  ck_assert_status(ortep_decoder_open(dir, &o, &d), ORTEP_E_FORMAT);
+  ck_assert_error_mentions("more than 8 ids");
+  unlink(path);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 START_TEST(open_errors_are_clear) {
   ortep_decoder *d = (ortep_decoder *)1;
   ck_assert_status(ortep_decoder_open("/nonexistent/model", NULL, &d), ORTEP_E_IO);
@@ -510,6 +637,7 @@ int main(void) {
   tcase_add_loop_test(tc, position_past_the_cache_fails_with_the_position_bit, 0, 2);
   tcase_add_loop_test(tc, steady_state_steps_allocate_nothing, 0, 2);
   tcase_add_test(tc, open_errors_are_clear);
+  tcase_add_test(tc, generation_stops_at_eos_stop_ids_limits_and_a_full_cache);
   tcase_add_test(tc, logits_are_bitwise_equal_for_every_thread_count);
   tcase_add_test(tc, weights_read_into_memory_survive_truncation);
   tcase_add_test(tc, an_oversized_decoder_is_refused_before_touching_memory);

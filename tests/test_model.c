@@ -183,6 +183,13 @@ START_TEST(config_parsing) {
   ck_assert_error_mentions("unexpected bytes after the JSON value");
   snprintf(trailing, sizeof trailing, "%s \n\t ", good_config); /* whitespace is fine */
   ck_assert_ok(ortep_model_config_parse(trailing, strlen(trailing), &c));
+  /* eos_token_id: an int or a list */
+  snprintf(trailing, sizeof trailing, "%.*s,\"eos_token_id\":[7,99]}", (int)(strrchr(good_config, '}') - good_config),
+           good_config);
+  ck_assert_ok(ortep_model_config_parse(trailing, strlen(trailing), &c));
+  ck_assert_uint_eq(c.n_eos_token_ids, 2);
+  ck_assert_int_eq(c.eos_token_ids[0], 7);
+  ck_assert_int_eq(c.eos_token_ids[1], 99);
   /* a good config with one change */
   struct {
     const char *from, *to, *needle;
@@ -199,6 +206,8 @@ START_TEST(config_parsing) {
       /* products of config values that overflow (UB before) or make absurd tensors */
       {"\"hidden_size\":64", "\"hidden_size\":64,\"head_dim\":1000000000000", "more than 2^40 elements"},
       {"\"intermediate_size\":128", "\"intermediate_size\":100000000000", "more than 2^40 elements"},
+      {"\"vocab_size\":100,", "\"vocab_size\":100,\"eos_token_id\":100,", "'eos_token_id' must be a token id"},
+      {"\"vocab_size\":100,", "\"vocab_size\":100,\"eos_token_id\":[1,\"2\"],", "'eos_token_id' must be a token id"},
       {"\"num_key_value_heads\":2", "\"num_key_value_heads\":3", "not a multiple of num_key_value_heads 3"},
       {"\"rms_norm_eps\":1e-5", "\"rms_norm_eps\":1e-5,\"rope_scaling\":{\"type\":\"linear\"}", "rope_scaling"},
       {"\"vocab_size\":100,", "", "missing required key 'vocab_size'"},

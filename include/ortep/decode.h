@@ -67,6 +67,37 @@ typedef bool (*ortep_token_callback)(int32_t token, size_t index, void *user);
 ORTEP_API ortep_status ortep_decoder_generate(ortep_decoder *decoder, size_t max_tokens, ortep_token_callback cb,
                                               void *user, size_t *generated);
 
+/* Why ortep_decoder_generate_ex stopped. */
+typedef enum ortep_stop_reason {
+  ORTEP_STOP_MAX_TOKENS = 0, /* max_tokens were emitted */
+  ORTEP_STOP_EOS = 1,        /* the model's end-of-sequence token (model.h: eos_token_ids) came next */
+  ORTEP_STOP_STOP_TOKEN = 2, /* one of options.stop_tokens came next */
+  ORTEP_STOP_CALLBACK = 3,   /* the callback returned false */
+  ORTEP_STOP_CACHE_FULL = 4, /* the KV cache is full (max_seq_len) */
+} ortep_stop_reason;
+
+typedef struct ortep_generate_options {
+  size_t max_tokens;          /* at most this many; 0: until a stop token or a full cache */
+  const int32_t *stop_tokens; /* more ids to stop at, besides the model's EOS (may be NULL) */
+  size_t n_stop_tokens;
+  bool ignore_eos;            /* do not stop at the model's eos_token_ids */
+} ortep_generate_options;
+
+typedef struct ortep_generate_result {
+  size_t generated;         /* tokens passed to the callback */
+  ortep_stop_reason reason;
+  int32_t stop_token;       /* EOS / STOP_TOKEN: the id that stopped it (not emitted), else -1 */
+} ortep_generate_result;
+
+/* Generation as users run it: like ortep_decoder_generate, but stopping at
+ * the model's EOS, at user stop ids, after max_tokens, or at a full KV cache,
+ * each a normal end (ORTEP_OK) reported in *result (may be NULL). A stop
+ * token is not passed to the callback (streamed text never shows it) and is
+ * kept as the next token: a later call (say with ignore_eos) emits it first.
+ * options may be NULL (no limit, stop at the model's EOS). */
+ORTEP_API ortep_status ortep_decoder_generate_ex(ortep_decoder *decoder, const ortep_generate_options *options,
+                                                 ortep_token_callback cb, void *user, ortep_generate_result *result);
+
 /* One step: token at position; *next receives the argmax. The position is
  * not checked on the host: the device error word is the check. */
 ORTEP_API ortep_status ortep_decoder_step(ortep_decoder *decoder, int32_t token, int32_t position, int32_t *next);

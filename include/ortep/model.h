@@ -14,6 +14,8 @@
 
 ORTEP_BEGIN_DECLS
 
+#define ORTEP_MAX_EOS_TOKENS 8
+
 typedef enum ortep_arch { ORTEP_ARCH_LLAMA = 0, ORTEP_ARCH_QWEN2 = 1 } ortep_arch;
 
 typedef struct ortep_model_config {
@@ -23,6 +25,11 @@ typedef struct ortep_model_config {
   double rms_norm_eps, rope_theta;
   bool tie_word_embeddings;
   bool attention_bias; /* q/k/v biases: Qwen2 has them */
+  /* The end-of-sequence ids generation stops at: "eos_token_id" (an int or a
+   * list) from generation_config.json when that file sets it, else from
+   * config.json; none when neither does. Each is checked < vocab_size. */
+  int32_t eos_token_ids[ORTEP_MAX_EOS_TOKENS];
+  size_t n_eos_token_ids;
 } ortep_model_config;
 
 /* Parses config.json text. Required: hidden_size, intermediate_size,
@@ -30,7 +37,8 @@ typedef struct ortep_model_config {
  * max_position_embeddings, rms_norm_eps, and model_type ("llama" or "qwen2")
  * or architectures. Optional: num_key_value_heads (= heads), rope_theta
  * (10000), tie_word_embeddings (false), attention_bias (Qwen2: true),
- * head_dim (hidden / heads). rope_scaling is refused. */
+ * head_dim (hidden / heads), eos_token_id (an int or a list of at most
+ * ORTEP_MAX_EOS_TOKENS). rope_scaling is refused. */
 ORTEP_API ortep_status ortep_model_config_parse(const char *json, size_t len, ortep_model_config *out);
 
 typedef struct ortep_model ortep_model;
