@@ -169,9 +169,10 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     d->owns_governor = true;
     if ((st = ortep_governor_set_budget(d->governor, ORTEP_TIER_HOST, default_host_budget())) != ORTEP_OK) goto fail;
   }
-  if ((st = apply_governor_config(d->governor, o.config)) != ORTEP_OK || (st = ortep_ep_registry_create(&d->registry)) != ORTEP_OK ||
+  if ((st = apply_governor_config(d->governor, o.config)) != ORTEP_OK ||
+      (st = ortep_ep_registry_create(&d->registry)) != ORTEP_OK ||
       (st = o.host_allocator ? ortep_cpu_ep_create_with_allocator(o.host_allocator, &cpu)
-                             : ortep_cpu_ep_create(d->governor, &cpu)))
+                             : ortep_cpu_ep_create(d->governor, &cpu)) != ORTEP_OK)
     goto fail;
   /* The GPU first when wanted and usable: placement prefers its lower cost;
    * the CPU EP is registered too, as the host EP that owns initializers. */
@@ -179,7 +180,8 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     char why[256] = "";
     if (ortep_cuda_available(why, sizeof why)) {
       ortep_ep *gpu = NULL;
-      if ((st = ortep_cuda_ep_create(d->governor, &gpu)) != ORTEP_OK || (st = register_ep(d, gpu, o.config)) != ORTEP_OK) {
+      if ((st = ortep_cuda_ep_create(d->governor, &gpu)) != ORTEP_OK ||
+          (st = register_ep(d, gpu, o.config)) != ORTEP_OK) {
         ortep_ep_destroy(cpu);
         goto fail;
       }
