@@ -327,6 +327,49 @@ START_TEST(rotary_embedding_both_layouts_and_bad_positions) {
 }
 END_TEST
 
+/* Heads of a long attention and rows of a big Linear run on the CPU EP's
+ * workers: the outputs are bitwise the same for 1 and 3 threads. */
+static ortep_ep *cpu_with_threads(const char *n) {
+  ortep_ep *ep;
+  ortep_config *c;
+  ck_assert_ok(ortep_config_create(&c));
+  ck_assert_ok(ortep_config_set(c, "cpu.threads", n));
+  ck_assert_ok(ortep_cpu_ep_create(NULL, &ep));
+  ck_assert_ok(ortep_ep_initialize(ep, c));
+  ortep_config_destroy(c);
+  ck_assert_uint_eq(ortep_cpu_ep_threads(ep), (size_t)atoi(n));
+  return ep;
+}
+START_TEST(split_across_workers_bitwise_equal_to_one_thread) {
+  enum { NH = 8, KV = 2, HD = 64, CAP = 512, N = 512, K = 256 };
+  test_rng r = test_rng_new(test_seed() + 11);
+  float *kc = malloc(KV * CAP * HD * sizeof *kc), *vc = malloc(KV * CAP * HD * sizeof *vc);
+  float *w = malloc(N * K * sizeof *w), q[NH * HD], k[KV * HD], v[KV * HD], x[K];
+  fill(&r, kc, KV * CAP * HD, 1.0f), fill(&r, vc, KV * CAP * HD, 1.0f), fill(&r, w, N * K, 0.1f);
+  fill(&r, q, NH * HD, 1.0f), fill(&r, k, KV * HD, 1.0f), fill(&r, v, KV * HD, 1.0f), fill(&r, x, K, 1.0f);
+  int32_t pos = 400; /* 8 heads x 401 positions: enough work to split */
+  float att[2][NH * HD], lin[2][N];
+  ortep_ep *saved = g_cpu;
+  const char *threads[] = {"1", "3"};
+  for (int t = 0; t < 2; t++) {
+    g_cpu = cpu_with_threads(threads[t]);
+    tattr at[] = {{"num_heads", 0, NH, 0}, {"kv_num_heads", 0, KV, 0}};
+    tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q},  {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
+                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v},  {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc},
+                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc},   {ORTEP_DTYPE_I32, SHAPE(1), &pos}};
+    ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){att[t]}, 1));
+    tin lins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, K), x}, {ORTEP_DTYPE_F32, SHAPE(N, K), w}};
+    ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, lins, 2, (void *[]){lin[t]}, 1));
+    ck_assert_uint_eq(error_bits(), 0);
+    ortep_ep_destroy(g_cpu);
+  }
+  g_cpu = saved;
+  ck_assert_msg(memcmp(att[0], att[1], sizeof att[0]) == 0, "attention differs between 1 and 3 threads");
+  ck_assert_msg(memcmp(lin[0], lin[1], sizeof lin[0]) == 0, "Linear differs between 1 and 3 threads");
+  free(kc), free(vc), free(w);
+}
+END_TEST
+
 START_TEST(group_query_attention_decode_steps_and_bad_slots) {
   test_rng r = test_rng_new(test_seed() + 6);
   enum { NH = 4, KV = 2, HD = 8, CAP = 6 };
@@ -455,6 +498,7 @@ int main(void) {
   tcase_add_test(tc, rmsnorm_and_skip_rmsnorm);
   tcase_add_loop_test(tc, rotary_embedding_both_layouts_and_bad_positions, 0, 3);
   tcase_add_test(tc, group_query_attention_decode_steps_and_bad_slots);
+  tcase_add_test(tc, split_across_workers_bitwise_equal_to_one_thread);
   tcase_add_test(tc, softmax_and_argmax);
   tcase_add_test(tc, refusals_say_what_is_accepted);
   suite_add_tcase(s, tc);

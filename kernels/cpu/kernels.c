@@ -25,6 +25,19 @@ typedef struct linear_job {
   cpu_weights w[ORTEP__LINEAR_GROUPS], b[ORTEP__LINEAR_GROUPS];
   float *y[ORTEP__LINEAR_GROUPS];
 } linear_job;
+/* GroupQueryAttention over the pool: every head is one item. */
+typedef struct gqa_job {
+  const __typeof__(((ortep__op_params *)0)->p.gqa) *g;
+  const float *q, *kc, *vc;
+  size_t slot;
+  float *scores, *out;
+} gqa_job;
+static void gqa_task(void *ctx, size_t begin, size_t end) {
+  const gqa_job *j = ctx;
+  ortep__cpu_gqa_heads(j->q, j->kc, j->vc, j->slot, j->g->heads, j->g->kv, j->g->hd, j->g->cap, j->g->scale,
+                       j->scores, j->out, begin, end);
+}
+
 static void linear_task(void *ctx, size_t begin, size_t end) {
   const linear_job *j = ctx;
   ortep__cpu_linear(j->x, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin,
@@ -83,9 +96,11 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       break;
     }
     case ORTEP__OP_GQA: {
-      __typeof__(k->op.p.gqa) *g = &k->op.p.gqa;
-      ortep__cpu_gqa_decode(in[0], in[1], in[2], (float *)(uintptr_t)in[3], (float *)(uintptr_t)in[4], in[5],
-                            g->heads, g->kv, g->hd, g->cap, g->scale, k->scratch, out[0], ew);
+      const __typeof__(k->op.p.gqa) *g = &k->op.p.gqa;
+      float *kc = (float *)(uintptr_t)in[3], *vc = (float *)(uintptr_t)in[4];
+      if (!ortep__cpu_gqa_write_kv(in[1], in[2], kc, vc, in[5], g->heads, g->kv, g->hd, g->cap, out[0], ew)) break;
+      gqa_job j = {g, in[0], kc, vc, (size_t)*(const int32_t *)in[5], k->scratch, out[0]};
+      ortep__cpu_pool_for(k->pool, g->heads, (j.slot + 1) * g->hd * 2, gqa_task, &j);
       break;
     }
     case ORTEP__OP_SOFTMAX:
@@ -141,12 +156,13 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     ortep__free(k);
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", m.reason);
   }
-  if (k->op.kind == ORTEP__OP_GQA) {
-    size_t cap = k->op.p.gqa.cap;
-    k->scratch = ortep__malloc(cap * sizeof *k->scratch);
+  if (k->op.kind == ORTEP__OP_GQA) { /* a row of scores per head: heads run on different workers */
+    size_t floats = k->op.p.gqa.heads * k->op.p.gqa.cap;
+    k->scratch = ortep__malloc(floats * sizeof *k->scratch);
     if (!k->scratch) {
       ortep__free(k);
-      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for attention scratch (%zu floats)", CPU_EP_NAME, cap);
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for attention scratch (%zu floats)", CPU_EP_NAME,
+                         floats);
     }
   }
   k->pool = pool;

@@ -306,39 +306,46 @@ void ortep__cpu_rotary(const float *x, const void *pos, bool pos64, size_t token
   }
 }
 
-void ortep__cpu_gqa_decode(const float *q, const float *k, const float *v, float *k_cache, float *v_cache,
-                           const int32_t *pos, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
-                           float scale, float *scores, float *out, uint32_t *error_word) {
+bool ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, float *v_cache, const int32_t *pos,
+                             size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
+                             uint32_t *error_word) {
   int32_t p = *pos;
   if (p < 0 || (size_t)p >= capacity) {
     cpu_latch(error_word, ORTEP_ERROR_KV_SLOT);
     memset(out, 0, heads * head_dim * sizeof *out);
-    return;
+    return false;
   }
   size_t slot = (size_t)p;
   for (size_t g = 0; g < kv_heads; g++) {
     memcpy(k_cache + (g * capacity + slot) * head_dim, k + g * head_dim, head_dim * sizeof *k);
     memcpy(v_cache + (g * capacity + slot) * head_dim, v + g * head_dim, head_dim * sizeof *v);
   }
+  return true;
+}
+
+void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, size_t slot, size_t heads,
+                          size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *scores, float *out,
+                          size_t h0, size_t h1) {
   size_t group = heads / kv_heads;
-  for (size_t h = 0; h < heads; h++) {
+  for (size_t h = h0; h < h1; h++) {
     size_t g = h / group;
     const float *qh = q + h * head_dim;
     const float *kc = k_cache + g * capacity * head_dim;
     const float *vc = v_cache + g * capacity * head_dim;
+    float *sc = scores + h * capacity; /* each head its own: heads run on different workers */
     float mx = -INFINITY;
     for (size_t t = 0; t <= slot; t++) {
       float d = 0.0f;
       for (size_t i = 0; i < head_dim; i++) d += qh[i] * kc[t * head_dim + i];
-      scores[t] = d * scale;
-      if (scores[t] > mx) mx = scores[t];
+      sc[t] = d * scale;
+      if (sc[t] > mx) mx = sc[t];
     }
     float denom = 0.0f;
-    for (size_t t = 0; t <= slot; t++) denom += (scores[t] = expf(scores[t] - mx));
+    for (size_t t = 0; t <= slot; t++) denom += (sc[t] = expf(sc[t] - mx));
     float *oh = out + h * head_dim;
     memset(oh, 0, head_dim * sizeof *oh);
     for (size_t t = 0; t <= slot; t++) {
-      float w = scores[t] / denom;
+      float w = sc[t] / denom;
       for (size_t i = 0; i < head_dim; i++) oh[i] += w * vc[t * head_dim + i];
     }
   }

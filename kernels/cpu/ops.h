@@ -74,12 +74,17 @@ void ortep__cpu_rmsnorm(const float *x, const float *skip, cpu_weights bias, boo
 void ortep__cpu_rotary(const float *x, const void *pos, bool pos64, size_t tokens, size_t heads, size_t head_dim,
                        size_t rot_dim, bool interleaved, cpu_weights cos_cache, cpu_weights sin_cache, size_t max_pos,
                        float *y, uint32_t *error_word);
-/* Decode attention for one token at position *pos (i32): writes k/v into the
- * caches [kv_heads, capacity, head_dim] at pos, then attends causally over
- * 0..pos. scores has capacity floats of scratch. */
-void ortep__cpu_gqa_decode(const float *q, const float *k, const float *v, float *k_cache, float *v_cache,
-                           const int32_t *pos, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
-                           float scale, float *scores, float *out, uint32_t *error_word);
+/* GroupQueryAttention for one token, in two parts so heads can run on
+ * different workers: write_kv stores this token's K and V at *pos (false,
+ * with KV_SLOT latched and out zeroed, when *pos is outside the cache); heads
+ * [h0, h1) then attend over positions 0..slot, each with its own row of
+ * scores (heads x capacity floats). */
+bool ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, float *v_cache, const int32_t *pos,
+                             size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
+                             uint32_t *error_word);
+void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, size_t slot, size_t heads,
+                          size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *scores, float *out,
+                          size_t h0, size_t h1);
 /* Softmax over rows of n. */
 void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y);
 /* Index of the first maximum of x[n] skipping NaN; 0 (and the bit) when all are NaN. */
