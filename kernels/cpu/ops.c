@@ -121,13 +121,30 @@ typedef struct dot_set {
 static dot_set dots = {dot8, dot8_bf16, dot8_f16, "portable"};
 static pthread_once_t dots_once = PTHREAD_ONCE_INIT;
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+/* AVX2, FMA and F16C from CPUID, and the OS saving the AVX registers
+ * (XGETBV), read directly: compilers disagree on which feature names
+ * __builtin_cpu_supports knows. */
+static bool have_avx2_fma_f16c(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+  if (!(fma && osxsave && avx && f16c)) return false;
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & 6u) != 6u) return false; /* XMM and YMM state enabled */
+  if (__get_cpuid_max(0, NULL) < 7) return false;
+  __cpuid_count(7, 0, a, b, c, d);
+  return b & (1u << 5); /* AVX2 */
+}
+#endif
+
 static void pick_dots(void) {
   const char *force = getenv("ORTEP_CPU_SIMD");
   if (force && !strcmp(force, "portable")) return;
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    dots = (dot_set){dot_f32_avx2, dot_bf16_avx2, dot_f16_avx2, "avx2+fma+f16c"};
+  if (have_avx2_fma_f16c()) dots = (dot_set){dot_f32_avx2, dot_bf16_avx2, dot_f16_avx2, "avx2+fma+f16c"};
 #endif
 }
 
