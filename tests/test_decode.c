@@ -496,24 +496,15 @@ static void append_key(const char *dir, const char *file, const char *kv) {
   }
   fclose(f);
 }
-typedef struct seen {
-  int32_t tok[64];
-  size_t n, stop_at;
-} seen;
-static bool see(int32_t token, size_t index, void *user) {
-  seen *s = user;
-  s->tok[s->n++] = token;
-  return !(s->stop_at && s->n == s->stop_at);
-}
 START_TEST(generation_stops_at_eos_stop_ids_limits_and_a_full_cache) {
   char dir[64], kv[128];
   test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
   /* the greedy continuation, and a token that first appears at k >= 2 */
   int32_t seq[16];
   ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = 64});
-  seen all = {0};
+  sink all = {0};
   ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
-  ck_assert_ok(ortep_decoder_generate(d, 16, see, &all, NULL));
+  ck_assert_ok(ortep_decoder_generate(d, 16, collect_into_sink, &all, NULL));
   memcpy(seq, all.tok, sizeof seq);
   ortep_decoder_close(d);
   size_t k = 0, k2 = 0;
@@ -533,17 +524,17 @@ START_TEST(generation_stops_at_eos_stop_ids_limits_and_a_full_cache) {
   ortep_decoder_options o = {.ep = "cpu", .max_seq_len = 64};
   ck_assert_ok(ortep_decoder_open(dir, &o, &d));
   ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
-  seen s = {0};
+  sink s = {0};
   ortep_generate_result r;
-  ck_assert_ok(ortep_decoder_generate_ex(d, NULL, see, &s, &r));
+  ck_assert_ok(ortep_decoder_generate_ex(d, NULL, collect_into_sink, &s, &r));
   ck_assert_int_eq(r.reason, ORTEP_STOP_EOS);
   ck_assert_int_eq(r.stop_token, seq[k]);
   ck_assert_uint_eq(r.generated, k);
   ck_assert_uint_eq(s.n, k);
   ck_assert_mem_eq(s.tok, seq, k * sizeof *seq);
   /* resumed past it: the stop token comes first */
-  s = (seen){0};
-  ck_assert_ok(ortep_decoder_generate_ex(d, &(ortep_generate_options){.max_tokens = 2, .ignore_eos = true}, see, &s, &r));
+  s = (sink){0};
+  ck_assert_ok(ortep_decoder_generate_ex(d, &(ortep_generate_options){.max_tokens = 2, .ignore_eos = true}, collect_into_sink, &s, &r));
   ck_assert_int_eq(r.reason, ORTEP_STOP_MAX_TOKENS);
   ck_assert_uint_eq(s.n, 2);
   ck_assert_int_eq(s.tok[0], seq[k]);
@@ -557,8 +548,8 @@ START_TEST(generation_stops_at_eos_stop_ids_limits_and_a_full_cache) {
   ck_assert_uint_eq(r.generated, k2);
   ck_assert_ok(ortep_decoder_reset(d));
   ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
-  s = (seen){.stop_at = 1};
-  ck_assert_ok(ortep_decoder_generate_ex(d, NULL, see, &s, &r));
+  s = (sink){.stop_after = 1};
+  ck_assert_ok(ortep_decoder_generate_ex(d, NULL, collect_into_sink, &s, &r));
   ck_assert_int_eq(r.reason, ORTEP_STOP_CALLBACK);
   ck_assert_uint_eq(r.generated, 1);
   ortep_decoder_close(d);
