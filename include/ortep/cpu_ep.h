@@ -20,9 +20,12 @@
  *   com.microsoft:SkipSimplifiedLayerNormalization
  *   com.microsoft:RotaryEmbedding     [B, S, heads x head_dim], positions from a tensor
  *   com.microsoft:GroupQueryAttention decode form: one token, KV caches updated in place
+ *   ortep:Linear                      the Hugging Face Linear, up to three weights in one pass
  *
- * Options (ortep_ep_initialize): cpu.threads = N (OpenBLAS threads, process-wide;
- * default 1: decode GEMVs are too small for OpenBLAS's threading to pay).
+ * Options (ortep_ep_initialize): cpu.threads = N, the worker threads the EP
+ * runs Linear rows, attention heads and the argmax on (default: every CPU the
+ * process may run on). Results are bitwise the same for any N; OpenBLAS is
+ * kept single-threaded.
  */
 #ifndef ORTEP_CPU_EP_H
 #define ORTEP_CPU_EP_H
