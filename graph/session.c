@@ -7,6 +7,15 @@
  * allocation. GRAPH mode groups the steps into units, each a captured segment
  * (maximal run of capturable nodes on one graph-capable EP) or an eager seam,
  * and replays the units in order.
+ *
+ * A session may hold several graphs (ortep_session_create_multi), e.g. a
+ * decode step and prefill chunks of a few sizes. They share their graph
+ * inputs and outputs by name (the KV caches, the logits) and one planned
+ * arena per EP: persistent values first, then the activations of each graph
+ * at the same offsets (only one graph runs at a time, so the arena is sized
+ * for the largest). Each graph has its own steps, units and capture state;
+ * its segments are captured lazily at its first run and appended to the
+ * EP's list, so capturing one graph never disturbs another's.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -38,8 +47,10 @@ typedef struct slot {
    * use it (writing or reading), the interval the memory planner keeps it
    * alive for. */
   uint32_t first, last;
-  bool persistent; /* graph inputs/outputs: never share memory */
+  bool persistent; /* graph inputs/outputs: never share memory, shared by every graph of the session */
   bool bound;      /* an initializer bound in place or uploaded: not planned */
+  uint32_t graph;  /* the graph whose steps use it (persistent: the first that declared it) */
+  const void *src; /* bound: the initializer's host data (graphs share one binding of the same bytes) */
   size_t offset;
   void *ptr;
 } slot;
@@ -80,6 +91,22 @@ typedef struct unit {
   size_t first, count; /* the steps it covers */
 } unit;
 
+/* One graph of the session: its steps are steps[first_step, first_step +
+ * n_steps), its units its own. */
+typedef struct variant {
+  const ortep_graph *graph;
+  size_t first_step, n_steps;
+  ortep__strmap home; /* value name -> home slot (this graph's, or a shared persistent one) */
+  unit *units;
+  size_t n_units;
+  ortep_run_mode mode;
+  bool captured;
+  bool warmed; /* one eager step has run: lazy set-up is done before any capture */
+  size_t kernel_nodes; /* device kernels its live segments hold */
+  char fallback[FALLBACK_BYTES];
+  uint64_t n_run, captures, retries;
+} variant;
+
 typedef struct ep_state {
   ortep_ep *ep;
   ortep_allocator *alloc;
@@ -91,27 +118,21 @@ typedef struct ep_state {
 } ep_state;
 
 struct ortep_session {
-  const ortep_graph *graph;
   ortep_session_options opts;
   char *forced;
   ep_state *eps;
   size_t n_eps;
   slot *slots;
   size_t n_slots, slots_cap;
-  ortep__strmap home; /* value name -> home slot */
+  ortep__strmap io; /* graph input/output name -> its persistent slot, across graphs */
   step *steps;
   size_t n_steps, steps_cap;
-  unit *units;
-  size_t n_units;
+  variant *graphs;
+  size_t n_graphs;
   void *staging; /* host bounce buffer for device-to-device copies across EPs */
   size_t staging_bytes;
-  bool captured;
-  bool warmed; /* one eager step has run: lazy set-up is done before any capture */
   atomic_flag running; /* a run is in progress: an overlapping run is refused */
   uint64_t *prof_ns;   /* options.profile: eager nanoseconds per step */
-  ortep_run_mode mode;
-  char fallback[FALLBACK_BYTES];
-  uint64_t n_run, captures, retries;
 };
 
 /* --- small helpers ------------------------------------------------------------- */
@@ -119,10 +140,11 @@ static ortep_status oom(const char *what) {
   return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "session: no memory for %s", what);
 }
 
-static ortep_status add_slot(ortep_session *s, const char *name, uint32_t ep, ortep_dtype dtype, size_t bytes,
-                             uint32_t first, uint32_t *out) {
+static ortep_status add_slot(ortep_session *s, uint32_t graph, const char *name, uint32_t ep, ortep_dtype dtype,
+                             size_t bytes, uint32_t first, uint32_t *out) {
   if (!ORTEP__GROW(s->slots, s->slots_cap, s->n_slots + 1)) return oom("a value");
-  s->slots[s->n_slots] = (slot){.name = name, .ep = ep, .dtype = dtype, .bytes = bytes, .first = first, .last = first};
+  s->slots[s->n_slots] =
+      (slot){.name = name, .ep = ep, .dtype = dtype, .bytes = bytes, .first = first, .last = first, .graph = graph};
   *out = (uint32_t)s->n_slots++;
   return ORTEP_OK;
 }
@@ -229,8 +251,8 @@ static int64_t node_opset(const ortep_graph *g, const ortep_node *n) {
   return v;
 }
 
-static ortep_status place(ortep_session *s, const ortep_node_id *order, size_t n, uint32_t *where) {
-  const ortep_graph *g = s->graph;
+static ortep_status place(ortep_session *s, const ortep_graph *g, const ortep_node_id *order, size_t n,
+                          uint32_t *where) {
   size_t total = ortep_graph_node_count(g);
   for (size_t i = 0; i < total; i++) where[i] = NONE;
   /* claims first, in registry order (the first claim wins) */
@@ -280,22 +302,30 @@ static bool is_graph_output(const ortep_graph *g, const char *v) {
   return false;
 }
 
-/* The slot holding value v on EP e, creating an initializer binding or a
- * cross-EP copy as needed. */
-static ortep_status slot_for(ortep_session *s, const char *v, uint32_t e, uint32_t *out) {
-  const ortep_graph *g = s->graph;
+/* The slot holding value v on EP e for graph gi, creating an initializer
+ * binding or a cross-EP copy as needed. */
+static ortep_status slot_for(ortep_session *s, uint32_t gi, const char *v, uint32_t e, uint32_t *out) {
+  variant *var = &s->graphs[gi];
+  const ortep_graph *g = var->graph;
   for (size_t i = 0; i < s->n_slots; i++)
-    if (s->slots[i].ep == e && strcmp(s->slots[i].name, v) == 0) return *out = (uint32_t)i, ORTEP_OK;
+    if (s->slots[i].ep == e && (s->slots[i].graph == gi || s->slots[i].persistent) && strcmp(s->slots[i].name, v) == 0)
+      return *out = (uint32_t)i, ORTEP_OK;
   ortep_tensor *init = ortep_graph_initializer(g, v);
   ortep_status st;
   if (init) {
     ortep_ep *ep = s->eps[e].ep;
     ortep_dtype dt = ortep_tensor_dtype(init);
     void *p = ortep_tensor_data_ptr(init);
-    if ((st = add_slot(s, v, e, dt, ortep_tensor_size(init), 0, out)) != ORTEP_OK)
+    /* graphs of one session bind the same bytes once (an upload is not repeated per graph) */
+    for (size_t i = 0; p && i < s->n_slots; i++)
+      if (s->slots[i].bound && s->slots[i].ep == e && s->slots[i].src == p && s->slots[i].dtype == dt &&
+          s->slots[i].bytes == ortep_tensor_size(init) && strcmp(s->slots[i].name, v) == 0)
+        return *out = (uint32_t)i, ORTEP_OK;
+    if ((st = add_slot(s, gi, v, e, dt, ortep_tensor_size(init), 0, out)) != ORTEP_OK)
       return st;
     slot *sl = &s->slots[*out];
     sl->bound = true;
+    sl->src = p;
     bool readable = ortep_device_is_host_accessible(ortep_ep_device(ep)) &&
                     ortep_device_is_host_accessible(ortep_ep_device(ortep_tensor_ep(init)));
     if (!p)
@@ -316,11 +346,11 @@ static ortep_status slot_for(ortep_session *s, const char *v, uint32_t e, uint32
     return ORTEP_OK;
   }
   uint32_t home;
-  if (!ortep__strmap_get(&s->home, v, &home))
+  if (!ortep__strmap_get(&var->home, v, &home))
     return ortep__fail(ORTEP_E_INTERNAL, "session: value '%s' has no producer (the graph changed?)", v);
   /* A cross-EP copy, emitted now (before the consumer). */
   uint32_t copy = NONE;
-  if ((st = add_slot(s, s->slots[home].name, e, s->slots[home].dtype, s->slots[home].bytes, (uint32_t)s->n_steps,
+  if ((st = add_slot(s, gi, s->slots[home].name, e, s->slots[home].dtype, s->slots[home].bytes, (uint32_t)s->n_steps,
                      &copy)) != ORTEP_OK)
     return st;
   step *cp = new_step(s);
@@ -335,9 +365,29 @@ static ortep_status slot_for(ortep_session *s, const char *v, uint32_t e, uint32
   return ORTEP_OK;
 }
 
-static ortep_status build_steps(ortep_session *s, const ortep_node_id *order, size_t n, const uint32_t *where) {
-  const ortep_graph *g = s->graph;
+/* A graph input or output another graph of the session declared already is
+ * the same value: it must agree in dtype, size and EP. */
+static ortep_status share_io(ortep_session *s, uint32_t gi, const char *v, uint32_t e, ortep_dtype dt, size_t bytes,
+                             bool *shared, uint32_t *sl) {
+  *shared = ortep__strmap_get(&s->io, v, sl);
+  if (!*shared) return ORTEP_OK;
+  const slot *x = &s->slots[*sl];
+  if (x->dtype != dt || x->bytes != bytes || x->ep != e)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "graph %u of the session declares '%s' as %s, %zu bytes on %s, but graph %u has it as %s, %zu "
+                       "bytes on %s; graphs of one session share inputs and outputs by name, so give them the same "
+                       "dtype and shape or different names",
+                       gi, v, ortep_dtype_name(dt), bytes, ep_name(s, e), x->graph, ortep_dtype_name(x->dtype),
+                       x->bytes, ep_name(s, x->ep));
+  return ORTEP_OK;
+}
+
+static ortep_status build_steps(ortep_session *s, uint32_t gi, const ortep_node_id *order, size_t n,
+                                const uint32_t *where) {
+  variant *var = &s->graphs[gi];
+  const ortep_graph *g = var->graph;
   ortep_status st;
+  var->first_step = s->n_steps;
   /* graph inputs live on the EP of their first consumer */
   for (size_t i = 0; i < ortep_graph_input_count(g); i++) {
     const char *v = ortep_graph_input(g, i);
@@ -357,9 +407,14 @@ static ortep_status build_steps(ortep_session *s, const ortep_node_id *order, si
     ortep_graph_value_info(g, v, &dt, &sh);
     if ((st = ortep_shape_bytes(&sh, dt, &bytes)) != ORTEP_OK) return ortep__wrap(st, "graph input '%s'", v);
     uint32_t sl = NONE;
-    if ((st = add_slot(s, v, e, dt, bytes, 0, &sl)) != ORTEP_OK) return st;
-    s->slots[sl].persistent = true;
-    if (!ortep__strmap_put(&s->home, s->slots[sl].name, sl)) return oom("the value index");
+    bool shared;
+    if ((st = share_io(s, gi, v, e, dt, bytes, &shared, &sl)) != ORTEP_OK) return st;
+    if (!shared) {
+      if ((st = add_slot(s, gi, v, e, dt, bytes, 0, &sl)) != ORTEP_OK) return st;
+      s->slots[sl].persistent = true;
+      if (!ortep__strmap_put(&s->io, s->slots[sl].name, sl)) return oom("the value index");
+    }
+    if (!ortep__strmap_put(&var->home, s->slots[sl].name, sl)) return oom("the value index");
   }
   for (size_t k = 0; k < n; k++) {
     const ortep_node *node = ortep_graph_node(g, order[k]);
@@ -370,7 +425,7 @@ static ortep_status build_steps(ortep_session *s, const ortep_node_id *order, si
     for (size_t j = 0; j < nin; j++) {
       const char *v = ortep_node_input(node, j);
       in[j] = NONE;
-      if (*v && (st = slot_for(s, v, e, &in[j])) != ORTEP_OK) {
+      if (*v && (st = slot_for(s, gi, v, e, &in[j])) != ORTEP_OK) {
         ortep__free(in);
         return st;
       }
@@ -401,33 +456,58 @@ static ortep_status build_steps(ortep_session *s, const ortep_node_id *order, si
       ortep_graph_value_info(g, v, &dt, &sh);
       if ((st = ortep_shape_bytes(&sh, dt, &bytes)) != ORTEP_OK) return ortep__wrap(st, "value '%s'", v);
       uint32_t sl = NONE;
-      if ((st = add_slot(s, v, e, dt, bytes, here, &sl)) != ORTEP_OK) return st;
+      bool out_io = is_graph_output(g, v), shared = false;
+      if (out_io && (st = share_io(s, gi, v, e, dt, bytes, &shared, &sl)) != ORTEP_OK) return st;
+      if (!shared) {
+        if ((st = add_slot(s, gi, v, e, dt, bytes, here, &sl)) != ORTEP_OK) return st;
+        s->slots[sl].persistent = out_io;
+        if (out_io && !ortep__strmap_put(&s->io, s->slots[sl].name, sl)) return oom("the value index");
+      }
       s->steps[s->n_steps - 1].out[j] = sl;
-      s->slots[sl].persistent = is_graph_output(g, v);
-      if (!ortep__strmap_put(&s->home, s->slots[sl].name, sl)) return oom("the value index");
+      if (!ortep__strmap_put(&var->home, s->slots[sl].name, sl)) return oom("the value index");
     }
   }
-  /* persistent values span the whole step */
-  for (size_t i = 0; i < s->n_slots; i++)
-    if (s->slots[i].persistent) s->slots[i].first = 0, s->slots[i].last = (uint32_t)s->n_steps;
+  var->n_steps = s->n_steps - var->first_step;
   return ORTEP_OK;
 }
 
-static ortep_status make_kernels(ortep_session *s) {
+static ortep_status make_kernels(ortep_session *s, const variant *var) {
   ortep_shape shapes[MAX_NODE_INPUTS];
   ortep_dtype dtypes[MAX_NODE_INPUTS];
-  for (size_t i = 0; i < s->n_steps; i++) {
+  for (size_t i = var->first_step; i < var->first_step + var->n_steps; i++) {
     step *sp = &s->steps[i];
     if (sp->kind != STEP_NODE) continue;
-    node_signature(s->graph, sp->node, shapes, dtypes);
+    node_signature(var->graph, sp->node, shapes, dtypes);
     ortep_status st = ortep_ep_get_kernel(s->eps[sp->ep].ep, sp->node, shapes, dtypes, sp->n_in,
-                                          node_opset(s->graph, sp->node), &sp->kernel);
+                                          node_opset(var->graph, sp->node), &sp->kernel);
     if (st != ORTEP_OK)
       return ortep__wrap(st, "creating the kernel of node '%s' on %s", ortep_node_name(sp->node), ep_name(s, sp->ep));
   }
   return ORTEP_OK;
 }
 
+/* Plans the slots of one EP that keep(slot) selects into t/idx; offsets
+ * (from base) go to the slots. */
+static ortep_status plan_part(ortep_session *s, uint32_t e, uint32_t gi, bool persistent, ortep_plan_tensor *t,
+                              size_t *idx, size_t *off, ortep_plan_summary *sum, size_t *n_out) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->n_slots; i++) {
+    const slot *x = &s->slots[i];
+    if (x->ep != e || x->bound || x->persistent != persistent || (!persistent && x->graph != gi)) continue;
+    /* persistent values live through every step of every graph */
+    t[n] = (ortep_plan_tensor){x->bytes, SLOT_ALIGN, persistent ? 0 : x->first,
+                               persistent ? (uint32_t)s->n_steps : x->last};
+    idx[n++] = i;
+  }
+  *n_out = n;
+  *sum = (ortep_plan_summary){0};
+  if (n == 0) return ORTEP_OK;
+  return ortep_plan_memory(t, n, off, sum);
+}
+
+/* One arena per EP: the persistent values (shared by every graph) at the
+ * front, then each graph's activations from the same offset: only one graph
+ * runs at a time, so the arena is as large as the largest graph needs. */
 static ortep_status plan_memory(ortep_session *s) {
   ortep_status st = ORTEP_OK;
   ortep_plan_tensor *t = ortep__malloc((s->n_slots + 1) * sizeof *t);
@@ -438,25 +518,33 @@ static ortep_status plan_memory(ortep_session *s) {
     goto out;
   }
   for (size_t e = 0; e < s->n_eps; e++) {
-    size_t n = 0;
-    for (size_t i = 0; i < s->n_slots; i++) {
-      if (s->slots[i].ep != e || s->slots[i].bound) continue;
-      t[n] = (ortep_plan_tensor){s->slots[i].bytes, SLOT_ALIGN, s->slots[i].first, s->slots[i].last};
-      idx[n++] = i;
-    }
-    if (n == 0) continue;
     ep_state *es = &s->eps[e];
+    ortep_plan_summary fixed, part;
+    size_t n = 0, any = 0;
+    if ((st = plan_part(s, (uint32_t)e, 0, true, t, idx, off, &fixed, &n)) != ORTEP_OK) goto out;
+    any += n;
+    size_t base = (fixed.total + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN, act = 0, act_lb = 0, naive = fixed.naive_sum;
+    for (size_t k = 0; k < n; k++) s->slots[idx[k]].offset = off[k];
+    for (uint32_t gi = 0; gi < s->n_graphs; gi++) {
+      if ((st = plan_part(s, (uint32_t)e, gi, false, t, idx, off, &part, &n)) != ORTEP_OK) goto out;
+      any += n;
+      for (size_t k = 0; k < n; k++) s->slots[idx[k]].offset = base + off[k];
+      act = part.total > act ? part.total : act;
+      act_lb = part.lower_bound > act_lb ? part.lower_bound : act_lb;
+      naive += part.naive_sum;
+    }
+    if (any == 0) continue;
     es->used = true;
-    if ((st = ortep_plan_memory(t, n, off, &es->plan)) != ORTEP_OK) goto out;
+    es->plan = (ortep_plan_summary){base + act, fixed.lower_bound + act_lb, naive};
     if ((st = ortep__ep_allocator_create(es->ep, &es->alloc)) != ORTEP_OK) goto out;
     if ((st = ortep_arena_create_planned(es->alloc, es->plan.total, SLOT_ALIGN, &es->arena)) != ORTEP_OK) {
       st = ortep__wrap(st, "the planned arena of %s (%zu bytes)", ortep_ep_name(es->ep), es->plan.total);
       goto out;
     }
-    for (size_t k = 0; k < n; k++) {
-      slot *sl = &s->slots[idx[k]];
-      sl->offset = off[k];
-      if ((st = ortep_arena_at(es->arena, off[k], sl->bytes, &sl->ptr)) != ORTEP_OK) goto out;
+    for (size_t i = 0; i < s->n_slots; i++) {
+      slot *sl = &s->slots[i];
+      if (sl->ep != e || sl->bound) continue;
+      if ((st = ortep_arena_at(es->arena, sl->offset, sl->bytes, &sl->ptr)) != ORTEP_OK) goto out;
     }
   }
 out:
@@ -510,16 +598,23 @@ static ortep_status run_step(ortep_session *s, step *sp) {
   return ORTEP_OK;
 }
 
+/* Drops every graph's segments (an EP's segment list is one for the
+ * session): each graph re-captures at its next run. */
 static void reset_graphs(ortep_session *s) {
-  if (s->captured) ortep__trace_mark(ORTEP__TRACE_GRAPH_RESET, s->captures);
+  bool any = false;
+  for (size_t gi = 0; gi < s->n_graphs; gi++) {
+    any = any || s->graphs[gi].captured;
+    s->graphs[gi].captured = false;
+    s->graphs[gi].kernel_nodes = 0;
+  }
+  if (any) ortep__trace_mark(ORTEP__TRACE_GRAPH_RESET, s->graphs[0].captures);
   for (size_t e = 0; e < s->n_eps; e++)
     if (s->eps[e].used) ortep_ep_reset_graph(s->eps[e].ep, NULL);
-  s->captured = false;
 }
 
-static void decide_seams(ortep_session *s) {
+static void decide_seams(ortep_session *s, const variant *var) {
   size_t node_index = 0;
-  for (size_t i = 0; i < s->n_steps; i++) {
+  for (size_t i = var->first_step; i < var->first_step + var->n_steps; i++) {
     step *sp = &s->steps[i];
     if (sp->kind == STEP_COPY) {
       sp->seam = true;
@@ -546,31 +641,38 @@ static void decide_seams(ortep_session *s) {
   }
 }
 
-static ortep_status build_units(ortep_session *s) {
-  decide_seams(s);
-  ortep__free(s->units);
-  s->n_units = 0;
-  s->units = ortep__calloc(s->n_steps + 1, sizeof *s->units);
-  if (!s->units) return oom("the replay list");
-  for (size_t i = 0; i < s->n_steps; i++) {
+static ortep_status build_units(ortep_session *s, variant *var) {
+  decide_seams(s, var);
+  ortep__free(var->units);
+  var->n_units = 0;
+  var->units = ortep__calloc(var->n_steps + 1, sizeof *var->units);
+  if (!var->units) return oom("the replay list");
+  for (size_t i = var->first_step; i < var->first_step + var->n_steps; i++) {
     step *sp = &s->steps[i];
-    unit *last = s->n_units ? &s->units[s->n_units - 1] : NULL;
+    unit *last = var->n_units ? &var->units[var->n_units - 1] : NULL;
     if (!sp->seam && last && last->segment && last->ep == sp->ep) {
       last->count++;
       continue;
     }
-    s->units[s->n_units++] = (unit){!sp->seam, sp->ep, 0, i, 1};
+    var->units[var->n_units++] = (unit){!sp->seam, sp->ep, 0, i, 1};
   }
   return ORTEP_OK;
 }
 
-/* Records every segment. On a node's failure: aborts that capture and
- * reports the step. */
-static ortep_status record_all(ortep_session *s, size_t *failed) {
+static size_t live_kernel_nodes(const ortep_session *s) {
+  size_t n = 0;
+  for (size_t e = 0; e < s->n_eps; e++)
+    if (s->eps[e].used) n += ortep_ep_graph_kernel_nodes(s->eps[e].ep);
+  return n;
+}
+
+/* Records every segment of one graph, appended to its EPs' segment lists. On
+ * a node's failure: aborts that capture and reports the step. */
+static ortep_status record_all(ortep_session *s, variant *var, size_t *failed) {
   *failed = SIZE_MAX;
-  size_t segment_no = 0;
-  for (size_t u = 0; u < s->n_units; u++) {
-    unit *un = &s->units[u];
+  size_t segment_no = 0, before = live_kernel_nodes(s);
+  for (size_t u = 0; u < var->n_units; u++) {
+    unit *un = &var->units[u];
     if (!un->segment) continue;
     ortep_ep *ep = s->eps[un->ep].ep;
     ortep__trace_push(ORTEP__TRACE_CAPTURE_SEGMENT, ortep__trace_segment_payload(segment_no++, un->count));
@@ -588,25 +690,26 @@ static ortep_status record_all(ortep_session *s, size_t *failed) {
     if (st != ORTEP_OK) return st;
     un->ep_segment = ortep_ep_segment_count(ep) - 1;
   }
+  var->kernel_nodes = live_kernel_nodes(s) - before;
   return ORTEP_OK;
 }
 
-static ortep_status capture(ortep_session *s) {
-  if (s->captures) ortep__trace_mark(ORTEP__TRACE_RECAPTURE, s->captures);
+static ortep_status capture(ortep_session *s, variant *var) {
+  if (var->captures) ortep__trace_mark(ORTEP__TRACE_RECAPTURE, var->captures);
   for (int attempt = 0; attempt < 2; attempt++) {
-    reset_graphs(s);
-    ortep_status st = build_units(s);
+    ortep_status st = build_units(s, var);
     if (st != ORTEP_OK) return st;
     size_t failed;
-    st = record_all(s, &failed);
+    st = record_all(s, var, &failed);
     if (st == ORTEP_OK) {
-      s->captured = true;
-      s->captures++;
+      var->captured = true;
+      var->captures++;
       return ORTEP_OK;
     }
+    /* what this attempt appended is unusable: every graph starts over */
     reset_graphs(s);
     if (failed == SIZE_MAX || attempt == 1) {
-      snprintf(s->fallback, sizeof s->fallback, "capture failed%s: %s", attempt ? " again after a retry" : "",
+      snprintf(var->fallback, sizeof var->fallback, "capture failed%s: %s", attempt ? " again after a retry" : "",
                ortep_last_error());
       break;
     }
@@ -614,15 +717,16 @@ static ortep_status capture(ortep_session *s) {
     sp->record_failed = true;
     sp->seam = true;
     snprintf(sp->reason, sizeof sp->reason, "recording failed: %s", ortep_last_error());
-    s->retries++;
+    var->retries++;
   }
-  s->mode = ORTEP_RUN_EAGER; /* the fallback: still correct, just slower */
-  build_units(s);
+  var->mode = ORTEP_RUN_EAGER; /* the fallback: still correct, just slower */
+  build_units(s, var);
   return ORTEP_OK;
 }
 
-static inline __attribute__((always_inline)) ortep_status run_eager(ortep_session *s, const bool traced) {
-  for (size_t i = 0; i < s->n_steps; i++) {
+static inline __attribute__((always_inline)) ortep_status run_eager(ortep_session *s, const variant *var,
+                                                                    const bool traced) {
+  for (size_t i = var->first_step; i < var->first_step + var->n_steps; i++) {
     if (traced) ortep__trace_push_text(s->steps[i].label, ORTEP__TRACE_CAT_EXECUTOR);
     uint64_t t0 = s->prof_ns ? ortep__now_ns() : 0;
     ortep_status st = run_step(s, &s->steps[i]);
@@ -633,32 +737,32 @@ static inline __attribute__((always_inline)) ortep_status run_eager(ortep_sessio
   return ORTEP_OK;
 }
 
-/* One step. Written once and inlined twice: `traced` is a constant in each
- * caller, so in the untraced copy the trace calls are compiled out (what
- * ortep-bench replay compares against). */
-static inline __attribute__((always_inline)) ortep_status run_once(ortep_session *s, const bool traced) {
+/* One step of one graph. Written once and inlined twice: `traced` is a
+ * constant in each caller, so in the untraced copy the trace calls are
+ * compiled out (what ortep-bench replay compares against). */
+static inline __attribute__((always_inline)) ortep_status run_once(ortep_session *s, variant *var, const bool traced) {
   ortep_status st;
-  if (s->mode == ORTEP_RUN_GRAPH && !s->captured) {
-    /* Warm-up: the first step of a session runs eagerly, then captures, so
+  if (var->mode == ORTEP_RUN_GRAPH && !var->captured) {
+    /* Warm-up: the first step of a graph runs eagerly, then captures, so
      * whatever an EP sets up lazily on first use (CUDA module loading,
      * cuBLAS's first-call allocations) happens outside stream capture. The
      * eager run computed this step's outputs; capture records without
      * running, so nothing is replayed this time. */
-    if (!s->warmed) {
-      if ((st = run_eager(s, traced)) != ORTEP_OK) return st;
-      s->warmed = true;
-      if ((st = capture(s)) != ORTEP_OK) return st;
-      s->n_run++;
+    if (!var->warmed) {
+      if ((st = run_eager(s, var, traced)) != ORTEP_OK) return st;
+      var->warmed = true;
+      if ((st = capture(s, var)) != ORTEP_OK) return st;
+      var->n_run++;
       return ORTEP_OK;
     }
-    if ((st = capture(s)) != ORTEP_OK) return st;
+    if ((st = capture(s, var)) != ORTEP_OK) return st;
   }
-  if (s->mode == ORTEP_RUN_EAGER) {
-    if ((st = run_eager(s, traced)) != ORTEP_OK) return st;
+  if (var->mode == ORTEP_RUN_EAGER) {
+    if ((st = run_eager(s, var, traced)) != ORTEP_OK) return st;
   } else {
     size_t segment_no = 0;
-    for (size_t u = 0; u < s->n_units; u++) {
-      const unit *un = &s->units[u];
+    for (size_t u = 0; u < var->n_units; u++) {
+      const unit *un = &var->units[u];
       if (un->segment) {
         if (traced) ortep__trace_push(ORTEP__TRACE_REPLAY_SEGMENT, ortep__trace_segment_payload(segment_no, un->count));
         segment_no++;
@@ -672,12 +776,16 @@ static inline __attribute__((always_inline)) ortep_status run_once(ortep_session
       if (st != ORTEP_OK) return st;
     }
   }
-  s->n_run++;
+  var->n_run++;
   return ORTEP_OK;
 }
 
-static __attribute__((noinline)) ortep_status run_traced(ortep_session *s) { return run_once(s, true); }
-static __attribute__((noinline)) ortep_status run_untraced(ortep_session *s) { return run_once(s, false); }
+static __attribute__((noinline)) ortep_status run_traced(ortep_session *s, variant *var) {
+  return run_once(s, var, true);
+}
+static __attribute__((noinline)) ortep_status run_untraced(ortep_session *s, variant *var) {
+  return run_once(s, var, false);
+}
 
 /* The threading contract (session.h): one thread at a time. An overlapping
  * run is refused with one atomic exchange rather than racing on the
@@ -688,19 +796,25 @@ static ortep_status busy(void) {
                      "time");
 }
 
-ortep_status ortep_session_run(ortep_session *s) {
+ortep_status ortep_session_run_graph(ortep_session *s, size_t graph) {
   if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_run: session is NULL");
+  if (graph >= s->n_graphs)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "ortep_session_run_graph: graph %zu of a session of %zu", graph,
+                       s->n_graphs);
   if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire)) return busy();
   /* one check per step: with no tool attached the trace-free loop runs */
-  ortep_status st = ortep__trace_maybe_on() ? run_traced(s) : run_untraced(s);
+  variant *var = &s->graphs[graph];
+  ortep_status st = ortep__trace_maybe_on() ? run_traced(s, var) : run_untraced(s, var);
   atomic_flag_clear_explicit(&s->running, memory_order_release);
   return st;
 }
 
+ortep_status ortep_session_run(ortep_session *s) { return ortep_session_run_graph(s, 0); }
+
 ortep_status ortep__session_run_untraced(ortep_session *s) {
   if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_run: session is NULL");
   if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire)) return busy();
-  ortep_status st = run_untraced(s);
+  ortep_status st = run_untraced(s, &s->graphs[0]);
   atomic_flag_clear_explicit(&s->running, memory_order_release);
   return st;
 }
@@ -729,64 +843,86 @@ void ortep_session_destroy(ortep_session *s) {
     ortep__free(es->uploads);
     ortep_allocator_destroy(es->alloc);
   }
+  for (size_t gi = 0; gi < s->n_graphs; gi++) {
+    ortep__free(s->graphs[gi].units);
+    ortep__strmap_free(&s->graphs[gi].home);
+  }
+  ortep__free(s->graphs);
   ortep__free(s->eps);
   ortep__free(s->slots);
   ortep__free(s->steps);
-  ortep__free(s->units);
   ortep__free(s->staging);
   ortep__free(s->forced);
   ortep__free(s->prof_ns);
-  ortep__strmap_free(&s->home);
+  ortep__strmap_free(&s->io);
   ortep__free(s);
 }
 
-ortep_status ortep_session_create(const ortep_graph *graph, ortep_ep_registry *registry,
-                                  const ortep_session_options *options, ortep_session **out) {
+/* Places one graph of the session and appends its steps and kernels. */
+static ortep_status add_graph(ortep_session *s, uint32_t gi) {
+  const ortep_graph *graph = s->graphs[gi].graph;
+  size_t n = ortep_graph_node_count(graph);
+  ortep_node_id *order = ortep__malloc((n + 1) * sizeof *order);
+  uint32_t *where = ortep__malloc((n + 1) * sizeof *where);
+  ortep_status st = order && where ? ORTEP_OK : oom("building");
+  if (st == ORTEP_OK) st = ortep_graph_topo_order(graph, order);
+  if (st == ORTEP_OK && gi == 0) st = check_forced(s, graph, order, n);
+  if (st == ORTEP_OK) {
+    ortep__trace_push(ORTEP__TRACE_PLACEMENT, n);
+    st = place(s, graph, order, n, where);
+    ortep__trace_pop();
+  }
+  if (st == ORTEP_OK && (st = build_steps(s, gi, order, n, where)) == ORTEP_OK) st = make_kernels(s, &s->graphs[gi]);
+  ortep__free(order);
+  ortep__free(where);
+  if (st != ORTEP_OK && s->n_graphs > 1) return ortep__wrap(st, "graph %u of the session", gi);
+  return st;
+}
+
+ortep_status ortep_session_create_multi(const ortep_graph *const *graphs, size_t n_graphs,
+                                        ortep_ep_registry *registry, const ortep_session_options *options,
+                                        ortep_session **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_create: out is NULL");
   *out = NULL;
-  if (!graph || !registry)
+  bool all = graphs && n_graphs > 0;
+  for (size_t i = 0; all && i < n_graphs; i++) all = graphs[i] != NULL;
+  if (!all || !registry)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_create: a graph and an EP registry are required");
+  if (n_graphs > UINT32_MAX / 2)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_create_multi: %zu graphs is too many", n_graphs);
   if (ortep_ep_registry_count(registry) == 0)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "ortep_session_create: the registry has no EP; register one (e.g. ortep_cpu_ep_create)");
   ortep_session *s = ortep__calloc(1, sizeof *s);
   if (!s) return oom("the session");
   atomic_flag_clear(&s->running);
-  s->graph = graph;
   if (options) s->opts = *options;
-  s->mode = s->opts.mode;
   ortep_status st = ORTEP_OK;
-  size_t n = ortep_graph_node_count(graph);
-  ortep_node_id *order = ortep__malloc((n + 1) * sizeof *order);
-  uint32_t *where = ortep__malloc((n + 1) * sizeof *where);
   size_t n_eps = ortep_ep_registry_count(registry);
   s->eps = ortep__calloc(n_eps, sizeof *s->eps);
   if (s->eps) s->n_eps = n_eps; /* so a failed build never walks a missing array */
+  s->graphs = ortep__calloc(n_graphs, sizeof *s->graphs);
+  if (s->graphs) s->n_graphs = n_graphs;
   if (s->opts.forced_seams && !(s->forced = ortep__strdup(s->opts.forced_seams))) st = oom("options");
-  if (!order || !where || !s->eps) st = oom("building");
-  ortep__trace_push(ORTEP__TRACE_SESSION_BUILD, n);
+  if (!s->eps || !s->graphs) st = oom("building");
   if (st == ORTEP_OK) {
     for (size_t e = 0; e < s->n_eps; e++) s->eps[e].ep = ortep_ep_registry_get(registry, (uint32_t)e);
-    st = ortep_graph_topo_order(graph, order);
+    for (size_t gi = 0; gi < s->n_graphs; gi++) s->graphs[gi].graph = graphs[gi], s->graphs[gi].mode = s->opts.mode;
   }
-  if (st == ORTEP_OK) st = check_forced(s, graph, order, n);
-  if (st == ORTEP_OK) {
-    ortep__trace_push(ORTEP__TRACE_PLACEMENT, n);
-    st = place(s, order, n, where);
-    ortep__trace_pop();
-  }
-  if (st == ORTEP_OK && (st = build_steps(s, order, n, where)) == ORTEP_OK) st = make_kernels(s);
+  size_t nodes = 0;
+  for (size_t gi = 0; gi < n_graphs; gi++) nodes += ortep_graph_node_count(graphs[gi]);
+  ortep__trace_push(ORTEP__TRACE_SESSION_BUILD, nodes);
+  for (uint32_t gi = 0; st == ORTEP_OK && gi < s->n_graphs; gi++) st = add_graph(s, gi);
   if (st == ORTEP_OK) {
     ortep__trace_push(ORTEP__TRACE_MEMORY_PLANNING, s->n_slots);
     st = plan_memory(s);
     ortep__trace_pop();
   }
-  if (st == ORTEP_OK && (st = bind_io(s)) == ORTEP_OK) st = build_units(s);
+  if (st == ORTEP_OK) st = bind_io(s);
+  for (size_t gi = 0; st == ORTEP_OK && gi < s->n_graphs; gi++) st = build_units(s, &s->graphs[gi]);
   if (st == ORTEP_OK && s->opts.profile && !(s->prof_ns = ortep__calloc(s->n_steps + 1, sizeof *s->prof_ns)))
     st = oom("the profile");
   ortep__trace_pop();
-  ortep__free(order);
-  ortep__free(where);
   if (st != ORTEP_OK) {
     ortep_session_destroy(s);
     return st;
@@ -795,10 +931,17 @@ ortep_status ortep_session_create(const ortep_graph *graph, ortep_ep_registry *r
   return ORTEP_OK;
 }
 
+ortep_status ortep_session_create(const ortep_graph *graph, ortep_ep_registry *registry,
+                                  const ortep_session_options *options, ortep_session **out) {
+  return ortep_session_create_multi(&graph, 1, registry, options, out);
+}
+
+size_t ortep_session_graph_count(const ortep_session *s) { return s ? s->n_graphs : 0; }
+
 /* --- values ------------------------------------------------------------------------- */
 static ortep_status find_io(const ortep_session *s, const char *name, uint32_t *out) {
   uint32_t sl = 0;
-  if (!s || !name || !ortep__strmap_get(&s->home, name, &sl) || !s->slots[sl].persistent)
+  if (!s || !name || !ortep__strmap_get(&s->io, name, &sl))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "'%s' is not a graph input or output of this session",
                        name ? name : "(null)");
   *out = sl;
@@ -838,25 +981,31 @@ ortep_status ortep_session_read(ortep_session *s, const char *name, void *dst, s
 }
 
 /* --- introspection ---------------------------------------------------------------------- */
-void ortep_session_get_stats(const ortep_session *s, ortep_session_stats *out) {
-  if (!out) return;
+ortep_status ortep_session_get_graph_stats(const ortep_session *s, size_t graph, ortep_session_stats *out) {
+  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_get_graph_stats: out is NULL");
   memset(out, 0, sizeof *out);
-  if (!s) return;
-  out->mode = s->mode;
-  out->nodes = ortep_graph_node_count(s->graph);
-  for (size_t i = 0; i < s->n_steps; i++) {
+  if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_get_graph_stats: session is NULL");
+  if (graph >= s->n_graphs)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "ortep_session_get_graph_stats: graph %zu of a session of %zu", graph,
+                       s->n_graphs);
+  const variant *var = &s->graphs[graph];
+  out->graphs = s->n_graphs;
+  out->mode = var->mode;
+  out->nodes = ortep_graph_node_count(var->graph);
+  for (size_t i = var->first_step; i < var->first_step + var->n_steps; i++) {
     if (s->steps[i].kind == STEP_NODE)
       out->kernels_per_step++;
     else
       out->copies_per_step++;
   }
-  if (s->mode == ORTEP_RUN_GRAPH)
-    for (size_t u = 0; u < s->n_units; u++) {
-      if (s->units[u].segment)
+  if (var->mode == ORTEP_RUN_GRAPH)
+    for (size_t u = 0; u < var->n_units; u++) {
+      if (var->units[u].segment)
         out->segments++;
       else
         out->seams++;
     }
+  if (var->mode == ORTEP_RUN_GRAPH) out->graph_kernel_nodes = var->kernel_nodes;
   for (size_t e = 0; e < s->n_eps; e++) {
     if (!s->eps[e].used) continue;
     out->eps_used++;
@@ -865,46 +1014,55 @@ void ortep_session_get_stats(const ortep_session *s, ortep_session_stats *out) {
     out->naive_bytes += s->eps[e].plan.naive_sum;
     uint64_t a = 0, f = 0;
     if (ortep_ep_allocation_counts(s->eps[e].ep, &a, &f)) out->ep_allocations += a, out->ep_frees += f;
-    if (s->mode == ORTEP_RUN_GRAPH) out->graph_kernel_nodes += ortep_ep_graph_kernel_nodes(s->eps[e].ep);
     ortep_ep_graph_counts(s->eps[e].ep, &a, &f);
     out->instantiations += a;
     out->graph_updates += f;
   }
-  out->steps = s->n_run;
-  out->captures = s->captures;
-  out->capture_retries = s->retries;
-  out->fallback_reason = s->fallback[0] ? s->fallback : NULL;
+  out->steps = var->n_run;
+  out->captures = var->captures;
+  out->capture_retries = var->retries;
+  out->fallback_reason = var->fallback[0] ? var->fallback : NULL;
+  return ORTEP_OK;
 }
 
-size_t ortep_session_profile_count(const ortep_session *s) { return s && s->prof_ns ? s->n_steps : 0; }
+void ortep_session_get_stats(const ortep_session *s, ortep_session_stats *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (s) ortep_session_get_graph_stats(s, 0, out);
+}
+
+size_t ortep_session_profile_count(const ortep_session *s) { return s && s->prof_ns ? s->graphs[0].n_steps : 0; }
 
 ortep_status ortep_session_profile(const ortep_session *s, size_t i, const char **op_type, const char **node,
                                    uint64_t *total_ns) {
   if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_profile: session is NULL");
   if (!s->prof_ns)
     return ortep__fail(ORTEP_E_STATE, "ortep_session_profile: the session was created without options.profile");
-  if (i >= s->n_steps)
-    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "ortep_session_profile: step %zu of %zu", i, s->n_steps);
-  const step *sp = &s->steps[i];
+  const variant *var = &s->graphs[0];
+  if (i >= var->n_steps)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "ortep_session_profile: step %zu of %zu", i, var->n_steps);
+  const step *sp = &s->steps[var->first_step + i];
   if (op_type) *op_type = sp->kind == STEP_COPY ? "copy" : ortep_node_op_type(sp->node);
   if (node) *node = sp->kind == STEP_COPY ? "" : ortep_node_name(sp->node);
-  if (total_ns) *total_ns = s->prof_ns[i];
+  if (total_ns) *total_ns = s->prof_ns[var->first_step + i];
   return ORTEP_OK;
 }
 
 size_t ortep_session_seam_count(const ortep_session *s) {
   size_t n = 0;
-  for (size_t u = 0; s && s->mode == ORTEP_RUN_GRAPH && u < s->n_units; u++) n += !s->units[u].segment;
+  const variant *var = s ? &s->graphs[0] : NULL;
+  for (size_t u = 0; var && var->mode == ORTEP_RUN_GRAPH && u < var->n_units; u++) n += !var->units[u].segment;
   return n;
 }
 
 ortep_status ortep_session_seam(const ortep_session *s, size_t i, const char **node, const char **op,
                                 const char **reason) {
   size_t k = 0;
-  for (size_t u = 0; s && s->mode == ORTEP_RUN_GRAPH && u < s->n_units; u++) {
-    if (s->units[u].segment) continue;
+  const variant *var = s ? &s->graphs[0] : NULL;
+  for (size_t u = 0; var && var->mode == ORTEP_RUN_GRAPH && u < var->n_units; u++) {
+    if (var->units[u].segment) continue;
     if (k++ != i) continue;
-    const step *sp = &s->steps[s->units[u].first];
+    const step *sp = &s->steps[var->units[u].first];
     if (node) *node = sp->kind == STEP_NODE ? ortep_node_name(sp->node) : s->slots[sp->dst].name;
     if (op) *op = sp->kind == STEP_NODE ? ortep_node_op_type(sp->node) : "(copy)";
     if (reason) *reason = sp->reason;
@@ -925,22 +1083,25 @@ ortep_status ortep_session_format_plan(const ortep_session *s, char **text) {
   size_t len;
   FILE *f = open_memstream(text, &len);
   if (!f) return oom("the plan text");
+  for (size_t gi = 0; gi < s->n_graphs; gi++) {
+  const variant *var = &s->graphs[gi];
   ortep_session_stats st;
-  ortep_session_get_stats(s, &st);
+  ortep_session_get_graph_stats(s, gi, &st);
+  if (s->n_graphs > 1) fprintf(f, "graph %zu of %zu: ", gi, s->n_graphs);
   fprintf(f, "plan: %zu nodes, %zu kernels and %zu copies per step, mode %s", st.nodes, st.kernels_per_step,
-          st.copies_per_step, s->mode == ORTEP_RUN_GRAPH ? "graph" : "eager");
-  if (s->mode == ORTEP_RUN_GRAPH) fprintf(f, ", %zu segments, %zu seams", st.segments, st.seams);
-  if (s->fallback[0]) fprintf(f, " (fell back to eager: %s)", s->fallback);
+          st.copies_per_step, var->mode == ORTEP_RUN_GRAPH ? "graph" : "eager");
+  if (var->mode == ORTEP_RUN_GRAPH) fprintf(f, ", %zu segments, %zu seams", st.segments, st.seams);
+  if (var->fallback[0]) fprintf(f, " (fell back to eager: %s)", var->fallback);
   fprintf(f, "\n  %-4s %-34s %-30s %-8s %-12s %s\n", "#", "node", "op", "ep", "run", "outputs: name @ offset +bytes");
   size_t segment_no = 0;
-  for (size_t u = 0; u < s->n_units; u++) {
-    const unit *un = &s->units[u];
-    if (u && s->units[u - 1].segment) segment_no++;
+  for (size_t u = 0; u < var->n_units; u++) {
+    const unit *un = &var->units[u];
+    if (u && var->units[u - 1].segment) segment_no++;
     for (size_t i = 0; i < un->count; i++) {
       size_t k = un->first + i;
       const step *sp = &s->steps[k];
       char run[48];
-      if (s->mode == ORTEP_RUN_EAGER)
+      if (var->mode == ORTEP_RUN_EAGER)
         snprintf(run, sizeof run, "eager");
       else if (un->segment)
         snprintf(run, sizeof run, "segment %zu", segment_no);
@@ -957,9 +1118,10 @@ ortep_status ortep_session_format_plan(const ortep_session *s, char **text) {
             fprintf(f, "%s%s @ %zu +%zu", j ? ", " : "", s->slots[sp->out[j]].name, s->slots[sp->out[j]].offset,
                     s->slots[sp->out[j]].bytes);
       }
-      if (s->mode == ORTEP_RUN_GRAPH && sp->seam) fprintf(f, "  [seam: %s]", sp->reason);
+      if (var->mode == ORTEP_RUN_GRAPH && sp->seam) fprintf(f, "  [seam: %s]", sp->reason);
       fputc('\n', f);
     }
+  }
   }
   char b1[32], b2[32], b3[32];
   for (size_t e = 0; e < s->n_eps; e++) {

@@ -309,6 +309,90 @@ START_TEST(values_and_io_checks) {
 }
 END_TEST
 
+/* x -> Sigmoid -> a; a * w2 -> y: the same input and output names as
+ * small_graph (shared by a multi-graph session), another computation; y_len
+ * other than 8 declares x and y [1, y_len], which conflicts. */
+static ortep_graph *other_graph(ortep_ep *owner, int64_t y_len) {
+  ortep_graph *g;
+  ck_assert_ok(ortep_graph_create(&g));
+  ortep_shape s = SHAPE(1, 8), ys = SHAPE(1, y_len);
+  ck_assert_ok(ortep_graph_add_input(g, "x", ORTEP_DTYPE_F32, &ys));
+  ck_assert_ok(ortep_graph_add_value(g, "a", ORTEP_DTYPE_F32, &s));
+  ck_assert_ok(ortep_graph_add_value(g, "y", ORTEP_DTYPE_F32, &ys));
+  ck_assert_ok(ortep_graph_add_output(g, "y"));
+  ck_assert_ok(ortep_graph_set_opset(g, "", 17));
+  ortep_tensor *w;
+  ortep_shape ws = SHAPE(8);
+  ck_assert_ok(ortep_tensor_create(owner, ORTEP_DTYPE_F32, &ws, false, &w));
+  float wv[8] = {3, 1, -1, 2, -2, 0.5f, 4, -3};
+  ck_assert_ok(ortep_tensor_copyin(w, wv, sizeof wv));
+  ck_assert_ok(ortep_graph_add_initializer(g, "w2", w));
+  if (y_len == 8)
+    ck_assert_ok(ortep_graph_add_node(g, "Sigmoid", "", "s1", (const char *[]){"x"}, 1, (const char *[]){"a"}, 1, NULL));
+  if (y_len == 8)
+    ck_assert_ok(ortep_graph_add_node(g, "Mul", "", "m", (const char *[]){"a", "w2"}, 2, (const char *[]){"y"}, 1, NULL));
+  else
+    ck_assert_ok(ortep_graph_add_node(g, "Sigmoid", "", "s2", (const char *[]){"x"}, 1, (const char *[]){"y"}, 1, NULL));
+  return g;
+}
+
+/* Two graphs in one session share x and y and one arena; each is captured
+ * lazily once and replays what a session of its own computes. */
+START_TEST(graphs_of_one_session_share_io_and_memory) {
+  ortep_ep_registry *r = registry(false, false);
+  ortep_ep *cpu = ortep_ep_registry_get(r, 0);
+  ortep_graph *ga = small_graph(cpu), *gb = other_graph(cpu, 8), *bad = other_graph(cpu, 4);
+  float want_a[8 * 3], want_b[8 * 3];
+  ortep_session *sa, *sb, *s;
+  run_graph(r, ga, ORTEP_RUN_EAGER, 3, want_a, &sa);
+  run_graph(r, gb, ORTEP_RUN_EAGER, 3, want_b, &sb);
+  ortep_session_stats sta, stb, st;
+  ortep_session_get_stats(sa, &sta);
+  ortep_session_get_stats(sb, &stb);
+  ortep_session_destroy(sa);
+  ortep_session_destroy(sb);
+  const ortep_graph *both[2] = {ga, gb};
+  ck_assert_ok(ortep_session_create_multi(both, 2, r, &(ortep_session_options){.mode = ORTEP_RUN_GRAPH}, &s));
+  ck_assert_uint_eq(ortep_session_graph_count(s), 2);
+  for (int round = 0; round < 2; round++)
+    for (int k = 0; k < 3; k++)
+      for (size_t gi = 0; gi < 2; gi++) {
+        float x[8], y[8];
+        for (int i = 0; i < 8; i++) x[i] = (float)(i - 3) * 0.5f + (float)k;
+        ck_assert_ok(ortep_session_write(s, "x", x, sizeof x));
+        ck_assert_ok(ortep_session_run_graph(s, gi));
+        ck_assert_ok(ortep_session_read(s, "y", y, sizeof y));
+        ck_assert_mem_eq(y, (gi ? want_b : want_a) + 8 * k, sizeof y);
+      }
+  for (size_t gi = 0; gi < 2; gi++) {
+    ck_assert_ok(ortep_session_get_graph_stats(s, gi, &st));
+    ck_assert_uint_eq(st.graphs, 2);
+    ck_assert_uint_eq(st.captures, 1); /* lazily, once each: capturing one left the other's segments alone */
+    ck_assert_uint_eq(st.steps, 6);
+  }
+  /* one arena: the shared x and y once, the activations of the larger graph */
+  ck_assert_uint_lt(st.planned_bytes, sta.planned_bytes + stb.planned_bytes);
+  ck_assert_uint_ge(st.planned_bytes, sta.planned_bytes > stb.planned_bytes ? sta.planned_bytes : stb.planned_bytes);
+  ck_assert_status(ortep_session_run_graph(s, 2), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_status(ortep_session_get_graph_stats(s, 2, &st), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_ok(ortep_session_invalidate(s)); /* drops both */
+  ck_assert_ok(ortep_session_run_graph(s, 1));
+  ck_assert_ok(ortep_session_get_graph_stats(s, 1, &st));
+  ck_assert_uint_eq(st.captures, 2);
+  ortep_session_destroy(s);
+  /* a shared name declared differently is refused, naming both graphs */
+  const ortep_graph *clash[2] = {ga, bad};
+  ck_assert_status(ortep_session_create_multi(clash, 2, r, NULL, &s), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("share inputs and outputs by name");
+  ck_assert_ptr_null(s);
+  ck_assert_status(ortep_session_create_multi(both, 0, r, NULL, &s), ORTEP_E_INVALID_ARGUMENT);
+  ortep_graph_destroy(ga);
+  ortep_graph_destroy(gb);
+  ortep_graph_destroy(bad);
+  ortep_ep_registry_destroy(r);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("session");
   TCase *tc = tcase_create("core");
@@ -317,6 +401,7 @@ int main(void) {
   tcase_add_test(tc, recording_failure_becomes_a_seam_and_replay_still_matches);
   tcase_add_test(tc, unplaceable_nodes_and_bad_graphs_are_named);
   tcase_add_test(tc, values_and_io_checks);
+  tcase_add_test(tc, graphs_of_one_session_share_io_and_memory);
   suite_add_tcase(su, tc);
   return test_run(su);
 }

@@ -22,6 +22,16 @@
  * Replay is bitwise identical to eager. After the first step a step makes no
  * allocation. The graph must outlive the session.
  *
+ * Several graphs, one session (ortep_session_create_multi): e.g. a decode
+ * step and prefill chunks of a few sizes over the same weights and KV caches.
+ * Graph inputs and outputs with the same name are one value shared by every
+ * graph (same dtype, size and EP, else creation fails naming both);
+ * initializers over the same bytes are bound once; each EP gets one planned
+ * arena holding the shared values and, from one offset, the activations of
+ * whichever graph runs (so it is sized for the largest graph, not the sum).
+ * Each graph is captured lazily at its first GRAPH-mode run; invalidating
+ * drops every graph's capture.
+ *
  * Threads: a session is used by one thread at a time; different sessions are
  * independent. A run that overlaps another run of the same session returns
  * ORTEP_E_STATE instead of racing on its memory.
@@ -53,18 +63,19 @@ typedef struct ortep_session_options {
 
 typedef struct ortep_session_stats {
   ortep_run_mode mode;       /* the mode in force (GRAPH may have fallen back to EAGER) */
+  size_t graphs;             /* graphs in the session (the fields below up to planned_bytes are one graph's) */
   size_t nodes;              /* graph nodes */
   size_t kernels_per_step;   /* kernels (graph nodes run) per step */
-  size_t graph_kernel_nodes; /* device kernels in the captured segments (GRAPH; CUDA counts kernel nodes) */
+  size_t graph_kernel_nodes; /* device kernels in this graph's captured segments (GRAPH; CUDA counts kernel nodes) */
   size_t copies_per_step;    /* cross-EP copies per step */
   size_t segments;           /* captured segments (GRAPH) */
   size_t seams;              /* eager steps between segments (GRAPH) */
   size_t eps_used;
-  size_t planned_bytes;      /* arena bytes over all EPs */
+  size_t planned_bytes;      /* arena bytes over all EPs (the whole session's) */
   size_t lower_bound_bytes;  /* the most bytes live at one step */
   size_t naive_bytes;        /* every value its own memory */
-  uint64_t steps;            /* steps run */
-  uint64_t captures;         /* successful captures (re-captures included) */
+  uint64_t steps;            /* steps run (of this graph) */
+  uint64_t captures;         /* successful captures of this graph (re-captures included) */
   uint64_t capture_retries;  /* captures retried after a recording failure */
   uint64_t graph_updates;    /* executable graphs updated in place (CUDA) */
   uint64_t instantiations;   /* executable graphs instantiated (CUDA) */
@@ -76,6 +87,13 @@ typedef struct ortep_session_stats {
 /* Builds a session; registry's EPs must be initialised and outlive it. */
 ORTEP_API ortep_status ortep_session_create(const ortep_graph *graph, ortep_ep_registry *registry,
                                             const ortep_session_options *options, ortep_session **out);
+/* One session over n_graphs graphs (see above); graph 0 is the one
+ * ortep_session_run, the stats, seam and profile calls describe. Every graph
+ * must outlive the session. */
+ORTEP_API ortep_status ortep_session_create_multi(const ortep_graph *const *graphs, size_t n_graphs,
+                                                  ortep_ep_registry *registry, const ortep_session_options *options,
+                                                  ortep_session **out);
+ORTEP_API size_t ortep_session_graph_count(const ortep_session *session);
 /* Resets device graphs, then releases arenas, uploads and kernels. */
 ORTEP_API void ortep_session_destroy(ortep_session *session);
 
@@ -87,12 +105,19 @@ ORTEP_API ortep_status ortep_session_value(const ortep_session *session, const c
 ORTEP_API ortep_status ortep_session_write(ortep_session *session, const char *name, const void *src, size_t len);
 ORTEP_API ortep_status ortep_session_read(ortep_session *session, const char *name, void *dst, size_t len);
 
-/* Runs one step: eager, or (GRAPH) capture when needed, then replay. */
+/* Runs one step of graph 0: eager, or (GRAPH) capture when needed, then
+ * replay. */
 ORTEP_API ortep_status ortep_session_run(ortep_session *session);
+/* The same for graph `graph` of a multi-graph session (ORTEP_E_OUT_OF_RANGE
+ * past the last). */
+ORTEP_API ortep_status ortep_session_run_graph(ortep_session *session, size_t graph);
 /* Drops the captured graphs (the next GRAPH step re-captures). */
 ORTEP_API ortep_status ortep_session_invalidate(ortep_session *session);
 
+/* Graph 0's stats (and the whole session's memory). */
 ORTEP_API void ortep_session_get_stats(const ortep_session *session, ortep_session_stats *out);
+ORTEP_API ortep_status ortep_session_get_graph_stats(const ortep_session *session, size_t graph,
+                                                     ortep_session_stats *out);
 /* The seams, in execution order: node name, op type, reason. */
 ORTEP_API size_t ortep_session_seam_count(const ortep_session *session);
 /* With options.profile: the steps of the plan in execution order, each with
