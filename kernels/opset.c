@@ -75,20 +75,29 @@ static bool common(ctx *c, size_t lo, size_t hi, bool f32_first) {
   return true;
 }
 
+/* Gather: an embedding lookup (axis 0 of a 2-D table [rows, hidden]), or
+ * rows of an activation [1, ..., rows, hidden] on axis rank - 2 (every dim
+ * before it 1): e.g. the last position of a prefill chunk. */
 static bool check_gather(ctx *c) {
   if (!common(c, 2, 2, false)) return false;
-  if (ortep_node_attr_int_or(c->node, "axis", 0) != 0)
-    return refuse(c, "only axis 0 (an embedding lookup) is supported; got axis %lld",
-                  (long long)ortep_node_attr_int_or(c->node, "axis", 0));
-  if (!is_w(c->dtypes[0]) || c->shapes[0].rank != 2)
-    return refuse(c, "data must be a 2-D f32/f16/bf16 table [rows, hidden]; got %s of rank %u", dn(c->dtypes[0]),
-                  c->shapes[0].rank);
+  const ortep_shape *d = &c->shapes[0];
+  int64_t axis = ortep_node_attr_int_or(c->node, "axis", 0);
+  if (axis < 0) axis += d->rank;
+  bool lead_ones = d->rank >= 2;
+  for (uint32_t i = 0; lead_ones && i + 2 < d->rank; i++) lead_ones = d->dims[i] == 1;
+  if (!lead_ones || axis != (int64_t)d->rank - 2)
+    return refuse(c,
+                  "it gathers rows: axis 0 of a 2-D table [rows, hidden], or axis rank-2 of [1, ..., rows, hidden]; "
+                  "got axis %lld of a rank-%u input",
+                  (long long)ortep_node_attr_int_or(c->node, "axis", 0), d->rank);
+  if (!is_w(c->dtypes[0]))
+    return refuse(c, "data must be f32/f16/bf16; got %s", dn(c->dtypes[0]));
   if (c->dtypes[1] != ORTEP_DTYPE_I32 && c->dtypes[1] != ORTEP_DTYPE_I64)
     return refuse(c, "indices must be i32 or i64, got %s", dn(c->dtypes[1]));
   if (c->k) {
     c->k->kind = ORTEP__OP_GATHER;
-    c->k->p.gather.rows = (size_t)c->shapes[0].dims[0];
-    c->k->p.gather.h = (size_t)c->shapes[0].dims[1];
+    c->k->p.gather.rows = (size_t)d->dims[d->rank - 2];
+    c->k->p.gather.h = (size_t)d->dims[d->rank - 1];
     c->k->p.gather.n = numel(&c->shapes[1]);
     c->k->p.gather.tdt = c->dtypes[0];
     c->k->p.gather.idx64 = c->dtypes[1] == ORTEP_DTYPE_I64;
@@ -276,16 +285,17 @@ static bool check_gqa(ctx *c) {
   if (ortep_node_attr_int_or(c->node, "do_rotary", 0))
     return refuse(c, "do_rotary=1 is not supported; apply RotaryEmbedding nodes to q and k before attention");
   const ortep_shape *q = &c->shapes[0];
-  if (q->rank != 3 || q->dims[0] != 1 || q->dims[1] != 1)
+  if (q->rank != 3 || q->dims[0] != 1 || q->dims[1] < 1)
     return refuse(c,
-                  "this is the decode form: query must be [1, 1, num_heads x head_dim] (one token per step; a prompt "
-                  "is prefilled token by token)");
+                  "query must be [1, tokens, num_heads x head_dim]: batch 1, one token (decode) or a chunk of "
+                  "consecutive tokens (prefill)");
+  size_t tokens = (size_t)q->dims[1];
   size_t hd = (size_t)q->dims[2] / (size_t)heads;
   if (hd * (size_t)heads != (size_t)q->dims[2]) return refuse(c, "query width is not a multiple of num_heads");
   for (int i = 1; i < 3; i++)
-    if (c->dtypes[i] != ORTEP_DTYPE_F32 || numel(&c->shapes[i]) != (size_t)kv * hd)
-      return refuse(c, "%s must be f32 [1, 1, kv_num_heads x head_dim = %zu]", i == 1 ? "key" : "value",
-                    (size_t)kv * hd);
+    if (c->dtypes[i] != ORTEP_DTYPE_F32 || numel(&c->shapes[i]) != tokens * (size_t)kv * hd)
+      return refuse(c, "%s must be f32 [1, %zu, kv_num_heads x head_dim = %zu] (the query's tokens)",
+                    i == 1 ? "key" : "value", tokens, (size_t)kv * hd);
   size_t cap = 0;
   for (int i = 3; i < 5; i++) {
     const ortep_shape *s = &c->shapes[i];
@@ -298,14 +308,17 @@ static bool check_gqa(ctx *c) {
   }
   if (!ortep_shape_equal(&c->shapes[3], &c->shapes[4]))
     return refuse(c, "past_key and past_value must have the same shape");
-  if (c->dtypes[5] != ORTEP_DTYPE_I32 || numel(&c->shapes[5]) != 1)
-    return refuse(c, "seqlens_k must be one i32: the position of this token (the number of tokens before it)");
+  if (c->dtypes[5] != ORTEP_DTYPE_I32 || numel(&c->shapes[5]) != tokens)
+    return refuse(c,
+                  "seqlens_k must be %zu i32: the position of each token (the number of tokens before it), one per "
+                  "query token",
+                  tokens);
   if (ortep_node_output_count(c->node) > 1 && (out_present(c, 1) || out_present(c, 2)))
     return refuse(c, "present_key/present_value are not produced: the caches are updated in place; leave them empty");
   if (c->k) {
     float scale = ortep_node_attr_float_or(c->node, "scale", 0.0f);
     c->k->kind = ORTEP__OP_GQA;
-    c->k->p.gqa = (__typeof__(c->k->p.gqa)){.heads = (size_t)heads, .kv = (size_t)kv, .hd = hd, .cap = cap,
+    c->k->p.gqa = (__typeof__(c->k->p.gqa)){.tokens = tokens, .heads = (size_t)heads, .kv = (size_t)kv, .hd = hd, .cap = cap,
                                         .scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)hd)};
   }
   return true;

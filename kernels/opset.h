@@ -38,7 +38,7 @@ typedef struct ortep__op_params {
     struct { size_t n; } un;
     struct { size_t rows, h; float eps; ortep_dtype sdt, bdt; bool skip, has_bias, has_sum; } norm;
     struct { size_t tokens, heads, hd, rot, max_pos; bool inter, pos64; ortep_dtype cdt; } rot;
-    struct { size_t heads, kv, hd, cap; float scale; } gqa;
+    struct { size_t tokens, heads, kv, hd, cap; float scale; } gqa;
     struct { size_t rows, n; } sm;
     /* ortep:Linear: y_g = x W_g^T (+ b_g) for up to 3 groups sharing x; or
      * gate_up: y_0 = SiLU(x W_0^T + b_0) * (x W_1^T + b_1); residual adds an

@@ -462,7 +462,7 @@ START_TEST(refusals_say_what_is_accepted) {
     const char *needle;
   } cases[] = {
       {"Relu", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(4), f}}, 1, "cpu_ep supports Gather, MatMul"},
-      {"Gather", "", {"axis", 0, 1, 0}, 1, {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_I32, SHAPE(1), i32}}, 2, "only axis 0"},
+      {"Gather", "", {"axis", 0, 1, 0}, 1, {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_I32, SHAPE(1), i32}}, 2, "got axis 1 of a rank-2 input"},
       {"Gather", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_F32, SHAPE(1), f}}, 2, "indices must be i32 or i64"},
       {"MatMul", "", {0}, 0, {{ORTEP_DTYPE_I32, SHAPE(1, 2), i32}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}}, 2, "insert a Cast to f32"},
       {"MatMul", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(1, 3), f}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}}, 2, "differs from B's first"},
@@ -488,6 +488,111 @@ START_TEST(refusals_say_what_is_accepted) {
 }
 END_TEST
 
+/* Prefill: ortep:Linear over M = 5 rows goes through blocked sgemm; every
+ * row matches the one-row (decode) path within float rounding, for each
+ * weight dtype, with q/k/v groups and biases, gate_up, and the residual; and
+ * the blocks split over 3 workers give the bits of 1 thread. */
+START_TEST(linear_over_many_rows_matches_row_by_row) {
+  enum { M = 5, K = 40, N0 = 130, N1 = 24 }; /* N0 spans three blocks of 64, the last partial */
+  test_rng r = test_rng_new(test_seed() + 21);
+  ortep_dtype dt = wdt[_i];
+  float x[M * K], w0f[N0 * K], w1f[N0 * K], w1s[N1 * K], b0f[N0], b1f[N1], res[M * N0], a0[N0 * K], a1[N0 * K],
+      a2[N1 * K], ab0[N0], ab1[N1];
+  fill(&r, x, M * K, 1.0f), fill(&r, w0f, N0 * K, 0.2f), fill(&r, w1f, N0 * K, 0.2f), fill(&r, w1s, N1 * K, 0.2f);
+  fill(&r, b0f, N0, 0.5f), fill(&r, b1f, N1, 0.5f), fill(&r, res, M * N0, 1.0f);
+  void *w0 = as_dtype(w0f, N0 * K, dt, a0), *w1 = as_dtype(w1f, N0 * K, dt, a1), *w2 = as_dtype(w1s, N1 * K, dt, a2);
+  void *b0 = as_dtype(b0f, N0, dt, ab0), *b1 = as_dtype(b1f, N1, dt, ab1);
+  static float many[3][2][M * N0], one[3][2][M * N0];
+  tattr gu[] = {{"gate_up", 0, 1, 0}};
+  for (int rows = 0; rows < 2; rows++) {
+    size_t m = rows ? M : 1, reps = rows ? 1 : M;
+    for (size_t i = 0; i < reps; i++) {
+      const float *xr = x + i * K;
+      /* two groups with biases */
+      tin g2[] = {{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), xr}, {dt, SHAPE(N0, K), w0}, {dt, SHAPE(N0), b0},
+                  {dt, SHAPE(N1, K), w2}, {dt, SHAPE(N1), b1}};
+      float *o0 = (rows ? many : one)[0][0] + i * N0, *o1 = (rows ? many : one)[0][1] + i * N1;
+      ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, g2, 5, (void *[]){o0, o1}, 2));
+      /* gate_up */
+      tin gi[] = {{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), xr}, {dt, SHAPE(N0, K), w0}, {dt, SHAPE(N0), b0},
+                  {dt, SHAPE(N0, K), w1}, {dt, SHAPE(N0), b0}};
+      ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, gu, 1, gi, 5, (void *[]){(rows ? many : one)[1][0] + i * N0}, 1));
+      /* one group with the residual */
+      tin gr[] = {{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), xr}, {dt, SHAPE(N0, K), w0}, {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL},
+                  {ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, N0), res + i * N0}};
+      ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, gr, 8, (void *[]){(rows ? many : one)[2][0] + i * N0}, 1));
+    }
+  }
+  ck_assert_uint_eq(error_bits(), 0);
+  size_t counts[3][2] = {{M * N0, M * N1}, {M * N0, 0}, {M * N0, 0}};
+  for (int c = 0; c < 3; c++)
+    for (int o = 0; o < 2; o++)
+      for (size_t i = 0; i < counts[c][o]; i++)
+        ck_assert_msg(fabsf(many[c][o][i] - one[c][o][i]) <= 1e-5f * (1.0f + fabsf(one[c][o][i])),
+                      "case %d output %d [%zu]: %d rows %.8g, row by row %.8g", c, o, i, M, many[c][o][i],
+                      one[c][o][i]);
+  /* the sgemm blocks over 3 workers: the bits of one thread */
+  enum { MB = 16, KB = 256, NB = 300 };
+  float *xb = malloc(MB * KB * sizeof *xb), *wf = malloc(NB * KB * sizeof *wf), *act = malloc(NB * KB * sizeof *act);
+  float *yb[2] = {malloc(MB * NB * sizeof(float)), malloc(MB * NB * sizeof(float))};
+  fill(&r, xb, MB * KB, 1.0f), fill(&r, wf, NB * KB, 0.1f);
+  void *wb = as_dtype(wf, NB * KB, dt, act);
+  ortep_ep *saved = g_cpu;
+  const char *threads[] = {"1", "3"};
+  for (int t = 0; t < 2; t++) {
+    g_cpu = cpu_with_threads(threads[t]);
+    tin lins[] = {{ORTEP_DTYPE_F32, SHAPE(1, MB, KB), xb}, {dt, SHAPE(NB, KB), wb}};
+    ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, lins, 2, (void *[]){yb[t]}, 1));
+    ortep_ep_destroy(g_cpu);
+  }
+  g_cpu = saved;
+  ck_assert_msg(memcmp(yb[0], yb[1], MB * NB * sizeof(float)) == 0, "Linear over %d rows differs between 1 and 3 threads", MB);
+  free(xb), free(wf), free(act), free(wb), free(yb[0]), free(yb[1]);
+  free(w0), free(w1), free(w2), free(b0), free(b1);
+}
+END_TEST
+
+/* Prefill: attention over a chunk of T tokens at consecutive positions
+ * writes their K/V and gives, bitwise, what T one-token steps give (token t
+ * sees positions 0..p+t only: causal); a chunk reaching past the cache
+ * latches KV_SLOT and zeroes just the rows that do not fit. */
+START_TEST(group_query_attention_over_a_chunk_equals_token_steps) {
+  enum { NH = 4, KV = 2, HD = 8, CAP = 16, T = 5, P0 = 3 };
+  test_rng r = test_rng_new(test_seed() + 22);
+  static float kc[2][KV * CAP * HD], vc[2][KV * CAP * HD];
+  float q[T * NH * HD], k[T * KV * HD], v[T * KV * HD], chunk[T * NH * HD], steps[T * NH * HD];
+  fill(&r, kc[0], KV * CAP * HD, 1.0f), fill(&r, vc[0], KV * CAP * HD, 1.0f);
+  memcpy(kc[1], kc[0], sizeof kc[0]), memcpy(vc[1], vc[0], sizeof vc[0]);
+  fill(&r, q, T * NH * HD, 1.0f), fill(&r, k, T * KV * HD, 1.0f), fill(&r, v, T * KV * HD, 1.0f);
+  tattr at[] = {{"num_heads", 0, NH, 0}, {"kv_num_heads", 0, KV, 0}};
+  int32_t pos[T];
+  for (int t = 0; t < T; t++) pos[t] = P0 + t;
+  tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, T, NH * HD), q},  {ORTEP_DTYPE_F32, SHAPE(1, T, KV * HD), k},
+               {ORTEP_DTYPE_F32, SHAPE(1, T, KV * HD), v},  {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc[0]},
+               {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc[0]}, {ORTEP_DTYPE_I32, SHAPE(1, T), pos}};
+  ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){chunk}, 1));
+  for (int t = 0; t < T; t++) {
+    tin one[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q + t * NH * HD}, {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k + t * KV * HD},
+                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v + t * KV * HD}, {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc[1]},
+                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc[1]},            {ORTEP_DTYPE_I32, SHAPE(1), &pos[t]}};
+    ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, one, 6, (void *[]){steps + t * NH * HD}, 1));
+  }
+  ck_assert_uint_eq(error_bits(), 0);
+  ck_assert_msg(memcmp(chunk, steps, sizeof chunk) == 0, "a chunk's attention differs from token-by-token steps");
+  ck_assert_msg(memcmp(kc[0], kc[1], sizeof kc[0]) == 0 && memcmp(vc[0], vc[1], sizeof vc[0]) == 0,
+                "a chunk wrote other K/V than token-by-token steps");
+  /* positions 14..18 of a 16-slot cache: two rows fit, three do not */
+  for (int t = 0; t < T; t++) pos[t] = CAP - 2 + t;
+  ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){chunk}, 1));
+  ck_assert_uint_eq(error_bits(), ORTEP_ERROR_KV_SLOT);
+  for (int i = 2 * NH * HD; i < T * NH * HD; i++) ck_assert_float_eq(chunk[i], 0.0f);
+  bool nonzero = false;
+  for (int i = 0; i < 2 * NH * HD; i++) nonzero = nonzero || chunk[i] != 0.0f;
+  ck_assert(nonzero);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cpu_kernels");
   TCase *tc = tcase_create("core");
@@ -500,6 +605,8 @@ int main(void) {
   tcase_add_test(tc, group_query_attention_decode_steps_and_bad_slots);
   tcase_add_test(tc, split_across_workers_bitwise_equal_to_one_thread);
   tcase_add_test(tc, softmax_and_argmax);
+  tcase_add_loop_test(tc, linear_over_many_rows_matches_row_by_row, 0, 3);
+  tcase_add_test(tc, group_query_attention_over_a_chunk_equals_token_steps);
   tcase_add_test(tc, refusals_say_what_is_accepted);
   suite_add_tcase(s, tc);
   return test_run(s);

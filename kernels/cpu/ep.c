@@ -195,7 +195,7 @@ typedef struct argmax_job {
   float value[ARGMAX_PARTS];
   bool bad[ARGMAX_PARTS];
 } argmax_job;
-static void argmax_task(void *ctx, size_t begin, size_t end) {
+static void argmax_task(void *ctx, size_t worker, size_t begin, size_t end) {
   argmax_job *j = ctx;
   for (size_t part = begin; part < end; part++)
     ortep__cpu_argmax_range(j->x32, j->x16, j->n * part / j->parts, j->n * (part + 1) / j->parts, &j->best[part],

@@ -13,7 +13,6 @@ typedef struct cpu_kernel {
   ortep_kernel base;
   char name[64];
   ortep__op_params op;
-  float *scratch;
   ortep__cpu_pool *pool; /* the EP's workers (NULL: run inline) */
 } cpu_kernel;
 
@@ -24,24 +23,34 @@ typedef struct linear_job {
   const float *x, *res;
   cpu_weights w[ORTEP__LINEAR_GROUPS], b[ORTEP__LINEAR_GROUPS];
   float *y[ORTEP__LINEAR_GROUPS];
+  ortep__cpu_pool *pool;
 } linear_job;
-/* GroupQueryAttention over the pool: every head is one item. */
+/* GroupQueryAttention over the pool: every (token, head) is one item, with
+ * its row of scores in the running worker's scratch. */
 typedef struct gqa_job {
   const __typeof__(((ortep__op_params *)0)->p.gqa) *g;
   const float *q, *kc, *vc;
-  size_t slot;
-  float *scores, *out;
+  const int32_t *pos;
+  float *out;
+  ortep__cpu_pool *pool;
 } gqa_job;
-static void gqa_task(void *ctx, size_t begin, size_t end) {
+static void gqa_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const gqa_job *j = ctx;
-  ortep__cpu_gqa_heads(j->q, j->kc, j->vc, j->slot, j->g->heads, j->g->kv, j->g->hd, j->g->cap, j->g->scale,
-                       j->scores, j->out, begin, end);
+  ortep__cpu_gqa_heads(j->q, j->kc, j->vc, j->pos, j->g->heads, j->g->kv, j->g->hd, j->g->cap, j->g->scale,
+                       ortep__cpu_pool_scratch(j->pool, worker), j->out, begin, end);
 }
 
-static void linear_task(void *ctx, size_t begin, size_t end) {
+static void linear_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
   ortep__cpu_linear(j->x, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin,
                     end);
+}
+
+/* M > 1 (a prefill chunk): blocks of output columns through sgemm. */
+static void linear_gemm_task(void *ctx, size_t worker, size_t begin, size_t end) {
+  const linear_job *j = ctx;
+  ortep__cpu_linear_gemm(j->x, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y,
+                         begin, end, ortep__cpu_pool_scratch(j->pool, worker));
 }
 
 void ortep__cpu_supports(const ortep_node *node, int64_t opset, const ortep_shape *shapes, const ortep_dtype *dtypes,
@@ -98,9 +107,12 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
     case ORTEP__OP_GQA: {
       const __typeof__(k->op.p.gqa) *g = &k->op.p.gqa;
       float *kc = (float *)(uintptr_t)in[3], *vc = (float *)(uintptr_t)in[4];
-      if (!ortep__cpu_gqa_write_kv(in[1], in[2], kc, vc, in[5], g->heads, g->kv, g->hd, g->cap, out[0], ew)) break;
-      gqa_job j = {g, in[0], kc, vc, (size_t)*(const int32_t *)in[5], k->scratch, out[0]};
-      ortep__cpu_pool_for(k->pool, g->heads, (j.slot + 1) * g->hd * 2, gqa_task, &j);
+      const int32_t *pos = in[5];
+      ortep__cpu_gqa_write_kv(in[1], in[2], kc, vc, pos, g->tokens, g->heads, g->kv, g->hd, g->cap, out[0], ew);
+      gqa_job j = {g, in[0], kc, vc, pos, out[0], k->pool};
+      int32_t last = pos[g->tokens - 1]; /* the longest row: the work estimate only */
+      size_t span = last >= 0 && (size_t)last < g->cap ? (size_t)last + 1 : g->cap;
+      ortep__cpu_pool_for(k->pool, g->tokens * g->heads, span * g->hd * 2, gqa_task, &j);
       break;
     }
     case ORTEP__OP_SOFTMAX:
@@ -112,14 +124,18 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       break;
     case ORTEP__OP_LINEAR: {
       const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
-      linear_job j = {p, in[0], p->residual ? in[7] : NULL, {{0}}, {{0}}, {out[0], NULL, NULL}};
+      linear_job j = {p, in[0], p->residual ? in[7] : NULL, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
       for (size_t g = 0; g < p->groups; g++) {
         j.w[g] = W(in[1 + 2 * g], p->wdt[g]);
         j.b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
         if (!p->gate_up) j.y[g] = out[g];
       }
-      size_t items = ortep__cpu_linear_items(p->m, p->groups, p->n, p->gate_up);
-      ortep__cpu_pool_for(k->pool, items, p->gate_up ? 2 * p->k : p->k, linear_task, &j);
+      size_t per = p->gate_up ? 2 * p->k : p->k;
+      if (p->m > 1)
+        ortep__cpu_pool_for(k->pool, ortep__cpu_linear_blocks(p->groups, p->n, p->gate_up), per * 64 * p->m,
+                            linear_gemm_task, &j);
+      else
+        ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(p->m, p->groups, p->n, p->gate_up), per, linear_task, &j);
       break;
     }
     case ORTEP__OP_NOOP:
@@ -141,7 +157,6 @@ static ortep_status cpu_record(ortep_kernel *self, const ortep_kernel_io *io) {
 
 static void cpu_destroy(ortep_kernel *self) {
   cpu_kernel *k = (cpu_kernel *)self;
-  ortep__free(k->scratch);
   ortep__free(k);
 }
 
@@ -156,14 +171,15 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     ortep__free(k);
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", m.reason);
   }
-  if (k->op.kind == ORTEP__OP_GQA) { /* a row of scores per head: heads run on different workers */
-    size_t floats = k->op.p.gqa.heads * k->op.p.gqa.cap;
-    k->scratch = ortep__malloc(floats * sizeof *k->scratch);
-    if (!k->scratch) {
-      ortep__free(k);
-      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for attention scratch (%zu floats)", CPU_EP_NAME,
-                         floats);
-    }
+  /* per-worker scratch, reserved now (never while a step runs): a row of
+   * attention scores, or a block of widened weights for a prefill GEMM */
+  size_t scratch = 0;
+  if (k->op.kind == ORTEP__OP_GQA) scratch = k->op.p.gqa.cap * sizeof(float);
+  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1) scratch = ortep__cpu_linear_scratch(k->op.p.lin.m, k->op.p.lin.k);
+  ortep_status st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;
+  if (st != ORTEP_OK) {
+    ortep__free(k);
+    return st;
   }
   k->pool = pool;
   snprintf(k->name, sizeof k->name, "cpu.%s", ortep_node_op_type(node));

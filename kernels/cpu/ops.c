@@ -186,6 +186,71 @@ void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const 
   }
 }
 
+/* --- Linear over many rows (prefill): blocks through sgemm -------------------
+ * The output columns (weight rows) of every group are cut into blocks of
+ * LINEAR_BLOCK; one block is one item: its weight rows, widened to f32 in the
+ * worker's scratch when they are 16-bit, times all M rows of x in one
+ * single-threaded sgemm. The cut does not depend on the thread count, and a
+ * block is computed whole by one worker with the same arguments, so the
+ * result is bitwise the same for any number of threads. */
+#define LINEAR_BLOCK 64
+
+static size_t blocks_of(size_t n) { return (n + LINEAR_BLOCK - 1) / LINEAR_BLOCK; }
+
+size_t ortep__cpu_linear_blocks(size_t groups, const size_t *n, bool gate_up) {
+  size_t b = 0;
+  for (size_t g = 0; g < (gate_up ? 1 : groups); g++) b += blocks_of(n[g]);
+  return b;
+}
+
+size_t ortep__cpu_linear_scratch(size_t m, size_t k) { return (LINEAR_BLOCK * k + m * LINEAR_BLOCK) * sizeof(float); }
+
+/* Rows [j0, j0 + nb) of w as f32: in place for f32, else widened into dst. */
+static const float *rows_f32(cpu_weights w, size_t j0, size_t nb, size_t k, float *dst) {
+  if (w.dtype == ORTEP_DTYPE_F32) return (const float *)w.data + j0 * k;
+  const uint16_t *src = (const uint16_t *)w.data + j0 * k;
+  if (w.dtype == ORTEP_DTYPE_BF16)
+    for (size_t i = 0; i < nb * k; i++) dst[i] = cpu_bf16(src[i]);
+  else
+    for (size_t i = 0; i < nb * k; i++) dst[i] = ortep_f16_to_f32(src[i]);
+  return dst;
+}
+
+/* y[:, j0:j0+nb] (row stride ldy) = x W[j0:j0+nb]^T */
+static void block_gemm(const float *x, size_t m, size_t k, cpu_weights w, size_t j0, size_t nb, float *wbuf, float *y,
+                       size_t ldy) {
+  const float *wb = rows_f32(w, j0, nb, k, wbuf);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)nb, (int)k, 1.0f, x, (int)k, wb, (int)k, 0.0f, y,
+              (int)ldy);
+}
+
+void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w,
+                            const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
+                            size_t begin, size_t end, float *scratch) {
+  float *wbuf = scratch, *up = scratch + LINEAR_BLOCK * k;
+  for (size_t item = begin; item < end; item++) {
+    size_t g = 0, blk = item;
+    while (!gate_up && blk >= blocks_of(n[g])) blk -= blocks_of(n[g++]);
+    size_t j0 = blk * LINEAR_BLOCK, nb = n[g] - j0 < LINEAR_BLOCK ? n[g] - j0 : LINEAR_BLOCK, ld = n[g];
+    float *yg = y[g] + j0;
+    block_gemm(x, m, k, w[g], j0, nb, wbuf, yg, ld);
+    if (gate_up) {
+      block_gemm(x, m, k, w[1], j0, nb, wbuf, up, nb);
+      for (size_t r = 0; r < m; r++)
+        for (size_t j = 0; j < nb; j++) {
+          float gv = yg[r * ld + j] + (b[0].data ? cpu_w(b[0], j0 + j) : 0.0f);
+          float uv = up[r * nb + j] + (b[1].data ? cpu_w(b[1], j0 + j) : 0.0f);
+          yg[r * ld + j] = gv / (1.0f + expf(-gv)) * uv;
+        }
+      continue;
+    }
+    if (!b[g].data && !res) continue;
+    for (size_t r = 0; r < m; r++)
+      for (size_t j = 0; j < nb; j++)
+        yg[r * ld + j] += (b[g].data ? cpu_w(b[g], j0 + j) : 0.0f) + (res ? res[r * ld + j0 + j] : 0.0f);
+  }
+}
+
 void ortep__cpu_gemm(const float *a, cpu_weights b, bool trans_b, const float *c_f32, cpu_weights c, size_t c_rows,
                      float alpha, float beta, size_t m, size_t k, size_t n, float *y) {
   bool has_c = c.data != NULL || c_f32 != NULL;
@@ -323,47 +388,51 @@ void ortep__cpu_rotary(const float *x, const void *pos, bool pos64, size_t token
   }
 }
 
-bool ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, float *v_cache, const int32_t *pos,
-                             size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
-                             uint32_t *error_word) {
-  int32_t p = *pos;
-  if (p < 0 || (size_t)p >= capacity) {
-    cpu_latch(error_word, ORTEP_ERROR_KV_SLOT);
-    memset(out, 0, heads * head_dim * sizeof *out);
-    return false;
+void ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, float *v_cache, const int32_t *pos,
+                             size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
+                             float *out, uint32_t *error_word) {
+  for (size_t t = 0; t < tokens; t++) {
+    int32_t p = pos[t];
+    if (p < 0 || (size_t)p >= capacity) {
+      cpu_latch(error_word, ORTEP_ERROR_KV_SLOT);
+      memset(out + t * heads * head_dim, 0, heads * head_dim * sizeof *out);
+      continue;
+    }
+    size_t slot = (size_t)p;
+    const float *kt = k + t * kv_heads * head_dim, *vt = v + t * kv_heads * head_dim;
+    for (size_t g = 0; g < kv_heads; g++) {
+      memcpy(k_cache + (g * capacity + slot) * head_dim, kt + g * head_dim, head_dim * sizeof *k);
+      memcpy(v_cache + (g * capacity + slot) * head_dim, vt + g * head_dim, head_dim * sizeof *v);
+    }
   }
-  size_t slot = (size_t)p;
-  for (size_t g = 0; g < kv_heads; g++) {
-    memcpy(k_cache + (g * capacity + slot) * head_dim, k + g * head_dim, head_dim * sizeof *k);
-    memcpy(v_cache + (g * capacity + slot) * head_dim, v + g * head_dim, head_dim * sizeof *v);
-  }
-  return true;
 }
 
-void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, size_t slot, size_t heads,
-                          size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *scores, float *out,
-                          size_t h0, size_t h1) {
+void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
+                          size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *sc,
+                          float *out, size_t i0, size_t i1) {
   size_t group = heads / kv_heads;
-  for (size_t h = h0; h < h1; h++) {
-    size_t g = h / group;
-    const float *qh = q + h * head_dim;
+  for (size_t item = i0; item < i1; item++) {
+    size_t t = item / heads, h = item % heads, g = h / group;
+    int32_t p = pos[t];
+    if (p < 0 || (size_t)p >= capacity) continue; /* zeroed and latched by write_kv */
+    size_t slot = (size_t)p;
+    const float *qh = q + item * head_dim;
     const float *kc = k_cache + g * capacity * head_dim;
     const float *vc = v_cache + g * capacity * head_dim;
-    float *sc = scores + h * capacity; /* each head its own: heads run on different workers */
     float mx = -INFINITY;
-    for (size_t t = 0; t <= slot; t++) {
+    for (size_t s = 0; s <= slot; s++) {
       float d = 0.0f;
-      for (size_t i = 0; i < head_dim; i++) d += qh[i] * kc[t * head_dim + i];
-      sc[t] = d * scale;
-      if (sc[t] > mx) mx = sc[t];
+      for (size_t i = 0; i < head_dim; i++) d += qh[i] * kc[s * head_dim + i];
+      sc[s] = d * scale;
+      if (sc[s] > mx) mx = sc[s];
     }
     float denom = 0.0f;
-    for (size_t t = 0; t <= slot; t++) denom += (sc[t] = expf(sc[t] - mx));
-    float *oh = out + h * head_dim;
+    for (size_t s = 0; s <= slot; s++) denom += (sc[s] = expf(sc[s] - mx));
+    float *oh = out + item * head_dim;
     memset(oh, 0, head_dim * sizeof *oh);
-    for (size_t t = 0; t <= slot; t++) {
-      float w = sc[t] / denom;
-      for (size_t i = 0; i < head_dim; i++) oh[i] += w * vc[t * head_dim + i];
+    for (size_t s = 0; s <= slot; s++) {
+      float w = sc[s] / denom;
+      for (size_t i = 0; i < head_dim; i++) oh[i] += w * vc[s * head_dim + i];
     }
   }
 }

@@ -54,6 +54,16 @@ void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const 
 /* The outputs ortep__cpu_linear computes, indexed row by row: items
  * [begin, end) of them can go to different threads. */
 size_t ortep__cpu_linear_items(size_t m, size_t groups, const size_t *n, bool gate_up);
+/* ortep:Linear for M > 1 (a prefill chunk): the same outputs through sgemm,
+ * in blocks of output columns that are the items [begin, end) (see ops.c);
+ * scratch: ortep__cpu_linear_scratch(m, k) bytes of the running worker. The
+ * sums run in BLAS's order, not dot_row's: within float rounding of the
+ * row-by-row path, bitwise the same for any thread count. */
+size_t ortep__cpu_linear_blocks(size_t groups, const size_t *n, bool gate_up);
+size_t ortep__cpu_linear_scratch(size_t m, size_t k);
+void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w,
+                            const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
+                            size_t begin, size_t end, float *scratch);
 /* Which dot products this process uses ("avx2+fma+f16c" or "portable"). */
 const char *ortep__cpu_simd_name(void);
 /* Argmax over [begin, end) (see ops.c); the EP splits a vocabulary into
@@ -74,17 +84,20 @@ void ortep__cpu_rmsnorm(const float *x, const float *skip, cpu_weights bias, boo
 void ortep__cpu_rotary(const float *x, const void *pos, bool pos64, size_t tokens, size_t heads, size_t head_dim,
                        size_t rot_dim, bool interleaved, cpu_weights cos_cache, cpu_weights sin_cache, size_t max_pos,
                        float *y, uint32_t *error_word);
-/* GroupQueryAttention for one token, in two parts so heads can run on
- * different workers: write_kv stores this token's K and V at *pos (false,
- * with KV_SLOT latched and out zeroed, when *pos is outside the cache); heads
- * [h0, h1) then attend over positions 0..slot, each with its own row of
- * scores (heads x capacity floats). */
-bool ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, float *v_cache, const int32_t *pos,
-                             size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
-                             uint32_t *error_word);
-void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, size_t slot, size_t heads,
-                          size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *scores, float *out,
-                          size_t h0, size_t h1);
+/* GroupQueryAttention for `tokens` tokens at positions pos[t] (one for a
+ * decode step, a chunk for prefill), in two parts so (token, head) pairs can
+ * run on different workers: write_kv stores every token's K and V at its
+ * position (a position outside the cache latches KV_SLOT and zeroes that
+ * token's output); items [i0, i1) of tokens x heads (item = t * heads + h)
+ * then attend over positions 0..pos[t]: causal within a chunk, since a
+ * token's later neighbours sit at later positions. scores: capacity floats
+ * of the running worker. */
+void ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, float *v_cache, const int32_t *pos,
+                             size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
+                             float *out, uint32_t *error_word);
+void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
+                          size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *scores,
+                          float *out, size_t i0, size_t i1);
 /* Softmax over rows of n. */
 void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y);
 /* Index of the first maximum of x[n] skipping NaN; 0 (and the bit) when all are NaN. */

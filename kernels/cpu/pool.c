@@ -45,6 +45,9 @@ struct ortep__cpu_pool {
   ortep__cpu_task fn;
   void *ctx;
   size_t n;
+  /* per-worker scratch: threads blocks of `stride` bytes from `scratch` */
+  void *raw, *scratch;
+  size_t stride;
 };
 
 static void futex_wait(_Atomic uint32_t *addr, uint32_t val) {
@@ -86,7 +89,7 @@ static void *worker_main(void *arg) {
     size_t b, e;
     ortep__assert(w->index < p->threads);
     range_of(p->n, p->threads, w->index, &b, &e);
-    if (b < e) p->fn(p->ctx, b, e);
+    if (b < e) p->fn(p->ctx, w->index, b, e);
     if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) futex_wake(&p->pending, 1);
   }
 }
@@ -126,14 +129,35 @@ void ortep__cpu_pool_destroy(ortep__cpu_pool *p) {
   publish(p);
   for (size_t i = 0; i < p->started; i++) pthread_join(p->workers[i].thread, NULL);
   ortep__free(p->workers);
+  ortep__free(p->raw);
   ortep__free(p);
 }
 
 size_t ortep__cpu_pool_threads(const ortep__cpu_pool *p) { return p ? p->threads : 1; }
 
+ortep_status ortep__cpu_pool_reserve(ortep__cpu_pool *p, size_t bytes) {
+  size_t stride = (bytes + 63) / 64 * 64;
+  if (stride <= p->stride) return ORTEP_OK;
+  if (stride > (SIZE_MAX - 64) / p->threads)
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "cpu_ep: %zu bytes of scratch per worker is too much", bytes);
+  void *raw = ortep__malloc(stride * p->threads + 64);
+  if (!raw)
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "cpu_ep: no memory for %zu bytes of scratch for each of %zu workers",
+                       stride, p->threads);
+  ortep__free(p->raw);
+  p->raw = raw;
+  p->scratch = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+  p->stride = stride;
+  return ORTEP_OK;
+}
+
+void *ortep__cpu_pool_scratch(ortep__cpu_pool *p, size_t index) {
+  return p && p->scratch ? (char *)p->scratch + index * p->stride : NULL;
+}
+
 void ortep__cpu_pool_for(ortep__cpu_pool *p, size_t n, size_t work_per_item, ortep__cpu_task fn, void *ctx) {
   if (!p || p->threads == 1 || n < 2 || n * work_per_item < ORTEP__CPU_POOL_MIN_WORK) {
-    if (n) fn(ctx, 0, n);
+    if (n) fn(ctx, 0, 0, n);
     return;
   }
   p->fn = fn, p->ctx = ctx, p->n = n;
@@ -141,7 +165,7 @@ void ortep__cpu_pool_for(ortep__cpu_pool *p, size_t n, size_t work_per_item, ort
   publish(p);
   size_t b, e;
   range_of(n, p->threads, 0, &b, &e);
-  if (b < e) fn(ctx, b, e);
+  if (b < e) fn(ctx, 0, b, e);
   uint32_t left;
   int spins = 0;
   while ((left = atomic_load_explicit(&p->pending, memory_order_acquire)) != 0) {

@@ -14,7 +14,9 @@
 #define ORTEP__CPU_POOL_MIN_WORK ((size_t)1 << 16)
 
 typedef struct ortep__cpu_pool ortep__cpu_pool;
-typedef void (*ortep__cpu_task)(void *ctx, size_t begin, size_t end);
+/* worker: the index (0 .. threads - 1) of the thread running [begin, end),
+ * e.g. to pick its scratch. */
+typedef void (*ortep__cpu_task)(void *ctx, size_t worker, size_t begin, size_t end);
 
 ortep_status ortep__cpu_pool_create(size_t threads, ortep__cpu_pool **out);
 void ortep__cpu_pool_destroy(ortep__cpu_pool *pool);
@@ -22,6 +24,11 @@ size_t ortep__cpu_pool_threads(const ortep__cpu_pool *pool);
 /* fn(ctx, begin, end) over [0, n) split across the pool; returns when all
  * ranges are done. pool may be NULL (then it runs inline). */
 void ortep__cpu_pool_for(ortep__cpu_pool *pool, size_t n, size_t work_per_item, ortep__cpu_task fn, void *ctx);
+/* Scratch of at least bytes for each worker (64-byte aligned), kept by the
+ * pool and shared by every kernel on it (one node runs at a time): kernels
+ * reserve what they need when they are created, never while a step runs. */
+ortep_status ortep__cpu_pool_reserve(ortep__cpu_pool *pool, size_t bytes);
+void *ortep__cpu_pool_scratch(ortep__cpu_pool *pool, size_t worker);
 /* The CPUs this process may run on (sched_getaffinity). */
 size_t ortep__cpu_default_threads(void);
 

@@ -319,9 +319,9 @@ static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
                             o->p.rot.inter, in[2], in[3], (int)o->p.rot.cdt, o->p.rot.max_pos, out[0], err, s);
       break;
     case ORTEP__OP_GQA:
-      rc = ortep__cu_gqa_decode(in[0], in[1], in[2], (float *)(uintptr_t)in[3], (float *)(uintptr_t)in[4], in[5],
-                                o->p.gqa.heads, o->p.gqa.kv, o->p.gqa.hd, o->p.gqa.cap, o->p.gqa.scale, k->scratch,
-                                out[0], err, s);
+      rc = ortep__cu_gqa(in[0], in[1], in[2], (float *)(uintptr_t)in[3], (float *)(uintptr_t)in[4], in[5],
+                         o->p.gqa.tokens, o->p.gqa.heads, o->p.gqa.kv, o->p.gqa.hd, o->p.gqa.cap, o->p.gqa.scale,
+                         k->scratch, out[0], err, s);
       break;
     case ORTEP__OP_SOFTMAX:
       rc = ortep__cu_softmax(in[0], o->p.sm.rows, o->p.sm.n, out[0], s);
@@ -371,7 +371,8 @@ static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const 
   k->ep = e;
   snprintf(k->name, sizeof k->name, "cuda.%s", ortep_node_op_type(node));
   /* Scratch is carved now, never during a capture. */
-  if (k->op.kind == ORTEP__OP_GQA) k->scratch_bytes = k->op.p.gqa.heads * k->op.p.gqa.cap * sizeof(float);
+  if (k->op.kind == ORTEP__OP_GQA)
+    k->scratch_bytes = k->op.p.gqa.tokens * k->op.p.gqa.heads * k->op.p.gqa.cap * sizeof(float);
   if (k->op.kind == ORTEP__OP_GEMM && k->op.p.gemm.bdt != ORTEP_DTYPE_F32 && k->op.p.gemm.m > 1) k->scratch_bytes = k->op.p.gemm.m * k->op.p.gemm.k * 2;
   if (k->scratch_bytes && (st = ortep_allocator_allocate(e->pool, k->scratch_bytes, 256, &k->scratch)) != ORTEP_OK) {
     ortep__free(k);

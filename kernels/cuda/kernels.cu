@@ -353,22 +353,25 @@ extern "C" int ortep__cu_rotary(const float *x, const void *pos, int pos64, size
   return launched();
 }
 
-/* Writes this token's K and V at *pos (one thread per element). */
-__global__ void k_kv_write(const float *k, const float *v, float *kc, float *vc, const int32_t *pos, size_t kv,
-                           size_t hd, size_t cap, uint32_t *err) {
+/* Writes every token's K and V at its position pos[t] (one thread per
+ * element of tokens x kv x hd). */
+__global__ void k_kv_write(const float *k, const float *v, float *kc, float *vc, const int32_t *pos, size_t tokens,
+                           size_t kv, size_t hd, size_t cap, uint32_t *err) {
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= kv * hd) return;
-  int p = *pos;
+  if (i >= tokens * kv * hd) return;
+  size_t t = i / (kv * hd), e = i % (kv * hd);
+  int p = pos[t];
   if (p < 0 || (size_t)p >= cap) {
-    if (i == 0) atomicOr(err, BIT_KV);
+    if (e == 0) atomicOr(err, BIT_KV);
     return;
   }
-  size_t g = i / hd, d = i % hd, at = (g * cap + (size_t)p) * hd + d;
+  size_t g = e / hd, d = e % hd, at = (g * cap + (size_t)p) * hd + d;
   kc[at] = k[i];
   vc[at] = v[i];
 }
 
-/* One block of GQA_THREADS per query head: scores over 0..pos, softmax,
+/* One block of GQA_THREADS per (query head, token): scores over 0..pos[t]
+ * (causal within a prefill chunk: later tokens sit at later positions), softmax,
  * weighted V. Each warp scores its own positions with the lanes splitting
  * head_dim (coalesced K rows, a shuffle sum); the weighted sum over V is
  * split over GQA_THREADS / hd groups of positions, each thread keeping one
@@ -379,15 +382,15 @@ __global__ void k_kv_write(const float *k, const float *v, float *kc, float *vc,
 __global__ void k_gqa(const float *q, const float *kc, const float *vc, const int32_t *pos, size_t heads, size_t kv,
                       size_t hd, size_t cap, float scale, float *scores, float *out) {
   __shared__ float part[GQA_THREADS];
-  size_t h = blockIdx.x, g = h / (heads / kv);
-  int p = *pos;
-  float *oh = out + h * hd;
+  size_t h = blockIdx.x, g = h / (heads / kv), t = blockIdx.y, item = t * heads + h;
+  int p = pos[t];
+  float *oh = out + item * hd;
   if (p < 0 || (size_t)p >= cap) {
     for (size_t d = threadIdx.x; d < hd; d += blockDim.x) oh[d] = 0.0f;
     return;
   }
-  const float *qh = q + h * hd, *K = kc + g * cap * hd, *V = vc + g * cap * hd;
-  float *sc = scores + h * cap;
+  const float *qh = q + item * hd, *K = kc + g * cap * hd, *V = vc + g * cap * hd;
+  float *sc = scores + item * cap;
   unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   for (int t = (int)warp; t <= p; t += (int)warps) {
     float d = 0.0f;
@@ -427,14 +430,15 @@ __global__ void k_gqa(const float *q, const float *kc, const float *vc, const in
   }
 }
 
-extern "C" int ortep__cu_gqa_decode(const float *q, const float *k, const float *v, float *kc, float *vc,
-                                    const int32_t *pos, size_t heads, size_t kv, size_t hd, size_t cap, float scale,
-                                    float *scores, float *out, uint32_t *err, void *stream) {
+extern "C" int ortep__cu_gqa(const float *q, const float *k, const float *v, float *kc, float *vc,
+                             const int32_t *pos, size_t tokens, size_t heads, size_t kv, size_t hd, size_t cap,
+                             float scale, float *scores, float *out, uint32_t *err, void *stream) {
   cudaStream_t s = (cudaStream_t)stream;
-  k_kv_write<<<blocks(kv * hd, 128), 128, 0, s>>>(k, v, kc, vc, pos, kv, hd, cap, err);
+  k_kv_write<<<blocks(tokens * kv * hd, 128), 128, 0, s>>>(k, v, kc, vc, pos, tokens, kv, hd, cap, err);
   int st = launched();
   if (st) return st;
-  k_gqa<<<(unsigned)heads, GQA_THREADS, 0, s>>>(q, kc, vc, pos, heads, kv, hd, cap, scale, scores, out);
+  k_gqa<<<dim3((unsigned)heads, (unsigned)tokens), GQA_THREADS, 0, s>>>(q, kc, vc, pos, heads, kv, hd, cap, scale,
+                                                                         scores, out);
   return launched();
 }
 

@@ -48,10 +48,11 @@ int ortep__cu_rmsnorm(const float *x, const float *skip, const void *bias, int b
 int ortep__cu_rotary(const float *x, const void *pos, int pos64, size_t tokens, size_t heads, size_t hd, size_t rot,
                      int inter, const void *cosc, const void *sinc, int cdt, size_t max_pos, float *y, uint32_t *err,
                      void *stream);
-/* scores: heads x capacity floats of device scratch */
-int ortep__cu_gqa_decode(const float *q, const float *k, const float *v, float *kc, float *vc, const int32_t *pos,
-                         size_t heads, size_t kv, size_t hd, size_t cap, float scale, float *scores, float *out,
-                         uint32_t *err, void *stream);
+/* tokens at positions pos[tokens] (one for decode, a chunk for prefill);
+ * scores: tokens x heads x capacity floats of device scratch */
+int ortep__cu_gqa(const float *q, const float *k, const float *v, float *kc, float *vc, const int32_t *pos,
+                  size_t tokens, size_t heads, size_t kv, size_t hd, size_t cap, float scale, float *scores, float *out,
+                  uint32_t *err, void *stream);
 int ortep__cu_softmax(const float *x, size_t rows, size_t n, float *y, void *stream);
 int ortep__cu_argmax_rows(const float *x, size_t rows, size_t n, int64_t *out, uint32_t *err, void *stream);
 /* result[0] = the first maximum among the finite logits, result[1] = *err
