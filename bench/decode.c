@@ -410,9 +410,10 @@ static int parse(int argc, char **argv, decode_opts *o) {
   }
   if (!found) return bench_usage_error("decode", "--mode '%s' is not one of eager, graph, segmented, all", mode);
   if (!o->preset) o->preset = "tiny";
-  if (!o->model && strcmp(o->preset, "tiny") && strcmp(o->preset, "tiny-llama") && strcmp(o->preset, "small") &&
+  if (!o->model && strcmp(o->preset, "tiny") && strcmp(o->preset, "tiny-llama") && strcmp(o->preset, "tiny-wide-heads") &&
+      strcmp(o->preset, "small") &&
       strcmp(o->preset, "qwen2.5-0.5b"))
-    return bench_usage_error("decode", "--preset '%s' is not one of tiny, tiny-llama, small, qwen2.5-0.5b", o->preset);
+    return bench_usage_error("decode", "--preset '%s' is not one of tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b", o->preset);
   return -1;
 }
 

@@ -4,6 +4,13 @@
  * argmax result buffer on the EP, and the addresses of the token, position
  * and logits values. A step is then two 4-byte uploads, a run or replay, a
  * device argmax and one 8-byte read: no allocation.
+ *
+ * Prefill runs the prompt in chunks: the session holds the decode graph
+ * (graph 0, one token) and one graph per chunk size (bucket, e.g. 256, 64,
+ * 16, 4 tokens), all over the same KV caches and logits and one planned
+ * arena. A prompt is cut greedily into the largest buckets that fit, the
+ * rest goes token by token; only the last chunk's logits are read, with one
+ * argmax and one 8-byte read (error word included) for the whole prompt.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,19 +27,26 @@
 #include "ortep/decode.h"
 #include "ortep/governor.h"
 
+#define ORTEP__MAX_BUCKETS 6 /* prefill chunk sizes: at most this many graphs besides the decode step */
+
 struct ortep_decoder {
   ortep_governor *governor;
   bool owns_governor;
   ortep_ep_registry *registry;
   ortep_ep *ep;
   ortep_model *model;
-  ortep_graph *graph;
+  /* graph 0: the decode step; 1..n_graphs-1: prefill chunks of tokens[g]
+   * tokens, largest first */
+  ortep_graph *graphs[ORTEP__MAX_BUCKETS + 1];
+  size_t tokens[ORTEP__MAX_BUCKETS + 1];
+  size_t n_graphs;
   ortep_session *session;
   ortep_buffer result;
   void *logits;
-  /* the token-id and position inputs, resolved once at open */
-  ortep_ep *in_ep[2];
-  ortep_buffer in_buf[2];
+  /* every graph's token-id and position inputs, resolved once at open */
+  ortep_ep *in_ep[ORTEP__MAX_BUCKETS + 1][2];
+  ortep_buffer in_buf[ORTEP__MAX_BUCKETS + 1][2];
+  int32_t *positions; /* host staging for a chunk's positions (the largest bucket) */
   /* The other EPs with an error word (mixed placement): read at each step's
    * sync and ORed into the argmax EP's word, so a bad index on any EP fails
    * the step. The decoder registers at most a GPU and the CPU EP. */
@@ -56,7 +70,8 @@ void ortep_decoder_close(ortep_decoder *d) {
   if (!d) return;
   ortep_session_destroy(d->session); /* graphs reset before arenas go */
   if (d->result.ptr) ortep_ep_deallocate(d->ep, &d->result);
-  ortep_graph_destroy(d->graph);
+  for (size_t g = 0; g < d->n_graphs; g++) ortep_graph_destroy(d->graphs[g]);
+  ortep__free(d->positions);
   ortep_model_close(d->model);
   ortep_ep_registry_destroy(d->registry);
   if (d->owns_governor) ortep_governor_destroy(d->governor);
@@ -64,6 +79,7 @@ void ortep_decoder_close(ortep_decoder *d) {
 }
 
 #define WEIGHTS_KEY "ortep.weights"
+#define AUTO_CHUNK 256 /* prefill_chunk 0: buckets 256, 64, 16, 4 */
 
 static ortep_status apply_governor_config(ortep_governor *g, const ortep_config *c) {
   for (size_t i = 0; i < ortep_config_count(c); i++) {
@@ -111,6 +127,11 @@ static ortep_status check_size(ortep_decoder *d, const ortep_model_config *c, bo
   uint64_t q = (uint64_t)c->num_attention_heads * HD, kv = (uint64_t)c->num_key_value_heads * HD;
   uint64_t kv_bytes = 2 * L * kv * S * f, rope = S * HD * f; /* cos and sin: S x HD/2 each */
   uint64_t act = (L * (8 * H + 3 * q + 4 * kv + 3 * I) + 2 * V + (uint64_t)c->num_attention_heads * S) * f;
+  /* a prefill chunk of T tokens: its layers' activations (the planner reuses
+   * them from layer to layer; twice one layer's bounds what it keeps) */
+  uint64_t T = d->tokens[1 < d->n_graphs ? 1 : 0];
+  uint64_t chunk = (2 * T * (8 * H + 3 * q + 4 * kv + 3 * I) + 2 * V) * f;
+  if (d->n_graphs > 1 && chunk > act) act = chunk;
   uint64_t need = (on_host ? kv_bytes + act : 0) + rope, budget = ortep_governor_budget(d->governor, ORTEP_TIER_HOST);
   ortep_mem_stats used;
   ortep_governor_get_stats(d->governor, ORTEP_TIER_HOST, &used);
@@ -209,16 +230,33 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     goto fail;
   }
   d->vocab = (size_t)c->vocab_size;
+  /* the chunk sizes: prefill_chunk (or 256), then a quarter each time, >= 2 */
+  size_t top = o.prefill_chunk ? o.prefill_chunk : AUTO_CHUNK;
+  if (top > d->max_seq) top = d->max_seq;
+  d->tokens[d->n_graphs++] = 1;
+  for (size_t t = top; t >= 2 && d->n_graphs <= ORTEP__MAX_BUCKETS; t /= 4) d->tokens[d->n_graphs++] = t;
   if ((st = check_size(d, c, ortep_ep_registry_count(d->registry) == 1)) != ORTEP_OK) goto fail;
-  if ((st = ortep__llama_build(d->model, cpu, d->max_seq, &d->graph)) != ORTEP_OK) goto fail;
+  for (size_t g = 0; g < d->n_graphs; g++)
+    if ((st = ortep__llama_build(d->model, cpu, d->max_seq, d->tokens[g], &d->graphs[g])) != ORTEP_OK) goto fail;
+  if (d->n_graphs > 1 && !(d->positions = ortep__malloc(d->tokens[1] * sizeof *d->positions))) {
+    st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for %zu prefill positions", d->tokens[1]);
+    goto fail;
+  }
   ortep_session_options so = {o.eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH, o.forced_seams, o.seam_every, o.profile};
-  if ((st = ortep_session_create(d->graph, d->registry, &so, &d->session)) != ORTEP_OK) goto fail;
-  const char *inputs[2] = {ORTEP_INPUT_TOKEN, ORTEP_INPUT_POSITION};
-  for (int i = 0; i < 2; i++) {
-    void *p;
-    size_t bytes;
-    if ((st = ortep_session_value(d->session, inputs[i], &d->in_ep[i], &p, &bytes)) != ORTEP_OK) goto fail;
-    if ((st = ortep_buffer_wrap_borrowed_mut(p, ortep_ep_device(d->in_ep[i]), bytes, 1, &d->in_buf[i])) != ORTEP_OK) goto fail;
+  if ((st = ortep_session_create_multi((const ortep_graph *const *)d->graphs, d->n_graphs, d->registry, &so,
+                                       &d->session)) != ORTEP_OK)
+    goto fail;
+  for (size_t g = 0; g < d->n_graphs; g++) {
+    char names[2][64];
+    ortep__llama_input_names(d->tokens[g], names[0], names[1], sizeof names[0]);
+    for (int i = 0; i < 2; i++) {
+      void *p;
+      size_t bytes;
+      if ((st = ortep_session_value(d->session, names[i], &d->in_ep[g][i], &p, &bytes)) != ORTEP_OK) goto fail;
+      if ((st = ortep_buffer_wrap_borrowed_mut(p, ortep_ep_device(d->in_ep[g][i]), bytes, 1, &d->in_buf[g][i])) !=
+          ORTEP_OK)
+        goto fail;
+    }
   }
   /* argmax and the per-step read happen on the EP that holds the logits */
   if ((st = ortep_session_value(d->session, ORTEP_OUTPUT_LOGITS, &d->ep, NULL, NULL)) != ORTEP_OK) goto fail;
@@ -260,49 +298,75 @@ static ortep_status leave(ortep_decoder *d, ortep_status st) {
   return st;
 }
 
-static ortep_status step(ortep_decoder *d, int32_t token, int32_t position, int32_t *next) {
-  if (d->failed)
-    return ortep__fail(ORTEP_E_STATE,
-                       "the decoder stopped on a device validation error (bits 0x%x); call ortep_decoder_reset to "
-                       "start over",
-                       d->last_bits);
-  d->logits_valid = false;
-  ortep__trace_name_thread("ortep-decode");
-  ortep__trace_push(ORTEP__TRACE_DECODE_STEP, (uint64_t)(uint32_t)position);
-  ortep_status st;
-  uint32_t pair[2] = {0, 0};
-  uint64_t t0 = ortep__now_ns();
-  if ((st = ortep_ep_copy_from_host(d->in_ep[0], &token, sizeof token, &d->in_buf[0])) == ORTEP_OK &&
-      (st = ortep_ep_copy_from_host(d->in_ep[1], &position, sizeof position, &d->in_buf[1])) == ORTEP_OK &&
-      (st = ortep_session_run(d->session)) == ORTEP_OK) {
-    ortep__trace_push(ORTEP__TRACE_SYNC, d->steps);
-    st = ortep_ep_device_argmax(d->ep, d->logits, d->vocab, ORTEP_DTYPE_F32, &d->result);
-    d->launch_ns += ortep__now_ns() - t0;
-    if (st == ORTEP_OK) st = ortep_ep_copy_to_host(d->ep, &d->result, pair, sizeof pair); /* the one sync */
-    for (size_t i = 0; st == ORTEP_OK && i < d->n_watch; i++) { /* one more read per other EP */
-      uint32_t bits = 0;
-      st = ortep_ep_check_error_word(d->watch[i], &bits);
-      pair[1] |= bits;
-    }
-    ortep__trace_pop();
+static ortep_status refuse_failed(const ortep_decoder *d) {
+  return ortep__fail(ORTEP_E_STATE,
+                     "the decoder stopped on a device validation error (bits 0x%x); call ortep_decoder_reset to start "
+                     "over",
+                     d->last_bits);
+}
+
+/* Graph g over n = tokens[g] tokens at position..position + n - 1: the ids
+ * and positions uploaded, the graph run or replayed. No sync. */
+static ortep_status launch(ortep_decoder *d, size_t g, const int32_t *ids, int32_t position) {
+  size_t n = d->tokens[g];
+  const int32_t *pos = &position;
+  if (n > 1) {
+    for (size_t i = 0; i < n; i++) d->positions[i] = position + (int32_t)i;
+    pos = d->positions;
   }
-  d->steps++;
-  if (st == ORTEP_OK && pair[1]) ortep__trace_mark(ORTEP__TRACE_ERROR_WORD_HIT, pair[1]);
+  ortep_status st = ortep_ep_copy_from_host(d->in_ep[g][0], ids, n * sizeof *ids, &d->in_buf[g][0]);
+  if (st == ORTEP_OK) st = ortep_ep_copy_from_host(d->in_ep[g][1], pos, n * sizeof *pos, &d->in_buf[g][1]);
+  if (st == ORTEP_OK) st = ortep_session_run_graph(d->session, g);
+  return st;
+}
+
+/* The one sync: device argmax of the logits, one 8-byte read of (token,
+ * error word), the other EPs' words ORed in. A set bit fails the decoder
+ * (what: the positions and tokens that ran, for the message). */
+static ortep_status finish(ortep_decoder *d, uint64_t t0, int32_t *next, const char *what) {
+  uint32_t pair[2] = {0, 0};
+  ortep__trace_push(ORTEP__TRACE_SYNC, d->steps);
+  ortep_status st = ortep_ep_device_argmax(d->ep, d->logits, d->vocab, ORTEP_DTYPE_F32, &d->result);
+  d->launch_ns += ortep__now_ns() - t0;
+  if (st == ORTEP_OK) st = ortep_ep_copy_to_host(d->ep, &d->result, pair, sizeof pair); /* the one sync */
+  for (size_t i = 0; st == ORTEP_OK && i < d->n_watch; i++) { /* one more read per other EP */
+    uint32_t bits = 0;
+    st = ortep_ep_check_error_word(d->watch[i], &bits);
+    pair[1] |= bits;
+  }
   ortep__trace_pop();
+  if (st == ORTEP_OK && pair[1]) ortep__trace_mark(ORTEP__TRACE_ERROR_WORD_HIT, pair[1]);
   if (st != ORTEP_OK) return st;
   if (pair[1]) {
     d->failed = true;
     d->last_bits = pair[1];
     ortep_session_invalidate(d->session);
-    char what[512];
+    char bits[512];
     return ortep__fail(ORTEP_E_DEVICE_VALIDATION,
-                       "step at position %d (token %d): the device error word is 0x%x: %s; the token was not "
-                       "emitted and the graph was invalidated; call ortep_decoder_reset to start over",
-                       position, token, pair[1], ortep_error_word_describe(pair[1], what, sizeof what));
+                       "%s: the device error word is 0x%x: %s; the token was not emitted and the graph was "
+                       "invalidated; call ortep_decoder_reset to start over",
+                       what, pair[1], ortep_error_word_describe(pair[1], bits, sizeof bits));
   }
   d->logits_valid = true;
   if (next) *next = (int32_t)pair[0];
   return ORTEP_OK;
+}
+
+static ortep_status step(ortep_decoder *d, int32_t token, int32_t position, int32_t *next) {
+  if (d->failed) return refuse_failed(d);
+  d->logits_valid = false;
+  ortep__trace_name_thread("ortep-decode");
+  ortep__trace_push(ORTEP__TRACE_DECODE_STEP, (uint64_t)(uint32_t)position);
+  uint64_t t0 = ortep__now_ns();
+  ortep_status st = launch(d, 0, &token, position);
+  if (st == ORTEP_OK) {
+    char what[96];
+    snprintf(what, sizeof what, "step at position %d (token %d)", position, token);
+    st = finish(d, t0, next, what);
+  }
+  d->steps++;
+  ortep__trace_pop();
+  return st;
 }
 
 ortep_status ortep_decoder_step(ortep_decoder *d, int32_t token, int32_t position, int32_t *next) {
@@ -330,6 +394,55 @@ static ortep_status feed_emitted(ortep_decoder *d, size_t emitted) {
   return ORTEP_OK;
 }
 
+/* The prompt in chunks (the decoder's buckets, largest first, greedily),
+ * the rest token by token; one sync at the end. Nothing is emitted on a
+ * failure (the error word covers every row of every chunk). */
+static ortep_status run_prompt(ortep_decoder *d, const int32_t *tokens, size_t n, int32_t *next) {
+  if (d->failed) return refuse_failed(d);
+  d->logits_valid = false;
+  ortep__trace_name_thread("ortep-decode");
+  size_t i = 0, first = d->pos;
+  uint64_t t0 = ortep__now_ns();
+  ortep_status st = ORTEP_OK;
+  bool pending = false; /* a chunk ran and was not synced yet */
+  while (st == ORTEP_OK && i < n) {
+    size_t g = 1;
+    while (g < d->n_graphs && d->tokens[g] > n - i) g++;
+    if (g == d->n_graphs) break; /* fewer left than the smallest chunk */
+    ortep__assert(d->pos + d->tokens[g] <= d->max_seq); /* the prompt was checked to fit */
+    ortep__trace_push(ORTEP__TRACE_DECODE_STEP, (uint64_t)d->pos);
+    st = launch(d, g, tokens + i, (int32_t)d->pos);
+    ortep__trace_pop();
+    if (st != ORTEP_OK) return ortep__wrap(st, "prefill chunk of %zu tokens at position %zu", d->tokens[g], d->pos);
+    i += d->tokens[g];
+    d->pos += d->tokens[g];
+    d->steps++;
+    pending = true;
+  }
+  if (pending) {
+    /* the message names the first id outside the vocabulary, if any (the
+     * error word is the check; this only says which row it was) */
+    char what[192];
+    int w = snprintf(what, sizeof what, "prefill of positions %zu..%zu in chunks", first, d->pos - 1);
+    for (size_t k = 0; k < i && w > 0 && (size_t)w < sizeof what; k++)
+      if (tokens[k] < 0 || (size_t)tokens[k] >= d->vocab) {
+        snprintf(what + w, sizeof what - (size_t)w, " (token %d at position %zu is outside the vocabulary of %zu)",
+                 tokens[k], first + k, d->vocab);
+        break;
+      }
+    if ((st = finish(d, t0, next, what)) != ORTEP_OK) {
+      d->pos = first; /* nothing of the prompt counts: the decoder needs a reset */
+      return st;
+    }
+  }
+  for (; i < n; i++) { /* the tail, token by token */
+    if ((st = step(d, tokens[i], (int32_t)d->pos, next)) != ORTEP_OK)
+      return ortep__wrap(st, "prefill token %zu of %zu", i, n);
+    d->pos++;
+  }
+  return ORTEP_OK;
+}
+
 static ortep_status prefill(ortep_decoder *d, const int32_t *tokens, size_t n, int32_t *next) {
   if (n == 0) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_prefill: the prompt is empty");
   size_t pending = d->have_next && !d->fed; /* the last generated token goes in first */
@@ -340,16 +453,12 @@ static ortep_status prefill(ortep_decoder *d, const int32_t *tokens, size_t n, i
                        n, d->pos + pending, d->max_seq);
   ortep_status st = pending ? feed_emitted(d, 0) : ORTEP_OK;
   if (st != ORTEP_OK) return st;
-  for (size_t i = 0; i < n; i++) {
-    int32_t t;
-    st = step(d, tokens[i], (int32_t)d->pos, &t);
-    if (st != ORTEP_OK) {
-      d->have_next = false;
-      return ortep__wrap(st, "prefill token %zu of %zu", i, n);
-    }
-    d->pos++;
-    d->next = t;
+  int32_t t = 0;
+  if ((st = run_prompt(d, tokens, n, &t)) != ORTEP_OK) {
+    d->have_next = false;
+    return st;
   }
+  d->next = t;
   d->have_next = true;
   d->fed = true;
   if (next) *next = d->next;
@@ -439,8 +548,10 @@ ortep_status ortep_decoder_reset(ortep_decoder *d) {
   if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_reset: decoder is NULL");
   ortep_status st = enter(d, "ortep_decoder_reset");
   if (st != ORTEP_OK) return st;
+  /* The captured graphs stay: they read positions from device memory, and a
+   * failed step dropped them already (finish). A server resetting per
+   * request re-captures nothing. */
   st = reset_error_words(d);
-  if (st == ORTEP_OK) st = ortep_session_invalidate(d->session);
   d->pos = 0;
   d->have_next = false;
   d->fed = true;
@@ -473,4 +584,7 @@ size_t ortep_decoder_vocab_size(const ortep_decoder *d) { return d ? d->vocab : 
 size_t ortep_decoder_max_seq_len(const ortep_decoder *d) { return d ? d->max_seq : 0; }
 uint32_t ortep_decoder_last_error_bits(const ortep_decoder *d) { return d ? d->last_bits : 0; }
 ortep_session *ortep_decoder_session(ortep_decoder *d) { return d ? d->session : NULL; }
+size_t ortep_decoder_graph_tokens(const ortep_decoder *d, size_t graph) {
+  return d && graph < d->n_graphs ? d->tokens[graph] : 0;
+}
 ortep_ep *ortep_decoder_ep(ortep_decoder *d) { return d ? d->ep : NULL; }

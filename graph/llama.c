@@ -1,7 +1,10 @@
 /*
- * llama.c: the decode-step graph of a LLaMA / Qwen2 model: token id and
- * position in, logits out, one token per step, built from the CPU EP's op
- * set. Weights are initializers borrowing the mapped safetensors bytes
+ * llama.c: the step graph of a LLaMA / Qwen2 model over T tokens: token ids
+ * and positions in, logits of the last token out, built from the EPs' op
+ * set. T = 1 is the decode step; T > 1 a prefill chunk, whose projections
+ * are M = T matrix products, whose attention writes the chunk's K/V and
+ * attends causally, and whose final norm and lm_head run on the last row
+ * only (a Gather of that row). Weights are initializers borrowing the mapped safetensors bytes
  * (zero-copy); the rotary cos/sin tables are computed here; the KV caches
  * are graph inputs, so the executor gives them fixed places in the EP's
  * planned arena that persist from step to step.
@@ -34,11 +37,13 @@ typedef struct builder {
   ortep_graph *g;
   const ortep_model *m;
   ortep_ep *host;
+  int64_t tokens;
   ortep_status st;
 } builder;
 
 static void value(builder *b, const char *name, int64_t d0, int64_t d1, int64_t d2) {
   if (b->st != ORTEP_OK) return;
+  if (d1 == 1) d1 = b->tokens; /* every activation has a row per token */
   ortep_shape s = {3, {d0, d1, d2}};
   b->st = ortep_graph_add_value(b->g, name, ORTEP_DTYPE_F32, &s);
 }
@@ -131,9 +136,37 @@ static void rope_tables(builder *b, size_t rows, int64_t head_dim, double theta)
   ortep_tensor_release(sn);
 }
 
-ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max_seq, ortep_graph **out) {
+void ortep__llama_input_names(size_t tokens, char *token_ids, char *positions, size_t len) {
+  if (tokens == 1) {
+    snprintf(token_ids, len, "%s", ORTEP_INPUT_TOKEN);
+    snprintf(positions, len, "%s", ORTEP_INPUT_POSITION);
+  } else {
+    snprintf(token_ids, len, "%s.%zu", ORTEP_INPUT_TOKEN, tokens);
+    snprintf(positions, len, "%s.%zu", ORTEP_INPUT_POSITION, tokens);
+  }
+}
+
+/* The i32 initializer [1] = T - 1: which row of the chunk the lm_head reads. */
+static void last_row_index(builder *b) {
+  if (b->st != ORTEP_OK) return;
+  ortep_shape s = {1, {1}};
+  ortep_tensor *t = NULL;
+  int32_t last = (int32_t)(b->tokens - 1);
+  b->st = ortep_tensor_create(b->host, ORTEP_DTYPE_I32, &s, false, &t);
+  if (b->st == ORTEP_OK) b->st = ortep_tensor_copyin(t, &last, sizeof last);
+  if (b->st == ORTEP_OK)
+    b->st = ortep_graph_add_initializer(b->g, "last_row", t);
+  else
+    ortep_tensor_release(t);
+}
+
+ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max_seq, size_t tokens,
+                                ortep_graph **out) {
   const ortep_model_config *c = ortep_model_get_config(m);
-  builder b = {NULL, m, host, ORTEP_OK};
+  *out = NULL;
+  if (tokens < 1 || tokens > max_seq)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "a step of %zu tokens: use 1 to max_seq_len (%zu)", tokens, max_seq);
+  builder b = {NULL, m, host, (int64_t)tokens, ORTEP_OK};
   *out = NULL;
   if ((b.st = ortep_graph_create(&b.g)) != ORTEP_OK) return b.st;
   int64_t H = c->hidden_size, I = c->intermediate_size, NH = c->num_attention_heads, KV = c->num_key_value_heads;
@@ -141,14 +174,16 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   ortep_graph_set_opset(b.g, "", 17);
   ortep_graph_set_opset(b.g, ORTEP_DOMAIN_MS, 1);
   ortep_graph_set_opset(b.g, ORTEP_DOMAIN_ORTEP, 1);
-  ortep_shape one = {2, {1, 1}}, cache = {3, {KV, S, HD}};
-  b.st = ortep_graph_add_input(b.g, ORTEP_INPUT_TOKEN, ORTEP_DTYPE_I32, &one);
-  if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, ORTEP_INPUT_POSITION, ORTEP_DTYPE_I32, &one);
+  ortep_shape ids = {2, {1, (int64_t)tokens}}, cache = {3, {KV, S, HD}};
+  char tok_in[64], pos_in[64];
+  ortep__llama_input_names(tokens, tok_in, pos_in, sizeof tok_in);
+  b.st = ortep_graph_add_input(b.g, tok_in, ORTEP_DTYPE_I32, &ids);
+  if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, pos_in, ORTEP_DTYPE_I32, &ids);
   rope_tables(&b, (size_t)S, HD, c->rope_theta);
   char h[64] = "h.0";
   value(&b, h, 1, 1, H);
   weight(&b, "model.embed_tokens.weight");
-  node(&b, "Gather", "", "embed", (const char *[]){"model.embed_tokens.weight", ORTEP_INPUT_TOKEN}, 2,
+  node(&b, "Gather", "", "embed", (const char *[]){"model.embed_tokens.weight", tok_in}, 2,
        (const char *[]){h}, 1);
   float eps = (float)c->rms_norm_eps;
   for (int64_t l = 0; l < c->num_hidden_layers && !b.st; l++) {
@@ -182,12 +217,12 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
     for (int r = 0; r < 2; r++) {
       value(&b, n[4 + r], 1, 1, (r ? KV : NH) * HD);
       id = node(&b, "RotaryEmbedding", ORTEP_DOMAIN_MS, nm[2 + r],
-                (const char *[]){n[1 + r], ORTEP_INPUT_POSITION, "rope.cos", "rope.sin"}, 4, (const char *[]){n[4 + r]}, 1);
+                (const char *[]){n[1 + r], pos_in, "rope.cos", "rope.sin"}, 4, (const char *[]){n[4 + r]}, 1);
       attr_i(&b, id, "num_heads", r ? KV : NH);
     }
     value(&b, n[6], 1, 1, NH * HD);
     id = node(&b, "GroupQueryAttention", ORTEP_DOMAIN_MS, nm[4],
-              (const char *[]){n[4], n[5], n[3], ck, cv, ORTEP_INPUT_POSITION}, 6, (const char *[]){n[6]}, 1);
+              (const char *[]){n[4], n[5], n[3], ck, cv, pos_in}, 6, (const char *[]){n[6]}, 1);
     attr_i(&b, id, "num_heads", NH);
     attr_i(&b, id, "kv_num_heads", KV);
     linear(&b, nm[5], n[6], (const char *[]){w[4]}, NULL, 1, (const char *[]){n[7]}, (int64_t[]){H}, false, NULL);
@@ -205,6 +240,14 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
 #undef W
 #undef NODE
   }
+  if (tokens > 1) { /* the logits of the last position only */
+    last_row_index(&b);
+    b.tokens = 1;
+    value(&b, "h.last", 1, 1, H);
+    ortep_node_id g = node(&b, "Gather", "", "last_row", (const char *[]){h, "last_row"}, 2, (const char *[]){"h.last"}, 1);
+    attr_i(&b, g, "axis", 1);
+    snprintf(h, sizeof h, "h.last");
+  }
   value(&b, "final", 1, 1, H);
   weight(&b, "model.norm.weight");
   ortep_node_id id = node(&b, "SimplifiedLayerNormalization", "", "final_norm", (const char *[]){h, "model.norm.weight"},
@@ -216,7 +259,8 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   if (b.st == ORTEP_OK) b.st = ortep_graph_add_output(b.g, ORTEP_OUTPUT_LOGITS);
   if (b.st != ORTEP_OK) {
     ortep_graph_destroy(b.g);
-    return ortep__wrap(b.st, "building the decode graph");
+    return ortep__wrap(b.st, tokens == 1 ? "building the decode graph" : "building the prefill graph of %zu tokens",
+                       tokens);
   }
   *out = b.g;
   return ORTEP_OK;

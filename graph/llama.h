@@ -8,9 +8,16 @@
 #define ORTEP_INPUT_POSITION "position"
 #define ORTEP_OUTPUT_LOGITS "logits"
 
-/* The graph of one decode step with KV caches of max_seq positions. Weight
- * initializers borrow the model's mapped bytes (the model must outlive the
- * graph); host is the host EP that owns initializer tensors. */
-ortep_status ortep__llama_build(const ortep_model *model, ortep_ep *host, size_t max_seq, ortep_graph **out);
+/* The graph of one step over `tokens` consecutive tokens (1: a decode step;
+ * more: a prefill chunk) with KV caches of max_seq positions; its logits are
+ * the last token's. Weight initializers borrow the model's mapped bytes (the
+ * model must outlive the graph); host is the host EP that owns initializer
+ * tensors. */
+ortep_status ortep__llama_build(const ortep_model *model, ortep_ep *host, size_t max_seq, size_t tokens,
+                                ortep_graph **out);
+/* The names of the graph's token-id and position inputs ([1, tokens] i32):
+ * ORTEP_INPUT_TOKEN / ORTEP_INPUT_POSITION for one token, with ".<tokens>"
+ * appended for a chunk, so the graphs of one session keep them apart. */
+void ortep__llama_input_names(size_t tokens, char *token_ids, char *positions, size_t len);
 
 #endif

@@ -1087,7 +1087,7 @@ ortep_status ortep_session_format_plan(const ortep_session *s, char **text) {
   const variant *var = &s->graphs[gi];
   ortep_session_stats st;
   ortep_session_get_graph_stats(s, gi, &st);
-  if (s->n_graphs > 1) fprintf(f, "graph %zu of %zu: ", gi, s->n_graphs);
+  if (s->n_graphs > 1) fprintf(f, "%sgraph %zu of %zu: ", gi ? "\n" : "", gi, s->n_graphs);
   fprintf(f, "plan: %zu nodes, %zu kernels and %zu copies per step, mode %s", st.nodes, st.kernels_per_step,
           st.copies_per_step, var->mode == ORTEP_RUN_GRAPH ? "graph" : "eager");
   if (var->mode == ORTEP_RUN_GRAPH) fprintf(f, ", %zu segments, %zu seams", st.segments, st.seams);

@@ -25,6 +25,8 @@ typedef struct preset {
 static const preset presets[] = {
     {"tiny", {ORTEP_ARCH_QWEN2, 64, 176, 2, 4, 2, 512, 512, 16, 1e-6, 10000.0, true, true, {0}, 0}},
     {"tiny-llama", {ORTEP_ARCH_LLAMA, 64, 160, 2, 4, 1, 384, 256, 16, 1e-5, 10000.0, false, false, {0}, 0}},
+    /* head_dim 24, not hidden / heads = 16 (as Gemma- or Qwen3-style configs declare) */
+    {"tiny-wide-heads", {ORTEP_ARCH_LLAMA, 64, 160, 2, 4, 2, 384, 256, 24, 1e-5, 10000.0, false, false, {0}, 0}},
     /* big enough that its projections split across the CPU EP's workers */
     {"small", {ORTEP_ARCH_QWEN2, 256, 704, 4, 8, 2, 2048, 1024, 32, 1e-6, 10000.0, true, true, {0}, 0}},
     {"qwen2.5-0.5b", {ORTEP_ARCH_QWEN2, 896, 4864, 24, 14, 2, 151936, 32768, 64, 1e-6, 1000000.0, true, true, {0}, 0}},
@@ -98,6 +100,7 @@ static ortep_status write_config(const char *path, const ortep_model_config *c) 
   cJSON_AddNumberToObject(r, "num_key_value_heads", (double)c->num_key_value_heads);
   cJSON_AddNumberToObject(r, "vocab_size", (double)c->vocab_size);
   cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_position_embeddings);
+  if (c->head_dim * c->num_attention_heads != c->hidden_size) cJSON_AddNumberToObject(r, "head_dim", (double)c->head_dim);
   cJSON_AddNumberToObject(r, "rms_norm_eps", c->rms_norm_eps);
   cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta);
   cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tie_word_embeddings);
@@ -120,7 +123,7 @@ ortep_status ortep_model_write_synthetic(const char *dir, const char *name, orte
   for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
     if (!strcmp(presets[i].name, name)) p = &presets[i];
   if (!p)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "unknown preset '%s'; the presets are tiny, tiny-llama, small, qwen2.5-0.5b",
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "unknown preset '%s'; the presets are tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b",
                        name);
   if (!ortep_dtype_is_float(dt))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "synthetic weights are f32, f16 or bf16, not %s", ortep_dtype_name(dt));

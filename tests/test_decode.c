@@ -10,6 +10,10 @@
 
 static char g_dir[64];
 static const int32_t prompt[] = {5, 17, 2, 99};
+/* 23 ids (< 256, every preset's vocabulary): with max_seq_len 64 the chunk
+ * sizes are 64, 16 and 4, so it runs as 16 + 4 and three single tokens */
+static const int32_t long_prompt[23] = {5,  17, 2,  99, 41, 7,   250, 13, 88, 3,   64, 199,
+                                        21, 9,  77, 150, 6, 230, 31,  4,  120, 55, 18};
 
 /* This suite means the CPU EP (on a GPU machine "auto" would pick CUDA,
  * whose variants live in test_cuda_device.c): an unset ep becomes "cpu". */
@@ -128,20 +132,128 @@ START_TEST(matches_the_reference_with_bf16_and_f16_weights) {
 }
 END_TEST
 
+
+/* Chunked prefill against the independent reference (which runs the prompt
+ * token by token): the logits after the prompt and 12 greedy steps after it,
+ * on a Qwen2-style, a LLaMA-style and a head_dim != hidden / heads model. */
+static void chunked_against_reference(const char *preset) {
+  char dir[64];
+  test_model_dir(dir, sizeof dir, preset, ORTEP_DTYPE_F32);
+  ref_model *ref = ref_open(dir, 64);
+  ck_assert_msg(ref != NULL, "%s", ortep_last_error());
+  ortep_decoder *d;
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 64}, &d));
+  size_t V = ref_vocab(ref), n = sizeof long_prompt / sizeof *long_prompt;
+  double *want = malloc(V * sizeof *want);
+  float *got = malloc(V * sizeof *got);
+  int32_t next;
+  ck_assert_ok(ortep_decoder_prefill(d, long_prompt, n, &next));
+  for (size_t i = 0; i < n; i++) ref_step(ref, long_prompt[i], (int)i, want);
+  for (int step = 0; step < 12; step++) {
+    ck_assert_ok(ortep_decoder_logits(d, got, V));
+    size_t best = 0;
+    for (size_t i = 0; i < V; i++) {
+      ck_assert_msg(fabs(got[i] - want[i]) <= 1e-3 * (1.0 + fabs(want[i])), "%s step %d logit %zu: %.6f vs %.6f",
+                    preset, step, i, got[i], want[i]);
+      if (want[i] > want[best]) best = i;
+    }
+    ck_assert_msg((size_t)next == best, "%s step %d: ortep token %d, reference %zu", preset, step, next, best);
+    ref_step(ref, next, (int)(n + (size_t)step), want);
+    ck_assert_ok(ortep_decoder_step(d, next, (int32_t)(n + (size_t)step), &next));
+  }
+  free(want), free(got);
+  ref_close(ref);
+  ortep_decoder_close(d);
+  test_model_dir_remove(dir);
+}
+START_TEST(chunked_prefill_matches_the_reference) {
+  const char *presets[] = {"tiny", "tiny-llama", "tiny-wide-heads"};
+  chunked_against_reference(presets[_i]);
+}
+END_TEST
+
+/* Chunked prefill against token-by-token prefill on the same model: logits
+ * within 1e-4 relative (f32; the chunk's sums run in sgemm's order), the same
+ * greedy continuation, each chunk size captured once and then replayed, and
+ * a second prompt after a reset allocating nothing. _i: eager (1) or graph. */
+START_TEST(chunked_prefill_matches_token_by_token) {
+  bool eager = _i == 1;
+  const char *presets[] = {"tiny", "tiny-llama", "tiny-wide-heads"};
+  for (int pi = 0; pi < 3; pi++) {
+    char dir[64];
+    test_model_dir(dir, sizeof dir, presets[pi], ORTEP_DTYPE_F32);
+    ortep_decoder *d[2];
+    for (int c = 0; c < 2; c++)
+      ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 64, .eager = eager,
+                                                                  .prefill_chunk = c ? 1 : 0},
+                                      &d[c]));
+    ck_assert_uint_eq(ortep_decoder_graph_tokens(d[0], 1), 64);
+    ck_assert_uint_eq(ortep_decoder_graph_tokens(d[0], 2), 16);
+    ck_assert_uint_eq(ortep_decoder_graph_tokens(d[0], 3), 4);
+    ck_assert_uint_eq(ortep_decoder_graph_tokens(d[0], 4), 0);
+    ck_assert_uint_eq(ortep_decoder_graph_tokens(d[1], 1), 0); /* token by token: no chunk graphs */
+    size_t V = ortep_decoder_vocab_size(d[0]), n = sizeof long_prompt / sizeof *long_prompt;
+    float *l[2] = {malloc(V * sizeof(float)), malloc(V * sizeof(float))};
+    for (int round = 0; round < 2; round++) {
+      uint64_t a0 = 0, f0 = 0, a1, f1;
+      if (round) ck_assert(ortep_ep_allocation_counts(ortep_decoder_ep(d[0]), &a0, &f0));
+      int32_t tok[2][16];
+      for (int c = 0; c < 2; c++) {
+        ck_assert_ok(ortep_decoder_reset(d[c]));
+        ck_assert_ok(ortep_decoder_prefill(d[c], long_prompt, n, &tok[c][0]));
+        ck_assert_uint_eq(ortep_decoder_position(d[c]), n);
+        ck_assert_ok(ortep_decoder_logits(d[c], l[c], V));
+      }
+      for (size_t i = 0; i < V; i++)
+        ck_assert_msg(fabsf(l[0][i] - l[1][i]) <= 1e-4f * (1.0f + fabsf(l[1][i])), "%s logit %zu: chunked %.7g, by token %.7g",
+                      presets[pi], i, l[0][i], l[1][i]);
+      for (int c = 0; c < 2; c++)
+        for (int i = 1; i < 16; i++)
+          ck_assert_ok(ortep_decoder_step(d[c], tok[c][i - 1], (int32_t)(n + (size_t)i - 1), &tok[c][i]));
+      ck_assert_mem_eq(tok[0], tok[1], sizeof tok[0]);
+      if (round) {
+        ck_assert(ortep_ep_allocation_counts(ortep_decoder_ep(d[0]), &a1, &f1));
+        ck_assert_uint_eq(a1, a0);
+        ck_assert_uint_eq(f1, f0);
+      }
+    }
+    ortep_session *s = ortep_decoder_session(d[0]);
+    ortep_session_stats st;
+    const uint64_t runs[4] = {0, 0, 2, 2}; /* per graph of chunk sizes 64, 16, 4: 16 + 4 (+ 3 single tokens) */
+    for (size_t g = 1; g < 4; g++) {
+      ck_assert_ok(ortep_session_get_graph_stats(s, g, &st));
+      ck_assert_uint_eq(st.steps, runs[g]);
+      ck_assert_uint_eq(st.captures, eager || !runs[g] ? 0 : 1); /* captured at first use, replayed after */
+    }
+    free(l[0]), free(l[1]);
+    ortep_decoder_close(d[0]);
+    ortep_decoder_close(d[1]);
+    test_model_dir_remove(dir);
+  }
+}
+END_TEST
+
 static bool collect(int32_t t, size_t i, void *user) {
   ((int32_t *)user)[i] = t;
   return true;
 }
 
+/* _i: bit 0 eager, bit 1 token by token (else the bad id sits in a chunk of
+ * 2: max_seq_len 32 gives chunk sizes 32, 8 and 2) */
 START_TEST(bad_token_fails_the_step_with_the_gather_bit) {
-  ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = 32, .eager = _i == 1});
+  bool by_token = _i & 2;
+  ortep_decoder *d = open_with(
+      &(ortep_decoder_options){.max_seq_len = 32, .eager = _i & 1, .prefill_chunk = by_token ? 1 : 0});
+  ck_assert_uint_eq(ortep_decoder_graph_tokens(d, 0), 1);
+  ck_assert_uint_eq(ortep_decoder_graph_tokens(d, 1), by_token ? 0 : 32);
   int32_t bad[] = {3, 512, 4}; /* vocab is 512 */
   ck_assert_status(ortep_decoder_prefill(d, bad, 3, NULL), ORTEP_E_DEVICE_VALIDATION);
   ck_assert_error_mentions("GATHER_INDEX");
   ck_assert_error_mentions("token 512");
   ck_assert_error_mentions("not emitted");
   ck_assert_uint_eq(ortep_decoder_last_error_bits(d) & ORTEP_ERROR_GATHER_INDEX, ORTEP_ERROR_GATHER_INDEX);
-  ck_assert_uint_eq(ortep_decoder_position(d), 1); /* the bad token did not advance */
+  /* token by token, the bad token did not advance; a chunk counts as a whole */
+  ck_assert_uint_eq(ortep_decoder_position(d), by_token ? 1 : 0);
   size_t n = 99;
   ck_assert_status(ortep_decoder_generate(d, 4, NULL, NULL, &n), ORTEP_E_STATE);
   ck_assert_uint_eq(n, 0); /* nothing emitted */
@@ -152,7 +264,7 @@ START_TEST(bad_token_fails_the_step_with_the_gather_bit) {
   int32_t a[8], b[8];
   ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
   ck_assert_ok(ortep_decoder_generate(d, 8, collect, a, NULL));
-  ortep_decoder *fresh = open_with(&(ortep_decoder_options){.max_seq_len = 32});
+  ortep_decoder *fresh = open_with(&(ortep_decoder_options){.max_seq_len = 32, .prefill_chunk = by_token ? 1 : 0});
   ck_assert_ok(ortep_decoder_prefill(fresh, prompt, 4, NULL));
   ck_assert_ok(ortep_decoder_generate(fresh, 8, collect, b, NULL));
   ck_assert_mem_eq(a, b, sizeof a);
@@ -429,7 +541,7 @@ END_TEST
 START_TEST(logits_are_bitwise_equal_for_every_thread_count) {
   const char *presets[] = {"tiny", "small"};
   const ortep_dtype types[] = {ORTEP_DTYPE_F32, ORTEP_DTYPE_BF16};
-  const size_t prompt_len[] = {4, 4};
+  const size_t prompt_len[] = {4, 12}; /* small: chunks of 8 and 2 and 2 (max_seq_len 32: sizes 32, 8, 2) */
   for (int pi = 0; pi < 2; pi++) {
     char dir[64];
     test_model_dir(dir, sizeof dir, presets[pi], types[pi]);
@@ -449,7 +561,7 @@ START_TEST(logits_are_bitwise_equal_for_every_thread_count) {
         float *l = malloc(16 * V * sizeof *l);
         int32_t tok;
         size_t plen = prompt_len[pi];
-        ck_assert_ok(ortep_decoder_prefill(d, prompt, plen, &tok));
+        ck_assert_ok(ortep_decoder_prefill(d, long_prompt, plen, &tok));
         for (int i = 0; i < 16; i++) {
           ck_assert_ok(ortep_decoder_logits(d, l + (size_t)i * V, V));
           if (want) ck_assert_msg(tok == want_tok[i], "%s, %s threads, eager %d, step %d: token %d, want %d",
@@ -628,7 +740,7 @@ int main(void) {
   tcase_add_test(tc, matches_the_reference_qwen2_style);
   tcase_add_test(tc, matches_the_reference_llama_style);
   tcase_add_test(tc, matches_the_reference_with_bf16_and_f16_weights);
-  tcase_add_loop_test(tc, bad_token_fails_the_step_with_the_gather_bit, 0, 2);
+  tcase_add_loop_test(tc, bad_token_fails_the_step_with_the_gather_bit, 0, 4);
   tcase_add_loop_test(tc, position_past_the_cache_fails_with_the_position_bit, 0, 2);
   tcase_add_loop_test(tc, steady_state_steps_allocate_nothing, 0, 2);
   tcase_add_test(tc, open_errors_are_clear);
@@ -639,6 +751,8 @@ int main(void) {
   tcase_add_test(tc, generate_in_chunks_emits_the_tokens_of_one_call);
   tcase_add_test(tc, logits_need_a_successful_step_and_prefill_bounds_cannot_wrap);
   tcase_add_test(tc, two_threads_on_one_decoder_are_refused_not_corrupted);
+  tcase_add_loop_test(tc, chunked_prefill_matches_the_reference, 0, 3);
+  tcase_add_loop_test(tc, chunked_prefill_matches_token_by_token, 0, 2);
   tcase_add_test(tc, a_non_finite_weight_fails_the_step_and_emits_nothing);
   suite_add_tcase(s, tc);
   return test_run(s);

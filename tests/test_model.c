@@ -264,7 +264,7 @@ START_TEST(models_check_weights_against_the_config) {
   test_model_dir_remove(dir);
   ck_assert_status(ortep_model_open(dir, &m), ORTEP_E_IO);
   ck_assert_status(ortep_model_write_synthetic(dir, "huge", ORTEP_DTYPE_F32, 1), ORTEP_E_INVALID_ARGUMENT);
-  ck_assert_error_mentions("tiny, tiny-llama, small, qwen2.5-0.5b");
+  ck_assert_error_mentions("tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b");
 }
 END_TEST
 

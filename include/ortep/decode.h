@@ -43,6 +43,11 @@ typedef struct ortep_decoder_options {
   ortep_governor *governor;  /* charge this governor instead of a private one (must outlive the decoder) */
   ortep_allocator *host_allocator; /* back the CPU EP with this allocator (must outlive the decoder) */
   bool profile;              /* time every node of eager steps (ortep_session_profile) */
+  /* Prefill chunking: 0 (default) automatic: chunks of 256, 64, 16 and 4
+   * tokens; 1: token by token (no chunk graphs); N: chunks of N, N/4, N/16...
+   * (each >= 2; N is capped at max_seq_len). One graph per chunk size,
+   * captured at its first use, all sharing the KV caches and one arena. */
+  size_t prefill_chunk;
 } ortep_decoder_options;
 
 /* Opens model_dir (model.h), builds the decode-step graph and a session on
@@ -51,9 +56,17 @@ ORTEP_API ortep_status ortep_decoder_open(const char *model_dir, const ortep_dec
                                           ortep_decoder **out);
 ORTEP_API void ortep_decoder_close(ortep_decoder *decoder);
 
-/* Runs the prompt through the model, one step per token, from the current
- * position; afterwards the next token is known (ortep_decoder_generate emits
- * it first). *next may be NULL. */
+/* Runs the prompt through the model from the current position; afterwards
+ * the next token is known (ortep_decoder_generate emits it first). The
+ * prompt goes in chunks (options.prefill_chunk): each chunk is one step of
+ * M = chunk-size matrix products whose attention writes the chunk's K/V and
+ * attends causally; the largest chunk sizes that fit are taken greedily and
+ * the rest runs token by token. Only the last position's logits are
+ * computed, with one sync for the whole prompt. A prompt that does not fit
+ * the cache is refused before anything runs; a bad token id in any row fails
+ * the prefill (ORTEP_E_DEVICE_VALIDATION) and nothing is emitted. Chunked
+ * logits equal token-by-token logits within float rounding (the sums run in
+ * another order). *next may be NULL. */
 ORTEP_API ortep_status ortep_decoder_prefill(ortep_decoder *decoder, const int32_t *tokens, size_t n, int32_t *next);
 
 /* Called with each generated token; return false to stop. */
@@ -102,7 +115,8 @@ ORTEP_API ortep_status ortep_decoder_generate_ex(ortep_decoder *decoder, const o
  * not checked on the host: the device error word is the check. */
 ORTEP_API ortep_status ortep_decoder_step(ortep_decoder *decoder, int32_t token, int32_t position, int32_t *next);
 
-/* Starts over: position 0, error word cleared, graph invalidated. */
+/* Starts over: position 0, error word cleared. Captured graphs are kept
+ * (they do not depend on the position; a failed step already dropped them). */
 ORTEP_API ortep_status ortep_decoder_reset(ortep_decoder *decoder);
 
 /* The logits of the last step (vocab f32 values); ORTEP_E_STATE when no step
@@ -123,6 +137,10 @@ ORTEP_API const char *ortep_decoder_kv_name(size_t layer, bool value, char *buf,
 /* The device error word seen at the last failed step (0 when none). */
 ORTEP_API uint32_t ortep_decoder_last_error_bits(const ortep_decoder *decoder);
 ORTEP_API ortep_session *ortep_decoder_session(ortep_decoder *decoder);
+/* The tokens per step of the session's graph `graph` (0: the decode step, 1;
+ * then the prefill chunk sizes, largest first); 0 past the last graph. Its
+ * stats (captures per chunk size): ortep_session_get_graph_stats. */
+ORTEP_API size_t ortep_decoder_graph_tokens(const ortep_decoder *decoder, size_t graph);
 ORTEP_API ortep_ep *ortep_decoder_ep(ortep_decoder *decoder);
 
 ORTEP_END_DECLS
