@@ -35,6 +35,7 @@ typedef struct mode_result {
   bool ran;
   double tok_s, p50, p90, p99, max_us, cpu_us;
   double launch_us; /* host time per token up to the sync */
+  double ttft_ms;   /* time to first token: the prefill call (median of runs) */
   size_t kernels, graph_kernels, segments, seams, planned, lower_bound, naive, kv_bytes;
   double allocs_per_step;
   int32_t *tokens;
@@ -44,7 +45,7 @@ typedef struct mode_result {
 } mode_result;
 
 static const char decode_usage[] =
-    "usage: ortep-bench decode [--model DIR | --preset tiny|tiny-llama|small|qwen2.5-0.5b] [--ep auto|cpu|cuda]\n"
+    "usage: ortep-bench decode [--model DIR | --preset NAME] [--ep auto|cpu|cuda]\n"
     "                          [--dtype f32|f16|bf16] [--mode eager|graph|segmented|all] [--seam OP,...]\n"
     "                          [--prompt-len P] [--tokens N] [--warmup W] [--runs R] [--threads N] [--json FILE]\n"
     "                          [--explain] [--profile]\n"
@@ -54,7 +55,8 @@ static const char decode_usage[] =
     "time), EP auto (CUDA when a device is present, else CPU), all modes.\n"
     "\n"
     "  --model DIR      a model directory (config.json + model.safetensors)\n"
-    "  --preset NAME    a synthetic preset: tiny (default), tiny-llama, small, qwen2.5-0.5b\n"
+    "  --preset NAME    a synthetic preset: tiny (default), tiny-llama, tiny-wide-heads, small,\n"
+    "                   qwen2.5-0.5b\n"
     "  --dtype D        weight dtype of the synthetic preset: f32 (default), f16, bf16\n"
     "  --ep E           auto (default), cpu, cuda\n"
     "  --mode M         eager, graph, segmented (graph with --seam ops as eager seams), or all (default)\n"
@@ -85,44 +87,6 @@ static double cpu_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int mkdirs(const char *path) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s", path);
-  for (char *p = tmp + 1; *p; p++)
-    if (*p == '/') {
-      *p = '\0';
-      if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
-      *p = '/';
-    }
-  return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
-}
-
-/* The cached synthetic model for preset/dtype, written on first use. */
-static int preset_dir(const char *preset, const char *dtype, char *out, size_t len) {
-  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  char base[2048];
-  if (xdg && *xdg)
-    snprintf(base, sizeof base, "%s/ortep/models", xdg);
-  else
-    snprintf(base, sizeof base, "%s/.cache/ortep/models", home && *home ? home : "/tmp");
-  snprintf(out, len, "%s/%s-%s", base, preset, dtype);
-  char cfg[4200];
-  snprintf(cfg, sizeof cfg, "%s/model.safetensors", out);
-  if (access(cfg, R_OK) == 0) return 0;
-  if (mkdirs(out)) {
-    fprintf(stderr, "ortep-bench decode: cannot create %s: %s\n", out, strerror(errno));
-    return 1;
-  }
-  ortep_dtype dt;
-  ortep_dtype_parse(dtype, &dt);
-  fprintf(stderr, "ortep-bench decode: writing the synthetic %s preset (%s) to %s (first run)\n", preset, dtype, out);
-  if (ortep_model_write_synthetic(out, preset, dt, 0x5eed) != ORTEP_OK) {
-    fprintf(stderr, "ortep-bench decode: %s\n", ortep_last_error());
-    return 1;
-  }
-  return 0;
 }
 
 /* Best-of-5 read bandwidth of `threads` threads each summing its slice of
@@ -258,10 +222,11 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
   }
   size_t total = (size_t)(tokens * runs);
   double *lat = malloc(total * sizeof *lat), *tps = malloc((size_t)runs * sizeof *tps);
+  double *ttft = malloc((size_t)runs * sizeof *ttft);
   r->tokens = malloc((size_t)tokens * sizeof *r->tokens);
-  if (!lat || !tps || !r->tokens) {
+  if (!lat || !tps || !ttft || !r->tokens) {
     fprintf(stderr, "ortep-bench decode: no memory for %zu latency samples (--tokens x --runs); lower them\n", total);
-    free(lat), free(tps), free(r->tokens);
+    free(lat), free(tps), free(ttft), free(r->tokens);
     r->tokens = NULL;
     ortep_decoder_close(d);
     return 1;
@@ -271,11 +236,13 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
   uint64_t a0 = 0, f0 = 0, a1 = 0, f1 = 0;
   for (long run = 0; run < runs && !rc; run++) {
     int32_t next;
-    if (ortep_decoder_reset(d) || ortep_decoder_prefill(d, prompt, plen, &next)) {
+    double p0 = 0;
+    if (ortep_decoder_reset(d) || (p0 = bench_now_ns(), ortep_decoder_prefill(d, prompt, plen, &next))) {
       fprintf(stderr, "ortep-bench decode: %s mode: %s\n", m->name, ortep_last_error());
       rc = 1;
       break;
     }
+    ttft[run] = (bench_now_ns() - p0) / 1e6; /* the prefill ends with the first token known */
     ortep_ep_allocation_counts(ortep_decoder_ep(d), &a0, &f0);
     uint64_t l0 = ortep_decoder_launch_ns(d);
     int32_t pos = (int32_t)plen;
@@ -304,6 +271,7 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
     qsort(lat, total, sizeof *lat, cmp_d);
     r->ran = true;
     r->tok_s = bench_median(tps, (size_t)runs);
+    r->ttft_ms = bench_median(ttft, (size_t)runs);
     r->p50 = pct(lat, total, 0.50), r->p90 = pct(lat, total, 0.90), r->p99 = pct(lat, total, 0.99);
     r->max_us = lat[total - 1];
     r->cpu_us = cpu_total / (double)total / 1e3;
@@ -338,7 +306,7 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
       }
     }
   }
-  free(lat), free(tps);
+  free(lat), free(tps), free(ttft);
   ortep_decoder_close(d);
   return rc;
 }
@@ -410,10 +378,8 @@ static int parse(int argc, char **argv, decode_opts *o) {
   }
   if (!found) return bench_usage_error("decode", "--mode '%s' is not one of eager, graph, segmented, all", mode);
   if (!o->preset) o->preset = "tiny";
-  if (!o->model && strcmp(o->preset, "tiny") && strcmp(o->preset, "tiny-llama") && strcmp(o->preset, "tiny-wide-heads") &&
-      strcmp(o->preset, "small") &&
-      strcmp(o->preset, "qwen2.5-0.5b"))
-    return bench_usage_error("decode", "--preset '%s' is not one of tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b", o->preset);
+  if (!o->model && !bench_is_preset(o->preset))
+    return bench_usage_error("decode", "--preset '%s' is not one of " BENCH_PRESETS, o->preset);
   return -1;
 }
 
@@ -422,7 +388,7 @@ static int parse(int argc, char **argv, decode_opts *o) {
 static int prepare(const decode_opts *o, decode_run *r) {
   if (o->model)
     snprintf(r->dir, sizeof r->dir, "%s", o->model);
-  else if (preset_dir(o->preset, o->dtype, r->dir, sizeof r->dir))
+  else if (bench_preset_dir("decode", o->preset, o->dtype, r->dir, sizeof r->dir))
     return 1;
   ortep_model *mdl;
   if (ortep_model_open(r->dir, &mdl) != ORTEP_OK) {
@@ -522,6 +488,8 @@ static void report_table(const decode_opts *o, const decode_run *r) {
     printf("\n");                                      \
   } while (0)
   ROW("tokens/s (median of runs)", "%14.1f", res[i].tok_s);
+  ROW("time to first token (ms)", "%14.2f", res[i].ttft_ms);
+  ROW("prefill tokens/s", "%14.1f", (double)o->plen / res[i].ttft_ms * 1e3);
   ROW("weights read (GB/s)", "%14.2f", res[i].tok_s * (double)r->read_per_token / 1e9);
   ROW("latency p50 (us)", "%14.1f", res[i].p50);
   ROW("latency p90 (us)", "%14.1f", res[i].p90);
@@ -581,6 +549,8 @@ static cJSON *report_json(const decode_opts *o, decode_run *r) {
     if (!res[i].ran) continue;
     cJSON *m = cJSON_AddObjectToObject(jm, modes[i].name);
     cJSON_AddNumberToObject(m, "tokens_per_s", res[i].tok_s);
+    cJSON_AddNumberToObject(m, "ttft_ms", res[i].ttft_ms);
+    cJSON_AddNumberToObject(m, "prefill_tokens_per_s", (double)o->plen / res[i].ttft_ms * 1e3);
     cJSON_AddNumberToObject(m, "weight_bytes_per_s", res[i].tok_s * (double)r->read_per_token);
     cJSON_AddNumberToObject(m, "latency_p50_us", res[i].p50);
     cJSON_AddNumberToObject(m, "latency_p90_us", res[i].p90);

@@ -14,6 +14,8 @@ static const char usage[] =
     "commands:\n"
     "  decode    per-token decode latency of eager, graph and segmented execution, side by\n"
     "            side (the default synthetic tiny model with no arguments)\n"
+    "  prefill   time to first token: the prompt token by token vs in chunks, side by side\n"
+    "            for several prompt lengths\n"
     "  replay    per-node overhead of eager dispatch vs replay, with no-op kernels\n"
     "  alloc     allocator microbenchmark: arena, slab, mimalloc and glibc malloc on a\n"
     "            decode-like and a random pattern, plus the memory planner's figures\n"
@@ -36,8 +38,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "alloc") == 0) return bench_alloc_main(argc - 1, argv + 1);
   if (strcmp(cmd, "decode") == 0) return bench_decode_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "prefill") == 0) return bench_prefill_main(argc - 1, argv + 1);
   if (strcmp(cmd, "replay") == 0) return bench_replay_main(argc - 1, argv + 1);
-  fprintf(stderr, "ortep-bench: unknown command '%s'; the commands are: decode, replay, alloc\n", cmd);
+  fprintf(stderr, "ortep-bench: unknown command '%s'; the commands are: decode, prefill, replay, alloc\n", cmd);
   fputs(usage, stderr);
   return BENCH_EXIT_USAGE;
 }

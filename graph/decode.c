@@ -6,9 +6,9 @@
  * device argmax and one 8-byte read: no allocation.
  *
  * Prefill runs the prompt in chunks: the session holds the decode graph
- * (graph 0, one token) and one graph per chunk size (bucket, e.g. 256, 64,
- * 16, 4 tokens), all over the same KV caches and logits and one planned
- * arena. A prompt is cut greedily into the largest buckets that fit, the
+ * (graph 0, one token) and one graph per chunk size (bucket: 256, 128, 64,
+ * ..., 2 tokens by default), all over the same KV caches and logits and one
+ * planned arena. A prompt is cut greedily into the largest buckets that fit, the
  * rest goes token by token; only the last chunk's logits are read, with one
  * argmax and one 8-byte read (error word included) for the whole prompt.
  */
@@ -27,7 +27,7 @@
 #include "ortep/decode.h"
 #include "ortep/governor.h"
 
-#define ORTEP__MAX_BUCKETS 6 /* prefill chunk sizes: at most this many graphs besides the decode step */
+#define ORTEP__MAX_BUCKETS 12 /* prefill chunk sizes: at most this many graphs besides the decode step */
 
 struct ortep_decoder {
   ortep_governor *governor;
@@ -79,7 +79,7 @@ void ortep_decoder_close(ortep_decoder *d) {
 }
 
 #define WEIGHTS_KEY "ortep.weights"
-#define AUTO_CHUNK 256 /* prefill_chunk 0: buckets 256, 64, 16, 4 */
+#define AUTO_CHUNK 256 /* prefill_chunk 0: chunks of 256, 128, 64, ..., 2 */
 
 static ortep_status apply_governor_config(ortep_governor *g, const ortep_config *c) {
   for (size_t i = 0; i < ortep_config_count(c); i++) {
@@ -230,11 +230,13 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     goto fail;
   }
   d->vocab = (size_t)c->vocab_size;
-  /* the chunk sizes: prefill_chunk (or 256), then a quarter each time, >= 2 */
+  /* the chunk sizes: prefill_chunk (or 256), then halves, down to 2: a
+   * prompt is cut into at most one chunk of each size below the largest,
+   * and at most one token goes alone */
   size_t top = o.prefill_chunk ? o.prefill_chunk : AUTO_CHUNK;
   if (top > d->max_seq) top = d->max_seq;
   d->tokens[d->n_graphs++] = 1;
-  for (size_t t = top; t >= 2 && d->n_graphs <= ORTEP__MAX_BUCKETS; t /= 4) d->tokens[d->n_graphs++] = t;
+  for (size_t t = top; t >= 2 && d->n_graphs <= ORTEP__MAX_BUCKETS; t /= 2) d->tokens[d->n_graphs++] = t;
   if ((st = check_size(d, c, ortep_ep_registry_count(d->registry) == 1)) != ORTEP_OK) goto fail;
   for (size_t g = 0; g < d->n_graphs; g++)
     if ((st = ortep__llama_build(d->model, cpu, d->max_seq, d->tokens[g], &d->graphs[g])) != ORTEP_OK) goto fail;

@@ -54,6 +54,9 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
       {"decode --model /x --preset tiny", "exclude"}, {"decode stray", "unexpected argument 'stray'"},
       {"decode --runs", "needs a value"},              {"alloc --runs 0", "--runs '0'"},
       {"replay --nodes -3", "--nodes '-3'"},           {"warp", "unknown command 'warp'"},
+      {"prefill --lengths 0", "--lengths '0'"},        {"prefill --lengths 8,x", "--lengths '8,x'"},
+      {"prefill --chunk 1", "--chunk '1'"},            {"prefill --preset huge", "--preset 'huge'"},
+      {"prefill --ep cpu --lengths 600", "max_position_embeddings 512"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     ck_assert_int_eq(bench(NULL, cases[i].args, err, sizeof err), 2);
@@ -64,8 +67,8 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
 END_TEST
 
 START_TEST(help_for_every_command) {
-  const char *cmds[] = {"--help", "decode --help", "alloc --help", "replay --help"};
-  for (size_t i = 0; i < 4; i++) ck_assert_int_eq(bench(NULL, cmds[i], NULL, 0), 0);
+  const char *cmds[] = {"--help", "decode --help", "alloc --help", "replay --help", "prefill --help"};
+  for (size_t i = 0; i < 5; i++) ck_assert_int_eq(bench(NULL, cmds[i], NULL, 0), 0);
 }
 END_TEST
 
@@ -86,7 +89,7 @@ START_TEST(decode_runs_every_mode_and_writes_the_documented_json) {
   ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "prompt_token_ids")), 3);
   const cJSON *modes = cJSON_GetObjectItem(j, "modes");
   const char *names[] = {"eager", "graph", "segmented"};
-  const char *fields[] = {"tokens_per_s", "weight_bytes_per_s", "latency_p50_us",       "latency_p90_us",      "latency_p99_us",
+  const char *fields[] = {"tokens_per_s", "ttft_ms", "prefill_tokens_per_s", "weight_bytes_per_s", "latency_p50_us",       "latency_p90_us",      "latency_p99_us",
                           "latency_max_us", "host_cpu_us_per_token", "host_launch_us_per_token", "kernels_per_token",  "graph_kernel_nodes", "segments",
                           "seams",          "seam_reasons",          "allocations_per_step", "planned_arena_bytes",
                           "lower_bound_bytes", "naive_sum_bytes",    "kv_cache_bytes",      "token_ids"};
@@ -199,6 +202,30 @@ static void teardown(void) {
   ck_assert_int_eq(system(cmd), 0);
 }
 
+/* prefill: token by token and chunked side by side per prompt length, the
+ * same next token, the documented JSON. */
+START_TEST(prefill_compares_token_by_token_with_chunks) {
+  char err[4096], args[256];
+  snprintf(args, sizeof args, "prefill --ep cpu --lengths 5,40 --runs 1 --json %s/prefill.json", g_tmp);
+  ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
+  cJSON *j = read_json("prefill.json");
+  const char *top[] = {"machine", "build", "model", "ep", "threads", "chunk_sizes", "sgemm_gflops", "results"};
+  for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) has(j, top[i]);
+  const cJSON *rows = cJSON_GetObjectItem(j, "results");
+  ck_assert_int_eq(cJSON_GetArraySize(rows), 2);
+  const char *fields[] = {"prompt_tokens", "by_token_ms", "chunked_ms", "by_token_tokens_per_s", "chunked_tokens_per_s",
+                          "speedup", "chunked_gflops", "fraction_of_sgemm", "same_next_token", "max_rel_logit_diff"};
+  for (int r = 0; r < 2; r++) {
+    const cJSON *row = cJSON_GetArrayItem(rows, r);
+    for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) has(row, fields[f]);
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(row, "same_next_token")));
+    ck_assert_double_le(cJSON_GetObjectItem(row, "max_rel_logit_diff")->valuedouble, 1e-4);
+  }
+  ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 1), "prompt_tokens")->valuedouble, 40);
+  cJSON_Delete(j);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("bench");
   TCase *tc = tcase_create("core");
@@ -208,6 +235,7 @@ int main(void) {
   tcase_add_test(tc, help_for_every_command);
   tcase_add_test(tc, decode_runs_every_mode_and_writes_the_documented_json);
   tcase_add_test(tc, single_modes_and_explain);
+  tcase_add_test(tc, prefill_compares_token_by_token_with_chunks);
   tcase_add_test(tc, disagreement_between_modes_is_an_error);
   tcase_add_test(tc, alloc_and_replay_write_json);
   tcase_add_test(tc, unknown_seams_and_unwritable_json_fail_up_front);

@@ -11,7 +11,7 @@
 static char g_dir[64];
 static const int32_t prompt[] = {5, 17, 2, 99};
 /* 23 ids (< 256, every preset's vocabulary): with max_seq_len 64 the chunk
- * sizes are 64, 16 and 4, so it runs as 16 + 4 and three single tokens */
+ * sizes are 64, 32, 16, 8, 4 and 2, so it runs as 16 + 4 + 2 and one token */
 static const int32_t long_prompt[23] = {5,  17, 2,  99, 41, 7,   250, 13, 88, 3,   64, 199,
                                         21, 9,  77, 150, 6, 230, 31,  4,  120, 55, 18};
 
@@ -187,10 +187,8 @@ START_TEST(chunked_prefill_matches_token_by_token) {
       ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 64, .eager = eager,
                                                                   .prefill_chunk = c ? 1 : 0},
                                       &d[c]));
-    ck_assert_uint_eq(ortep_decoder_graph_tokens(d[0], 1), 64);
-    ck_assert_uint_eq(ortep_decoder_graph_tokens(d[0], 2), 16);
-    ck_assert_uint_eq(ortep_decoder_graph_tokens(d[0], 3), 4);
-    ck_assert_uint_eq(ortep_decoder_graph_tokens(d[0], 4), 0);
+    for (size_t g = 1, t = 64; g <= 7; g++, t /= 2)
+      ck_assert_uint_eq(ortep_decoder_graph_tokens(d[0], g), t >= 2 ? t : 0); /* 64, 32, ..., 2, then none */
     ck_assert_uint_eq(ortep_decoder_graph_tokens(d[1], 1), 0); /* token by token: no chunk graphs */
     size_t V = ortep_decoder_vocab_size(d[0]), n = sizeof long_prompt / sizeof *long_prompt;
     float *l[2] = {malloc(V * sizeof(float)), malloc(V * sizeof(float))};
@@ -219,8 +217,9 @@ START_TEST(chunked_prefill_matches_token_by_token) {
     }
     ortep_session *s = ortep_decoder_session(d[0]);
     ortep_session_stats st;
-    const uint64_t runs[4] = {0, 0, 2, 2}; /* per graph of chunk sizes 64, 16, 4: 16 + 4 (+ 3 single tokens) */
-    for (size_t g = 1; g < 4; g++) {
+    /* per graph of chunk sizes 64, 32, 16, 8, 4, 2: 16 + 4 + 2 (+ 1 token), two prompts */
+    const uint64_t runs[7] = {0, 0, 0, 2, 0, 2, 2};
+    for (size_t g = 1; g < 7; g++) {
       ck_assert_ok(ortep_session_get_graph_stats(s, g, &st));
       ck_assert_uint_eq(st.steps, runs[g]);
       ck_assert_uint_eq(st.captures, eager || !runs[g] ? 0 : 1); /* captured at first use, replayed after */
@@ -239,7 +238,7 @@ static bool collect(int32_t t, size_t i, void *user) {
 }
 
 /* _i: bit 0 eager, bit 1 token by token (else the bad id sits in a chunk of
- * 2: max_seq_len 32 gives chunk sizes 32, 8 and 2) */
+ * 2: max_seq_len 32 gives chunk sizes 32, 16, 8, 4 and 2) */
 START_TEST(bad_token_fails_the_step_with_the_gather_bit) {
   bool by_token = _i & 2;
   ortep_decoder *d = open_with(
@@ -541,7 +540,7 @@ END_TEST
 START_TEST(logits_are_bitwise_equal_for_every_thread_count) {
   const char *presets[] = {"tiny", "small"};
   const ortep_dtype types[] = {ORTEP_DTYPE_F32, ORTEP_DTYPE_BF16};
-  const size_t prompt_len[] = {4, 12}; /* small: chunks of 8 and 2 and 2 (max_seq_len 32: sizes 32, 8, 2) */
+  const size_t prompt_len[] = {4, 12}; /* chunks of 4; and 8 + 4 (max_seq_len 32: sizes 32, 16, ..., 2) */
   for (int pi = 0; pi < 2; pi++) {
     char dir[64];
     test_model_dir(dir, sizeof dir, presets[pi], types[pi]);

@@ -43,10 +43,11 @@ typedef struct ortep_decoder_options {
   ortep_governor *governor;  /* charge this governor instead of a private one (must outlive the decoder) */
   ortep_allocator *host_allocator; /* back the CPU EP with this allocator (must outlive the decoder) */
   bool profile;              /* time every node of eager steps (ortep_session_profile) */
-  /* Prefill chunking: 0 (default) automatic: chunks of 256, 64, 16 and 4
-   * tokens; 1: token by token (no chunk graphs); N: chunks of N, N/4, N/16...
-   * (each >= 2; N is capped at max_seq_len). One graph per chunk size,
-   * captured at its first use, all sharing the KV caches and one arena. */
+  /* Prefill chunking: 0 (default) automatic: chunks of 256, 128, 64, ..., 2
+   * tokens; 1: token by token (no chunk graphs); N: chunks of N, N/2, N/4,
+   * ... down to 2 (N is capped at max_seq_len, at most 12 sizes). One graph
+   * per chunk size, captured at its first use, all sharing the KV caches and
+   * one arena. */
   size_t prefill_chunk;
 } ortep_decoder_options;
 

@@ -40,6 +40,12 @@ static void gqa_task(void *ctx, size_t worker, size_t begin, size_t end) {
                        ortep__cpu_pool_scratch(j->pool, worker), j->out, begin, end);
 }
 
+static void gqa_chunk_task(void *ctx, size_t worker, size_t begin, size_t end) {
+  const gqa_job *j = ctx;
+  ortep__cpu_gqa_chunk_heads(j->q, j->kc, j->vc, j->pos, j->g->tokens, j->g->heads, j->g->kv, j->g->hd, j->g->cap,
+                             j->g->scale, ortep__cpu_pool_scratch(j->pool, worker), j->out, begin, end);
+}
+
 static void linear_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
   ortep__cpu_linear(j->x, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin,
@@ -112,7 +118,10 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       gqa_job j = {g, in[0], kc, vc, pos, out[0], k->pool};
       int32_t last = pos[g->tokens - 1]; /* the longest row: the work estimate only */
       size_t span = last >= 0 && (size_t)last < g->cap ? (size_t)last + 1 : g->cap;
-      ortep__cpu_pool_for(k->pool, g->tokens * g->heads, span * g->hd * 2, gqa_task, &j);
+      if (ortep__cpu_gqa_chunk_ok(pos, g->tokens, g->cap))
+        ortep__cpu_pool_for(k->pool, g->heads, g->tokens * span * g->hd * 4, gqa_chunk_task, &j);
+      else
+        ortep__cpu_pool_for(k->pool, g->tokens * g->heads, span * g->hd * 2, gqa_task, &j);
       break;
     }
     case ORTEP__OP_SOFTMAX:
@@ -132,7 +141,7 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       }
       size_t per = p->gate_up ? 2 * p->k : p->k;
       if (p->m > 1)
-        ortep__cpu_pool_for(k->pool, ortep__cpu_linear_blocks(p->groups, p->n, p->gate_up), per * 64 * p->m,
+        ortep__cpu_pool_for(k->pool, ortep__cpu_linear_blocks(p->groups, p->n, p->gate_up), per * 128 * p->m,
                             linear_gemm_task, &j);
       else
         ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(p->m, p->groups, p->n, p->gate_up), per, linear_task, &j);
@@ -174,7 +183,7 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   /* per-worker scratch, reserved now (never while a step runs): a row of
    * attention scores, or a block of widened weights for a prefill GEMM */
   size_t scratch = 0;
-  if (k->op.kind == ORTEP__OP_GQA) scratch = k->op.p.gqa.cap * sizeof(float);
+  if (k->op.kind == ORTEP__OP_GQA) scratch = k->op.p.gqa.tokens * k->op.p.gqa.cap * sizeof(float);
   if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1) scratch = ortep__cpu_linear_scratch(k->op.p.lin.m, k->op.p.lin.k);
   ortep_status st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;
   if (st != ORTEP_OK) {

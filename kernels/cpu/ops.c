@@ -51,6 +51,19 @@ static float dot8_bf16(const float *x, const uint16_t *w, size_t k) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
+/* dst = the 16-bit floats src as f32 (bf16, or f16 when f16). */
+static void widen_portable(const uint16_t *src, bool f16, float *dst, size_t n) {
+  if (f16)
+    for (size_t i = 0; i < n; i++) dst[i] = ortep_f16_to_f32(src[i]);
+  else
+    for (size_t i = 0; i < n; i++) dst[i] = cpu_bf16(src[i]);
+}
+
+/* y += a x, n floats (attention's weighted sum of V rows). */
+static void axpy_portable(float a, const float *x, float *y, size_t n) {
+  for (size_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
 static float dot8_f16(const float *x, const uint16_t *w, size_t k) {
   float l[8] = {0};
   size_t t = 0;
@@ -105,6 +118,20 @@ AVX2 static inline __m256 wide_f16(const uint16_t *w) { return _mm256_cvtph_ps(_
 static inline float dot_f32_avx2_one(float w) { return w; }
 static inline float dot_bf16_avx2_one(uint16_t w) { return cpu_bf16(w); }
 static inline float dot_f16_avx2_one(uint16_t w) { return ortep_f16_to_f32(w); }
+AVX2 static void widen_avx2(const uint16_t *src, bool f16, float *dst, size_t n) {
+  size_t i = 0;
+  if (f16)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, wide_f16(src + i));
+  else
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, wide_bf16(src + i));
+  for (; i < n; i++) dst[i] = f16 ? ortep_f16_to_f32(src[i]) : cpu_bf16(src[i]);
+}
+AVX2 static void axpy_avx2(float a, const float *x, float *y, size_t n) {
+  __m256 av = _mm256_set1_ps(a);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] += a * x[i];
+}
 #define LOAD_F32(p) _mm256_loadu_ps(p)
 DOT_AVX2(dot_f32_avx2, float, LOAD_F32)
 DOT_AVX2(dot_bf16_avx2, uint16_t, wide_bf16)
@@ -115,10 +142,12 @@ typedef struct dot_set {
   float (*f32)(const float *, const float *, size_t);
   float (*bf16)(const float *, const uint16_t *, size_t);
   float (*f16)(const float *, const uint16_t *, size_t);
+  void (*axpy)(float, const float *, float *, size_t);
+  void (*widen)(const uint16_t *, bool, float *, size_t);
   const char *name;
 } dot_set;
 
-static dot_set dots = {dot8, dot8_bf16, dot8_f16, "portable"};
+static dot_set dots = {dot8, dot8_bf16, dot8_f16, axpy_portable, widen_portable, "portable"};
 static pthread_once_t dots_once = PTHREAD_ONCE_INIT;
 
 #if defined(__x86_64__)
@@ -144,7 +173,8 @@ static void pick_dots(void) {
   const char *force = getenv("ORTEP_CPU_SIMD");
   if (force && !strcmp(force, "portable")) return;
 #if defined(__x86_64__)
-  if (have_avx2_fma_f16c()) dots = (dot_set){dot_f32_avx2, dot_bf16_avx2, dot_f16_avx2, "avx2+fma+f16c"};
+  if (have_avx2_fma_f16c())
+    dots = (dot_set){dot_f32_avx2, dot_bf16_avx2, dot_f16_avx2, axpy_avx2, widen_avx2, "avx2+fma+f16c"};
 #endif
 }
 
@@ -193,7 +223,7 @@ void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const 
  * single-threaded sgemm. The cut does not depend on the thread count, and a
  * block is computed whole by one worker with the same arguments, so the
  * result is bitwise the same for any number of threads. */
-#define LINEAR_BLOCK 64
+#define LINEAR_BLOCK 128
 
 static size_t blocks_of(size_t n) { return (n + LINEAR_BLOCK - 1) / LINEAR_BLOCK; }
 
@@ -209,10 +239,7 @@ size_t ortep__cpu_linear_scratch(size_t m, size_t k) { return (LINEAR_BLOCK * k 
 static const float *rows_f32(cpu_weights w, size_t j0, size_t nb, size_t k, float *dst) {
   if (w.dtype == ORTEP_DTYPE_F32) return (const float *)w.data + j0 * k;
   const uint16_t *src = (const uint16_t *)w.data + j0 * k;
-  if (w.dtype == ORTEP_DTYPE_BF16)
-    for (size_t i = 0; i < nb * k; i++) dst[i] = cpu_bf16(src[i]);
-  else
-    for (size_t i = 0; i < nb * k; i++) dst[i] = ortep_f16_to_f32(src[i]);
+  dots.widen(src, w.dtype == ORTEP_DTYPE_F16, dst, nb * k);
   return dst;
 }
 
@@ -227,6 +254,7 @@ static void block_gemm(const float *x, size_t m, size_t k, cpu_weights w, size_t
 void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w,
                             const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
                             size_t begin, size_t end, float *scratch) {
+  pthread_once(&dots_once, pick_dots);
   float *wbuf = scratch, *up = scratch + LINEAR_BLOCK * k;
   for (size_t item = begin; item < end; item++) {
     size_t g = 0, blk = item;
@@ -410,6 +438,7 @@ void ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, flo
 void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
                           size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *sc,
                           float *out, size_t i0, size_t i1) {
+  pthread_once(&dots_once, pick_dots);
   size_t group = heads / kv_heads;
   for (size_t item = i0; item < i1; item++) {
     size_t t = item / heads, h = item % heads, g = h / group;
@@ -421,19 +450,45 @@ void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_c
     const float *vc = v_cache + g * capacity * head_dim;
     float mx = -INFINITY;
     for (size_t s = 0; s <= slot; s++) {
-      float d = 0.0f;
-      for (size_t i = 0; i < head_dim; i++) d += qh[i] * kc[s * head_dim + i];
-      sc[s] = d * scale;
+      sc[s] = dots.f32(qh, kc + s * head_dim, head_dim) * scale;
       if (sc[s] > mx) mx = sc[s];
     }
     float denom = 0.0f;
     for (size_t s = 0; s <= slot; s++) denom += (sc[s] = expf(sc[s] - mx));
     float *oh = out + item * head_dim;
     memset(oh, 0, head_dim * sizeof *oh);
-    for (size_t s = 0; s <= slot; s++) {
-      float w = sc[s] / denom;
-      for (size_t i = 0; i < head_dim; i++) oh[i] += w * vc[s * head_dim + i];
+    for (size_t s = 0; s <= slot; s++) dots.axpy(sc[s] / denom, vc + s * head_dim, oh, head_dim);
+  }
+}
+
+bool ortep__cpu_gqa_chunk_ok(const int32_t *pos, size_t tokens, size_t capacity) {
+  if (tokens < 2 || pos[0] < 0) return false;
+  for (size_t t = 0; t < tokens; t++)
+    if (pos[t] != pos[0] + (int32_t)t) return false;
+  return (size_t)pos[tokens - 1] < capacity;
+}
+
+void ortep__cpu_gqa_chunk_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
+                                size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
+                                float scale, float *scores, float *out, size_t h0, size_t h1) {
+  size_t group = heads / kv_heads, p0 = (size_t)pos[0], span = p0 + tokens, row = heads * head_dim;
+  for (size_t h = h0; h < h1; h++) {
+    size_t g = h / group;
+    const float *kc = k_cache + g * capacity * head_dim, *vc = v_cache + g * capacity * head_dim;
+    /* scores[t, s] = q_t . k_s over every position the chunk reaches */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)tokens, (int)span, (int)head_dim, scale,
+                q + h * head_dim, (int)row, kc, (int)head_dim, 0.0f, scores, (int)span);
+    for (size_t t = 0; t < tokens; t++) { /* causal: token t sees positions 0..p0 + t */
+      float *sc = scores + t * span, mx = -INFINITY, denom = 0.0f;
+      size_t last = p0 + t;
+      for (size_t s2 = 0; s2 <= last; s2++) mx = sc[s2] > mx ? sc[s2] : mx;
+      for (size_t s2 = 0; s2 <= last; s2++) denom += (sc[s2] = expf(sc[s2] - mx));
+      float inv = 1.0f / denom;
+      for (size_t s2 = 0; s2 <= last; s2++) sc[s2] *= inv;
+      for (size_t s2 = last + 1; s2 < span; s2++) sc[s2] = 0.0f;
     }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)tokens, (int)head_dim, (int)span, 1.0f, scores,
+                (int)span, vc, (int)head_dim, 0.0f, out + h * head_dim, (int)row);
   }
 }
 

@@ -98,6 +98,16 @@ void ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, flo
 void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
                           size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *scores,
                           float *out, size_t i0, size_t i1);
+/* A prefill chunk at consecutive positions inside the cache (the common
+ * case) runs per head through two sgemms instead: scores = Q K^T over
+ * positions 0..pos[0] + tokens - 1 into `scores` (tokens x that many floats
+ * of the running worker), the causal softmax row by row, out = P V. Heads
+ * [h0, h1). Within float rounding of the per-token path; bitwise the same
+ * for any thread count (a head is one worker's, with the same arguments). */
+bool ortep__cpu_gqa_chunk_ok(const int32_t *pos, size_t tokens, size_t capacity);
+void ortep__cpu_gqa_chunk_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
+                                size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
+                                float scale, float *scores, float *out, size_t h0, size_t h1);
 /* Softmax over rows of n. */
 void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y);
 /* Index of the first maximum of x[n] skipping NaN; 0 (and the bit) when all are NaN. */

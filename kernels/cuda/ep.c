@@ -42,6 +42,16 @@ typedef struct cuda_ep {
   size_t workspace_bytes;
   uint32_t *err; /* device */
   void *argmax_scratch; /* device: the argmax's per-block partial results */
+  /* Device scratch for attention scores, shared by every attention kernel
+   * on this EP (they run one after another on the one stream), grown when a
+   * kernel is created, never during a step. A grown-out buffer may still be
+   * named by a captured graph, so it is kept until the EP releases
+   * everything. */
+  void *scores;
+  size_t scores_bytes;
+  void **old_scores;
+  size_t *old_scores_bytes;
+  size_t n_old_scores, old_scores_cap, old_bytes_cap;
   void *staging; /* pinned host: [0, DOWN_BYTES) downloads, the rest upload slices */
   size_t staged; /* upload bytes staged since the last stream sync */
   uint64_t allocations, frees, fences;
@@ -196,6 +206,10 @@ static void free_segments(cuda_ep *e) {
 static void release_all(cuda_ep *e) {
   if (e->stream) cudaStreamSynchronize(e->stream);
   free_segments(e);
+  if (e->scores) ortep_allocator_deallocate(e->pool, e->scores, e->scores_bytes, 256);
+  for (size_t i = 0; i < e->n_old_scores; i++)
+    ortep_allocator_deallocate(e->pool, e->old_scores[i], e->old_scores_bytes[i], 256);
+  e->scores = NULL, e->scores_bytes = 0, e->n_old_scores = 0;
   if (e->err) ortep_allocator_deallocate(e->pool, e->err, 256, 256);
   if (e->argmax_scratch)
     ortep_allocator_deallocate(e->pool, e->argmax_scratch, ortep__cu_argmax_scratch_bytes(), 256);
@@ -215,6 +229,8 @@ static ortep_status cuda_shutdown(ortep_ep *ep) {
 
 static void cuda_destroy(ortep_ep *ep) {
   release_all(self_of(ep));
+  ortep__free(self_of(ep)->old_scores);
+  ortep__free(self_of(ep)->old_scores_bytes);
   ortep__free(self_of(ep)->segments);
   ortep__free(self_of(ep)->retired);
   ortep__free(ep);
@@ -233,7 +249,7 @@ typedef struct cuda_kernel {
   char name[64];
   ortep__op_params op;
   cuda_ep *ep;
-  void *scratch; /* attention scores, or the 16-bit copy of a GEMM input */
+  void *scratch; /* the 16-bit copy of a GEMM input (attention uses the EP's scores) */
   size_t scratch_bytes;
 } cuda_kernel;
 
@@ -321,7 +337,7 @@ static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
     case ORTEP__OP_GQA:
       rc = ortep__cu_gqa(in[0], in[1], in[2], (float *)(uintptr_t)in[3], (float *)(uintptr_t)in[4], in[5],
                          o->p.gqa.tokens, o->p.gqa.heads, o->p.gqa.kv, o->p.gqa.hd, o->p.gqa.cap, o->p.gqa.scale,
-                         k->scratch, out[0], err, s);
+                         k->ep->scores, out[0], err, s);
       break;
     case ORTEP__OP_SOFTMAX:
       rc = ortep__cu_softmax(in[0], o->p.sm.rows, o->p.sm.n, out[0], s);
@@ -356,6 +372,25 @@ static void cuda_kernel_destroy(ortep_kernel *self) {
 
 static const ortep_kernel_vtable cuda_kernel_vtable = {cuda_run, cuda_kernel_destroy, NULL};
 
+/* At least bytes of attention scratch (see cuda_ep.scores). */
+static ortep_status reserve_scores(cuda_ep *e, size_t bytes) {
+  if (bytes <= e->scores_bytes) return ORTEP_OK;
+  if (e->scores) {
+    if (!ORTEP__GROW(e->old_scores, e->old_scores_cap, e->n_old_scores + 1) ||
+        !ORTEP__GROW(e->old_scores_bytes, e->old_bytes_cap, e->n_old_scores + 1))
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to grow the attention scratch", CUDA_EP_NAME);
+  }
+  void *p;
+  ortep_status st = ortep_allocator_allocate(e->pool, bytes, 256, &p);
+  if (st != ORTEP_OK) return ortep__wrap(st, "%s: %zu bytes of attention scratch", CUDA_EP_NAME, bytes);
+  if (e->scores) {
+    e->old_scores[e->n_old_scores] = e->scores;
+    e->old_scores_bytes[e->n_old_scores++] = e->scores_bytes;
+  }
+  e->scores = p, e->scores_bytes = bytes;
+  return ORTEP_OK;
+}
+
 static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const ortep_shape *shapes,
                                     const ortep_dtype *dtypes, size_t n, int64_t opset, ortep_kernel **out) {
   cuda_ep *e = self_of(ep);
@@ -371,8 +406,11 @@ static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const 
   k->ep = e;
   snprintf(k->name, sizeof k->name, "cuda.%s", ortep_node_op_type(node));
   /* Scratch is carved now, never during a capture. */
-  if (k->op.kind == ORTEP__OP_GQA)
-    k->scratch_bytes = k->op.p.gqa.tokens * k->op.p.gqa.heads * k->op.p.gqa.cap * sizeof(float);
+  if (k->op.kind == ORTEP__OP_GQA &&
+      (st = reserve_scores(e, k->op.p.gqa.tokens * k->op.p.gqa.heads * k->op.p.gqa.cap * sizeof(float))) != ORTEP_OK) {
+    ortep__free(k);
+    return st;
+  }
   if (k->op.kind == ORTEP__OP_GEMM && k->op.p.gemm.bdt != ORTEP_DTYPE_F32 && k->op.p.gemm.m > 1) k->scratch_bytes = k->op.p.gemm.m * k->op.p.gemm.k * 2;
   if (k->scratch_bytes && (st = ortep_allocator_allocate(e->pool, k->scratch_bytes, 256, &k->scratch)) != ORTEP_OK) {
     ortep__free(k);

@@ -1,0 +1,295 @@
+/*
+ * prefill.c: `ortep-bench prefill`, time to the first token of a prompt run
+ * token by token and in chunks (batched prefill), side by side in one run,
+ * for several prompt lengths.
+ *
+ * Two decoders over the same model: prefill_chunk 1 (one decode step per
+ * token) and the chunked default (or --chunk N). Each is warmed up first
+ * (captures its graphs), then every run resets it and times one
+ * ortep_decoder_prefill of the prompt: that call ends with the first
+ * generated token known, so its time is the time to first token. The two
+ * next tokens are compared and the largest logit difference is reported.
+ * On the CPU EP the chunked rate is also given as a fraction of the machine's
+ * GEMM rate: an OpenBLAS sgemm of the chunk's MLP shape ([chunk, hidden] x
+ * [hidden, intermediate]) measured in the same run with the same threads.
+ */
+#include <cblas.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+void openblas_set_num_threads(int num_threads);
+
+#define MAX_LENGTHS 16
+
+static const char prefill_usage[] =
+    "usage: ortep-bench prefill [--model DIR | --preset NAME] [--dtype f32|f16|bf16] [--ep auto|cpu|cuda]\n"
+    "                           [--lengths L,...] [--chunk N] [--runs R] [--threads N] [--json FILE]\n"
+    "\n"
+    "Time to the first token of a prompt (the whole ortep_decoder_prefill call), token by\n"
+    "token vs in chunks, side by side for each prompt length, in graph mode.\n"
+    "\n"
+    "  --model DIR      a model directory (config.json + model.safetensors)\n"
+    "  --preset NAME    a synthetic preset: tiny (default), tiny-llama, tiny-wide-heads, small,\n"
+    "                   qwen2.5-0.5b\n"
+    "  --dtype D        weight dtype of the synthetic preset: f32 (default), f16, bf16\n"
+    "  --ep E           auto (default), cpu, cuda\n"
+    "  --lengths L,...  prompt lengths (default 16,128,512)\n"
+    "  --chunk N        the largest prefill chunk (prefill_chunk; default 0: 256, 128, ..., 2)\n"
+    "  --runs R         timed prefills per length and way (default 3; the median is reported)\n"
+    "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"
+    "  --json FILE      also write the figures as JSON\n"
+    "  -h, --help       this text\n";
+
+typedef struct prefill_opts {
+  const char *model, *preset, *ep, *dtype, *json_path;
+  long lengths[MAX_LENGTHS];
+  size_t n_lengths;
+  long chunk, runs, threads;
+} prefill_opts;
+
+static int parse_lengths(const char *arg, prefill_opts *o) {
+  o->n_lengths = 0;
+  for (const char *p = arg; *p;) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 1 || v > 1000000 || (*end && *end != ','))
+      return bench_usage_error("prefill", "--lengths '%s': give prompt lengths from 1 to 1000000 separated by commas",
+                               arg);
+    if (o->n_lengths == MAX_LENGTHS)
+      return bench_usage_error("prefill", "--lengths '%s': at most %d lengths", arg, MAX_LENGTHS);
+    o->lengths[o->n_lengths++] = v;
+    p = *end ? end + 1 : end;
+  }
+  if (!o->n_lengths) return bench_usage_error("prefill", "--lengths is empty");
+  return 0;
+}
+
+static int parse(int argc, char **argv, prefill_opts *o) {
+  *o = (prefill_opts){.ep = "auto", .dtype = "f32", .lengths = {16, 128, 512}, .n_lengths = 3, .runs = 3};
+  static const struct option lo[] = {{"model", required_argument, 0, 'm'},   {"preset", required_argument, 0, 'p'},
+                                     {"ep", required_argument, 0, 'e'},      {"dtype", required_argument, 0, 'd'},
+                                     {"lengths", required_argument, 0, 'L'}, {"chunk", required_argument, 0, 'c'},
+                                     {"runs", required_argument, 0, 'r'},    {"threads", required_argument, 0, 'T'},
+                                     {"json", required_argument, 0, 'j'},    {"help", no_argument, 0, 'h'},
+                                     {0, 0, 0, 0}};
+  int c, rc = 0;
+  while ((c = bench_next_option("prefill", argc, argv, lo, prefill_usage, &rc)) >= 0) {
+    switch (c) {
+      case 'm': o->model = optarg; break;
+      case 'p': o->preset = optarg; break;
+      case 'e': o->ep = optarg; break;
+      case 'd': o->dtype = optarg; break;
+      case 'L': rc = parse_lengths(optarg, o); break;
+      case 'c': rc = bench_parse_count("prefill", "--chunk", optarg, 2, 1000000, &o->chunk); break;
+      case 'r': rc = bench_parse_count("prefill", "--runs", optarg, 1, 10000, &o->runs); break;
+      case 'T': rc = bench_parse_count("prefill", "--threads", optarg, 1, 1024, &o->threads); break;
+      case 'j': o->json_path = optarg; break;
+    }
+    if (rc) return rc;
+  }
+  if (c == BENCH_OPTIONS_EXIT) return rc;
+  if (o->model && o->preset) return bench_usage_error("prefill", "--model and --preset exclude each other; give one");
+  if (strcmp(o->ep, "auto") && strcmp(o->ep, "cpu") && strcmp(o->ep, "cuda"))
+    return bench_usage_error("prefill", "--ep '%s' is not one of auto, cpu, cuda", o->ep);
+  if (strcmp(o->dtype, "f32") && strcmp(o->dtype, "f16") && strcmp(o->dtype, "bf16"))
+    return bench_usage_error("prefill", "--dtype '%s' is not one of f32, f16, bf16", o->dtype);
+  if (!o->preset) o->preset = "tiny";
+  if (!o->model && !bench_is_preset(o->preset))
+    return bench_usage_error("prefill", "--preset '%s' is not one of " BENCH_PRESETS, o->preset);
+  return -1;
+}
+
+/* Best-of-10 GFLOP/s of an OpenBLAS sgemm [m, k] x [k, n] on `threads`
+ * threads (OpenBLAS's own; set back to one after, as the CPU EP wants). */
+static double gemm_gflops(size_t m, size_t k, size_t n, size_t threads) {
+  float *a = malloc(m * k * sizeof *a), *b = malloc(k * n * sizeof *b), *c = malloc(m * n * sizeof *c);
+  double best = 0;
+  if (a && b && c) {
+    for (size_t i = 0; i < m * k; i++) a[i] = (float)(i % 13) * 0.01f;
+    for (size_t i = 0; i < k * n; i++) b[i] = (float)(i % 7) * 0.01f;
+    openblas_set_num_threads((int)threads);
+    for (int rep = 0; rep < 11; rep++) { /* the first warms up */
+      double t0 = bench_now_ns();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a, (int)k, b, (int)n, 0.0f, c,
+                  (int)n);
+      double g = 2.0 * (double)m * (double)k * (double)n / (bench_now_ns() - t0);
+      if (rep && g > best) best = g;
+    }
+    openblas_set_num_threads(1);
+  }
+  free(a), free(b), free(c);
+  return best;
+}
+
+/* Floating-point operations of a chunked prefill of L tokens: every weight
+ * matrix times L rows, attention over the causal triangle, the lm_head once. */
+static double prefill_flops(const ortep_model_config *c, double L) {
+  double hid = (double)c->hidden_size, inter = (double)c->intermediate_size;
+  double q = (double)(c->num_attention_heads * c->head_dim), kv = (double)(c->num_key_value_heads * c->head_dim);
+  double layers = (double)c->num_hidden_layers;
+  double per_token = 2.0 * (hid * (q + 2 * kv) + q * hid + 3.0 * hid * inter);
+  double attention = 2.0 * 2.0 * (L * (L + 1) / 2) * q; /* scores and the weighted sum */
+  return layers * (L * per_token + attention) + 2.0 * hid * (double)c->vocab_size;
+}
+
+typedef struct way {
+  ortep_decoder *d;
+  double ms;
+  int32_t next;
+  float *logits;
+} way;
+
+static int open_way(const char *dir, const prefill_opts *o, const ortep_config *cfg, size_t max_seq, size_t chunk,
+                    way *w) {
+  ortep_decoder_options opt = {.ep = o->ep, .max_seq_len = max_seq, .config = cfg, .prefill_chunk = chunk};
+  if (ortep_decoder_open(dir, &opt, &w->d) != ORTEP_OK) {
+    fprintf(stderr, "ortep-bench prefill: %s\n", ortep_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+/* The median of runs timed prefills of prompt[0..L). */
+static int time_prefill(way *w, const int32_t *prompt, size_t L, long runs) {
+  double t[64];
+  size_t n = runs < 64 ? (size_t)runs : 64;
+  for (size_t r = 0; r < n; r++) {
+    if (ortep_decoder_reset(w->d) != ORTEP_OK) goto fail;
+    double t0 = bench_now_ns();
+    if (ortep_decoder_prefill(w->d, prompt, L, &w->next) != ORTEP_OK) goto fail;
+    t[r] = (bench_now_ns() - t0) / 1e6;
+  }
+  w->ms = bench_median(t, n);
+  if (ortep_decoder_logits(w->d, w->logits, ortep_decoder_vocab_size(w->d)) != ORTEP_OK) goto fail;
+  return 0;
+fail:
+  fprintf(stderr, "ortep-bench prefill: a prompt of %zu tokens: %s\n", L, ortep_last_error());
+  return 1;
+}
+
+int bench_prefill_main(int argc, char **argv) {
+  prefill_opts o;
+  int rc = parse(argc, argv, &o);
+  if (rc >= 0) return rc;
+  FILE *json = NULL;
+  if (o.json_path && !(json = bench_json_open(o.json_path))) return 1;
+  char dir[4096];
+  if (o.model)
+    snprintf(dir, sizeof dir, "%s", o.model);
+  else if (bench_preset_dir("prefill", o.preset, o.dtype, dir, sizeof dir)) {
+    if (json) fclose(json);
+    return 1;
+  }
+  ortep_model *model;
+  if (ortep_model_open(dir, &model) != ORTEP_OK) {
+    fprintf(stderr, "ortep-bench prefill: %s\n", ortep_last_error());
+    if (json) fclose(json);
+    return 1;
+  }
+  ortep_model_config mc = *ortep_model_get_config(model);
+  ortep_model_close(model);
+  long longest = 0;
+  for (size_t i = 0; i < o.n_lengths; i++) longest = o.lengths[i] > longest ? o.lengths[i] : longest;
+  if (longest + 1 > mc.max_position_embeddings) {
+    if (json) fclose(json);
+    return bench_usage_error("prefill", "--lengths: %ld tokens do not fit the model's max_position_embeddings %lld",
+                             longest, (long long)mc.max_position_embeddings);
+  }
+  ortep_config *cfg = NULL;
+  char tv[32];
+  if (o.threads) {
+    snprintf(tv, sizeof tv, "%ld", o.threads);
+    if (ortep_config_create(&cfg) != ORTEP_OK || ortep_config_set(cfg, "cpu.threads", tv) != ORTEP_OK) {
+      fprintf(stderr, "ortep-bench prefill: %s\n", ortep_last_error());
+      ortep_config_destroy(cfg);
+      if (json) fclose(json);
+      return 1;
+    }
+  }
+  size_t max_seq = (size_t)longest + 1, V = (size_t)mc.vocab_size;
+  way w[2] = {{0}, {0}}; /* 0: token by token, 1: chunked */
+  int32_t *prompt = malloc((size_t)longest * sizeof *prompt);
+  w[0].logits = malloc(V * sizeof(float));
+  w[1].logits = malloc(V * sizeof(float));
+  rc = !prompt || !w[0].logits || !w[1].logits;
+  if (rc) fprintf(stderr, "ortep-bench prefill: no memory for the prompt and logits\n");
+  for (long i = 0; !rc && i < longest; i++) prompt[i] = (int32_t)((i * 7919 + 13) % (long)V);
+  if (!rc) rc = open_way(dir, &o, cfg, max_seq, 1, &w[0]) || open_way(dir, &o, cfg, max_seq, (size_t)o.chunk, &w[1]);
+  const char *ep = rc ? "?" : ortep_ep_name(ortep_decoder_ep(w[1].d));
+  bool cpu = !rc && !strcmp(ep, "cpu_ep");
+  size_t threads = cpu ? ortep_cpu_ep_threads(ortep_decoder_ep(w[1].d)) : 0;
+  size_t top = rc ? 0 : ortep_decoder_graph_tokens(w[1].d, 1);
+  double gemm = 0;
+  if (!rc && cpu) gemm = gemm_gflops(top ? top : 1, (size_t)mc.hidden_size, (size_t)mc.intermediate_size, threads);
+  bench_print_header("prefill");
+  if (!rc) {
+    printf("model %s, ep %s", o.model ? o.model : o.preset, ep);
+    if (cpu) printf(", %zu threads, sgemm [%zu x %lld] x [%lld x %lld]: %.1f GFLOP/s", threads, top ? top : 1,
+                    (long long)mc.hidden_size, (long long)mc.hidden_size, (long long)mc.intermediate_size, gemm);
+    printf("\nchunk sizes:");
+    for (size_t g = 1; ortep_decoder_graph_tokens(w[1].d, g); g++) printf(" %zu", ortep_decoder_graph_tokens(w[1].d, g));
+    printf("; median of %ld prefills each, graph mode\n\n", o.runs);
+    printf("%8s %14s %10s %14s %10s %8s %9s %9s %6s %12s\n", "prompt", "by-token ms", "tok/s", "chunked ms", "tok/s",
+           "speedup", "GFLOP/s", "of sgemm", "same", "max rel diff");
+  }
+  cJSON *root = cJSON_CreateObject(), *rows = cJSON_CreateArray();
+  for (size_t li = 0; !rc && li < o.n_lengths; li++) {
+    size_t L = (size_t)o.lengths[li];
+    /* warm-up: captures the chunk graphs this length uses (and the decode step) */
+    for (int k = 0; k < 2 && !rc; k++) rc = time_prefill(&w[k], prompt, k ? L : (L < 8 ? L : 8), 1);
+    for (int k = 0; k < 2 && !rc; k++) rc = time_prefill(&w[k], prompt, L, o.runs);
+    if (rc) break;
+    double diff = 0;
+    for (size_t i = 0; i < V; i++) {
+      double d = fabs((double)w[0].logits[i] - w[1].logits[i]) / (1.0 + fabs((double)w[0].logits[i]));
+      diff = d > diff ? d : diff;
+    }
+    bool same = w[0].next == w[1].next;
+    double gf = prefill_flops(&mc, (double)L) / (w[1].ms * 1e6);
+    printf("%8zu %14.2f %10.1f %14.2f %10.1f %7.1fx %9.1f %8.0f%% %6s %12.2e\n", L, w[0].ms, (double)L / w[0].ms * 1e3,
+           w[1].ms, (double)L / w[1].ms * 1e3, w[0].ms / w[1].ms, gf, gemm > 0 ? 100.0 * gf / gemm : 0.0,
+           same ? "yes" : "NO", diff);
+    cJSON *row = cJSON_CreateObject();
+    cJSON_AddNumberToObject(row, "prompt_tokens", (double)L);
+    cJSON_AddNumberToObject(row, "by_token_ms", w[0].ms);
+    cJSON_AddNumberToObject(row, "chunked_ms", w[1].ms);
+    cJSON_AddNumberToObject(row, "by_token_tokens_per_s", (double)L / w[0].ms * 1e3);
+    cJSON_AddNumberToObject(row, "chunked_tokens_per_s", (double)L / w[1].ms * 1e3);
+    cJSON_AddNumberToObject(row, "speedup", w[0].ms / w[1].ms);
+    cJSON_AddNumberToObject(row, "chunked_gflops", gf);
+    if (gemm > 0) cJSON_AddNumberToObject(row, "fraction_of_sgemm", gf / gemm);
+    cJSON_AddBoolToObject(row, "same_next_token", same);
+    cJSON_AddNumberToObject(row, "max_rel_logit_diff", diff);
+    cJSON_AddItemToArray(rows, row);
+  }
+  if (!rc && json) {
+    cJSON_AddItemToObject(root, "machine", bench_machine_json());
+    cJSON_AddItemToObject(root, "build", bench_build_json());
+    cJSON_AddStringToObject(root, "model", o.model ? o.model : o.preset);
+    cJSON_AddStringToObject(root, "dtype", o.dtype);
+    cJSON_AddStringToObject(root, "ep", ep);
+    cJSON_AddNumberToObject(root, "threads", (double)threads);
+    cJSON *sizes = cJSON_AddArrayToObject(root, "chunk_sizes");
+    for (size_t g = 1; ortep_decoder_graph_tokens(w[1].d, g); g++)
+      cJSON_AddItemToArray(sizes, cJSON_CreateNumber((double)ortep_decoder_graph_tokens(w[1].d, g)));
+    if (gemm > 0) cJSON_AddNumberToObject(root, "sgemm_gflops", gemm);
+    cJSON_AddItemToObject(root, "results", rows);
+    rows = NULL;
+    rc = bench_json_finish(json, o.json_path, root);
+    json = NULL;
+  }
+  if (json) fclose(json);
+  cJSON_Delete(rows);
+  cJSON_Delete(root);
+  for (int k = 0; k < 2; k++) {
+    ortep_decoder_close(w[k].d);
+    free(w[k].logits);
+  }
+  free(prompt);
+  ortep_config_destroy(cfg);
+  return rc;
+}
