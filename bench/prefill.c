@@ -27,7 +27,8 @@ void openblas_set_num_threads(int num_threads);
 
 static const char prefill_usage[] =
     "usage: ortep-bench prefill [--model DIR | --preset NAME] [--dtype f32|f16|bf16] [--ep auto|cpu|cuda]\n"
-    "                           [--lengths L,...] [--chunk N] [--runs R] [--threads N] [--json FILE]\n"
+    "                           [--lengths L,...] [--chunk N] [--runs R] [--threads N] [--weights map|read]\n"
+    "                           [--json FILE]\n"
     "\n"
     "Time to the first token of a prompt (the whole ortep_decoder_prefill call), token by\n"
     "token vs in chunks, side by side for each prompt length, in graph mode.\n"
@@ -41,11 +42,13 @@ static const char prefill_usage[] =
     "  --chunk N        the largest prefill chunk (prefill_chunk; default 0: 256, 128, ..., 2)\n"
     "  --runs R         timed prefills per length and way (default 3; the median is reported)\n"
     "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"
+    "  --weights W      map (default: the file's pages, which the kernel may evict under memory\n"
+    "                   pressure) or read (a private copy in memory: steadier figures)\n"
     "  --json FILE      also write the figures as JSON\n"
     "  -h, --help       this text\n";
 
 typedef struct prefill_opts {
-  const char *model, *preset, *ep, *dtype, *json_path;
+  const char *model, *preset, *ep, *dtype, *json_path, *weights;
   long lengths[MAX_LENGTHS];
   size_t n_lengths;
   long chunk, runs, threads;
@@ -74,7 +77,8 @@ static int parse(int argc, char **argv, prefill_opts *o) {
                                      {"ep", required_argument, 0, 'e'},      {"dtype", required_argument, 0, 'd'},
                                      {"lengths", required_argument, 0, 'L'}, {"chunk", required_argument, 0, 'c'},
                                      {"runs", required_argument, 0, 'r'},    {"threads", required_argument, 0, 'T'},
-                                     {"json", required_argument, 0, 'j'},    {"help", no_argument, 0, 'h'},
+                                     {"json", required_argument, 0, 'j'},    {"weights", required_argument, 0, 'W'},
+                                     {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
   int c, rc = 0;
   while ((c = bench_next_option("prefill", argc, argv, lo, prefill_usage, &rc)) >= 0) {
@@ -88,6 +92,7 @@ static int parse(int argc, char **argv, prefill_opts *o) {
       case 'r': rc = bench_parse_count("prefill", "--runs", optarg, 1, 10000, &o->runs); break;
       case 'T': rc = bench_parse_count("prefill", "--threads", optarg, 1, 1024, &o->threads); break;
       case 'j': o->json_path = optarg; break;
+      case 'W': o->weights = optarg; break;
     }
     if (rc) return rc;
   }
@@ -97,6 +102,8 @@ static int parse(int argc, char **argv, prefill_opts *o) {
     return bench_usage_error("prefill", "--ep '%s' is not one of auto, cpu, cuda", o->ep);
   if (strcmp(o->dtype, "f32") && strcmp(o->dtype, "f16") && strcmp(o->dtype, "bf16"))
     return bench_usage_error("prefill", "--dtype '%s' is not one of f32, f16, bf16", o->dtype);
+  if (o->weights && strcmp(o->weights, "map") && strcmp(o->weights, "read"))
+    return bench_usage_error("prefill", "--weights '%s' is not one of map, read", o->weights);
   if (!o->preset) o->preset = "tiny";
   if (!o->model && !bench_is_preset(o->preset))
     return bench_usage_error("prefill", "--preset '%s' is not one of " BENCH_PRESETS, o->preset);
@@ -201,9 +208,10 @@ int bench_prefill_main(int argc, char **argv) {
   }
   ortep_config *cfg = NULL;
   char tv[32];
-  if (o.threads) {
+  if (o.threads || o.weights) {
     snprintf(tv, sizeof tv, "%ld", o.threads);
-    if (ortep_config_create(&cfg) != ORTEP_OK || ortep_config_set(cfg, "cpu.threads", tv) != ORTEP_OK) {
+    if (ortep_config_create(&cfg) != ORTEP_OK || (o.threads && ortep_config_set(cfg, "cpu.threads", tv) != ORTEP_OK) ||
+        (o.weights && ortep_config_set(cfg, "ortep.weights", o.weights) != ORTEP_OK)) {
       fprintf(stderr, "ortep-bench prefill: %s\n", ortep_last_error());
       ortep_config_destroy(cfg);
       if (json) fclose(json);
@@ -272,6 +280,7 @@ int bench_prefill_main(int argc, char **argv) {
     cJSON_AddStringToObject(root, "model", o.model ? o.model : o.preset);
     cJSON_AddStringToObject(root, "dtype", o.dtype);
     cJSON_AddStringToObject(root, "ep", ep);
+    cJSON_AddStringToObject(root, "weights", o.weights ? o.weights : "map");
     cJSON_AddNumberToObject(root, "threads", (double)threads);
     cJSON *sizes = cJSON_AddArrayToObject(root, "chunk_sizes");
     for (size_t g = 1; ortep_decoder_graph_tokens(w[1].d, g); g++)

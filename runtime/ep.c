@@ -332,6 +332,31 @@ ortep_status ortep_ep_device_argmax(ortep_ep *ep, const void *logits, size_t ele
   return ep->vtable->device_argmax(ep, logits, elements, dtype, result);
 }
 
+ortep_status ortep_ep_device_sample(ortep_ep *ep, const void *logits, size_t elements, ortep_dtype dtype,
+                                    const void *params, const int32_t *history, ortep_buffer *result) {
+  NEED_EP(ep, "ortep_ep_device_sample");
+  if (!ep->vtable->device_sample)
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: device sampling is not supported; decode greedily (temperature 0)",
+                       ortep_ep_name(ep));
+  if (!logits || !params || !result || elements == 0)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "%s: device sampling needs logits, at least one element, parameters and a result",
+                       ortep_ep_name(ep));
+  if (dtype != ORTEP_DTYPE_F32 && dtype != ORTEP_DTYPE_F16)
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: device sampling takes f32 or f16 logits, not %s", ortep_ep_name(ep),
+                       ortep_dtype_name(dtype));
+  if (elements > UINT32_MAX)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: device sampling over %zu elements: token ids are u32",
+                       ortep_ep_name(ep), elements);
+  ortep_status st = check_own(ep, result, "device sampling");
+  if (st != ORTEP_OK) return st;
+  if (result->size < 8 || !ortep_buffer_data_mut(result))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "%s: device sampling needs a writable 8-byte result buffer (token id, error word); got %zu bytes",
+                       ortep_ep_name(ep), result->size);
+  return ep->vtable->device_sample(ep, logits, elements, dtype, params, history, result);
+}
+
 #define GRAPH_DEFAULT(entry, what)                                                               \
   if (!ep->vtable->entry)                                                                        \
   return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: " what " is not supported", ortep_ep_name(ep))

@@ -107,6 +107,22 @@ typedef struct ortep_fence {
   void *event; /* EP-specific (a cudaEvent_t); NULL when already signalled */
 } ortep_fence;
 
+/* --- sampling ---------------------------------------------------------------- */
+/* The sampler's parameter block, in the EP's memory (so changing it
+ * re-captures nothing): 36 bytes, what every EP's sampler reads. The
+ * algorithm and the random numbers (Philox4x32-10 keyed by the seed, counted
+ * by position) are defined once in kernels/sampling.h. */
+typedef struct ortep_sample_params {
+  float temperature;        /* > 0 (greedy decoding is argmax, not the sampler) */
+  float top_p;              /* (0, 1]; 1: off */
+  float min_p;              /* [0, 1); 0: off */
+  float repetition_penalty; /* > 0; 1: off */
+  uint32_t top_k;           /* 0: off */
+  uint32_t seed_lo, seed_hi;
+  uint32_t position;        /* the counter: the position of the token being drawn */
+  uint32_t n_history;       /* ids in the history buffer the penalty applies to */
+} ortep_sample_params;
+
 /* --- the vtable ------------------------------------------------------------ */
 typedef struct ortep_ep_capabilities {
   bool device_graphs; /* begin/end capture and replay work */
@@ -144,6 +160,10 @@ typedef struct ortep_ep_vtable {
   bool (*device_argmax_supported)(const ortep_ep *self);
   ortep_status (*device_argmax)(ortep_ep *self, const void *logits, size_t elements, ortep_dtype dtype,
                                 ortep_buffer *result);
+  /* params: an ortep_sample_params in this EP's memory; history: n_history
+   * i32 ids (may be NULL when n_history is 0 or the penalty is off). */
+  ortep_status (*device_sample)(ortep_ep *self, const void *logits, size_t elements, ortep_dtype dtype,
+                                const void *params, const int32_t *history, ortep_buffer *result);
   /* kernels, n (not used yet): a hint for the segment's kernels; the
    * executor passes NULL, 0 and no EP reads it */
   ortep_status (*begin_capture)(ortep_ep *self, ortep_kernel *const *kernels, size_t n);
@@ -222,6 +242,13 @@ ORTEP_API bool ortep_ep_device_argmax_supported(const ortep_ep *ep);
  * receives two native-endian u32: the token id, then the error word. */
 ORTEP_API ortep_status ortep_ep_device_argmax(ortep_ep *ep, const void *logits, size_t elements, ortep_dtype dtype,
                                               ortep_buffer *result);
+/* Allocation-free sampling (after the EP's first call) over f32 or f16
+ * logits with the parameters at params (an ortep_sample_params in this EP's
+ * memory) and, for the repetition penalty, params->n_history ids at history;
+ * result as for argmax: the token id, then the error word (a NaN or infinite
+ * logit sets ARGMAX_NOT_FINITE). Not supported by EPs without a sampler. */
+ORTEP_API ortep_status ortep_ep_device_sample(ortep_ep *ep, const void *logits, size_t elements, ortep_dtype dtype,
+                                              const void *params, const int32_t *history, ortep_buffer *result);
 
 ORTEP_API ortep_status ortep_ep_begin_capture(ortep_ep *ep, ortep_kernel *const *kernels, size_t n);
 ORTEP_API ortep_status ortep_ep_end_capture(ortep_ep *ep);

@@ -12,6 +12,7 @@
  */
 #include <cblas.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,7 +47,16 @@ typedef struct cpu_ep {
   size_t n_segments, segments_cap;
   uint64_t installed; /* segments ever installed: the CPU's "instantiations" */
   ortep__cpu_pool *pool; /* workers, from initialise to destroy */
+  float *sample_scratch;  /* the sampler's 2 x vocabulary floats, from its first call on */
+  size_t sample_floats;
 } cpu_ep;
+
+/* The public parameter block and the one the kernels read are one layout. */
+_Static_assert(sizeof(ortep_sample_params) == sizeof(ortep__sample_params), "sampler parameter layouts differ");
+_Static_assert(offsetof(ortep_sample_params, n_history) == offsetof(ortep__sample_params, n_history),
+               "sampler parameter layouts differ");
+_Static_assert(offsetof(ortep_sample_params, seed_hi) == offsetof(ortep__sample_params, seed_hi),
+               "sampler parameter layouts differ");
 
 static cpu_ep *self_of(ortep_ep *ep) { return (cpu_ep *)ep; }
 static const cpu_ep *cself_of(const ortep_ep *ep) { return (const cpu_ep *)ep; }
@@ -117,6 +127,7 @@ static void cpu_destroy(ortep_ep *ep) {
   cpu_shutdown(ep);
   ortep__free(e->open.records);
   ortep__free(e->segments);
+  ortep__free(e->sample_scratch);
   if (e->owns_host) ortep_allocator_destroy(e->host);
   ortep__cpu_pool_destroy(e->pool);
   ortep__free(e);
@@ -218,6 +229,34 @@ static ortep_status cpu_argmax(ortep_ep *ep, const void *logits, size_t n, ortep
   }
   if (bad) __atomic_fetch_or(&e->error_word, ORTEP_ERROR_ARGMAX_NOT_FINITE, __ATOMIC_RELAXED);
   uint32_t pair[2] = {token == n ? 0u : (uint32_t)token, __atomic_load_n(&e->error_word, __ATOMIC_RELAXED)};
+  memcpy(result->ptr, pair, sizeof pair);
+  return ORTEP_OK;
+}
+
+/* The sampler (kernels/sampling.h) on one thread; its scratch is made at the
+ * first call (a warm-up, as for every lazy set-up) and reused after. */
+static ortep_status cpu_sample(ortep_ep *ep, const void *logits, size_t n, ortep_dtype dtype, const void *params,
+                               const int32_t *history, ortep_buffer *result) {
+  cpu_ep *e = self_of(ep);
+  const ortep__sample_params *p = params;
+  if (!(p->temperature > 0.0f) || !(p->top_p > 0.0f && p->top_p <= 1.0f) || !(p->min_p >= 0.0f && p->min_p < 1.0f) ||
+      !(p->repetition_penalty > 0.0f))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "%s: sampling parameters out of range (temperature %g > 0, top_p %g in (0, 1], min_p %g in "
+                       "[0, 1), repetition_penalty %g > 0)",
+                       CPU_EP_NAME, (double)p->temperature, (double)p->top_p, (double)p->min_p,
+                       (double)p->repetition_penalty);
+  if (n > (SIZE_MAX / sizeof(float)) / 2) return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: %zu logits", CPU_EP_NAME, n);
+  if (e->sample_floats < 2 * n) {
+    float *s = ortep__malloc(2 * n * sizeof *s);
+    if (!s) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for the sampler's scratch (%zu floats)", CPU_EP_NAME, 2 * n);
+    ortep__free(e->sample_scratch);
+    e->sample_scratch = s, e->sample_floats = 2 * n;
+  }
+  uint32_t token = ortep__cpu_sample(dtype == ORTEP_DTYPE_F16 ? NULL : logits,
+                                     dtype == ORTEP_DTYPE_F16 ? logits : NULL, n, p, history, e->sample_scratch,
+                                     &e->error_word);
+  uint32_t pair[2] = {token, __atomic_load_n(&e->error_word, __ATOMIC_RELAXED)};
   memcpy(result->ptr, pair, sizeof pair);
   return ORTEP_OK;
 }
@@ -353,6 +392,7 @@ static const ortep_ep_vtable cpu_vtable = {
     .run_kernel = cpu_run_kernel,
     .device_argmax_supported = cpu_argmax_supported,
     .device_argmax = cpu_argmax,
+    .device_sample = cpu_sample,
     .begin_capture = cpu_begin_capture,
     .end_capture = cpu_end_capture,
     .abort_capture = cpu_abort_capture,

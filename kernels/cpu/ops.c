@@ -540,3 +540,95 @@ uint32_t ortep__cpu_argmax_f32(const float *x, size_t n, uint32_t *error_word) {
 uint32_t ortep__cpu_argmax_f16(const uint16_t *x, size_t n, uint32_t *error_word) {
   return argmax_finite(NULL, x, n, error_word);
 }
+
+/* --- sampling (kernels/sampling.h defines it for every EP) ------------------- */
+static int cmp_desc(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The k-th largest of v[0..n) (1 <= k <= n), reordering v: quickselect
+ * with a three-way partition (greater | equal | less than the pivot), O(n) on
+ * average; ties make no difference to the value. */
+static float kth_largest(float *v, size_t n, size_t k) {
+  size_t lo = 0, hi = n, want = k - 1;
+  while (hi - lo > 1) {
+    float pivot = v[lo + (hi - lo) / 2], t;
+    size_t lt = lo, i = lo, gt = hi;
+    while (i < gt) {
+      if (v[i] > pivot)
+        t = v[lt], v[lt++] = v[i], v[i++] = t;
+      else if (v[i] < pivot)
+        t = v[--gt], v[gt] = v[i], v[i] = t;
+      else
+        i++;
+    }
+    if (want < lt)
+      hi = lt;
+    else if (want < gt)
+      return pivot;
+    else
+      lo = gt;
+  }
+  return v[lo];
+}
+
+uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, const ortep__sample_params *p,
+                           const int32_t *history, float *scratch, uint32_t *error_word) {
+  float *z = scratch, *tmp = scratch + n;
+  for (size_t i = 0; i < n; i++) {
+    float v = x32 ? x32[i] : ortep_f16_to_f32(x16[i]);
+    if (!isfinite(v)) {
+      cpu_latch(error_word, ORTEP_ERROR_ARGMAX_NOT_FINITE);
+      return 0;
+    }
+    z[i] = v;
+  }
+  if (p->repetition_penalty != 1.0f && history)
+    for (uint32_t h = 0; h < p->n_history; h++) {
+      int32_t id = history[h];
+      if (id >= 0 && (size_t)id < n) z[id] = ortep__penalise(x32 ? x32[id] : ortep_f16_to_f32(x16[id]), p->repetition_penalty);
+    }
+  float mx = -INFINITY;
+  for (size_t i = 0; i < n; i++) {
+    z[i] = z[i] / p->temperature;
+    mx = z[i] > mx ? z[i] : mx;
+  }
+  float zk = -INFINITY;
+  if (p->top_k > 0 && p->top_k < n) {
+    memcpy(tmp, z, n * sizeof *tmp);
+    zk = kth_largest(tmp, n, p->top_k);
+  }
+  for (size_t i = 0; i < n; i++) {
+    float q = z[i] >= zk ? expf(z[i] - mx) : 0.0f;
+    z[i] = q >= p->min_p ? q : 0.0f; /* min-p against the largest, whose q is 1 */
+  }
+  float mass = 0.0f;
+  for (size_t i = 0; i < n; i++) mass += z[i];
+  if (p->top_p < 1.0f) {
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+      if (z[i] > 0.0f) tmp[m++] = z[i];
+    qsort(tmp, m, sizeof *tmp, cmp_desc);
+    float want = p->top_p * mass, cum = 0.0f, t = 0.0f;
+    for (size_t j = 0; j < m; j++) {
+      cum += tmp[j];
+      t = tmp[j];
+      if (cum >= want) break;
+    }
+    mass = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+      if (z[i] < t) z[i] = 0.0f;
+      mass += z[i];
+    }
+  }
+  float target = ortep__sample_uniform(p) * mass, cum = 0.0f;
+  size_t last = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (z[i] <= 0.0f) continue;
+    cum += z[i];
+    last = i;
+    if (cum > target) return (uint32_t)i;
+  }
+  return (uint32_t)last; /* rounding left the target at the very end */
+}

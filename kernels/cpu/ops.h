@@ -9,6 +9,7 @@
 #define ORTEP_KERNELS_CPU_OPS_H
 
 #include "../../runtime/internal.h"
+#include "../sampling.h"
 
 /* A weight operand: data of one float dtype. */
 typedef struct cpu_weights {
@@ -108,6 +109,10 @@ bool ortep__cpu_gqa_chunk_ok(const int32_t *pos, size_t tokens, size_t capacity)
 void ortep__cpu_gqa_chunk_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
                                 size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
                                 float scale, float *scores, float *out, size_t h0, size_t h1);
+/* The sampler (kernels/sampling.h) over n logits (f32 x32 or f16 x16):
+ * returns the token; scratch: 2 n floats. */
+uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, const ortep__sample_params *p,
+                           const int32_t *history, float *scratch, uint32_t *error_word);
 /* Softmax over rows of n. */
 void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y);
 /* Index of the first maximum of x[n] skipping NaN; 0 (and the bit) when all are NaN. */
