@@ -12,6 +12,7 @@
  * rest goes token by token; only the last chunk's logits are read, with one
  * argmax and one 8-byte read (error word included) for the whole prompt.
  */
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,16 @@ struct ortep_decoder {
   ortep_ep *in_ep[ORTEP__MAX_BUCKETS + 1][2];
   ortep_buffer in_buf[ORTEP__MAX_BUCKETS + 1][2];
   int32_t *positions; /* host staging for a chunk's positions (the largest bucket) */
+  /* Sampling: the parameter block and the token history (for the
+   * repetition penalty) in the logits EP's memory; seq is the host copy of
+   * every token fed, history_synced how much of it the device has. */
+  ortep_buffer params, history;
+  int32_t *seq;
+  size_t history_synced;
+  bool sampling;            /* the draw after a step samples (else argmax) */
+  ortep_sample_params sp;   /* its parameters (position and n_history set per draw) */
+  bool next_sampled;        /* next was drawn by the sampler with next_sp (else by argmax) */
+  ortep_sample_params next_sp;
   /* The other EPs with an error word (mixed placement): read at each step's
    * sync and ORed into the argmax EP's word, so a bad index on any EP fails
    * the step. The decoder registers at most a GPU and the CPU EP. */
@@ -70,6 +81,9 @@ void ortep_decoder_close(ortep_decoder *d) {
   if (!d) return;
   ortep_session_destroy(d->session); /* graphs reset before arenas go */
   if (d->result.ptr) ortep_ep_deallocate(d->ep, &d->result);
+  if (d->params.ptr) ortep_ep_deallocate(d->ep, &d->params);
+  if (d->history.ptr) ortep_ep_deallocate(d->ep, &d->history);
+  ortep__free(d->seq);
   for (size_t g = 0; g < d->n_graphs; g++) ortep_graph_destroy(d->graphs[g]);
   ortep__free(d->positions);
   ortep_model_close(d->model);
@@ -267,6 +281,15 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
     goto fail;
   }
   if ((st = ortep_session_value(d->session, ORTEP_OUTPUT_LOGITS, NULL, &d->logits, NULL)) != ORTEP_OK) goto fail;
+  if ((st = ortep_ep_allocate(d->ep, 64, 64, &d->params)) != ORTEP_OK ||
+      (st = ortep_ep_allocate(d->ep, d->max_seq * sizeof(int32_t), 64, &d->history)) != ORTEP_OK) {
+    ortep__wrap(st, "decoder: the sampler's parameters and token history");
+    goto fail;
+  }
+  if (!(d->seq = ortep__malloc(d->max_seq * sizeof *d->seq))) {
+    st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for the token history (%zu ids)", d->max_seq);
+    goto fail;
+  }
   char name[64];
   for (size_t l = 0; l < (size_t)c->num_hidden_layers; l++)
     for (int v = 0; v < 2; v++)
@@ -312,6 +335,10 @@ static ortep_status refuse_failed(const ortep_decoder *d) {
 static ortep_status launch(ortep_decoder *d, size_t g, const int32_t *ids, int32_t position) {
   size_t n = d->tokens[g];
   const int32_t *pos = &position;
+  if (position >= 0 && (size_t)position <= d->max_seq - n) { /* the history; a bad position fails on the device */
+    memcpy(d->seq + position, ids, n * sizeof *ids);
+    if (d->history_synced > (size_t)position) d->history_synced = (size_t)position;
+  }
   if (n > 1) {
     for (size_t i = 0; i < n; i++) d->positions[i] = position + (int32_t)i;
     pos = d->positions;
@@ -325,10 +352,30 @@ static ortep_status launch(ortep_decoder *d, size_t g, const int32_t *ids, int32
 /* The one sync: device argmax of the logits, one 8-byte read of (token,
  * error word), the other EPs' words ORed in. A set bit fails the decoder
  * (what: the positions and tokens that ran, for the message). */
-static ortep_status finish(ortep_decoder *d, uint64_t t0, int32_t *next, const char *what) {
+/* The device draw of the next token from the logits: argmax, or the sampler
+ * with d->sp for a token at position draw_pos (its counter; the history is
+ * every token before it, uploaded as far as the device lacks it). */
+static ortep_status draw(ortep_decoder *d, size_t draw_pos) {
+  if (!d->sampling) return ortep_ep_device_argmax(d->ep, d->logits, d->vocab, ORTEP_DTYPE_F32, &d->result);
+  ortep_status st = ORTEP_OK;
+  size_t have = draw_pos < d->max_seq ? draw_pos : d->max_seq;
+  if (d->sp.repetition_penalty != 1.0f && d->history_synced < have) {
+    st = ortep_ep_copy_from_host_at(d->ep, d->seq + d->history_synced, (have - d->history_synced) * sizeof *d->seq,
+                                    &d->history, d->history_synced * sizeof *d->seq);
+    if (st == ORTEP_OK) d->history_synced = have;
+  }
+  d->sp.position = (uint32_t)draw_pos;
+  d->sp.n_history = (uint32_t)have;
+  if (st == ORTEP_OK) st = ortep_ep_copy_from_host(d->ep, &d->sp, sizeof d->sp, &d->params);
+  if (st == ORTEP_OK)
+    st = ortep_ep_device_sample(d->ep, d->logits, d->vocab, ORTEP_DTYPE_F32, d->params.ptr, d->history.ptr, &d->result);
+  return st;
+}
+
+static ortep_status finish(ortep_decoder *d, uint64_t t0, size_t draw_pos, int32_t *next, const char *what) {
   uint32_t pair[2] = {0, 0};
   ortep__trace_push(ORTEP__TRACE_SYNC, d->steps);
-  ortep_status st = ortep_ep_device_argmax(d->ep, d->logits, d->vocab, ORTEP_DTYPE_F32, &d->result);
+  ortep_status st = draw(d, draw_pos);
   d->launch_ns += ortep__now_ns() - t0;
   if (st == ORTEP_OK) st = ortep_ep_copy_to_host(d->ep, &d->result, pair, sizeof pair); /* the one sync */
   for (size_t i = 0; st == ORTEP_OK && i < d->n_watch; i++) { /* one more read per other EP */
@@ -350,6 +397,8 @@ static ortep_status finish(ortep_decoder *d, uint64_t t0, int32_t *next, const c
                        what, pair[1], ortep_error_word_describe(pair[1], bits, sizeof bits));
   }
   d->logits_valid = true;
+  d->next_sampled = d->sampling;
+  d->next_sp = d->sp;
   if (next) *next = (int32_t)pair[0];
   return ORTEP_OK;
 }
@@ -364,7 +413,7 @@ static ortep_status step(ortep_decoder *d, int32_t token, int32_t position, int3
   if (st == ORTEP_OK) {
     char what[96];
     snprintf(what, sizeof what, "step at position %d (token %d)", position, token);
-    st = finish(d, t0, next, what);
+    st = finish(d, t0, (size_t)(uint32_t)position + 1, next, what);
   }
   d->steps++;
   ortep__trace_pop();
@@ -374,7 +423,9 @@ static ortep_status step(ortep_decoder *d, int32_t token, int32_t position, int3
 ortep_status ortep_decoder_step(ortep_decoder *d, int32_t token, int32_t position, int32_t *next) {
   if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_step: decoder is NULL");
   ortep_status st = enter(d, "ortep_decoder_step");
-  return st != ORTEP_OK ? st : leave(d, step(d, token, position, next));
+  if (st != ORTEP_OK) return st;
+  d->sampling = false; /* a single step answers with its argmax */
+  return leave(d, step(d, token, position, next));
 }
 
 /* Runs the token generate emitted last, if it has not been run yet. */
@@ -394,6 +445,54 @@ static ortep_status feed_emitted(ortep_decoder *d, size_t emitted) {
   d->fed = true;
   ortep__assert(d->pos <= d->max_seq); /* checked before the step */
   return ORTEP_OK;
+}
+
+/* The draw the next tokens use: greedy (s NULL or temperature 0) or the
+ * sampler with s, checked. */
+static ortep_status choose_draw(ortep_decoder *d, const ortep_sampling *s) {
+  if (!s || s->temperature == 0.0f) {
+    d->sampling = false;
+    return ORTEP_OK;
+  }
+  if (!(s->temperature > 0.0f) || !isfinite(s->temperature))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "sampling.temperature = %g: use 0 (greedy) or a finite value > 0 (1 samples the model's own "
+                       "distribution)",
+                       (double)s->temperature);
+  if (!(s->top_p >= 0.0f && s->top_p <= 1.0f))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "sampling.top_p = %g: use a value in (0, 1], or 0 or 1 for off",
+                       (double)s->top_p);
+  if (!(s->min_p >= 0.0f && s->min_p < 1.0f))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "sampling.min_p = %g: use a value in [0, 1) (0: off)", (double)s->min_p);
+  if (!(s->repetition_penalty >= 0.0f) || !isfinite(s->repetition_penalty))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "sampling.repetition_penalty = %g: use a finite value > 0 (1 or 0: off; > 1 discourages repeats)",
+                       (double)s->repetition_penalty);
+  d->sampling = true;
+  d->sp = (ortep_sample_params){.temperature = s->temperature,
+                                .top_p = s->top_p == 0.0f ? 1.0f : s->top_p,
+                                .min_p = s->min_p,
+                                .repetition_penalty = s->repetition_penalty == 0.0f ? 1.0f : s->repetition_penalty,
+                                .top_k = s->top_k,
+                                .seed_lo = (uint32_t)s->seed,
+                                .seed_hi = (uint32_t)(s->seed >> 32)};
+  return ORTEP_OK;
+}
+
+static bool same_draw(const ortep_sample_params *a, const ortep_sample_params *b) {
+  return a->temperature == b->temperature && a->top_p == b->top_p && a->min_p == b->min_p &&
+         a->repetition_penalty == b->repetition_penalty && a->top_k == b->top_k && a->seed_lo == b->seed_lo &&
+         a->seed_hi == b->seed_hi;
+}
+
+/* A pending next token (its step ran, it was not emitted) chosen another way
+ * than the draw now asked for is drawn again from the same logits. */
+static ortep_status redraw_pending(ortep_decoder *d) {
+  if (!d->have_next || !d->fed || !d->logits_valid) return ORTEP_OK;
+  if (d->next_sampled == d->sampling && (!d->sampling || same_draw(&d->next_sp, &d->sp))) return ORTEP_OK;
+  char what[96];
+  snprintf(what, sizeof what, "drawing the token at position %zu again", d->pos);
+  return finish(d, ortep__now_ns(), d->pos, &d->next, what);
 }
 
 /* The prompt in chunks (the decoder's buckets, largest first, greedily),
@@ -432,7 +531,7 @@ static ortep_status run_prompt(ortep_decoder *d, const int32_t *tokens, size_t n
                  tokens[k], first + k, d->vocab);
         break;
       }
-    if ((st = finish(d, t0, next, what)) != ORTEP_OK) {
+    if ((st = finish(d, t0, d->pos, next, what)) != ORTEP_OK) {
       d->pos = first; /* nothing of the prompt counts: the decoder needs a reset */
       return st;
     }
@@ -447,6 +546,7 @@ static ortep_status run_prompt(ortep_decoder *d, const int32_t *tokens, size_t n
 
 static ortep_status prefill(ortep_decoder *d, const int32_t *tokens, size_t n, int32_t *next) {
   if (n == 0) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_prefill: the prompt is empty");
+  d->sampling = false; /* a prefill's next token is its argmax (generate_ex may draw it again) */
   size_t pending = d->have_next && !d->fed; /* the last generated token goes in first */
   if (n > d->max_seq || d->pos + pending > d->max_seq - n) /* no overflow for any n */
     return ortep__fail(ORTEP_E_OUT_OF_RANGE,
@@ -487,6 +587,9 @@ static ortep_status generate_ex(ortep_decoder *d, const ortep_generate_options *
   if (o->n_stop_tokens && !o->stop_tokens)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_generate_ex: %zu stop tokens but the list is NULL",
                        o->n_stop_tokens);
+  ortep_status cst = choose_draw(d, o->sampling);
+  if (cst == ORTEP_OK) cst = redraw_pending(d);
+  if (cst != ORTEP_OK) return cst;
   const ortep_model_config *c = ortep_model_get_config(d->model);
   for (size_t i = 0; o->max_tokens == 0 || i < o->max_tokens; i++) {
     if (!d->fed && d->pos >= d->max_seq) {
@@ -527,6 +630,9 @@ static ortep_status generate(ortep_decoder *d, size_t max_tokens, ortep_token_ca
                              size_t *generated) {
   if (!d->have_next)
     return ortep__fail(ORTEP_E_STATE, "ortep_decoder_generate: nothing to continue from; prefill a prompt first");
+  ortep_status cst = choose_draw(d, NULL); /* greedy */
+  if (cst == ORTEP_OK) cst = redraw_pending(d);
+  if (cst != ORTEP_OK) return cst;
   for (size_t i = 0; i < max_tokens; i++) {
     ortep_status st = feed_emitted(d, i);
     if (st != ORTEP_OK) return st;
@@ -555,6 +661,7 @@ ortep_status ortep_decoder_reset(ortep_decoder *d) {
    * request re-captures nothing. */
   st = reset_error_words(d);
   d->pos = 0;
+  d->history_synced = 0;
   d->have_next = false;
   d->fed = true;
   d->failed = false;

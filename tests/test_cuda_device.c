@@ -324,6 +324,58 @@ START_TEST(chunked_prefill_on_cuda) {
 }
 END_TEST
 
+/* The sampler on the GPU against the CPU EP's, over the same logits and
+ * parameters: the same Philox numbers, so the same tokens except where a
+ * draw falls within float rounding of a boundary between two tokens (the
+ * kept mass is summed in another order). */
+START_TEST(sampling_on_cuda_draws_what_the_cpu_draws) {
+  ortep_ep *gpu, *cpu;
+  ck_assert_ok(ortep_cuda_ep_create(NULL, &gpu));
+  ck_assert_ok(ortep_ep_initialize(gpu, NULL));
+  ck_assert_ok(ortep_cpu_ep_create(NULL, &cpu));
+  ck_assert_ok(ortep_ep_initialize(cpu, NULL));
+  enum { V = 5000, N = 400 };
+  float *x = malloc(V * sizeof *x);
+  for (int i = 0; i < V; i++) x[i] = (float)((i * 7919) % 1000) / 250.0f - 2.0f;
+  int32_t hist[16];
+  for (int i = 0; i < 16; i++) hist[i] = (i * 131) % V;
+  ortep_buffer dx, dp, dh, dr;
+  ck_assert_ok(ortep_ep_allocate(gpu, V * sizeof *x, 256, &dx));
+  ck_assert_ok(ortep_ep_allocate(gpu, 64, 64, &dp));
+  ck_assert_ok(ortep_ep_allocate(gpu, sizeof hist, 64, &dh));
+  ck_assert_ok(ortep_ep_allocate(gpu, 8, 8, &dr));
+  ck_assert_ok(ortep_ep_copy_from_host(gpu, x, V * sizeof *x, &dx));
+  ck_assert_ok(ortep_ep_copy_from_host(gpu, hist, sizeof hist, &dh));
+  const ortep_sample_params base[3] = {
+      {.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f, .seed_lo = 7},
+      {.temperature = 0.7f, .top_p = 0.9f, .min_p = 0.05f, .repetition_penalty = 1.3f, .top_k = 50, .seed_lo = 9,
+       .n_history = 16},
+      {.temperature = 1.2f, .top_p = 0.5f, .repetition_penalty = 1.0f, .top_k = 0, .seed_hi = 3}};
+  uint32_t pair_c[2], pair_g[2];
+  ortep_buffer rc;
+  ck_assert_ok(ortep_buffer_wrap_borrowed_mut(pair_c, ortep_device_cpu(), 8, 4, &rc));
+  for (int b = 0; b < 3; b++) {
+    int same = 0;
+    for (int i = 0; i < N; i++) {
+      ortep_sample_params p = base[b];
+      p.position = (uint32_t)i;
+      ck_assert_ok(ortep_ep_copy_from_host(gpu, &p, sizeof p, &dp));
+      ck_assert_ok(ortep_ep_device_sample(gpu, dx.ptr, V, ORTEP_DTYPE_F32, dp.ptr, dh.ptr, &dr));
+      ck_assert_ok(ortep_ep_copy_to_host(gpu, &dr, pair_g, sizeof pair_g));
+      ck_assert_ok(ortep_ep_device_sample(cpu, x, V, ORTEP_DTYPE_F32, &p, hist, &rc));
+      ck_assert_uint_eq(pair_g[1], 0);
+      same += pair_g[0] == pair_c[0];
+    }
+    printf("sampler cuda vs cpu, parameters %d: %d/%d draws identical\n", b, same, N);
+    ck_assert_int_ge(same, N * 98 / 100);
+  }
+  ortep_ep_deallocate(gpu, &dx), ortep_ep_deallocate(gpu, &dp), ortep_ep_deallocate(gpu, &dh), ortep_ep_deallocate(gpu, &dr);
+  free(x);
+  ortep_ep_destroy(gpu);
+  ortep_ep_destroy(cpu);
+}
+END_TEST
+
 int main(void) {
   char why[256];
   if (!ortep_cuda_available(why, sizeof why)) {
@@ -347,6 +399,7 @@ int main(void) {
   tcase_add_test(tc, copies_and_fences);
   tcase_add_test(tc, device_argmax_across_blocks_matches_the_cpu);
   tcase_add_test(tc, chunked_prefill_on_cuda);
+  tcase_add_test(tc, sampling_on_cuda_draws_what_the_cpu_draws);
   suite_add_tcase(s, tc);
   /* its own case, so the sanitizer runs can leave it out (CK_RUN_CASE=core) */
   TCase *large = tcase_create("large");

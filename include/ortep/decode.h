@@ -90,11 +90,29 @@ typedef enum ortep_stop_reason {
   ORTEP_STOP_CACHE_FULL = 4, /* the KV cache is full (max_seq_len) */
 } ortep_stop_reason;
 
+/* Sampling, done on the device by the EP that holds the logits (CPU or
+ * CUDA): the token and the error word still come back in one 8-byte read.
+ * Random numbers are Philox4x32-10 keyed by seed and counted by the token's
+ * position, so a run is reproducible from its seed, however generation is
+ * split into calls, and both EPs draw the same numbers. The order of the
+ * steps (kernels/sampling.h): repetition penalty over the tokens already in
+ * the sequence (prompt included), temperature, top-k, softmax, min-p, top-p,
+ * then one draw. */
+typedef struct ortep_sampling {
+  float temperature;        /* 0: greedy (the exact argmax path); > 0: sample */
+  uint32_t top_k;           /* keep the k most likely (ties kept); 0: off */
+  float top_p;              /* keep the most likely whose mass reaches top_p; 0 or 1: off */
+  float min_p;              /* keep those at least min_p x the most likely's probability; 0: off */
+  float repetition_penalty; /* > 1 discourages repeats (HF: logit / r if > 0, else logit x r); 0 or 1: off */
+  uint64_t seed;
+} ortep_sampling;
+
 typedef struct ortep_generate_options {
   size_t max_tokens;          /* at most this many; 0: until a stop token or a full cache */
   const int32_t *stop_tokens; /* more ids to stop at, besides the model's EOS (may be NULL) */
   size_t n_stop_tokens;
   bool ignore_eos;            /* do not stop at the model's eos_token_ids */
+  const ortep_sampling *sampling; /* NULL, or temperature 0: greedy */
 } ortep_generate_options;
 
 typedef struct ortep_generate_result {
@@ -105,10 +123,14 @@ typedef struct ortep_generate_result {
 
 /* Generation as users run it: like ortep_decoder_generate, but stopping at
  * the model's EOS, at user stop ids, after max_tokens, or at a full KV cache,
- * each a normal end (ORTEP_OK) reported in *result (may be NULL). A stop
- * token is not passed to the callback (streamed text never shows it) and is
- * kept as the next token: a later call (say with ignore_eos) emits it first.
- * options may be NULL (no limit, stop at the model's EOS). */
+ * each a normal end (ORTEP_OK) reported in *result (may be NULL), and
+ * sampling when options->sampling asks for it (invalid values are refused
+ * with ORTEP_E_INVALID_ARGUMENT naming the field). A stop token is not
+ * passed to the callback (streamed text never shows it) and is kept as the
+ * next token: a later call (say with ignore_eos) emits it first. A pending
+ * next token chosen another way (a prefill's argmax, other sampling
+ * parameters) is drawn again from the same logits with this call's choice.
+ * options may be NULL (no limit, stop at the model's EOS, greedy). */
 ORTEP_API ortep_status ortep_decoder_generate_ex(ortep_decoder *decoder, const ortep_generate_options *options,
                                                  ortep_token_callback cb, void *user, ortep_generate_result *result);
 

@@ -49,6 +49,8 @@ typedef struct cuda_ep {
    * everything. */
   void *scores;
   size_t scores_bytes;
+  void *sample_scratch; /* the sampler's float per logit, from its first call */
+  size_t sample_bytes;
   void **old_scores;
   size_t *old_scores_bytes;
   size_t n_old_scores, old_scores_cap, old_bytes_cap;
@@ -207,6 +209,8 @@ static void release_all(cuda_ep *e) {
   if (e->stream) cudaStreamSynchronize(e->stream);
   free_segments(e);
   if (e->scores) ortep_allocator_deallocate(e->pool, e->scores, e->scores_bytes, 256);
+  if (e->sample_scratch) ortep_allocator_deallocate(e->pool, e->sample_scratch, e->sample_bytes, 256);
+  e->sample_scratch = NULL, e->sample_bytes = 0;
   for (size_t i = 0; i < e->n_old_scores; i++)
     ortep_allocator_deallocate(e->pool, e->old_scores[i], e->old_scores_bytes[i], 256);
   e->scores = NULL, e->scores_bytes = 0, e->n_old_scores = 0;
@@ -551,6 +555,26 @@ static ortep_status cuda_argmax(ortep_ep *ep, const void *logits, size_t n, orte
   return rc ? cuda_fail((cudaError_t)rc, "device argmax") : ORTEP_OK;
 }
 
+/* The sampler (kernels/sampling.h): one block; its scratch (a float per
+ * logit) is carved at the first call and reused. Never run on a GPU so far. */
+static ortep_status cuda_sample(ortep_ep *ep, const void *logits, size_t n, ortep_dtype dtype, const void *params,
+                                const int32_t *history, ortep_buffer *result) {
+  cuda_ep *e = self_of(ep);
+  if (e->capturing)
+    return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: sampling is not recorded into a device graph", CUDA_EP_NAME);
+  if (n > SIZE_MAX / sizeof(float)) return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: %zu logits", CUDA_EP_NAME, n);
+  if (e->sample_bytes < n * sizeof(float)) {
+    void *p;
+    ortep_status st = ortep_allocator_allocate(e->pool, n * sizeof(float), 256, &p);
+    if (st != ORTEP_OK) return ortep__wrap(st, "%s: the sampler's scratch", CUDA_EP_NAME);
+    if (e->sample_scratch) ortep_allocator_deallocate(e->pool, e->sample_scratch, e->sample_bytes, 256);
+    e->sample_scratch = p, e->sample_bytes = n * sizeof(float);
+  }
+  int rc = ortep__cu_sample(logits, dtype == ORTEP_DTYPE_F16, n, params, history, e->sample_scratch, result->ptr,
+                            e->err, e->stream);
+  return rc ? cuda_fail((cudaError_t)rc, "device sampling") : ORTEP_OK;
+}
+
 /* --- device graphs ---------------------------------------------------------------- */
 static ortep_status cuda_begin(ortep_ep *ep, ortep_kernel *const *kernels, size_t n) {
   cuda_ep *e = self_of(ep);
@@ -712,6 +736,7 @@ static const ortep_ep_vtable cuda_vtable = {
     .copy_to_host_at = cuda_to_host_at,
     .device_argmax_supported = cuda_argmax_supported,
     .device_argmax = cuda_argmax,
+    .device_sample = cuda_sample,
     .begin_capture = cuda_begin,
     .end_capture = cuda_end,
     .abort_capture = cuda_abort,

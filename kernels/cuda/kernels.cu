@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "../sampling.h"
 #include "ops.h"
 
 /* ortep_dtype values (dtype.h): keep in step. */
@@ -592,5 +593,115 @@ __global__ void k_noop(void) {}
 
 extern "C" int ortep__cu_noop(void *stream) {
   k_noop<<<1, 1, 0, (cudaStream_t)stream>>>();
+  return launched();
+}
+
+/* --- sampling (kernels/sampling.h defines it for every EP) -------------------
+ * One block of SAMPLE_THREADS over the vocabulary: the thresholds of top-k
+ * and top-p are found by bisection over the order-preserving integer keys of
+ * the values (32 counting or summing passes each), so no sort is needed; the
+ * draw walks the kept mass in id order, each thread over a contiguous range
+ * after a scan of the ranges' sums. Never run on a GPU so far. */
+#define SAMPLE_THREADS 1024
+__device__ float z_load(const void *x, int f16, size_t i) {
+  return f16 ? __half2float(((const __half *)x)[i]) : ((const float *)x)[i];
+}
+__global__ void k_sample(const void *logits, int f16, size_t n, const ortep__sample_params *pp, const int32_t *history,
+                         float *z, uint32_t *result, uint32_t *err) {
+  __shared__ float range_sum[SAMPLE_THREADS];
+  const ortep__sample_params p = *pp;
+  float bad = 0.0f;
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float v = z_load(logits, f16, i);
+    if (!isfinite(v)) bad = 1.0f;
+    z[i] = v;
+  }
+  if (block_max(bad) > 0.0f) { /* block_max's barriers order the writes above too */
+    if (threadIdx.x == 0) {
+      atomicOr(err, BIT_ARGMAX);
+      result[0] = 0;
+      result[1] = *err;
+    }
+    return;
+  }
+  if (p.repetition_penalty != 1.0f && history)
+    for (uint32_t h = threadIdx.x; h < p.n_history; h += blockDim.x) {
+      int32_t id = history[h];
+      if (id >= 0 && (size_t)id < n) z[id] = ortep__penalise(z_load(logits, f16, (size_t)id), p.repetition_penalty);
+    }
+  __syncthreads();
+  float mx = -INFINITY;
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+    z[i] = z[i] / p.temperature;
+    mx = fmaxf(mx, z[i]);
+  }
+  mx = block_max(mx);
+  float zk = -INFINITY;
+  if (p.top_k > 0 && p.top_k < n) { /* the largest key with at least k values at or above it */
+    uint32_t lo = 0, hi = 0xFFFFFFFFu;
+    while (lo < hi) {
+      uint32_t mid = lo + (hi - lo) / 2 + 1;
+      float c = 0.0f;
+      for (size_t i = threadIdx.x; i < n; i += blockDim.x) c += ortep__float_key(z[i]) >= mid ? 1.0f : 0.0f;
+      if (block_sum(c) >= (float)p.top_k) lo = mid; else hi = mid - 1;
+    }
+    zk = ortep__key_float(lo);
+  }
+  float mass = 0.0f;
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float q = z[i] >= zk ? expf(z[i] - mx) : 0.0f;
+    z[i] = q >= p.min_p ? q : 0.0f;
+    mass += z[i];
+  }
+  mass = block_sum(mass);
+  if (p.top_p < 1.0f) { /* the largest t whose mass at or above it reaches top_p x mass */
+    float want = p.top_p * mass;
+    uint32_t lo = 0, hi = 0xFFFFFFFFu;
+    while (lo < hi) {
+      uint32_t mid = lo + (hi - lo) / 2 + 1;
+      float m = 0.0f;
+      for (size_t i = threadIdx.x; i < n; i += blockDim.x) m += ortep__float_key(z[i]) >= mid ? z[i] : 0.0f;
+      if (block_sum(m) >= want) lo = mid; else hi = mid - 1;
+    }
+    float t = ortep__key_float(lo);
+    mass = 0.0f;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+      if (z[i] < t) z[i] = 0.0f;
+      mass += z[i];
+    }
+    mass = block_sum(mass);
+  }
+  /* the draw: contiguous ranges, their sums scanned, then one range walked */
+  size_t per = (n + blockDim.x - 1) / blockDim.x, b = threadIdx.x * per, e = b + per < n ? b + per : n;
+  float own = 0.0f;
+  for (size_t i = b; i < e; i++) own += z[i];
+  range_sum[threadIdx.x] = own;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float target = ortep__sample_uniform(&p) * mass, cum = 0.0f;
+    unsigned r = 0, last_r = 0;
+    for (; r < blockDim.x; r++) {
+      if (range_sum[r] > 0.0f) last_r = r;
+      if (cum + range_sum[r] > target && range_sum[r] > 0.0f) break;
+      cum += range_sum[r];
+    }
+    if (r == blockDim.x) r = last_r, cum -= range_sum[last_r];
+    size_t rb = r * per, re = rb + per < n ? rb + per : n, pick = rb, last = rb;
+    for (size_t i = rb; i < re; i++) {
+      if (z[i] <= 0.0f) continue;
+      last = i;
+      cum += z[i];
+      if (cum > target) { pick = i; break; }
+      pick = last;
+    }
+    result[0] = (uint32_t)pick;
+    result[1] = *err;
+  }
+}
+
+extern "C" int ortep__cu_sample(const void *logits, int f16, size_t n, const void *params, const int32_t *history,
+                                float *scratch, void *result, uint32_t *err, void *stream) {
+  k_sample<<<1, SAMPLE_THREADS, 0, (cudaStream_t)stream>>>(logits, f16, n, (const ortep__sample_params *)params,
+                                                          history, scratch, (uint32_t *)result, err);
   return launched();
 }

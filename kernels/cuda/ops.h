@@ -53,6 +53,10 @@ int ortep__cu_rotary(const float *x, const void *pos, int pos64, size_t tokens, 
 int ortep__cu_gqa(const float *q, const float *k, const float *v, float *kc, float *vc, const int32_t *pos,
                   size_t tokens, size_t heads, size_t kv, size_t hd, size_t cap, float scale, float *scores, float *out,
                   uint32_t *err, void *stream);
+/* The sampler (kernels/sampling.h) in one block: result[0] the token,
+ * result[1] *err; scratch: n floats of device memory. */
+int ortep__cu_sample(const void *logits, int f16, size_t n, const void *params, const int32_t *history,
+                     float *scratch, void *result, uint32_t *err, void *stream);
 int ortep__cu_softmax(const float *x, size_t rows, size_t n, float *y, void *stream);
 int ortep__cu_argmax_rows(const float *x, size_t rows, size_t n, int64_t *out, uint32_t *err, void *stream);
 /* result[0] = the first maximum among the finite logits, result[1] = *err
