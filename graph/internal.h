@@ -12,6 +12,10 @@
  * the EP's device, so host-side debug fills never touch device memory. */
 ortep_status ortep__ep_allocator_create(ortep_ep *ep, ortep_allocator **out);
 
+/* A whole regular file into memory (ortep__malloc'd), refusing one larger
+ * than limit bytes ("... is not <what>"). */
+ortep_status ortep__read_file(const char *path, size_t limit, const char *what, char **out, size_t *len);
+
 /* ortep_session_run with its trace calls compiled out, for ortep-bench
  * replay's "tracing compiled in vs out" comparison. */
 ortep_status ortep__session_run_untraced(ortep_session *session);

@@ -166,14 +166,14 @@ ortep_status ortep_model_config_parse(const char *json, size_t len, ortep_model_
   return st;
 }
 
-static ortep_status read_file(const char *path, char **out, size_t *len) {
+ortep_status ortep__read_file(const char *path, size_t limit, const char *what, char **out, size_t *len) {
   int fd;
   size_t size;
   ortep_status st = ortep__open_regular(path, &fd, &size);
   if (st != ORTEP_OK) return st;
-  if (size > (16u << 20)) {
+  if (size > limit) {
     close(fd);
-    return ortep__fail(ORTEP_E_FORMAT, "%s is larger than 16 MiB; it is not a model config", path);
+    return ortep__fail(ORTEP_E_FORMAT, "%s is larger than %zu MiB; it is not %s", path, limit >> 20, what);
   }
   char *buf = ortep__malloc(size ? size : 1);
   if (!buf) {
@@ -291,7 +291,7 @@ static ortep_status generation_config(const char *dir, ortep_model_config *c) {
   if (stat(path, &sb) != 0) return ORTEP_OK; /* optional */
   char *json = NULL;
   size_t len = 0;
-  ortep_status st = read_file(path, &json, &len);
+  ortep_status st = ortep__read_file(path, 16u << 20, "a model config", &json, &len);
   cJSON *root = NULL;
   if (st == ORTEP_OK) st = ortep__json_parse(json, len, "generation_config.json", &root);
   ortep__free(json);
@@ -331,7 +331,7 @@ ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *o
                        strlen(dir), sizeof path - sizeof "/generation_config.json");
   }
   snprintf(path, sizeof path, "%s/config.json", dir);
-  ortep_status st = read_file(path, &json, &len);
+  ortep_status st = ortep__read_file(path, 16u << 20, "a model config", &json, &len);
   if (st == ORTEP_OK) {
     st = ortep_model_config_parse(json, len, &m->config);
     if (st != ORTEP_OK) ortep__wrap(st, "%s", path);

@@ -23,5 +23,6 @@
 #include "ortep/session.h"
 #include "ortep/model.h"
 #include "ortep/decode.h"
+#include "ortep/tokenizer.h"
 
 #endif
