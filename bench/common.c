@@ -170,38 +170,15 @@ int bench_parse_count(const char *cmd, const char *opt, const char *arg, long mi
   return 0;
 }
 
-static int mkdirs(const char *path) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s", path);
-  for (char *p = tmp + 1; *p; p++)
-    if (*p == '/') {
-      *p = '\0';
-      if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
-      *p = '/';
-    }
-  return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
-}
-
-/* The cached synthetic model for preset/dtype, written on first use. */
 int bench_preset_dir(const char *cmd, const char *preset, const char *dtype, char *out, size_t len) {
-  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  char base[2048];
-  if (xdg && *xdg)
-    snprintf(base, sizeof base, "%s/ortep/models", xdg);
-  else
-    snprintf(base, sizeof base, "%s/.cache/ortep/models", home && *home ? home : "/tmp");
-  snprintf(out, len, "%s/%s-%s", base, preset, dtype);
-  char cfg[4200];
-  snprintf(cfg, sizeof cfg, "%s/model.safetensors", out);
-  if (access(cfg, R_OK) == 0) return 0;
-  if (mkdirs(out)) {
-    fprintf(stderr, "ortep-bench %s: cannot create %s: %s\n", cmd, out, strerror(errno));
+  ortep_dtype dt;
+  if (ortep_dtype_parse(dtype, &dt) != ORTEP_OK) {
+    fprintf(stderr, "ortep-bench %s: %s\n", cmd, ortep_last_error());
     return 1;
   }
-  ortep_dtype dt;
-  ortep_dtype_parse(dtype, &dt);
-  fprintf(stderr, "ortep-bench %s: writing the synthetic %s preset (%s) to %s (first run)\n", cmd, preset, dtype, out);
-  if (ortep_model_write_synthetic(out, preset, dt, 0x5eed) != ORTEP_OK) {
+  fprintf(stderr, "ortep-bench %s: the synthetic %s preset (%s), written to the cache on first use\n", cmd, preset,
+          dtype);
+  if (ortep_model_synthetic_cached(preset, dt, out, len, NULL) != ORTEP_OK) {
     fprintf(stderr, "ortep-bench %s: %s\n", cmd, ortep_last_error());
     return 1;
   }

@@ -12,7 +12,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "ortep/model.h"
@@ -117,11 +119,129 @@ static ortep_status write_config(const char *path, const ortep_model_config *c) 
   return ok ? ORTEP_OK : ortep__fail(ORTEP_E_IO, "cannot write %s: %s", path, strerror(saved));
 }
 
+/* The preset's tokenizer.json: a byte-level BPE (Qwen-style split regex,
+ * ByteLevel) with exactly vocab_size ids: the 256 byte characters, merges
+ * that build strings over printable ASCII in order (every pair, then every
+ * pair with one more character, ...), and the last id the special
+ * <|endoftext|>. Meaningless as language, valid as BPE: text in and out works
+ * on the synthetic models like on real ones. */
+static void utf8_put(char **at, unsigned cp) {
+  char *o = *at;
+  if (cp < 0x80) *o++ = (char)cp;
+  else *o++ = (char)(0xC0 | (cp >> 6)), *o++ = (char)(0x80 | (cp & 0x3F));
+  *at = o;
+}
+static ortep_status write_tokenizer(const char *path, int64_t vocab) {
+  static const char split[] =
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+      "\\s+(?!\\S)|\\s+";
+  if (vocab < 258) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "a synthetic tokenizer needs a vocabulary of >= 258");
+  /* the byte characters of GPT-2's byte-level map */
+  char chars[256][3];
+  unsigned extra = 0;
+  for (unsigned b = 0; b < 256; b++) {
+    bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    char *at = chars[b];
+    utf8_put(&at, keep ? b : 256 + extra++);
+    *at = '\0';
+  }
+  size_t n_merges = (size_t)vocab - 257, cap = 0, n = 0;
+  char (*tok)[16] = NULL; /* merged strings in id order, from id 256 */
+  cJSON *root = cJSON_CreateObject(), *model = NULL, *v = NULL, *m = NULL;
+  ortep_status st = ORTEP_OK;
+  if (!root || !ORTEP__GROW(tok, cap, n_merges + 1)) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "synthetic tokenizer: no memory");
+  /* strings over the alphabet of printable ASCII, shortest first: each is a
+   * merge of (its prefix, its last character) */
+  size_t level_start = 0, level_end = 0; /* the previous level's strings in tok[] (level 1: the characters) */
+  for (unsigned a = 32; st == ORTEP_OK && a < 127 && n < n_merges; a++)
+    for (unsigned b = 32; b < 127 && n < n_merges; b++) {
+      size_t la = strlen(chars[a]);
+      memcpy(tok[n], chars[a], la);
+      memcpy(tok[n] + la, chars[b], strlen(chars[b]) + 1);
+      n++;
+    }
+  level_end = n;
+  while (st == ORTEP_OK && n < n_merges) {
+    size_t from = level_start, to = level_end;
+    if (from == to) {
+      st = ortep__fail(ORTEP_E_INTERNAL, "synthetic tokenizer: cannot make %zu merges", n_merges);
+      break;
+    }
+    level_start = level_end;
+    for (size_t p = from; p < to && n < n_merges; p++)
+      for (unsigned b = 32; b < 127 && n < n_merges; b++) {
+        size_t lp = strlen(tok[p]), lc = strlen(chars[b]);
+        if (lp + lc >= sizeof tok[0]) break; /* never reached: 151k merges need 3 characters */
+        memcpy(tok[n], tok[p], lp);
+        memcpy(tok[n] + lp, chars[b], lc + 1);
+        n++;
+      }
+    level_end = n;
+  }
+  if (st == ORTEP_OK) {
+    cJSON_AddStringToObject(root, "version", "1.0");
+    cJSON *added = cJSON_AddArrayToObject(root, "added_tokens"), *eot = cJSON_CreateObject();
+    cJSON_AddNumberToObject(eot, "id", (double)(vocab - 1));
+    cJSON_AddStringToObject(eot, "content", "<|endoftext|>");
+    cJSON_AddBoolToObject(eot, "normalized", false);
+    cJSON_AddBoolToObject(eot, "special", true);
+    cJSON_AddItemToArray(added, eot);
+    cJSON_AddItemToObject(cJSON_AddObjectToObject(root, "normalizer"), "type", cJSON_CreateString("NFC"));
+    cJSON *pre = cJSON_AddObjectToObject(root, "pre_tokenizer"), *list;
+    cJSON_AddStringToObject(pre, "type", "Sequence");
+    list = cJSON_AddArrayToObject(pre, "pretokenizers");
+    cJSON *sp = cJSON_CreateObject(), *bl = cJSON_CreateObject();
+    cJSON_AddStringToObject(sp, "type", "Split");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(sp, "pattern"), "Regex", split);
+    cJSON_AddStringToObject(sp, "behavior", "Isolated");
+    cJSON_AddBoolToObject(sp, "invert", false);
+    cJSON_AddStringToObject(bl, "type", "ByteLevel");
+    cJSON_AddBoolToObject(bl, "add_prefix_space", false);
+    cJSON_AddBoolToObject(bl, "use_regex", false);
+    cJSON_AddItemToArray(list, sp);
+    cJSON_AddItemToArray(list, bl);
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "decoder"), "type", "ByteLevel");
+    model = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(model, "type", "BPE");
+    v = cJSON_AddObjectToObject(model, "vocab");
+    m = cJSON_AddArrayToObject(model, "merges");
+    for (unsigned b = 0; b < 256; b++) cJSON_AddNumberToObject(v, chars[b], b);
+    for (size_t i = 0; i < n; i++) {
+      cJSON_AddNumberToObject(v, tok[i], (double)(256 + i));
+      /* the prefix is the string without its last character (1 or 2 bytes) */
+      size_t len = strlen(tok[i]), last = ((unsigned char)tok[i][len - 1] & 0xC0) == 0x80 ? 2 : 1;
+      char prefix[16];
+      snprintf(prefix, sizeof prefix, "%.*s", (int)(len - last), tok[i]);
+      cJSON *pair = cJSON_CreateArray();
+      cJSON_AddItemToArray(pair, cJSON_CreateString(prefix));
+      cJSON_AddItemToArray(pair, cJSON_CreateString(tok[i] + len - last));
+      cJSON_AddItemToArray(m, pair);
+    }
+  }
+  char *text = st == ORTEP_OK ? cJSON_PrintUnformatted(root) : NULL;
+  if (st == ORTEP_OK && !text) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "synthetic tokenizer: no memory");
+  if (st == ORTEP_OK) {
+    FILE *f = fopen(path, "w");
+    bool ok = f && fputs(text, f) >= 0;
+    int saved = errno;
+    if (f) ok = (fclose(f) == 0) && ok;
+    if (!ok) st = ortep__fail(ORTEP_E_IO, "cannot write %s: %s", path, strerror(saved));
+  }
+  cJSON_free(text);
+  cJSON_Delete(root);
+  ortep__free(tok);
+  return st;
+}
+
+static const preset *find_preset(const char *name) {
+  for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+    if (!strcmp(presets[i].name, name)) return &presets[i];
+  return NULL;
+}
+
 ortep_status ortep_model_write_synthetic(const char *dir, const char *name, ortep_dtype dt, uint64_t seed) {
   if (!dir || !name) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_write_synthetic: NULL argument");
-  const preset *p = NULL;
-  for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
-    if (!strcmp(presets[i].name, name)) p = &presets[i];
+  const preset *p = find_preset(name);
   if (!p)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "unknown preset '%s'; the presets are tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b",
                        name);
@@ -165,10 +285,57 @@ ortep_status ortep_model_write_synthetic(const char *dir, const char *name, orte
     st = write_config(path, c);
   }
   if (st == ORTEP_OK) {
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    st = write_tokenizer(path, c->vocab_size);
+  }
+  if (st == ORTEP_OK) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     st = ortep_safetensors_write_stream(path, g.entries, g.n, produce, &g);
   }
   for (size_t i = 0; i < g.n; i++) ortep__free(g.names[i]);
   ortep__free(g.entries), ortep__free(g.kinds), ortep__free(g.names);
   return st;
+}
+
+static ortep_status mkdirs(const char *path) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(tmp, 0755) && errno != EEXIST) return ortep__fail(ORTEP_E_IO, "cannot create %s: %s", tmp, strerror(errno));
+      *p = '/';
+    }
+  if (mkdir(tmp, 0755) && errno != EEXIST) return ortep__fail(ORTEP_E_IO, "cannot create %s: %s", tmp, strerror(errno));
+  return ORTEP_OK;
+}
+
+ortep_status ortep_model_synthetic_cached(const char *preset_name, ortep_dtype dtype, char *dir, size_t len,
+                                          bool *written) {
+  if (written) *written = false;
+  if (!preset_name || !dir || !len) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_synthetic_cached: NULL argument");
+  const preset *p = find_preset(preset_name);
+  if (!p)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "unknown preset '%s'; the presets are tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b",
+                       preset_name);
+  if (!ortep_dtype_is_float(dtype))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "synthetic weights are f32, f16 or bf16, not %s", ortep_dtype_name(dtype));
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  int w = xdg && *xdg ? snprintf(dir, len, "%s/ortep/models/%s-%s", xdg, preset_name, ortep_dtype_name(dtype))
+                      : snprintf(dir, len, "%s/.cache/ortep/models/%s-%s", home && *home ? home : "/tmp", preset_name,
+                                 ortep_dtype_name(dtype));
+  if (w < 0 || (size_t)w >= len || (size_t)w > 4000)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_synthetic_cached: the cache path does not fit %zu bytes", len);
+  char path[4200];
+  ortep_status st = mkdirs(dir);
+  if (st != ORTEP_OK) return st;
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  if (access(path, R_OK) != 0) {
+    if (written) *written = true;
+    return ortep_model_write_synthetic(dir, preset_name, dtype, 0x5eed);
+  }
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir); /* a cache from before presets had tokenizers */
+  if (access(path, R_OK) != 0) return write_tokenizer(path, p->c.vocab_size);
+  return ORTEP_OK;
 }

@@ -174,6 +174,31 @@ START_TEST(bad_input_and_unsupported_files_are_refused) {
 }
 END_TEST
 
+/* Every synthetic preset ships a byte-level tokenizer.json of its
+ * vocabulary size whose last id is the special <|endoftext|>. */
+START_TEST(presets_have_a_tokenizer) {
+  const char *presets[] = {"tiny", "tiny-llama"};
+  const size_t vocab[] = {512, 384};
+  for (int i = 0; i < 2; i++) {
+    char dir[64];
+    test_model_dir(dir, sizeof dir, presets[i], ORTEP_DTYPE_F32);
+    ortep_tokenizer *t;
+    ck_assert_ok(ortep_tokenizer_open(dir, &t));
+    ck_assert_uint_eq(ortep_tokenizer_vocab_size(t), vocab[i]);
+    ck_assert_str_eq(ortep_tokenizer_token(t, (int32_t)vocab[i] - 1), "<|endoftext|>");
+    ck_assert(ortep_tokenizer_is_special(t, (int32_t)vocab[i] - 1));
+    expect_roundtrip(t, "Hello, world! 42 \xe2\x82\xac<|endoftext|>", false, "Hello, world! 42 \xe2\x82\xac<|endoftext|>");
+    int32_t *ids;
+    size_t n;
+    ck_assert_ok(ortep_tokenizer_encode(t, " a", 2, false, &ids, &n));
+    ck_assert_uint_eq(n, 1); /* " a" is one of the first merges (space, then each character) */
+    free(ids);
+    ortep_tokenizer_close(t);
+    test_model_dir_remove(dir);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tokenizer");
   TCase *tc = tcase_create("core");
@@ -181,6 +206,7 @@ int main(void) {
   tcase_add_test(tc, sentencepiece_bpe_matches_hugging_face);
   tcase_add_test(tc, streaming_emits_whole_characters_only);
   tcase_add_test(tc, bad_input_and_unsupported_files_are_refused);
+  tcase_add_test(tc, presets_have_a_tokenizer);
   suite_add_tcase(s, tc);
   return test_run(s);
 }

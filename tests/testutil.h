@@ -263,6 +263,8 @@ static inline void test_model_dir_remove(const char *dir) {
   unlink(p);
   snprintf(p, sizeof p, "%s/model.safetensors", dir);
   unlink(p);
+  snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+  unlink(p);
   rmdir(dir);
 }
 

@@ -71,15 +71,25 @@ ORTEP_API size_t ortep_model_weight_bytes(const ortep_model *model);
  *                   vocab 512, tied embeddings, q/k/v biases (a fast CPU default)
  *   "tiny-llama"    LLaMA-style, hidden 64, 2 layers, 4 heads / 1 KV head,
  *                   vocab 384, untied lm_head, no biases
+ *   "tiny-wide-heads" LLaMA-style like tiny-llama with 2 KV heads and head_dim
+ *                   24, not hidden / heads = 16 (config.json says head_dim)
  *   "small"         Qwen2-style, hidden 256, 4 layers, 8 heads / 2 KV heads,
  *                   intermediate 704, vocab 2048, tied, biases (a model whose
  *                   nodes are big enough to run on several CPU workers)
  *   "qwen2.5-0.5b"  the exact shapes of Qwen2.5-0.5B: hidden 896, 24 layers,
  *                   14 heads / 2 KV heads, intermediate 4864, vocab 151936,
  *                   tied embeddings, q/k/v biases
- * dtype: f32, f16 or bf16. */
+ * dtype: f32, f16 or bf16. Also writes tokenizer.json: a byte-level BPE with
+ * the preset's vocabulary size (meaningless as language, valid as BPE). */
 ORTEP_API ortep_status ortep_model_write_synthetic(const char *dir, const char *preset, ortep_dtype dtype,
                                                    uint64_t seed);
+/* The cached copy of a preset (seed 0x5eed) in
+ * ${XDG_CACHE_HOME:-$HOME/.cache}/ortep/models/<preset>-<dtype>, written on
+ * first use (*written says whether it was, may be NULL); dir receives the
+ * directory. Every preset comes with a tokenizer.json (a byte-level BPE of
+ * its vocabulary size; the last id is the special <|endoftext|>). */
+ORTEP_API ortep_status ortep_model_synthetic_cached(const char *preset, ortep_dtype dtype, char *dir, size_t len,
+                                                    bool *written);
 
 ORTEP_END_DECLS
 
