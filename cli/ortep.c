@@ -1,0 +1,468 @@
+/*
+ * ortep.c: the `ortep` program, for people: text in, text out, on the public
+ * API only (ortep/ortep.h).
+ *
+ *   ortep generate --preset tiny --prompt "Hello"
+ *   ortep generate --model DIR --prompt "..." --temperature 0.8 --top-p 0.95 --seed 7
+ *   ortep tokenize --model DIR --text "Hello world"
+ *   ortep detokenize --model DIR 9707 1879
+ *
+ * generate streams the text as it is produced (whole characters only) to
+ * stdout, and prints the prompt and generated token counts, the time to first
+ * token and tokens/s to stderr at the end. Usage errors exit 2, other
+ * failures 1.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ortep/ortep.h"
+
+#define USAGE_EXIT 2
+
+static const char usage[] =
+    "usage: ortep <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  generate     generate text from a prompt, streamed as it is produced\n"
+    "  tokenize     the token ids of a text\n"
+    "  detokenize   the text of token ids\n"
+    "\n"
+    "Run 'ortep <command> --help' for a command's options.\n";
+
+static const char generate_usage[] =
+    "usage: ortep generate (--model DIR | --preset NAME) (--prompt TEXT | --prompt-ids IDS) [options]\n"
+    "\n"
+    "Generates from the prompt and streams the text to stdout; the counts, the time to first\n"
+    "token and tokens/s go to stderr at the end. Greedy unless --temperature is above 0.\n"
+    "\n"
+    "  --model DIR            a model directory (config.json, model.safetensors, tokenizer.json)\n"
+    "  --preset NAME          a synthetic preset (random weights: the text is gibberish): tiny,\n"
+    "                         tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b\n"
+    "  --dtype D              the preset's weight dtype: f32 (default), f16, bf16\n"
+    "  --prompt TEXT          the prompt, tokenized with the model's tokenizer.json\n"
+    "  --prompt-ids IDS       the prompt as token ids (comma-separated), for a model without a\n"
+    "                         tokenizer.json; the output is then ids too\n"
+    "  --max-tokens N         at most N new tokens (default 128); it also stops at the model's\n"
+    "                         end-of-sequence token and at a full KV cache\n"
+    "  --temperature T        0 (default): greedy; > 0: sample\n"
+    "  --top-k K              keep the K most likely tokens (0: off)\n"
+    "  --top-p P              keep the most likely tokens whose mass reaches P (1: off)\n"
+    "  --min-p M              keep tokens at least M x the most likely's probability (0: off)\n"
+    "  --repetition-penalty R > 1 discourages tokens already in the text (1: off)\n"
+    "  --seed S               the sampler's seed (default 0): the same seed, the same text\n"
+    "  --ep E                 auto (default: CUDA when a GPU is present), cpu, cuda\n"
+    "  --ignore-eos           do not stop at the end-of-sequence token\n"
+    "  -h, --help             this text\n";
+
+static const char tokenize_usage[] =
+    "usage: ortep tokenize (--model DIR | --preset NAME) [--text TEXT] [--tokens] [--no-special]\n"
+    "\n"
+    "Prints the token ids of TEXT (or of stdin when --text is not given), space-separated.\n"
+    "\n"
+    "  --model DIR / --preset NAME   where tokenizer.json is\n"
+    "  --text TEXT                   the text (default: all of stdin)\n"
+    "  --tokens                      one line per token: id, then the token's string\n"
+    "  --no-special                  do not add the tokenizer's special tokens (e.g. BOS)\n"
+    "  -h, --help                    this text\n";
+
+static const char detokenize_usage[] =
+    "usage: ortep detokenize (--model DIR | --preset NAME) [--skip-special] ID...\n"
+    "\n"
+    "Prints the text of the token ids (arguments, or whitespace-separated on stdin).\n"
+    "\n"
+    "  --model DIR / --preset NAME   where tokenizer.json is\n"
+    "  --skip-special                leave special tokens out\n"
+    "  -h, --help                    this text\n";
+
+static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "ortep %s: ", cmd);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\nRun 'ortep %s --help' for the options.\n", cmd);
+  return USAGE_EXIT;
+}
+
+static int fail(const char *cmd) {
+  fprintf(stderr, "ortep %s: %s\n", cmd, ortep_last_error());
+  return 1;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* --model / --preset / --dtype: the model directory. */
+typedef struct source {
+  const char *model, *preset, *dtype;
+  char dir[4096];
+} source;
+
+static int resolve(const char *cmd, source *s) {
+  if (s->model && s->preset) return usage_error(cmd, "--model and --preset exclude each other; give one");
+  if (!s->model && !s->preset) return usage_error(cmd, "give --model DIR or --preset NAME");
+  if (s->model) {
+    snprintf(s->dir, sizeof s->dir, "%s", s->model);
+    return 0;
+  }
+  ortep_dtype dt;
+  if (ortep_dtype_parse(s->dtype ? s->dtype : "f32", &dt) != ORTEP_OK || !ortep_dtype_is_float(dt))
+    return usage_error(cmd, "--dtype '%s' is not one of f32, f16, bf16", s->dtype);
+  if (ortep_model_synthetic_cached(s->preset, dt, s->dir, sizeof s->dir, NULL) != ORTEP_OK) {
+    if (ortep_last_status() == ORTEP_E_INVALID_ARGUMENT) return usage_error(cmd, "%s", ortep_last_error());
+    return fail(cmd);
+  }
+  return 0;
+}
+
+static int parse_number(const char *cmd, const char *opt, const char *arg, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(arg, &end);
+  if (errno || *end || end == arg || !(v >= lo && v <= hi))
+    return usage_error(cmd, "%s '%s' is not a number in [%g, %g]", opt, arg, lo, hi);
+  *out = v;
+  return 0;
+}
+
+/* "1,2,3" or "1 2 3" into ids. */
+static int parse_ids(const char *cmd, const char *arg, int32_t **ids, size_t *n) {
+  size_t cap = 16;
+  *n = 0;
+  *ids = malloc(cap * sizeof **ids);
+  for (const char *p = arg; *ids && *p;) {
+    while (*p == ',' || *p == ' ' || *p == '\n' || *p == '\t') p++;
+    if (!*p) break;
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (errno || end == p || v < 0 || v > INT32_MAX || (*end && !strchr(", \n\t", *end))) {
+      free(*ids);
+      *ids = NULL;
+      int len = (int)strcspn(p, ", \n\t");
+      return usage_error(cmd, "'%.*s' is not a token id (a whole number >= 0)", len < 20 ? len : 20, p);
+    }
+    if (*n == cap && !(*ids = realloc(*ids, (cap *= 2) * sizeof **ids))) break;
+    (*ids)[(*n)++] = (int32_t)v;
+    p = end;
+  }
+  if (!*ids) {
+    fprintf(stderr, "ortep %s: out of memory\n", cmd);
+    return 1;
+  }
+  return 0;
+}
+
+static char *read_stdin(size_t *len) {
+  size_t cap = 1 << 16;
+  char *buf = malloc(cap);
+  *len = 0;
+  for (size_t got; buf && (got = fread(buf + *len, 1, cap - *len, stdin)) > 0;) {
+    *len += got;
+    if (*len == cap) {
+      char *more = realloc(buf, cap *= 2);
+      if (!more) free(buf);
+      buf = more;
+    }
+  }
+  return buf;
+}
+
+/* --- generate ---------------------------------------------------------------------- */
+typedef struct stream {
+  ortep_detokenizer *detok; /* NULL: print ids */
+  size_t n;
+  double first_at;
+  bool failed;
+} stream;
+
+static bool on_token(int32_t token, size_t index, void *user) {
+  stream *s = user;
+  if (s->n++ == 0) s->first_at = now_s();
+  if (!s->detok) {
+    printf("%s%d", index ? " " : "", token);
+  } else {
+    const char *text;
+    size_t len;
+    if (ortep_detokenizer_push(s->detok, token, &text, &len) != ORTEP_OK) {
+      s->failed = true;
+      return false;
+    }
+    fwrite(text, 1, len, stdout);
+  }
+  fflush(stdout);
+  return true;
+}
+
+static const char *reason_name(ortep_stop_reason r) {
+  switch (r) {
+    case ORTEP_STOP_MAX_TOKENS: return "--max-tokens reached";
+    case ORTEP_STOP_EOS: return "end-of-sequence token";
+    case ORTEP_STOP_STOP_TOKEN: return "stop token";
+    case ORTEP_STOP_CALLBACK: return "stopped";
+    case ORTEP_STOP_CACHE_FULL: return "KV cache full";
+  }
+  return "?";
+}
+
+static int cmd_generate(int argc, char **argv) {
+  static const char *cmd = "generate";
+  source src = {0};
+  const char *prompt = NULL, *prompt_ids = NULL, *ep = "auto";
+  double max_tokens = 128, temperature = 0, top_k = 0, top_p = 1, min_p = 0, penalty = 1, seed = 0;
+  bool ignore_eos = false;
+  static const struct option lo[] = {
+      {"model", required_argument, 0, 'm'},        {"preset", required_argument, 0, 'p'},
+      {"dtype", required_argument, 0, 'd'},        {"prompt", required_argument, 0, 'P'},
+      {"prompt-ids", required_argument, 0, 'I'},   {"max-tokens", required_argument, 0, 'n'},
+      {"temperature", required_argument, 0, 't'},  {"top-k", required_argument, 0, 'k'},
+      {"top-p", required_argument, 0, 'u'},        {"min-p", required_argument, 0, 'M'},
+      {"repetition-penalty", required_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
+      {"ep", required_argument, 0, 'e'},           {"ignore-eos", no_argument, 0, 'E'},
+      {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+  int c, rc = 0;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1 && !rc) {
+    switch (c) {
+      case 'm': src.model = optarg; break;
+      case 'p': src.preset = optarg; break;
+      case 'd': src.dtype = optarg; break;
+      case 'P': prompt = optarg; break;
+      case 'I': prompt_ids = optarg; break;
+      case 'n': rc = parse_number(cmd, "--max-tokens", optarg, 1, 1e7, &max_tokens); break;
+      case 't': rc = parse_number(cmd, "--temperature", optarg, 0, 100, &temperature); break;
+      case 'k': rc = parse_number(cmd, "--top-k", optarg, 0, 1e9, &top_k); break;
+      case 'u': rc = parse_number(cmd, "--top-p", optarg, 0, 1, &top_p); break;
+      case 'M': rc = parse_number(cmd, "--min-p", optarg, 0, 0.999999, &min_p); break;
+      case 'r': rc = parse_number(cmd, "--repetition-penalty", optarg, 0, 100, &penalty); break;
+      case 's': rc = parse_number(cmd, "--seed", optarg, 0, 18446744073709551615.0, &seed); break;
+      case 'e': ep = optarg; break;
+      case 'E': ignore_eos = true; break;
+      case 'h': fputs(generate_usage, stdout); return 0;
+      case ':': return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
+      default: return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (rc) return rc;
+  if (optind < argc) return usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if (!prompt == !prompt_ids) return usage_error(cmd, "give exactly one of --prompt TEXT and --prompt-ids IDS");
+  if (top_k != (double)(uint32_t)top_k) return usage_error(cmd, "--top-k must be a whole number");
+  if ((rc = resolve(cmd, &src)) != 0) return rc;
+  ortep_tokenizer *tok = NULL;
+  ortep_detokenizer *detok = NULL;
+  int32_t *ids = NULL;
+  size_t n = 0;
+  if (prompt) {
+    if (ortep_tokenizer_open(src.dir, &tok) != ORTEP_OK) {
+      fprintf(stderr,
+              "ortep generate: %s\n(the model has no usable tokenizer.json: give the prompt as token ids with "
+              "--prompt-ids)\n",
+              ortep_last_error());
+      return 1;
+    }
+    if (ortep_tokenizer_encode(tok, prompt, strlen(prompt), true, &ids, &n) != ORTEP_OK ||
+        ortep_detokenizer_create(tok, true, &detok) != ORTEP_OK) {
+      rc = fail(cmd);
+      goto out;
+    }
+    if (n == 0) {
+      rc = usage_error(cmd, "the prompt gives no tokens; give some text");
+      goto out;
+    }
+  } else if ((rc = parse_ids(cmd, prompt_ids, &ids, &n)) != 0) {
+    goto out;
+  } else if (n == 0) {
+    rc = usage_error(cmd, "--prompt-ids is empty");
+    goto out;
+  }
+  ortep_decoder *d = NULL;
+  ortep_decoder_options o = {.ep = ep, .max_seq_len = n + (size_t)max_tokens + 1};
+  double t0 = now_s();
+  int32_t first;
+  if (ortep_decoder_open(src.dir, &o, &d) != ORTEP_OK) {
+    rc = ortep_last_status() == ORTEP_E_INVALID_ARGUMENT && strstr(ortep_last_error(), "EP") ? usage_error(cmd, "%s", ortep_last_error()) : fail(cmd);
+    goto out;
+  }
+  double t_open = now_s();
+  stream s = {detok, 0, 0, false};
+  ortep_sampling sampling = {(float)temperature, (uint32_t)top_k, (float)top_p, (float)min_p, (float)penalty,
+                             (uint64_t)seed};
+  ortep_generate_options g = {.max_tokens = (size_t)max_tokens, .ignore_eos = ignore_eos, .sampling = &sampling};
+  ortep_generate_result r = {0};
+  if (ortep_decoder_prefill(d, ids, n, &first) != ORTEP_OK ||
+      ortep_decoder_generate_ex(d, &g, on_token, &s, &r) != ORTEP_OK || s.failed) {
+    rc = fail(cmd);
+  } else {
+    const char *rest;
+    size_t len;
+    if (detok && ortep_detokenizer_flush(detok, &rest, &len) == ORTEP_OK) fwrite(rest, 1, len, stdout);
+    printf("\n");
+    fflush(stdout);
+    double end = now_s();
+    fprintf(stderr, "\n[%zu prompt tokens, %zu generated (%s); load %.2f s; time to first token %.1f ms; %.1f tokens/s; ep %s]\n",
+            n, r.generated, reason_name(r.reason), t_open - t0, s.n ? (s.first_at - t_open) * 1e3 : 0.0,
+            s.n > 1 ? (double)(s.n - 1) / (end - s.first_at) : 0.0, ortep_ep_name(ortep_decoder_ep(d)));
+  }
+  ortep_decoder_close(d);
+out:
+  free(ids);
+  ortep_detokenizer_destroy(detok);
+  ortep_tokenizer_close(tok);
+  return rc;
+}
+
+/* --- tokenize / detokenize ------------------------------------------------------------ */
+static int cmd_tokenize(int argc, char **argv) {
+  static const char *cmd = "tokenize";
+  source src = {0};
+  const char *text = NULL;
+  bool per_token = false, special = true;
+  static const struct option lo[] = {{"model", required_argument, 0, 'm'}, {"preset", required_argument, 0, 'p'},
+                                     {"dtype", required_argument, 0, 'd'}, {"text", required_argument, 0, 'T'},
+                                     {"tokens", no_argument, 0, 'k'},      {"no-special", no_argument, 0, 'N'},
+                                     {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+  int c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+    switch (c) {
+      case 'm': src.model = optarg; break;
+      case 'p': src.preset = optarg; break;
+      case 'd': src.dtype = optarg; break;
+      case 'T': text = optarg; break;
+      case 'k': per_token = true; break;
+      case 'N': special = false; break;
+      case 'h': fputs(tokenize_usage, stdout); return 0;
+      case ':': return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
+      default: return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) return usage_error(cmd, "unexpected argument '%s' (give the text with --text)", argv[optind]);
+  int rc = resolve(cmd, &src);
+  if (rc) return rc;
+  ortep_tokenizer *t;
+  if (ortep_tokenizer_open(src.dir, &t) != ORTEP_OK) return fail(cmd);
+  size_t len = 0;
+  char *owned = NULL;
+  if (!text) {
+    if (!(owned = read_stdin(&len))) {
+      ortep_tokenizer_close(t);
+      fprintf(stderr, "ortep tokenize: cannot read stdin\n");
+      return 1;
+    }
+    text = owned;
+  } else {
+    len = strlen(text);
+  }
+  int32_t *ids;
+  size_t n;
+  if (ortep_tokenizer_encode(t, text, len, special, &ids, &n) != ORTEP_OK) {
+    rc = fail(cmd);
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      if (per_token)
+        printf("%d\t%s\n", ids[i], ortep_tokenizer_token(t, ids[i]));
+      else
+        printf("%s%d", i ? " " : "", ids[i]);
+    }
+    if (!per_token) printf("\n");
+    free(ids);
+  }
+  free(owned);
+  ortep_tokenizer_close(t);
+  return rc;
+}
+
+static int cmd_detokenize(int argc, char **argv) {
+  static const char *cmd = "detokenize";
+  source src = {0};
+  bool skip = false;
+  static const struct option lo[] = {{"model", required_argument, 0, 'm'}, {"preset", required_argument, 0, 'p'},
+                                     {"dtype", required_argument, 0, 'd'}, {"skip-special", no_argument, 0, 'S'},
+                                     {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+  int c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "+:h", lo, NULL)) != -1) { /* "+": the ids start the operands */
+    switch (c) {
+      case 'm': src.model = optarg; break;
+      case 'p': src.preset = optarg; break;
+      case 'd': src.dtype = optarg; break;
+      case 'S': skip = true; break;
+      case 'h': fputs(detokenize_usage, stdout); return 0;
+      case ':': return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
+      default: return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  int rc = resolve(cmd, &src);
+  if (rc) return rc;
+  /* the ids: the arguments, else stdin */
+  size_t len = 0;
+  char *joined = NULL;
+  if (optind < argc) {
+    size_t cap = 1;
+    for (int i = optind; i < argc; i++) cap += strlen(argv[i]) + 1;
+    if ((joined = malloc(cap))) {
+      joined[0] = '\0';
+      for (int i = optind; i < argc; i++) strcat(strcat(joined, argv[i]), " ");
+    }
+  } else {
+    joined = read_stdin(&len);
+    if (joined) joined[len < 1 ? 0 : len - (joined[len - 1] == '\n')] = '\0';
+  }
+  if (!joined) {
+    fprintf(stderr, "ortep detokenize: cannot read the ids\n");
+    return 1;
+  }
+  int32_t *ids = NULL;
+  size_t n = 0;
+  rc = parse_ids(cmd, joined, &ids, &n);
+  free(joined);
+  if (rc) return rc;
+  ortep_tokenizer *t;
+  if (ortep_tokenizer_open(src.dir, &t) != ORTEP_OK) {
+    free(ids);
+    return fail(cmd);
+  }
+  char *text;
+  size_t tl;
+  if (ortep_tokenizer_decode(t, ids, n, skip, &text, &tl) != ORTEP_OK) {
+    rc = fail(cmd);
+  } else {
+    fwrite(text, 1, tl, stdout);
+    printf("\n");
+    free(text);
+  }
+  free(ids);
+  ortep_tokenizer_close(t);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage, stderr);
+    return USAGE_EXIT;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    fputs(usage, stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("ortep %s (%s)\n", ortep_version(), ortep_git_revision());
+    return 0;
+  }
+  if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
+  if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+  if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
+  fprintf(stderr, "ortep: unknown command '%s'; the commands are: generate, tokenize, detokenize\n", cmd);
+  fputs(usage, stderr);
+  return USAGE_EXIT;
+}
