@@ -60,7 +60,7 @@ run build 600 cmake --build build-gpu -j"$(nproc)" || { printf '%s\n' "${rows[@]
 # --- tests ----------------------------------------------------------------------
 run ctest_cpu 400 ctest --test-dir build-gpu --output-on-failure -j8 -E '^(valgrind_|install_consumer|cuda_device)'
 run cuda_device 400 env ORTEP_DEVICE_CHECK_LARGE=1 ./build-gpu/tests/test_cuda_device
-grep -E '^(tiny|qwen)' "$out/cuda_device.log" >"$out/cuda_vs_cpu.txt" 2>/dev/null || true
+grep -E '^(tiny|qwen|chunked|sampler)' "$out/cuda_device.log" >"$out/cuda_vs_cpu.txt" 2>/dev/null || true
 
 # --- compute-sanitizer ----------------------------------------------------------
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -91,6 +91,8 @@ run bench_qwen_bf16 300 "$bench" decode --ep cuda --preset qwen2.5-0.5b --dtype 
   --json "$out/decode_qwen_bf16.json"
 run bench_qwen_f16 300 "$bench" decode --ep cuda --preset qwen2.5-0.5b --dtype f16 --tokens 64 --runs 3 \
   --json "$out/decode_qwen_f16.json"
+run bench_prefill_qwen 300 "$bench" prefill --ep cuda --preset qwen2.5-0.5b --dtype bf16 --lengths 16,128,512 --runs 3 \
+  --json "$out/prefill_qwen_bf16.json"
 ratio() { # graph over eager from a decode JSON
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); m=j["modes"]
 g = m["graph"]
