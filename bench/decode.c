@@ -47,7 +47,8 @@ typedef struct mode_result {
 static const char decode_usage[] =
     "usage: ortep-bench decode [--model DIR | --preset NAME] [--ep auto|cpu|cuda]\n"
     "                          [--dtype f32|f16|bf16] [--mode eager|graph|segmented|all] [--seam OP,...]\n"
-    "                          [--prompt-len P] [--tokens N] [--warmup W] [--runs R] [--threads N] [--json FILE]\n"
+    "                          [--prompt-len P] [--tokens N] [--warmup W] [--runs R] [--threads N]\n"
+    "                          [--weights map|read] [--json FILE]\n"
     "                          [--explain] [--profile]\n"
     "\n"
     "Per-token decode latency of each execution mode, side by side in one run. With no\n"
@@ -67,6 +68,8 @@ static const char decode_usage[] =
     "  --runs R         timed runs per mode (default 5)\n"
     "  --profile        also time every node of an eager run and print the time per token by op type\n"
     "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"
+    "  --weights W      map (default: the file's pages, which the kernel may evict under memory\n"
+    "                   pressure) or read (a private copy in memory: steadier figures)\n"
     "  --json FILE      also write the figures as JSON\n"
     "  --explain        print each mode's plan (node -> EP, segment or seam, offsets)\n"
     "  -h, --help       this text\n";
@@ -313,7 +316,7 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
 
 /* --- the command: parse, prepare, run, compare, report ------------------------ */
 typedef struct decode_opts {
-  const char *model, *preset, *ep, *dtype, *seams, *json_path;
+  const char *model, *preset, *ep, *dtype, *seams, *json_path, *weights;
   long plen, tokens, warmup, runs, threads;
   bool explain, profile, want[NMODES];
 } decode_opts;
@@ -344,6 +347,7 @@ static int parse(int argc, char **argv, decode_opts *o) {
                                      {"warmup", required_argument, 0, 'w'}, {"runs", required_argument, 0, 'r'},
                                      {"json", required_argument, 0, 'j'},   {"explain", no_argument, 0, 'x'},
                                      {"threads", required_argument, 0, 'T'}, {"profile", no_argument, 0, 'F'},
+                                     {"weights", required_argument, 0, 'W'},
                                      {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
   int c, rc = 0;
   while ((c = bench_next_option("decode", argc, argv, lo, decode_usage, &rc)) >= 0) {
@@ -361,6 +365,7 @@ static int parse(int argc, char **argv, decode_opts *o) {
       case 'j': o->json_path = optarg; break;
       case 'x': o->explain = true; break;
       case 'T': rc = bench_parse_count("decode", "--threads", optarg, 1, 1024, &o->threads); break;
+      case 'W': o->weights = optarg; break;
       case 'F': o->profile = true; break;
     }
     if (rc) return rc;
@@ -377,6 +382,8 @@ static int parse(int argc, char **argv, decode_opts *o) {
     found = found || o->want[i];
   }
   if (!found) return bench_usage_error("decode", "--mode '%s' is not one of eager, graph, segmented, all", mode);
+  if (o->weights && strcmp(o->weights, "map") && strcmp(o->weights, "read"))
+    return bench_usage_error("decode", "--weights '%s' is not one of map, read", o->weights);
   if (!o->preset) o->preset = "tiny";
   if (!o->model && !bench_is_preset(o->preset))
     return bench_usage_error("decode", "--preset '%s' is not one of " BENCH_PRESETS, o->preset);
@@ -425,10 +432,12 @@ static int run_all(const decode_opts *o, decode_run *r) {
          (long long)r->cfg.hidden_size, (long long)r->cfg.num_hidden_layers, (long long)r->cfg.vocab_size,
          (double)r->weight_bytes / 1048576.0, o->plen, o->tokens, o->runs, o->warmup);
   ortep_config *config = NULL;
-  if (o->threads) {
+  if (o->threads || o->weights) {
     char v[32];
     snprintf(v, sizeof v, "%ld", o->threads);
-    if (ortep_config_create(&config) != ORTEP_OK || ortep_config_set(config, "cpu.threads", v) != ORTEP_OK) {
+    if (ortep_config_create(&config) != ORTEP_OK ||
+        (o->threads && ortep_config_set(config, "cpu.threads", v) != ORTEP_OK) ||
+        (o->weights && ortep_config_set(config, "ortep.weights", o->weights) != ORTEP_OK)) {
       fprintf(stderr, "ortep-bench decode: %s\n", ortep_last_error());
       ortep_config_destroy(config);
       return 1;
@@ -537,6 +546,7 @@ static cJSON *report_json(const decode_opts *o, decode_run *r) {
   cJSON_AddStringToObject(root, "model", o->model ? o->model : o->preset);
   cJSON_AddStringToObject(root, "model_kind", o->model ? "path" : "preset");
   cJSON_AddStringToObject(root, "dtype", o->model ? "file" : o->dtype);
+  cJSON_AddStringToObject(root, "weights", o->weights ? o->weights : "map");
   cJSON_AddNumberToObject(root, "weight_bytes", (double)r->weight_bytes);
   cJSON_AddNumberToObject(root, "prompt_len", (double)o->plen);
   cJSON_AddNumberToObject(root, "tokens", (double)o->tokens);
