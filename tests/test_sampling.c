@@ -122,6 +122,40 @@ START_TEST(top_k_top_p_and_min_p_truncate_exactly) {
 }
 END_TEST
 
+/* top-p on a 2,000-token vocabulary with a few likely tokens (the sampler
+ * sorts only the values that can be in the nucleus): exactly the nucleus a
+ * full sort in double precision gives, with its renormalised distribution. */
+START_TEST(top_p_over_a_large_vocabulary) {
+  enum { V = 2000 };
+  static float x[V];
+  for (int i = 0; i < V; i++) x[i] = -4.0f + (float)((i * 7919) % 97) / 97.0f;
+  const int likely[6] = {17, 400, 1203, 5, 1999, 777};
+  for (int k = 0; k < 6; k++) x[likely[k]] = 6.0f - (float)k * 0.5f;
+  double p[V], order[V];
+  softmax(x, V, 1.0, p);
+  memcpy(order, p, sizeof order);
+  for (int i = 1; i < V; i++) /* descending insertion sort of a copy */
+    for (int j = i; j > 0 && order[j] > order[j - 1]; j--) {
+      double t = order[j];
+      order[j] = order[j - 1], order[j - 1] = t;
+    }
+  double cum = 0, t = 0;
+  for (int j = 0; j < V && cum < 0.8; j++) cum += order[j], t = order[j];
+  double want[V], kept = 0;
+  for (int i = 0; i < V; i++) kept += (want[i] = p[i] >= t ? p[i] : 0.0);
+  int in_nucleus = 0;
+  for (int i = 0; i < V; i++) in_nucleus += want[i] > 0, want[i] /= kept;
+  ck_assert_int_ge(in_nucleus, 3);
+  ck_assert_int_le(in_nucleus, 6);
+  ortep_sample_params sp = params(1.0f);
+  sp.top_p = 0.8f;
+  static size_t counts[V];
+  draw_counts(x, V, sp, NULL, 20000, counts);
+  const double crit[7] = {0, 0, 10.83, 13.82, 16.27, 18.47, 20.52}; /* p = 0.001, in_nucleus - 1 dof */
+  chi_square(counts, want, V, 20000, crit[in_nucleus], "top_p=0.8 over 2000 tokens");
+}
+END_TEST
+
 /* The penalty divides a positive logit of a token in the history (once,
  * however often it appears) and multiplies a negative one. */
 START_TEST(repetition_penalty_applies_once_per_token) {
@@ -252,6 +286,7 @@ int main(void) {
   tcase_add_test(tc, draws_follow_the_softmax);
   tcase_add_test(tc, top_k_top_p_and_min_p_truncate_exactly);
   tcase_add_test(tc, repetition_penalty_applies_once_per_token);
+  tcase_add_test(tc, top_p_over_a_large_vocabulary);
   tcase_add_test(tc, seeds_reproduce_and_differ);
   tcase_add_test(tc, non_finite_logits_and_bad_parameters);
   tcase_add_test(tc, decoder_samples_reproducibly_from_the_seed);

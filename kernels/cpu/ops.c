@@ -606,9 +606,14 @@ uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, cons
   float mass = 0.0f;
   for (size_t i = 0; i < n; i++) mass += z[i];
   if (p->top_p < 1.0f) {
+    /* Only values >= t0 = (1 - top_p) mass / n can be in the nucleus: all
+     * those below add up to less than (1 - top_p) of the mass, so the values
+     * above already reach top_p. Sorting just those is exact, and with a
+     * language model's few likely tokens, short. */
+    float t0 = (1.0f - p->top_p) * mass / (float)n;
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
-      if (z[i] > 0.0f) tmp[m++] = z[i];
+      if (z[i] > 0.0f && z[i] >= t0) tmp[m++] = z[i];
     qsort(tmp, m, sizeof *tmp, cmp_desc);
     float want = p->top_p * mass, cum = 0.0f, t = 0.0f;
     for (size_t j = 0; j < m; j++) {
