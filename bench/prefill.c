@@ -274,6 +274,17 @@ int bench_prefill_main(int argc, char **argv) {
     cJSON_AddNumberToObject(row, "max_rel_logit_diff", diff);
     cJSON_AddItemToArray(rows, row);
   }
+  if (!rc) { /* each chunk size's graph: captured once at first use, replayed after */
+    ortep_session *ss = ortep_decoder_session(w[1].d);
+    printf("\nchunk graphs (size: runs, captures):");
+    for (size_t g = 1; ortep_decoder_graph_tokens(w[1].d, g); g++) {
+      ortep_session_stats st;
+      ortep_session_get_graph_stats(ss, g, &st);
+      printf(" %zu: %llu, %llu;", ortep_decoder_graph_tokens(w[1].d, g), (unsigned long long)st.steps,
+             (unsigned long long)st.captures);
+    }
+    printf("\n");
+  }
   if (!rc && json) {
     cJSON_AddItemToObject(root, "machine", bench_machine_json());
     cJSON_AddItemToObject(root, "build", bench_build_json());
@@ -282,9 +293,17 @@ int bench_prefill_main(int argc, char **argv) {
     cJSON_AddStringToObject(root, "ep", ep);
     cJSON_AddStringToObject(root, "weights", o.weights ? o.weights : "map");
     cJSON_AddNumberToObject(root, "threads", (double)threads);
-    cJSON *sizes = cJSON_AddArrayToObject(root, "chunk_sizes");
-    for (size_t g = 1; ortep_decoder_graph_tokens(w[1].d, g); g++)
+    cJSON *sizes = cJSON_AddArrayToObject(root, "chunk_sizes"), *graphs = cJSON_AddArrayToObject(root, "chunk_graphs");
+    for (size_t g = 1; ortep_decoder_graph_tokens(w[1].d, g); g++) {
+      ortep_session_stats st;
+      ortep_session_get_graph_stats(ortep_decoder_session(w[1].d), g, &st);
       cJSON_AddItemToArray(sizes, cJSON_CreateNumber((double)ortep_decoder_graph_tokens(w[1].d, g)));
+      cJSON *one = cJSON_CreateObject();
+      cJSON_AddNumberToObject(one, "tokens", (double)ortep_decoder_graph_tokens(w[1].d, g));
+      cJSON_AddNumberToObject(one, "runs", (double)st.steps);
+      cJSON_AddNumberToObject(one, "captures", (double)st.captures);
+      cJSON_AddItemToArray(graphs, one);
+    }
     if (gemm > 0) cJSON_AddNumberToObject(root, "sgemm_gflops", gemm);
     cJSON_AddItemToObject(root, "results", rows);
     rows = NULL;

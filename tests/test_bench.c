@@ -209,7 +209,8 @@ START_TEST(prefill_compares_token_by_token_with_chunks) {
   snprintf(args, sizeof args, "prefill --ep cpu --lengths 5,40 --runs 1 --json %s/prefill.json", g_tmp);
   ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
   cJSON *j = read_json("prefill.json");
-  const char *top[] = {"machine", "build", "model", "ep", "threads", "chunk_sizes", "sgemm_gflops", "results"};
+  const char *top[] = {"machine", "build", "model", "ep", "threads", "chunk_sizes", "chunk_graphs", "sgemm_gflops",
+                       "results"};
   for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) has(j, top[i]);
   const cJSON *rows = cJSON_GetObjectItem(j, "results");
   ck_assert_int_eq(cJSON_GetArraySize(rows), 2);
@@ -222,6 +223,12 @@ START_TEST(prefill_compares_token_by_token_with_chunks) {
     ck_assert_double_le(cJSON_GetObjectItem(row, "max_rel_logit_diff")->valuedouble, 1e-4);
   }
   ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 1), "prompt_tokens")->valuedouble, 40);
+  /* every chunk graph that ran was captured exactly once (graph mode) */
+  const cJSON *graphs = cJSON_GetObjectItem(j, "chunk_graphs");
+  for (const cJSON *g = graphs->child; g; g = g->next) {
+    double runs = cJSON_GetObjectItem(g, "runs")->valuedouble, caps = cJSON_GetObjectItem(g, "captures")->valuedouble;
+    ck_assert_double_eq(caps, runs > 0 ? 1.0 : 0.0);
+  }
   cJSON_Delete(j);
 }
 END_TEST
