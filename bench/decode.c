@@ -371,22 +371,13 @@ static int parse(int argc, char **argv, decode_opts *o) {
     if (rc) return rc;
   }
   if (c == BENCH_OPTIONS_EXIT) return rc;
-  if (o->model && o->preset) return bench_usage_error("decode", "--model and --preset exclude each other; give one");
-  if (strcmp(o->ep, "auto") && strcmp(o->ep, "cpu") && strcmp(o->ep, "cuda"))
-    return bench_usage_error("decode", "--ep '%s' is not one of auto, cpu, cuda", o->ep);
-  if (strcmp(o->dtype, "f32") && strcmp(o->dtype, "f16") && strcmp(o->dtype, "bf16"))
-    return bench_usage_error("decode", "--dtype '%s' is not one of f32, f16, bf16", o->dtype);
+  if ((rc = bench_check_model_options("decode", o->model, &o->preset, o->ep, o->dtype, o->weights)) >= 0) return rc;
   bool all = !strcmp(mode, "all"), found = all;
   for (int i = 0; i < NMODES; i++) {
     o->want[i] = all || !strcmp(mode, modes[i].name);
     found = found || o->want[i];
   }
   if (!found) return bench_usage_error("decode", "--mode '%s' is not one of eager, graph, segmented, all", mode);
-  if (o->weights && strcmp(o->weights, "map") && strcmp(o->weights, "read"))
-    return bench_usage_error("decode", "--weights '%s' is not one of map, read", o->weights);
-  if (!o->preset) o->preset = "tiny";
-  if (!o->model && !bench_is_preset(o->preset))
-    return bench_usage_error("decode", "--preset '%s' is not one of " BENCH_PRESETS, o->preset);
   return -1;
 }
 

@@ -97,17 +97,7 @@ static int parse(int argc, char **argv, prefill_opts *o) {
     if (rc) return rc;
   }
   if (c == BENCH_OPTIONS_EXIT) return rc;
-  if (o->model && o->preset) return bench_usage_error("prefill", "--model and --preset exclude each other; give one");
-  if (strcmp(o->ep, "auto") && strcmp(o->ep, "cpu") && strcmp(o->ep, "cuda"))
-    return bench_usage_error("prefill", "--ep '%s' is not one of auto, cpu, cuda", o->ep);
-  if (strcmp(o->dtype, "f32") && strcmp(o->dtype, "f16") && strcmp(o->dtype, "bf16"))
-    return bench_usage_error("prefill", "--dtype '%s' is not one of f32, f16, bf16", o->dtype);
-  if (o->weights && strcmp(o->weights, "map") && strcmp(o->weights, "read"))
-    return bench_usage_error("prefill", "--weights '%s' is not one of map, read", o->weights);
-  if (!o->preset) o->preset = "tiny";
-  if (!o->model && !bench_is_preset(o->preset))
-    return bench_usage_error("prefill", "--preset '%s' is not one of " BENCH_PRESETS, o->preset);
-  return -1;
+  return bench_check_model_options("prefill", o->model, &o->preset, o->ep, o->dtype, o->weights);
 }
 
 /* Best-of-10 GFLOP/s of an OpenBLAS sgemm [m, k] x [k, n] on `threads`
