@@ -349,6 +349,13 @@ START_TEST(split_across_workers_bitwise_equal_to_one_thread) {
   fill(&r, q, NH * HD, 1.0f), fill(&r, k, KV * HD, 1.0f), fill(&r, v, KV * HD, 1.0f), fill(&r, x, K, 1.0f);
   int32_t pos = 400; /* 8 heads x 401 positions: enough work to split */
   float att[2][NH * HD], lin[2][N];
+  enum { R = 128, RH = 512 }; /* RMSNorm over 128 rows, RoPE over 128 tokens: split by rows */
+  float *rx = malloc(R * RH * sizeof *rx), *rs = malloc(RH * sizeof *rs), *rn[2], *rr[2];
+  float *cosc = malloc(512 * HD / 2 * sizeof *cosc), *sinc = malloc(512 * HD / 2 * sizeof *sinc);
+  int64_t rpos[R];
+  fill(&r, rx, R * RH, 1.0f), fill(&r, rs, RH, 1.0f), fill(&r, cosc, 512 * HD / 2, 1.0f), fill(&r, sinc, 512 * HD / 2, 1.0f);
+  for (int i = 0; i < R; i++) rpos[i] = 3 * i;
+  for (int t = 0; t < 2; t++) rn[t] = malloc(R * RH * sizeof(float)), rr[t] = malloc(R * RH * sizeof(float));
   ortep_ep *saved = g_cpu;
   const char *threads[] = {"1", "3"};
   for (int t = 0; t < 2; t++) {
@@ -360,10 +367,21 @@ START_TEST(split_across_workers_bitwise_equal_to_one_thread) {
     ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){att[t]}, 1));
     tin lins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, K), x}, {ORTEP_DTYPE_F32, SHAPE(N, K), w}};
     ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, lins, 2, (void *[]){lin[t]}, 1));
+    tattr eps[] = {{"epsilon", 1, 0, 1e-5f}};
+    tin nins[] = {{ORTEP_DTYPE_F32, SHAPE(1, R, RH), rx}, {ORTEP_DTYPE_F32, SHAPE(RH), rs}};
+    ck_assert_ok(run_node("SimplifiedLayerNormalization", "", eps, 1, nins, 2, (void *[]){rn[t]}, 1));
+    tattr rat[] = {{"num_heads", 0, RH / HD, 0}};
+    tin rins[] = {{ORTEP_DTYPE_F32, SHAPE(1, R, RH), rx}, {ORTEP_DTYPE_I64, SHAPE(1, R), rpos},
+                  {ORTEP_DTYPE_F32, SHAPE(512, HD / 2), cosc}, {ORTEP_DTYPE_F32, SHAPE(512, HD / 2), sinc}};
+    ck_assert_ok(run_node("RotaryEmbedding", ORTEP_DOMAIN_MS, rat, 1, rins, 4, (void *[]){rr[t]}, 1));
     ck_assert_uint_eq(error_bits(), 0);
     ortep_ep_destroy(g_cpu);
   }
   g_cpu = saved;
+  ck_assert_msg(memcmp(rn[0], rn[1], R * RH * sizeof(float)) == 0, "RMSNorm differs between 1 and 3 threads");
+  ck_assert_msg(memcmp(rr[0], rr[1], R * RH * sizeof(float)) == 0, "RoPE differs between 1 and 3 threads");
+  free(rx), free(rs), free(cosc), free(sinc);
+  for (int t = 0; t < 2; t++) free(rn[t]), free(rr[t]);
   ck_assert_msg(memcmp(att[0], att[1], sizeof att[0]) == 0, "attention differs between 1 and 3 threads");
   ck_assert_msg(memcmp(lin[0], lin[1], sizeof lin[0]) == 0, "Linear differs between 1 and 3 threads");
   free(kc), free(vc), free(w);

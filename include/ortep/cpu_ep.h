@@ -19,13 +19,14 @@
  *   SimplifiedLayerNormalization      RMSNorm over the last axis
  *   com.microsoft:SkipSimplifiedLayerNormalization
  *   com.microsoft:RotaryEmbedding     [B, S, heads x head_dim], positions from a tensor
- *   com.microsoft:GroupQueryAttention decode form: one token, KV caches updated in place
+ *   com.microsoft:GroupQueryAttention one token or a chunk of consecutive tokens, KV caches updated in place
  *   ortep:Linear                      the Hugging Face Linear, up to three weights in one pass
  *
  * Options (ortep_ep_initialize): cpu.threads = N, the worker threads the EP
- * runs Linear rows, attention heads and the argmax on (default: every CPU the
- * process may run on). Results are bitwise the same for any N; OpenBLAS is
- * kept single-threaded.
+ * runs Linear rows (or, for a prefill chunk, blocks of output columns through
+ * single-threaded sgemm), attention heads, RMSNorm and RoPE rows and the
+ * argmax on (default: every CPU the process may run on). Results are bitwise
+ * the same for any N; OpenBLAS's own threading is kept at one.
  */
 #ifndef ORTEP_CPU_EP_H
 #define ORTEP_CPU_EP_H

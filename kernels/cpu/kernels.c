@@ -52,6 +52,34 @@ static void linear_task(void *ctx, size_t worker, size_t begin, size_t end) {
                     end);
 }
 
+/* RMSNorm and RoPE over the pool: rows (tokens) are the items, each computed
+ * whole by one worker; a decode step's single row stays on the caller. */
+typedef struct rows_job {
+  const ortep__op_params *op;
+  const void *const *in;
+  void *const *out;
+  size_t n_out;
+  uint32_t *ew;
+} rows_job;
+static cpu_weights W(const void *p, ortep_dtype d);
+static void rmsnorm_task(void *ctx, size_t worker, size_t r0, size_t r1) {
+  const rows_job *j = ctx;
+  const __typeof__(j->op->p.norm) *p = &j->op->p.norm;
+  size_t si = p->skip ? 2 : 1, at = r0 * p->h;
+  float *sum = p->has_sum && j->n_out > 3 ? (float *)j->out[3] + at : NULL;
+  ortep__cpu_rmsnorm((const float *)j->in[0] + at, p->skip ? (const float *)j->in[1] + at : NULL,
+                     W(p->has_bias ? j->in[3] : NULL, p->bdt), p->has_bias, W(j->in[si], p->sdt), r1 - r0, p->h, p->eps,
+                     (float *)j->out[0] + at, sum);
+}
+static void rotary_task(void *ctx, size_t worker, size_t t0, size_t t1) {
+  const rows_job *j = ctx;
+  const __typeof__(j->op->p.rot) *r = &j->op->p.rot;
+  size_t at = t0 * r->heads * r->hd;
+  const void *pos = (const char *)j->in[1] + t0 * (r->pos64 ? 8 : 4);
+  ortep__cpu_rotary((const float *)j->in[0] + at, pos, r->pos64, t1 - t0, r->heads, r->hd, r->rot, r->inter,
+                    W(j->in[2], r->cdt), W(j->in[3], r->cdt), r->max_pos, (float *)j->out[0] + at, j->ew);
+}
+
 /* M > 1 (a prefill chunk): blocks of output columns through sgemm. */
 static void linear_gemm_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
@@ -97,17 +125,13 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       ortep__cpu_silu_mul(in[0], in[1], k->op.p.un.n, out[0]);
       break;
     case ORTEP__OP_RMSNORM: {
-      __typeof__(k->op.p.norm) *p = &k->op.p.norm;
-      size_t si = p->skip ? 2 : 1;
-      ortep__cpu_rmsnorm(in[0], p->skip ? in[1] : NULL, W(p->has_bias ? in[3] : NULL, p->bdt), p->has_bias,
-                         W(in[si], p->sdt), p->rows, p->h, p->eps, out[0],
-                         p->has_sum && io->n_outputs > 3 ? out[3] : NULL);
+      rows_job j = {&k->op, in, out, io->n_outputs, ew};
+      ortep__cpu_pool_for(k->pool, k->op.p.norm.rows, 3 * k->op.p.norm.h, rmsnorm_task, &j);
       break;
     }
     case ORTEP__OP_ROTARY: {
-      __typeof__(k->op.p.rot) *r = &k->op.p.rot;
-      ortep__cpu_rotary(in[0], in[1], r->pos64, r->tokens, r->heads, r->hd, r->rot, r->inter, W(in[2], r->cdt),
-                        W(in[3], r->cdt), r->max_pos, out[0], ew);
+      rows_job j = {&k->op, in, out, io->n_outputs, ew};
+      ortep__cpu_pool_for(k->pool, k->op.p.rot.tokens, 2 * k->op.p.rot.heads * k->op.p.rot.hd, rotary_task, &j);
       break;
     }
     case ORTEP__OP_GQA: {
