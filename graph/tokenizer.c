@@ -382,13 +382,21 @@ static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root
   if ((prefix && *prefix) || (suffix && *suffix))
     return bad(path, "BPE with a continuing_subword_prefix or end_of_word_suffix is not supported", NULL);
   /* ids: the largest id + 1 over the vocabulary and the added tokens */
-  double top = -1;
-  for (const cJSON *c = vocab->child; c; c = c->next) top = cJSON_IsNumber(c) && c->valuedouble > top ? c->valuedouble : top;
-  for (const cJSON *c = cJSON_IsArray(added) ? added->child : NULL; c; c = c->next) {
+  double top = -1, entries = 0;
+  for (const cJSON *c = vocab->child; c; c = c->next, entries++)
+    top = cJSON_IsNumber(c) && c->valuedouble > top ? c->valuedouble : top;
+  for (const cJSON *c = cJSON_IsArray(added) ? added->child : NULL; c; c = c->next, entries++) {
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
     top = cJSON_IsNumber(id) && id->valuedouble > top ? id->valuedouble : top;
   }
   if (top < 0 || top > (double)INT32_MAX - 1) return bad(path, "the vocabulary is empty or its ids are out of range", NULL);
+  /* ids are dense in real files; a few holes are tolerated, not a table of
+   * two billion entries for one large id */
+  if (top >= 2 * entries + 1024)
+    return ortep__fail(ORTEP_E_FORMAT,
+                       "%s: the largest token id is %.0f but there are only %.0f tokens; ids must run from 0 without "
+                       "large gaps",
+                       path, top, entries);
   t->n = (size_t)top + 1;
   t->tok = ortep__calloc(t->n, sizeof *t->tok);
   t->len = ortep__calloc(t->n, sizeof *t->len);
@@ -434,7 +442,10 @@ static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root
     size_t la, lb;
     if (cJSON_IsString(c)) {
       const char *sp = strchr(c->valuestring, ' ');
-      if (!sp) return bad(path, "a merge is not two tokens separated by a space", c->valuestring);
+      if (!sp) {
+        ortep__free(joined.p);
+        return bad(path, "a merge is not two tokens separated by a space", c->valuestring);
+      }
       a = c->valuestring, la = (size_t)(sp - a), b = sp + 1, lb = strlen(b);
     } else if (cJSON_IsArray(c) && cJSON_GetArraySize(c) == 2 && cJSON_IsString(c->child) &&
                cJSON_IsString(c->child->next)) {
@@ -489,6 +500,26 @@ void ortep_tokenizer_close(ortep_tokenizer *t) {
   ortep__free(t);
 }
 
+static ortep_status from_json(const char *text, size_t len, const char *name, ortep_tokenizer **out) {
+  cJSON *root = NULL;
+  ortep_status st = ortep__json_parse(text, len, name, &root);
+  if (st != ORTEP_OK) return st;
+  if (!cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return ortep__fail(ORTEP_E_FORMAT, "%s: the document is not a JSON object", name);
+  }
+  ortep_tokenizer *t = ortep__calloc(1, sizeof *t);
+  if (!t) st = oom();
+  if (st == ORTEP_OK) st = load(t, name, root);
+  cJSON_Delete(root);
+  if (st != ORTEP_OK) {
+    ortep_tokenizer_close(t);
+    return st;
+  }
+  *out = t;
+  return ORTEP_OK;
+}
+
 ortep_status ortep_tokenizer_open(const char *path, ortep_tokenizer **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_open: out is NULL");
   *out = NULL;
@@ -504,20 +535,16 @@ ortep_status ortep_tokenizer_open(const char *path, ortep_tokenizer **out) {
   size_t len = 0;
   ortep_status st = ortep__read_file(file, TOKENIZER_LIMIT, "a tokenizer.json", &text, &len);
   if (st != ORTEP_OK) return ortep__wrap(st, "opening the tokenizer (a model directory needs a tokenizer.json)");
-  cJSON *root = NULL;
-  st = ortep__json_parse(text, len, file, &root);
+  st = from_json(text, len, file, out);
   ortep__free(text);
-  if (st != ORTEP_OK) return st;
-  ortep_tokenizer *t = ortep__calloc(1, sizeof *t);
-  if (!t) st = oom();
-  if (st == ORTEP_OK) st = load(t, file, root);
-  cJSON_Delete(root);
-  if (st != ORTEP_OK) {
-    ortep_tokenizer_close(t);
-    return st;
-  }
-  *out = t;
-  return ORTEP_OK;
+  return st;
+}
+
+ortep_status ortep_tokenizer_open_json(const char *json, size_t len, ortep_tokenizer **out) {
+  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_open_json: out is NULL");
+  *out = NULL;
+  if (!json && len) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_open_json: json is NULL");
+  return from_json(json ? json : "", len, "tokenizer.json", out);
 }
 
 size_t ortep_tokenizer_vocab_size(const ortep_tokenizer *t) { return t ? t->n : 0; }
@@ -578,7 +605,11 @@ static ortep_status regex_split(const pcre2_code *re, pcre2_match_data *md, cons
   while (at <= n) {
     int rc = pcre2_match(re, (PCRE2_SPTR)text, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0 && rc != 0) return ortep__fail(ORTEP_E_INTERNAL, "tokenizer: the split regex failed (PCRE2 error %d)", rc);
+    if (rc < 0) {
+      PCRE2_UCHAR msg[160];
+      pcre2_get_error_message(rc, msg, sizeof msg);
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "tokenizer: the split regex failed on this text: %s", (const char *)msg);
+    }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
     size_t b = ov[0], e = ov[1];
     if (b > last && (!put(&out->text, text + last, b - last) || !piece_end(out))) return oom();

@@ -40,6 +40,8 @@ typedef struct ortep_tokenizer ortep_tokenizer;
 
 /* path: a tokenizer.json file, or a directory holding one. */
 ORTEP_API ortep_status ortep_tokenizer_open(const char *path, ortep_tokenizer **out);
+/* The same from a tokenizer.json already in memory (len bytes). */
+ORTEP_API ortep_status ortep_tokenizer_open_json(const char *json, size_t len, ortep_tokenizer **out);
 ORTEP_API void ortep_tokenizer_close(ortep_tokenizer *tokenizer);
 
 /* Ids run from 0 to vocab_size - 1 (the model's vocabulary and the added
