@@ -30,6 +30,9 @@
 #define TOKENIZER_LIMIT ((size_t)256 << 20)
 #define FLAG_ADDED 1u
 #define FLAG_SPECIAL 2u
+#define FLAG_LSTRIP 4u  /* an added token that takes the whitespace before it */
+#define FLAG_RSTRIP 8u  /* ... after it */
+#define FLAG_SINGLE 16u /* matched only as a whole word */
 #define MAX_STEPS 8
 #define EMPTY UINT32_MAX
 
@@ -414,7 +417,9 @@ static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root
     const char *content = str_of(c, "content");
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
     if (!content || !*content || !cJSON_IsNumber(id)) return bad(path, "an added token lacks its content or id", NULL);
-    uint8_t f = FLAG_ADDED | (bool_of(c, "special", false) ? FLAG_SPECIAL : 0);
+    uint8_t f = FLAG_ADDED | (bool_of(c, "special", false) ? FLAG_SPECIAL : 0) |
+                (bool_of(c, "lstrip", false) ? FLAG_LSTRIP : 0) | (bool_of(c, "rstrip", false) ? FLAG_RSTRIP : 0) |
+                (bool_of(c, "single_word", false) ? FLAG_SINGLE : 0);
     if ((st = set_token(t, path, content, id->valuedouble, f)) != ORTEP_OK) return st;
     t->added[t->n_added++] = (uint32_t)id->valuedouble;
   }
@@ -804,14 +809,37 @@ static ortep_status encode_stretch(const ortep_tokenizer *t, work *w, const char
   return st;
 }
 
-/* The added token starting at p (the longest), or -1. */
-static int32_t added_at(const ortep_tokenizer *t, const char *p, size_t left) {
+/* Whether the character ending just before text + at (before) or starting
+ * at it (!before) is a letter or a digit: single_word tokens match only
+ * between non-word characters. */
+static bool word_char(const char *text, size_t len, size_t at, bool before) {
+  if (before) {
+    if (at == 0) return false;
+    do at--; while (at > 0 && ((unsigned char)text[at] & 0xC0) == 0x80);
+  } else if (at >= len) {
+    return false;
+  }
+  utf8proc_int32_t cp;
+  if (utf8proc_iterate((const utf8proc_uint8_t *)text + at, (utf8proc_ssize_t)(len - at), &cp) <= 0) return false;
+  utf8proc_category_t c = utf8proc_category(cp);
+  return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) || (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO);
+}
+
+/* The added token starting at text + at (the longest that may match there),
+ * or -1. */
+static int32_t added_at(const ortep_tokenizer *t, const char *text, size_t len, size_t at) {
+  const char *p = text + at;
   for (size_t k = 0; k < t->n_added; k++) {
     uint32_t id = t->added[k];
-    if (t->len[id] <= left && p[0] == t->tok[id][0] && !memcmp(p, t->tok[id], t->len[id])) return (int32_t)id;
+    if (t->len[id] > len - at || p[0] != t->tok[id][0] || memcmp(p, t->tok[id], t->len[id])) continue;
+    if ((t->flags[id] & FLAG_SINGLE) && (word_char(text, len, at, true) || word_char(text, len, at + t->len[id], false)))
+      continue;
+    return (int32_t)id;
   }
   return -1;
 }
+
+static bool blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 ortep_status ortep_tokenizer_encode(const ortep_tokenizer *t, const char *text, size_t len, bool add_special,
                                     int32_t **out_ids, size_t *n) {
@@ -836,16 +864,19 @@ ortep_status ortep_tokenizer_encode(const ortep_tokenizer *t, const char *text, 
   size_t start = 0;
   bool first = true;
   for (size_t i = 0; st == ORTEP_OK && i <= len;) {
-    int32_t a = i < len && t->n_added ? added_at(t, text + i, len - i) : -1;
+    int32_t a = i < len && t->n_added ? added_at(t, text, len, i) : -1;
     if (a < 0 && i < len) {
       i++;
       continue;
     }
-    if (i > start) st = encode_stretch(t, &w, text + start, i - start, first, &v);
+    size_t end = i; /* lstrip: the whitespace before the token is the token's */
+    while (a >= 0 && (t->flags[a] & FLAG_LSTRIP) && end > start && blank(text[end - 1])) end--;
+    if (end > start) st = encode_stretch(t, &w, text + start, end - start, first, &v);
     first = false;
     if (st == ORTEP_OK && a >= 0 && !push_id(&v, a)) st = oom();
     if (a < 0) break;
     i += t->len[a];
+    while ((t->flags[a] & FLAG_RSTRIP) && i < len && blank(text[i])) i++; /* rstrip: and after it */
     start = i;
   }
   for (size_t k = 0; st == ORTEP_OK && add_special && k < t->n_suffix; k++)

@@ -2,7 +2,8 @@
  * hand-made files (tests/data): a byte-level BPE (Qwen-style split regex,
  * ByteLevel, an added special token and an overlapping added token) and a
  * SentencePiece-style BPE (Prepend/Replace normalizers, byte fallback,
- * TemplateProcessing with BOS, the Replace/ByteFallback/Fuse/Strip decoder).
+ * TemplateProcessing with BOS, the Replace/ByteFallback/Fuse/Strip decoder),
+ * and the byte-level one with lstrip / rstrip / single_word added tokens.
  * The expected ids were recorded from Hugging Face's tokenizers (the Rust
  * library, through its Node binding) on the same files. Also: merges by rank,
  * streaming detokenization holding a character cut across tokens, U+FFFD
@@ -98,6 +99,21 @@ START_TEST(sentencepiece_bpe_matches_hugging_face) {
   ck_assert_ok(ortep_tokenizer_decode(t, (const int32_t[]){272, 133}, 2, false, &text, &len));
   ck_assert_str_eq(text, "hello\xef\xbf\xbd");
   free(text);
+  ortep_tokenizer_close(t);
+}
+END_TEST
+
+/* Added tokens with lstrip (takes the whitespace before it), rstrip (after
+ * it) and single_word (only between non-word characters), against Hugging
+ * Face's ids on the same file. */
+START_TEST(added_token_flags_match_hugging_face) {
+  ortep_tokenizer *t = open_fixture("bytelevel_flags_tokenizer.json");
+  expect_ids(t, "a  <|L|>b", false, IDS(97, 268, 98));
+  expect_ids(t, "a<|R|>  b", false, IDS(97, 269, 98));
+  expect_ids(t, "a word b", false, IDS(97, 32, 270, 32, 98));
+  expect_ids(t, "awordb", false, IDS(97, 119, 261, 100, 98)); /* inside a word: not the added token */
+  expect_ids(t, "words word,", false, IDS(119, 261, 100, 115, 32, 270, 44));
+  expect_ids(t, "x<|L|> <|R|> y", false, IDS(120, 268, 32, 269, 121));
   ortep_tokenizer_close(t);
 }
 END_TEST
@@ -204,6 +220,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, byte_level_bpe_matches_hugging_face);
   tcase_add_test(tc, sentencepiece_bpe_matches_hugging_face);
+  tcase_add_test(tc, added_token_flags_match_hugging_face);
   tcase_add_test(tc, streaming_emits_whole_characters_only);
   tcase_add_test(tc, bad_input_and_unsupported_files_are_refused);
   tcase_add_test(tc, presets_have_a_tokenizer);
