@@ -28,7 +28,7 @@ void openblas_set_num_threads(int num_threads);
 static const char prefill_usage[] =
     "usage: ortep-bench prefill [--model DIR | --preset NAME] [--dtype f32|f16|bf16] [--ep auto|cpu|cuda]\n"
     "                           [--lengths L,...] [--chunk N] [--runs R] [--threads N] [--weights map|read]\n"
-    "                           [--json FILE]\n"
+    "                           [--profile] [--json FILE]\n"
     "\n"
     "Time to the first token of a prompt (the whole ortep_decoder_prefill call), token by\n"
     "token vs in chunks, side by side for each prompt length, in graph mode.\n"
@@ -44,6 +44,8 @@ static const char prefill_usage[] =
     "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"
     "  --weights W      map (default: the file's pages, which the kernel may evict under memory\n"
     "                   pressure) or read (a private copy in memory: steadier figures)\n"
+    "  --profile        also prefill the longest prompt once more in eager mode with every node\n"
+    "                   timed, and print where its time goes by op type (all chunk graphs together)\n"
     "  --json FILE      also write the figures as JSON\n"
     "  -h, --help       this text\n";
 
@@ -52,6 +54,7 @@ typedef struct prefill_opts {
   long lengths[MAX_LENGTHS];
   size_t n_lengths;
   long chunk, runs, threads;
+  bool profile;
 } prefill_opts;
 
 static int parse_lengths(const char *arg, prefill_opts *o) {
@@ -78,7 +81,7 @@ static int parse(int argc, char **argv, prefill_opts *o) {
                                      {"lengths", required_argument, 0, 'L'}, {"chunk", required_argument, 0, 'c'},
                                      {"runs", required_argument, 0, 'r'},    {"threads", required_argument, 0, 'T'},
                                      {"json", required_argument, 0, 'j'},    {"weights", required_argument, 0, 'W'},
-                                     {"help", no_argument, 0, 'h'},
+                                     {"profile", no_argument, 0, 'F'},       {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
   int c, rc = 0;
   while ((c = bench_next_option("prefill", argc, argv, lo, prefill_usage, &rc)) >= 0) {
@@ -93,6 +96,7 @@ static int parse(int argc, char **argv, prefill_opts *o) {
       case 'T': rc = bench_parse_count("prefill", "--threads", optarg, 1, 1024, &o->threads); break;
       case 'j': o->json_path = optarg; break;
       case 'W': o->weights = optarg; break;
+      case 'F': o->profile = true; break;
     }
     if (rc) return rc;
   }
@@ -131,6 +135,66 @@ static double prefill_flops(const ortep_model_config *c, double L) {
   double per_token = 2.0 * (hid * (q + 2 * kv) + q * hid + 3.0 * hid * inter);
   double attention = 2.0 * 2.0 * (L * (L + 1) / 2) * q; /* scores and the weighted sum */
   return layers * (L * per_token + attention) + 2.0 * hid * (double)c->vocab_size;
+}
+
+/* --profile: an eager, profiling decoder prefills the prompt twice (the first
+ * warms it up); the second's node times, summed over every graph of the
+ * session by op type, largest first, on stdout and into json. */
+static int profile_prefill(const char *dir, const prefill_opts *o, const ortep_config *cfg, const int32_t *prompt,
+                           size_t L, cJSON *root) {
+  ortep_decoder_options opt = {.ep = o->ep, .max_seq_len = L + 1, .config = cfg, .prefill_chunk = (size_t)o->chunk,
+                               .eager = true, .profile = true};
+  ortep_decoder *d;
+  if (ortep_decoder_open(dir, &opt, &d) != ORTEP_OK || ortep_decoder_prefill(d, prompt, L, NULL) != ORTEP_OK ||
+      ortep_decoder_reset(d) != ORTEP_OK) {
+    fprintf(stderr, "ortep-bench prefill: --profile: %s\n", ortep_last_error());
+    ortep_decoder_close(d);
+    return 1;
+  }
+  ortep_session *s = ortep_decoder_session(d);
+  enum { KINDS = 64 };
+  const char *op[KINDS];
+  double ns[KINDS] = {0}, total = 0;
+  size_t kinds = 0;
+  for (int pass = 0; pass < 2; pass++) { /* before the timed prefill (subtracted), after it */
+    if (pass == 1) {
+      double t0 = bench_now_ns();
+      if (ortep_decoder_prefill(d, prompt, L, NULL) != ORTEP_OK) {
+        fprintf(stderr, "ortep-bench prefill: --profile: %s\n", ortep_last_error());
+        ortep_decoder_close(d);
+        return 1;
+      }
+      total = bench_now_ns() - t0;
+    }
+    for (size_t g = 0; g < ortep_session_graph_count(s); g++)
+      for (size_t i = 0; i < ortep_session_profile_graph_count(s, g); i++) {
+        const char *name;
+        uint64_t t;
+        ortep_session_profile_graph(s, g, i, &name, NULL, &t);
+        size_t k = 0;
+        while (k < kinds && strcmp(op[k], name)) k++;
+        if (k == kinds && kinds < KINDS) op[kinds++] = name;
+        if (k < kinds) ns[k] += pass ? (double)t : -(double)t;
+      }
+  }
+  for (size_t a = 0; a < kinds; a++) /* largest first */
+    for (size_t b = a + 1; b < kinds; b++)
+      if (ns[b] > ns[a]) {
+        double tn = ns[a];
+        const char *to = op[a];
+        ns[a] = ns[b], op[a] = op[b], ns[b] = tn, op[b] = to;
+      }
+  double sum = 0;
+  for (size_t k = 0; k < kinds; k++) sum += ns[k];
+  printf("\nprofile (eager, every node timed): a prefill of %zu tokens took %.1f ms, %.1f ms of it in nodes\n", L,
+         total / 1e6, sum / 1e6);
+  cJSON *prof = cJSON_AddObjectToObject(root, "profile_ms");
+  for (size_t k = 0; k < kinds; k++) {
+    printf("    %-36s %10.2f ms %6.1f%%\n", op[k], ns[k] / 1e6, sum > 0 ? 100.0 * ns[k] / sum : 0.0);
+    cJSON_AddNumberToObject(prof, op[k], ns[k] / 1e6);
+  }
+  ortep_decoder_close(d);
+  return 0;
 }
 
 typedef struct way {
@@ -275,6 +339,7 @@ int bench_prefill_main(int argc, char **argv) {
     }
     printf("\n");
   }
+  if (!rc && o.profile) rc = profile_prefill(dir, &o, cfg, prompt, (size_t)longest, root);
   if (!rc && json) {
     cJSON_AddItemToObject(root, "machine", bench_machine_json());
     cJSON_AddItemToObject(root, "build", bench_build_json());

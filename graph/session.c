@@ -1031,14 +1031,19 @@ void ortep_session_get_stats(const ortep_session *s, ortep_session_stats *out) {
   if (s) ortep_session_get_graph_stats(s, 0, out);
 }
 
-size_t ortep_session_profile_count(const ortep_session *s) { return s && s->prof_ns ? s->graphs[0].n_steps : 0; }
+size_t ortep_session_profile_graph_count(const ortep_session *s, size_t graph) {
+  return s && s->prof_ns && graph < s->n_graphs ? s->graphs[graph].n_steps : 0;
+}
 
-ortep_status ortep_session_profile(const ortep_session *s, size_t i, const char **op_type, const char **node,
-                                   uint64_t *total_ns) {
+ortep_status ortep_session_profile_graph(const ortep_session *s, size_t graph, size_t i, const char **op_type,
+                                         const char **node, uint64_t *total_ns) {
   if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_profile: session is NULL");
   if (!s->prof_ns)
     return ortep__fail(ORTEP_E_STATE, "ortep_session_profile: the session was created without options.profile");
-  const variant *var = &s->graphs[0];
+  if (graph >= s->n_graphs)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "ortep_session_profile: graph %zu of a session of %zu", graph,
+                       s->n_graphs);
+  const variant *var = &s->graphs[graph];
   if (i >= var->n_steps)
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "ortep_session_profile: step %zu of %zu", i, var->n_steps);
   const step *sp = &s->steps[var->first_step + i];
@@ -1046,6 +1051,13 @@ ortep_status ortep_session_profile(const ortep_session *s, size_t i, const char 
   if (node) *node = sp->kind == STEP_COPY ? "" : ortep_node_name(sp->node);
   if (total_ns) *total_ns = s->prof_ns[var->first_step + i];
   return ORTEP_OK;
+}
+
+size_t ortep_session_profile_count(const ortep_session *s) { return ortep_session_profile_graph_count(s, 0); }
+
+ortep_status ortep_session_profile(const ortep_session *s, size_t i, const char **op_type, const char **node,
+                                   uint64_t *total_ns) {
+  return ortep_session_profile_graph(s, 0, i, op_type, node, total_ns);
 }
 
 size_t ortep_session_seam_count(const ortep_session *s) {

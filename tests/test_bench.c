@@ -206,11 +206,11 @@ static void teardown(void) {
  * same next token, the documented JSON. */
 START_TEST(prefill_compares_token_by_token_with_chunks) {
   char err[4096], args[256];
-  snprintf(args, sizeof args, "prefill --ep cpu --lengths 5,40 --runs 1 --json %s/prefill.json", g_tmp);
+  snprintf(args, sizeof args, "prefill --ep cpu --lengths 5,40 --runs 1 --profile --json %s/prefill.json", g_tmp);
   ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
   cJSON *j = read_json("prefill.json");
   const char *top[] = {"machine", "build", "model", "ep", "threads", "chunk_sizes", "chunk_graphs", "sgemm_gflops",
-                       "results"};
+                       "results", "profile_ms"};
   for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) has(j, top[i]);
   const cJSON *rows = cJSON_GetObjectItem(j, "results");
   ck_assert_int_eq(cJSON_GetArraySize(rows), 2);
@@ -223,6 +223,9 @@ START_TEST(prefill_compares_token_by_token_with_chunks) {
     ck_assert_double_le(cJSON_GetObjectItem(row, "max_rel_logit_diff")->valuedouble, 1e-4);
   }
   ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 1), "prompt_tokens")->valuedouble, 40);
+  /* the profile covers the chunk graphs' ops */
+  has(cJSON_GetObjectItem(j, "profile_ms"), "Linear");
+  has(cJSON_GetObjectItem(j, "profile_ms"), "GroupQueryAttention");
   /* every chunk graph that ran was captured exactly once (graph mode) */
   const cJSON *graphs = cJSON_GetObjectItem(j, "chunk_graphs");
   for (const cJSON *g = graphs->child; g; g = g->next) {

@@ -127,6 +127,11 @@ ORTEP_API size_t ortep_session_seam_count(const ortep_session *session);
 ORTEP_API size_t ortep_session_profile_count(const ortep_session *session);
 ORTEP_API ortep_status ortep_session_profile(const ortep_session *session, size_t i, const char **op_type,
                                              const char **node, uint64_t *total_ns);
+/* The same for graph `graph` of a multi-graph session (the calls above
+ * describe graph 0): 0 steps / ORTEP_E_OUT_OF_RANGE past the last graph. */
+ORTEP_API size_t ortep_session_profile_graph_count(const ortep_session *session, size_t graph);
+ORTEP_API ortep_status ortep_session_profile_graph(const ortep_session *session, size_t graph, size_t i,
+                                                   const char **op_type, const char **node, uint64_t *total_ns);
 ORTEP_API ortep_status ortep_session_seam(const ortep_session *session, size_t i, const char **node,
                                           const char **op_type, const char **reason);
 /* The EP a node was placed on (NULL when unknown). */
