@@ -550,10 +550,12 @@ START_TEST(linear_over_many_rows_matches_row_by_row) {
         ck_assert_msg(fabsf(many[c][o][i] - one[c][o][i]) <= 1e-5f * (1.0f + fabsf(one[c][o][i])),
                       "case %d output %d [%zu]: %d rows %.8g, row by row %.8g", c, o, i, M, many[c][o][i],
                       one[c][o][i]);
-  /* the sgemm blocks over 3 workers: the bits of one thread */
-  enum { MB = 16, KB = 256, NB = 300 };
+  /* the sgemm blocks over 3 workers (150 rows: blocks of 64, 64 and 22 rows; 300 columns: 128, 128, 44): the
+   * bits of one thread, and the product within rounding */
+  enum { MB = 150, KB = 256, NB = 300 };
   float *xb = malloc(MB * KB * sizeof *xb), *wf = malloc(NB * KB * sizeof *wf), *act = malloc(NB * KB * sizeof *act);
   float *yb[2] = {malloc(MB * NB * sizeof(float)), malloc(MB * NB * sizeof(float))};
+  float *yres = malloc(MB * NB * sizeof(float));
   fill(&r, xb, MB * KB, 1.0f), fill(&r, wf, NB * KB, 0.1f);
   void *wb = as_dtype(wf, NB * KB, dt, act);
   ortep_ep *saved = g_cpu;
@@ -562,10 +564,25 @@ START_TEST(linear_over_many_rows_matches_row_by_row) {
     g_cpu = cpu_with_threads(threads[t]);
     tin lins[] = {{ORTEP_DTYPE_F32, SHAPE(1, MB, KB), xb}, {dt, SHAPE(NB, KB), wb}};
     ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, lins, 2, (void *[]){yb[t]}, 1));
+    /* with the residual added: the rows of later row blocks take their own residual rows */
+    tin rins[] = {{ORTEP_DTYPE_F32, SHAPE(1, MB, KB), xb}, {dt, SHAPE(NB, KB), wb}, {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL},
+                  {ORTEP_DTYPE_F32, SHAPE(1, MB, NB), yb[0]}};
+    if (t == 1) ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, rins, 8, (void *[]){yres}, 1));
     ortep_ep_destroy(g_cpu);
   }
   g_cpu = saved;
   ck_assert_msg(memcmp(yb[0], yb[1], MB * NB * sizeof(float)) == 0, "Linear over %d rows differs between 1 and 3 threads", MB);
+  for (int i = 0; i < MB; i += 7)
+    for (int j = 0; j < NB; j += 5) {
+      double want = 0;
+      for (int t = 0; t < KB; t++) want += (double)xb[i * KB + t] * act[j * KB + t];
+      ck_assert_msg(fabs(yb[0][i * NB + j] - want) <= TOL(want), "Linear over %d rows [%d, %d]: %.7g, want %.7g", MB, i,
+                    j, yb[0][i * NB + j], want);
+      ck_assert_msg(fabs(yres[i * NB + j] - 2 * want) <= 2 * TOL(want), "Linear + residual [%d, %d]: %.7g, want %.7g", i,
+                    j, yres[i * NB + j], 2 * want);
+    }
+  free(yres);
   free(xb), free(wf), free(act), free(wb), free(yb[0]), free(yb[1]);
   free(w0), free(w1), free(w2), free(b0), free(b1);
 }

@@ -165,8 +165,8 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       }
       size_t per = p->gate_up ? 2 * p->k : p->k;
       if (p->m > 1)
-        ortep__cpu_pool_for(k->pool, ortep__cpu_linear_blocks(p->groups, p->n, p->gate_up), per * 128 * p->m,
-                            linear_gemm_task, &j);
+        ortep__cpu_pool_for(k->pool, ortep__cpu_linear_blocks(p->m, p->groups, p->n, p->gate_up),
+                            per * 128 * (p->m < 256 ? p->m : 256), linear_gemm_task, &j);
       else
         ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(p->m, p->groups, p->n, p->gate_up), per, linear_task, &j);
       break;

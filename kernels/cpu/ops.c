@@ -223,17 +223,33 @@ void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const 
  * single-threaded sgemm. The cut does not depend on the thread count, and a
  * block is computed whole by one worker with the same arguments, so the
  * result is bitwise the same for any number of threads. */
-#define LINEAR_BLOCK 128
+#define LINEAR_BLOCK 128 /* output columns (weight rows) per item */
+#define ROW_BLOCK 256     /* rows of x per item: a chunk of up to 256 rows is one block (splitting rows re-packs the weights per block, which cost more than the better balance gave); larger chunks keep the up-projection scratch bounded */
 
-static size_t blocks_of(size_t n) { return (n + LINEAR_BLOCK - 1) / LINEAR_BLOCK; }
+/* The column blocks of a group of n outputs: about LINEAR_BLOCK wide, an even
+ * number of them when more than one (896 outputs: 8 of 112, not 7 of 128 and
+ * one worker idle for the last), each a multiple of 8 wide. Shape only: the
+ * same cut for any thread count. */
+static size_t blocks_of(size_t n) {
+  size_t c = (n + LINEAR_BLOCK - 1) / LINEAR_BLOCK;
+  return c > 1 ? (c + 1) / 2 * 2 : c;
+}
+static size_t block_width(size_t n) {
+  size_t c = blocks_of(n), w = (n + c - 1) / c;
+  return (w + 7) / 8 * 8;
+}
+static size_t row_blocks(size_t m) { return (m + ROW_BLOCK - 1) / ROW_BLOCK; }
 
-size_t ortep__cpu_linear_blocks(size_t groups, const size_t *n, bool gate_up) {
+size_t ortep__cpu_linear_blocks(size_t m, size_t groups, const size_t *n, bool gate_up) {
   size_t b = 0;
   for (size_t g = 0; g < (gate_up ? 1 : groups); g++) b += blocks_of(n[g]);
-  return b;
+  return b * row_blocks(m);
 }
 
-size_t ortep__cpu_linear_scratch(size_t m, size_t k) { return (LINEAR_BLOCK * k + m * LINEAR_BLOCK) * sizeof(float); }
+size_t ortep__cpu_linear_scratch(size_t m, size_t k) {
+  (void)m;
+  return (2 * (LINEAR_BLOCK + 8) * k + ROW_BLOCK * (LINEAR_BLOCK + 8)) * sizeof(float);
+}
 
 /* Rows [j0, j0 + nb) of w as f32: in place for f32, else widened into dst. */
 static const float *rows_f32(cpu_weights w, size_t j0, size_t nb, size_t k, float *dst) {
@@ -243,10 +259,8 @@ static const float *rows_f32(cpu_weights w, size_t j0, size_t nb, size_t k, floa
   return dst;
 }
 
-/* y[:, j0:j0+nb] (row stride ldy) = x W[j0:j0+nb]^T */
-static void block_gemm(const float *x, size_t m, size_t k, cpu_weights w, size_t j0, size_t nb, float *wbuf, float *y,
-                       size_t ldy) {
-  const float *wb = rows_f32(w, j0, nb, k, wbuf);
+/* y (row stride ldy) = x[m, k] wb[nb, k]^T */
+static void block_gemm(const float *x, size_t m, size_t k, const float *wb, size_t nb, float *y, size_t ldy) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)nb, (int)k, 1.0f, x, (int)k, wb, (int)k, 0.0f, y,
               (int)ldy);
 }
@@ -255,16 +269,29 @@ void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, c
                             const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
                             size_t begin, size_t end, float *scratch) {
   pthread_once(&dots_once, pick_dots);
-  float *wbuf = scratch, *up = scratch + LINEAR_BLOCK * k;
+  /* item = column block x row blocks + row block: a worker's consecutive
+   * items share a column block, whose weights it widens once */
+  size_t rbs = row_blocks(m), cached = SIZE_MAX;
+  float *wbuf0 = scratch, *wbuf1 = scratch + (LINEAR_BLOCK + 8) * k, *up = scratch + 2 * (LINEAR_BLOCK + 8) * k;
+  const float *w0 = NULL, *w1 = NULL;
   for (size_t item = begin; item < end; item++) {
-    size_t g = 0, blk = item;
+    size_t cb = item / rbs, rb = item % rbs, g = 0, blk = cb;
     while (!gate_up && blk >= blocks_of(n[g])) blk -= blocks_of(n[g++]);
-    size_t j0 = blk * LINEAR_BLOCK, nb = n[g] - j0 < LINEAR_BLOCK ? n[g] - j0 : LINEAR_BLOCK, ld = n[g];
-    float *yg = y[g] + j0;
-    block_gemm(x, m, k, w[g], j0, nb, wbuf, yg, ld);
+    size_t bw = block_width(n[g]), j0 = blk * bw, ld = n[g];
+    if (j0 >= n[g]) continue; /* rounding the width up left this block empty */
+    size_t nb = n[g] - j0 < bw ? n[g] - j0 : bw;
+    if (cb != cached) {
+      w0 = rows_f32(w[g], j0, nb, k, wbuf0);
+      if (gate_up) w1 = rows_f32(w[1], j0, nb, k, wbuf1);
+      cached = cb;
+    }
+    size_t r0 = rb * ROW_BLOCK, mr = m - r0 < ROW_BLOCK ? m - r0 : ROW_BLOCK;
+    const float *xr = x + r0 * k;
+    float *yg = y[g] + r0 * ld + j0;
+    block_gemm(xr, mr, k, w0, nb, yg, ld);
     if (gate_up) {
-      block_gemm(x, m, k, w[1], j0, nb, wbuf, up, nb);
-      for (size_t r = 0; r < m; r++)
+      block_gemm(xr, mr, k, w1, nb, up, nb);
+      for (size_t r = 0; r < mr; r++)
         for (size_t j = 0; j < nb; j++) {
           float gv = yg[r * ld + j] + (b[0].data ? cpu_w(b[0], j0 + j) : 0.0f);
           float uv = up[r * nb + j] + (b[1].data ? cpu_w(b[1], j0 + j) : 0.0f);
@@ -273,9 +300,10 @@ void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, c
       continue;
     }
     if (!b[g].data && !res) continue;
-    for (size_t r = 0; r < m; r++)
+    const float *rr = res ? res + r0 * ld + j0 : NULL;
+    for (size_t r = 0; r < mr; r++)
       for (size_t j = 0; j < nb; j++)
-        yg[r * ld + j] += (b[g].data ? cpu_w(b[g], j0 + j) : 0.0f) + (res ? res[r * ld + j0 + j] : 0.0f);
+        yg[r * ld + j] += (b[g].data ? cpu_w(b[g], j0 + j) : 0.0f) + (rr ? rr[r * ld + j] : 0.0f);
   }
 }
 

@@ -56,11 +56,12 @@ void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const 
  * [begin, end) of them can go to different threads. */
 size_t ortep__cpu_linear_items(size_t m, size_t groups, const size_t *n, bool gate_up);
 /* ortep:Linear for M > 1 (a prefill chunk): the same outputs through sgemm,
- * in blocks of output columns that are the items [begin, end) (see ops.c);
+ * in blocks of output columns x blocks of rows that are the items [begin,
+ * end) (see ops.c);
  * scratch: ortep__cpu_linear_scratch(m, k) bytes of the running worker. The
  * sums run in BLAS's order, not dot_row's: within float rounding of the
  * row-by-row path, bitwise the same for any thread count. */
-size_t ortep__cpu_linear_blocks(size_t groups, const size_t *n, bool gate_up);
+size_t ortep__cpu_linear_blocks(size_t m, size_t groups, const size_t *n, bool gate_up);
 size_t ortep__cpu_linear_scratch(size_t m, size_t k);
 void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w,
                             const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
