@@ -94,7 +94,8 @@ typedef enum ortep_stop_reason {
  * CUDA): the token and the error word still come back in one 8-byte read.
  * Random numbers are Philox4x32-10 keyed by seed and counted by the token's
  * position, so a run is reproducible from its seed, however generation is
- * split into calls, and both EPs draw the same numbers. The order of the
+ * split into calls, and both EPs draw the same numbers (one Philox for both;
+ * the CUDA sampler has not run on a GPU yet). The order of the
  * steps (kernels/sampling.h): repetition penalty over the tokens already in
  * the sequence (prompt included), temperature, top-k, softmax, min-p, top-p,
  * then one draw. */
