@@ -208,7 +208,7 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
    * attention scores, or a block of widened weights for a prefill GEMM */
   size_t scratch = 0;
   if (k->op.kind == ORTEP__OP_GQA) scratch = k->op.p.gqa.tokens * k->op.p.gqa.cap * sizeof(float);
-  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1) scratch = ortep__cpu_linear_scratch(k->op.p.lin.m, k->op.p.lin.k);
+  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1) scratch = ortep__cpu_linear_scratch(k->op.p.lin.k);
   ortep_status st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;
   if (st != ORTEP_OK) {
     ortep__free(k);

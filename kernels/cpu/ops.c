@@ -246,8 +246,7 @@ size_t ortep__cpu_linear_blocks(size_t m, size_t groups, const size_t *n, bool g
   return b * row_blocks(m);
 }
 
-size_t ortep__cpu_linear_scratch(size_t m, size_t k) {
-  (void)m;
+size_t ortep__cpu_linear_scratch(size_t k) {
   return (2 * (LINEAR_BLOCK + 8) * k + ROW_BLOCK * (LINEAR_BLOCK + 8)) * sizeof(float);
 }
 

@@ -3,7 +3,9 @@
  *
  * Everything a step needs is made at initialize or at kernel creation: the
  * stream, the cuBLAS handle and its workspace, the device error word, a
- * pinned staging buffer, each kernel's scratch. Kernel launches go to the
+ * pinned staging buffer, the attention scratch (one for all kernels), each
+ * GEMM's conversion scratch; the sampler's scratch at its first call (a
+ * warm-up, outside any capture). Kernel launches go to the
  * EP's stream; while a capture is open they are recorded into the stream's
  * graph instead of running. A segment is one cudaGraphExec_t.
  *
