@@ -203,7 +203,8 @@ static void print_profile(const cJSON *prof, long tokens) {
 
 static int run_mode(const char *dir, const mode_def *m, const char *ep, const char *seams, const ortep_config *config,
                     const int32_t *prompt, size_t plen, long tokens, long warmup, long runs, bool explain,
-                    bool progress, mode_result *r, char *ep_used, size_t ep_used_len, size_t *threads_used) {
+                    bool progress, mode_result *r, char *ep_used, size_t ep_used_len, size_t *threads_used,
+                    const char **simd_used) {
   ortep_decoder_options o = {.ep = ep, .max_seq_len = (size_t)(plen + (size_t)tokens + (size_t)warmup + 1),
                              .eager = m->eager, .forced_seams = m->seams ? seams : NULL, .config = config};
   ortep_decoder *d;
@@ -216,6 +217,7 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
   }
   snprintf(ep_used, ep_used_len, "%s", ortep_ep_name(ortep_decoder_ep(d)));
   *threads_used = ortep_cpu_ep_threads(ortep_decoder_ep(d));
+  *simd_used = ortep_cpu_ep_simd(ortep_decoder_ep(d));
   int rc = 0;
   /* warm-up: captures the graph, touches the weights */
   if (ortep_decoder_prefill(d, prompt, plen, NULL) || ortep_decoder_generate(d, (size_t)warmup + 1, NULL, NULL, NULL)) {
@@ -330,6 +332,7 @@ typedef struct decode_run {
   mode_result res[NMODES];
   char ep_used[64];
   size_t threads_used;
+  const char *simd_used; /* the CPU EP's dot products; NULL for another EP */
   cJSON *prof;
   bool agree;
   double bw; /* the read bound (CPU EP), 0 when not measured */
@@ -439,7 +442,8 @@ static int run_all(const decode_opts *o, decode_run *r) {
   for (int i = 0; i < NMODES && !rc; i++)
     if (o->want[i])
       rc = run_mode(r->dir, &modes[i], o->ep, o->seams, config, r->prompt, (size_t)o->plen, o->tokens, o->warmup,
-                    o->runs, o->explain, progress, &r->res[i], r->ep_used, sizeof r->ep_used, &r->threads_used);
+                    o->runs, o->explain, progress, &r->res[i], r->ep_used, sizeof r->ep_used, &r->threads_used,
+                    &r->simd_used);
   if (o->profile && !rc) rc = profile_run(r->dir, o->ep, config, r->prompt, (size_t)o->plen, o->tokens, &r->prof);
   ortep_config_destroy(config);
   return rc;
@@ -475,7 +479,10 @@ static mode_id best_mode(const decode_run *r) {
 
 static void report_table(const decode_opts *o, const decode_run *r) {
   const mode_result *res = r->res;
-  printf("\nEP %s\n", r->ep_used);
+  if (r->simd_used)
+    printf("\nEP %s (%zu threads, %s dot products)\n", r->ep_used, r->threads_used, r->simd_used);
+  else
+    printf("\nEP %s\n", r->ep_used);
   printf("  %-28s", "");
   for (int i = 0; i < NMODES; i++)
     if (res[i].ran) printf("%14s", modes[i].name);
@@ -578,6 +585,7 @@ static cJSON *report_json(const decode_opts *o, decode_run *r) {
   if (res[MODE_EAGER].ran && res[MODE_SEGMENTED].ran)
     cJSON_AddNumberToObject(root, "speedup_segmented_over_eager", res[MODE_SEGMENTED].tok_s / res[MODE_EAGER].tok_s);
   cJSON_AddBoolToObject(root, "tokens_agree", r->agree);
+  if (r->simd_used) cJSON_AddStringToObject(root, "cpu_simd", r->simd_used);
   if (r->bw > 0) {
     double best_tps = r->bw / (double)r->read_per_token;
     cJSON *b = cJSON_AddObjectToObject(root, "bandwidth_bound");

@@ -284,13 +284,15 @@ int bench_prefill_main(int argc, char **argv) {
   const char *ep = rc ? "?" : ortep_ep_name(ortep_decoder_ep(w[1].d));
   bool cpu = !rc && !strcmp(ep, "cpu_ep");
   size_t threads = cpu ? ortep_cpu_ep_threads(ortep_decoder_ep(w[1].d)) : 0;
+  const char *simd = cpu ? ortep_cpu_ep_simd(ortep_decoder_ep(w[1].d)) : NULL;
   size_t top = rc ? 0 : ortep_decoder_graph_tokens(w[1].d, 1);
   double gemm = 0;
   if (!rc && cpu) gemm = gemm_gflops(top ? top : 1, (size_t)mc.hidden_size, (size_t)mc.intermediate_size, threads);
   bench_print_header("prefill");
   if (!rc) {
     printf("model %s, ep %s", o.model ? o.model : o.preset, ep);
-    if (cpu) printf(", %zu threads, sgemm [%zu x %lld] x [%lld x %lld]: %.1f GFLOP/s", threads, top ? top : 1,
+    if (cpu) printf(", %zu threads (%s dot products), sgemm [%zu x %lld] x [%lld x %lld]: %.1f GFLOP/s", threads, simd,
+                    top ? top : 1,
                     (long long)mc.hidden_size, (long long)mc.hidden_size, (long long)mc.intermediate_size, gemm);
     printf("\nchunk sizes:");
     for (size_t g = 1; ortep_decoder_graph_tokens(w[1].d, g); g++) printf(" %zu", ortep_decoder_graph_tokens(w[1].d, g));
@@ -348,6 +350,7 @@ int bench_prefill_main(int argc, char **argv) {
     cJSON_AddStringToObject(root, "ep", ep);
     cJSON_AddStringToObject(root, "weights", o.weights ? o.weights : "map");
     cJSON_AddNumberToObject(root, "threads", (double)threads);
+    if (simd) cJSON_AddStringToObject(root, "cpu_simd", simd);
     cJSON *sizes = cJSON_AddArrayToObject(root, "chunk_sizes"), *graphs = cJSON_AddArrayToObject(root, "chunk_graphs");
     for (size_t g = 1; ortep_decoder_graph_tokens(w[1].d, g); g++) {
       ortep_session_stats st;

@@ -117,6 +117,11 @@ START_TEST(threads_and_profile) {
   ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
   cJSON *j = read_json("p.json");
   ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetObjectItem(j, "bandwidth_bound"), "threads")->valuedouble, 3);
+  /* the dot products the CPU EP used, one of the sets ORTEP_CPU_SIMD names */
+  const cJSON *simd = cJSON_GetObjectItem(j, "cpu_simd");
+  ck_assert_msg(cJSON_IsString(simd) && (!strcmp(simd->valuestring, "avx512") || !strcmp(simd->valuestring, "avx2") ||
+                                         !strcmp(simd->valuestring, "portable")),
+                "cpu_simd missing or unknown");
   const cJSON *prof = cJSON_GetObjectItem(j, "profile_us_per_token");
   ck_assert_ptr_nonnull(prof);
   const char *ops[] = {"Linear", "GroupQueryAttention", "RotaryEmbedding", "SimplifiedLayerNormalization",
@@ -209,8 +214,8 @@ START_TEST(prefill_compares_token_by_token_with_chunks) {
   snprintf(args, sizeof args, "prefill --ep cpu --lengths 5,40 --runs 1 --profile --json %s/prefill.json", g_tmp);
   ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
   cJSON *j = read_json("prefill.json");
-  const char *top[] = {"machine", "build", "model", "ep", "threads", "chunk_sizes", "chunk_graphs", "sgemm_gflops",
-                       "results", "profile_ms"};
+  const char *top[] = {"machine",      "build",        "model",        "ep",      "threads",   "cpu_simd",
+                       "chunk_sizes", "chunk_graphs", "sgemm_gflops", "results", "profile_ms"};
   for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) has(j, top[i]);
   const cJSON *rows = cJSON_GetObjectItem(j, "results");
   ck_assert_int_eq(cJSON_GetArraySize(rows), 2);

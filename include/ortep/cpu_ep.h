@@ -27,6 +27,15 @@
  * single-threaded sgemm), attention heads, RMSNorm and RoPE rows and the
  * argmax on (default: every CPU the process may run on). Results are bitwise
  * the same for any N; OpenBLAS's own threading is kept at one.
+ *
+ * Dot products (the decode projections and attention) use the widest SIMD set
+ * the CPU and OS support: "avx512" (AVX-512F), "avx2" (AVX2 + FMA + F16C) or
+ * "portable" loops, chosen once per process. The environment variable
+ * ORTEP_CPU_SIMD = auto | avx512 | avx2 | portable asks for one (to compare
+ * them, or to rule one out); ortep_ep_initialize fails with
+ * ORTEP_E_INVALID_ARGUMENT, naming the sets this CPU has, when it names an
+ * unknown set or one the CPU lacks. The sets agree within float rounding
+ * (they sum in different orders); within one process results do not change.
  */
 #ifndef ORTEP_CPU_EP_H
 #define ORTEP_CPU_EP_H
@@ -47,6 +56,9 @@ ORTEP_API ortep_status ortep_cpu_ep_create_with_allocator(ortep_allocator *backi
 /* The worker threads an initialised CPU EP runs its nodes on (cpu.threads;
  * by default every CPU the process may run on); 0 for another EP. */
 ORTEP_API size_t ortep_cpu_ep_threads(const ortep_ep *ep);
+/* The SIMD set an initialised CPU EP's kernels use: "avx512", "avx2" or
+ * "portable"; NULL for another EP or an uninitialised one. */
+ORTEP_API const char *ortep_cpu_ep_simd(const ortep_ep *ep);
 
 ORTEP_END_DECLS
 

@@ -85,6 +85,7 @@ static ortep_status cpu_initialize(ortep_ep *ep, const ortep_config *config) {
                          threads);
     n = (size_t)v;
   }
+  if ((st = ortep__cpu_simd_check()) != ORTEP_OK) return st;
   if (e->initialized) return ORTEP_OK;
   openblas_set_num_threads(1);
   if (!e->pool && (st = ortep__cpu_pool_create(n, &e->pool)) != ORTEP_OK) return st;
@@ -433,4 +434,9 @@ ortep_status ortep_cpu_ep_create_with_allocator(ortep_allocator *backing, ortep_
 size_t ortep_cpu_ep_threads(const ortep_ep *ep) {
   if (!ep || strcmp(ortep_ep_name(ep), CPU_EP_NAME) != 0) return 0;
   return ortep__cpu_pool_threads(cself_of(ep)->pool);
+}
+
+const char *ortep_cpu_ep_simd(const ortep_ep *ep) {
+  if (!ep || strcmp(ortep_ep_name(ep), CPU_EP_NAME) != 0 || !cself_of(ep)->initialized) return NULL;
+  return ortep__cpu_simd_name();
 }

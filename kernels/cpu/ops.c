@@ -7,6 +7,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,68 +75,17 @@ static float dot8_f16(const float *x, const uint16_t *w, size_t k) {
 }
 
 /* --- SIMD dot products -------------------------------------------------------
- * x86-64 with AVX2, FMA and F16C: 32 products per iteration in four 8-lane
- * FMA accumulators (loads of the four overlap), 16-bit weights widened in
- * registers (bf16: shift into the high half; f16: vcvtph2ps), f32
- * accumulation, the lanes summed in a fixed order. Chosen once per process
- * by CPU feature detection (ORTEP_CPU_SIMD=portable forces the portable
- * loops above, which give the same results within float rounding); within
- * one process the choice never changes, so results do not depend on the
- * thread count. */
+ * x86-64: AVX-512F (simd_avx512.h) or AVX2 + FMA + F16C (simd_avx2.h),
+ * the widest the CPU and the OS support, chosen once per process (and
+ * ORTEP_CPU_SIMD=avx512|avx2|portable asks for one: pick_dots). Within one
+ * process the choice never changes, so results do not depend on the thread
+ * count; the variants differ from each other and from the portable loops
+ * above only by float rounding (a different summation order). */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-AVX2 static inline float hsum8(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);                 /* 4 lanes */
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));        /* 2 */
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55)); /* 1 */
-  return _mm_cvtss_f32(s);
-}
-AVX2 static inline __m256 wide_bf16(const uint16_t *w) {
-  __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)w));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-}
-AVX2 static inline __m256 wide_f16(const uint16_t *w) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)); }
-
-#define DOT_AVX2(name, T, LOAD)                                                                   \
-  AVX2 static float name(const float *x, const T *w, size_t k) {                                \
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                 \
-    size_t t = 0;                                                                               \
-    for (; t + 32 <= k; t += 32) {                                                              \
-      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), LOAD(w + t), a0);                            \
-      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 8), LOAD(w + t + 8), a1);                    \
-      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 16), LOAD(w + t + 16), a2);                  \
-      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 24), LOAD(w + t + 24), a3);                  \
-    }                                                                                           \
-    for (; t + 8 <= k; t += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), LOAD(w + t), a0);  \
-    float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));              \
-    float tail = 0.0f;                                                                          \
-    for (; t < k; t++) tail += x[t] * name##_one(w[t]);                                         \
-    return s + tail;                                                                            \
-  }
-static inline float dot_f32_avx2_one(float w) { return w; }
-static inline float dot_bf16_avx2_one(uint16_t w) { return cpu_bf16(w); }
-static inline float dot_f16_avx2_one(uint16_t w) { return ortep_f16_to_f32(w); }
-AVX2 static void widen_avx2(const uint16_t *src, bool f16, float *dst, size_t n) {
-  size_t i = 0;
-  if (f16)
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, wide_f16(src + i));
-  else
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, wide_bf16(src + i));
-  for (; i < n; i++) dst[i] = f16 ? ortep_f16_to_f32(src[i]) : cpu_bf16(src[i]);
-}
-AVX2 static void axpy_avx2(float a, const float *x, float *y, size_t n) {
-  __m256 av = _mm256_set1_ps(a);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; i++) y[i] += a * x[i];
-}
-#define LOAD_F32(p) _mm256_loadu_ps(p)
-DOT_AVX2(dot_f32_avx2, float, LOAD_F32)
-DOT_AVX2(dot_bf16_avx2, uint16_t, wide_bf16)
-DOT_AVX2(dot_f16_avx2, uint16_t, wide_f16)
+#include "simd_avx2.h"
+#include "simd_avx512.h"
 #endif
 
 typedef struct dot_set {
@@ -149,38 +99,86 @@ typedef struct dot_set {
 
 static dot_set dots = {dot8, dot8_bf16, dot8_f16, axpy_portable, widen_portable, "portable"};
 static pthread_once_t dots_once = PTHREAD_ONCE_INIT;
+static char dots_error[256]; /* why ORTEP_CPU_SIMD could not be honoured; "" when it was */
 
 #if defined(__x86_64__)
 #include <cpuid.h>
-/* AVX2, FMA and F16C from CPUID, and the OS saving the AVX registers
- * (XGETBV), read directly: compilers disagree on which feature names
- * __builtin_cpu_supports knows. */
+/* CPUID and XGETBV read directly (compilers disagree on which feature names
+ * __builtin_cpu_supports knows): AVX2, FMA and F16C with the OS saving the
+ * YMM registers; AVX-512F with the OS saving the opmask and ZMM registers
+ * too. */
+static unsigned xcr0(void) {
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return lo;
+}
 static bool have_avx2_fma_f16c(void) {
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
   bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
   if (!(fma && osxsave && avx && f16c)) return false;
-  unsigned lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  if ((lo & 6u) != 6u) return false; /* XMM and YMM state enabled */
+  if ((xcr0() & 6u) != 6u) return false; /* XMM and YMM state enabled */
   if (__get_cpuid_max(0, NULL) < 7) return false;
   __cpuid_count(7, 0, a, b, c, d);
   return b & (1u << 5); /* AVX2 */
 }
+static bool have_avx512f(void) {
+  if (!have_avx2_fma_f16c()) return false;
+  unsigned a, b, c, d;
+  __cpuid_count(7, 0, a, b, c, d);
+  if (!(b & (1u << 16))) return false;       /* AVX512F */
+  return (xcr0() & 0xe6u) == 0xe6u;          /* XMM, YMM, opmask, ZMM0-15 upper halves, ZMM16-31 */
+}
+static const dot_set avx2_set = {dot_f32_avx2, dot_bf16_avx2, dot_f16_avx2, axpy_avx2, widen_avx2, "avx2"};
+static const dot_set avx512_set = {dot_f32_avx512, dot_bf16_avx512, dot_f16_avx512, axpy_avx512, widen_avx512,
+                                   "avx512"};
 #endif
 
+/* The widest set the machine supports, or the one ORTEP_CPU_SIMD names
+ * ("auto" or unset: the widest). A name that is unknown, or a set this CPU
+ * lacks, leaves the portable loops in place and records why in dots_error;
+ * the CPU EP refuses to initialise with that message (ortep__cpu_simd_check),
+ * so no kernel runs on a set that was not asked for. */
 static void pick_dots(void) {
-  const char *force = getenv("ORTEP_CPU_SIMD");
-  if (force && !strcmp(force, "portable")) return;
+  const char *want = getenv("ORTEP_CPU_SIMD");
+  if (want && !*want) want = NULL;
+  bool avx512 = false, avx2 = false;
 #if defined(__x86_64__)
-  if (have_avx2_fma_f16c())
-    dots = (dot_set){dot_f32_avx2, dot_bf16_avx2, dot_f16_avx2, axpy_avx2, widen_avx2, "avx2+fma+f16c"};
+  avx512 = have_avx512f();
+  avx2 = have_avx2_fma_f16c();
+#endif
+  const char *have = avx512 ? "avx512, avx2 and portable" : avx2 ? "avx2 and portable" : "portable only";
+  if (want && strcmp(want, "auto") && strcmp(want, "avx512") && strcmp(want, "avx2") && strcmp(want, "portable")) {
+    snprintf(dots_error, sizeof dots_error,
+             "ORTEP_CPU_SIMD='%.32s' is not a set of dot products: use auto, avx512, avx2 or portable (this CPU: %s)",
+             want, have);
+    return;
+  }
+  if (want && ((!strcmp(want, "avx512") && !avx512) || (!strcmp(want, "avx2") && !avx2))) {
+    snprintf(dots_error, sizeof dots_error,
+             "ORTEP_CPU_SIMD=%s: this CPU (or its OS) does not support it; it supports %s; unset ORTEP_CPU_SIMD to "
+             "use the widest",
+             want, have);
+    return;
+  }
+  if (want && !strcmp(want, "portable")) return;
+#if defined(__x86_64__)
+  if (avx512 && (!want || strcmp(want, "avx2")))
+    dots = avx512_set;
+  else if (avx2)
+    dots = avx2_set;
 #endif
 }
 
 const char *ortep__cpu_simd_name(void) {
   pthread_once(&dots_once, pick_dots);
   return dots.name;
+}
+
+ortep_status ortep__cpu_simd_check(void) {
+  pthread_once(&dots_once, pick_dots);
+  if (dots_error[0]) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cpu_ep: %s", dots_error);
+  return ORTEP_OK;
 }
 
 /* Row j of a [n, k] weight times x. */

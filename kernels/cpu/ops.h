@@ -66,8 +66,11 @@ size_t ortep__cpu_linear_scratch(size_t k);
 void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w,
                             const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
                             size_t begin, size_t end, float *scratch);
-/* Which dot products this process uses ("avx2+fma+f16c" or "portable"). */
+/* Which dot products this process uses: "avx512", "avx2" or "portable"
+ * (the name ORTEP_CPU_SIMD takes). */
 const char *ortep__cpu_simd_name(void);
+/* Fails, saying why, when ORTEP_CPU_SIMD names no set or one this CPU lacks. */
+ortep_status ortep__cpu_simd_check(void);
 /* Argmax over [begin, end) (see ops.c); the EP splits a vocabulary into
  * ranges and combines them in order, so the first maximum still wins. */
 void ortep__cpu_argmax_range(const float *x32, const uint16_t *x16, size_t begin, size_t end, size_t *best,

@@ -1,0 +1,82 @@
+/*
+ * simd_avx2.h: the CPU EP's dot products for x86-64 with AVX2, FMA and F16C
+ * (ops.c picks them when CPUID says so).
+ *
+ * 32 products per iteration in four 8-lane FMA accumulators (their loads
+ * overlap), 16-bit weights widened in registers (bf16: a shift into the high
+ * half; f16: vcvtph2ps), f32 accumulation; then 8 at a time into the first
+ * accumulator, the accumulators summed (a0 + a1) + (a2 + a3), the lanes in a
+ * fixed order, and the last k % 8 products added by fmaf one by one. Every
+ * step is a fixed sequence of IEEE operations, so a result is the same bits
+ * on any machine that runs this code, and tests/simd_emulated.c checks it
+ * against a scalar model of exactly that order.
+ *
+ * The includer provides <immintrin.h> (or SIMDe's), <math.h>, cpu_bf16 and
+ * ortep_f16_to_f32, and may define ORTEP_SIMD_AVX2 (the target attribute).
+ */
+#ifndef ORTEP_KERNELS_CPU_SIMD_AVX2_H
+#define ORTEP_KERNELS_CPU_SIMD_AVX2_H
+
+#ifndef ORTEP_SIMD_AVX2
+#define ORTEP_SIMD_AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
+
+/* lanes 0..7 summed as ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)) */
+ORTEP_SIMD_AVX2 static inline float avx2_hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);                 /* 4 lanes */
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));        /* 2 */
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55)); /* 1 */
+  return _mm_cvtss_f32(s);
+}
+ORTEP_SIMD_AVX2 static inline __m256 avx2_load_f32(const float *w) { return _mm256_loadu_ps(w); }
+ORTEP_SIMD_AVX2 static inline __m256 avx2_load_bf16(const uint16_t *w) {
+  __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)w));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+ORTEP_SIMD_AVX2 static inline __m256 avx2_load_f16(const uint16_t *w) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+}
+static inline float simd_one_f32(float w) { return w; }
+static inline float simd_one_bf16(uint16_t w) { return cpu_bf16(w); }
+static inline float simd_one_f16(uint16_t w) { return ortep_f16_to_f32(w); }
+
+#define ORTEP_DOT_AVX2(type, T)                                                                        \
+  ORTEP_SIMD_AVX2 static float dot_##type##_avx2(const float *x, const T *w, size_t k) {             \
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                      \
+    size_t t = 0;                                                                                    \
+    for (; t + 32 <= k; t += 32) {                                                                   \
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), avx2_load_##type(w + t), a0);                     \
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 8), avx2_load_##type(w + t + 8), a1);             \
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 16), avx2_load_##type(w + t + 16), a2);           \
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 24), avx2_load_##type(w + t + 24), a3);           \
+    }                                                                                                \
+    for (; t + 8 <= k; t += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), avx2_load_##type(w + t), a0); \
+    float s = avx2_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));               \
+    for (; t < k; t++) s = fmaf(x[t], simd_one_##type(w[t]), s);                                     \
+    return s;                                                                                        \
+  }
+ORTEP_DOT_AVX2(f32, float)
+ORTEP_DOT_AVX2(bf16, uint16_t)
+ORTEP_DOT_AVX2(f16, uint16_t)
+
+/* dst = src widened to f32 (f16 when f16, else bf16), 8 at a time. */
+ORTEP_SIMD_AVX2 static void widen_avx2(const uint16_t *src, bool f16, float *dst, size_t n) {
+  size_t i = 0;
+  if (f16)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, avx2_load_f16(src + i));
+  else
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, avx2_load_bf16(src + i));
+  for (; i < n; i++) dst[i] = f16 ? ortep_f16_to_f32(src[i]) : cpu_bf16(src[i]);
+}
+
+/* y = fma(a, x, y) element by element. */
+ORTEP_SIMD_AVX2 static void axpy_avx2(float a, const float *x, float *y, size_t n) {
+  __m256 av = _mm256_set1_ps(a);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
+}
+
+#endif

@@ -1,0 +1,20 @@
+/* simd_emulated.h: the SIMD kernels compiled by simd_emulated.c. */
+#ifndef ORTEP_TESTS_SIMD_EMULATED_H
+#define ORTEP_TESTS_SIMD_EMULATED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct simd_kernels {
+  float (*dot_f32)(const float *x, const float *w, size_t k);
+  float (*dot_bf16)(const float *x, const uint16_t *w, size_t k);
+  float (*dot_f16)(const float *x, const uint16_t *w, size_t k);
+  void (*axpy)(float a, const float *x, float *y, size_t n);
+  void (*widen)(const uint16_t *src, bool f16, float *dst, size_t n);
+  size_t lanes; /* per accumulator: 8 (AVX2) or 16 (AVX-512) */
+} simd_kernels;
+
+extern const simd_kernels simd_emulated_avx2, simd_emulated_avx512;
+
+#endif

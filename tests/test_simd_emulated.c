@@ -1,0 +1,152 @@
+/*
+ * test_simd_emulated.c: the CPU EP's AVX2 and AVX-512 dot products, checked
+ * bitwise against a scalar model of the order they are documented to sum in
+ * (kernels/cpu/simd_avx2.h, simd_avx512.h), for every length class (whole
+ * iterations, the narrower loop, the scalar tail) and unaligned data; the
+ * widening of all 65,536 f16 and bf16 values; and axpy. The AVX-512 code runs
+ * on SIMDe's emulation (simd_emulated.c), so this checks it on machines
+ * without AVX-512. Needs AVX2, FMA and F16C to run: exits 77 without them.
+ */
+#include <math.h>
+
+#include "simd_emulated.h"
+#include "testutil.h"
+
+static float bf16_value(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* The documented order: 4 accumulators of `lanes` lanes over whole blocks of
+ * 4 x lanes, then `lanes` at a time into the first, the accumulators summed
+ * (a0 + a1) + (a2 + a3) lane by lane, 16 lanes folded to 8 (lane l + lane
+ * l + 8), the 8 summed ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then
+ * the remaining products added by fmaf in order. */
+static float model_dot(const float *x, const float *w, size_t k, size_t lanes) {
+  float a[4][16] = {{0}};
+  size_t t = 0;
+  for (; t + 4 * lanes <= k; t += 4 * lanes)
+    for (size_t q = 0; q < 4; q++)
+      for (size_t l = 0; l < lanes; l++) a[q][l] = fmaf(x[t + q * lanes + l], w[t + q * lanes + l], a[q][l]);
+  for (; t + lanes <= k; t += lanes)
+    for (size_t l = 0; l < lanes; l++) a[0][l] = fmaf(x[t + l], w[t + l], a[0][l]);
+  float v[16];
+  for (size_t l = 0; l < lanes; l++) v[l] = (a[0][l] + a[1][l]) + (a[2][l] + a[3][l]);
+  if (lanes == 16)
+    for (size_t l = 0; l < 8; l++) v[l] = v[l] + v[l + 8];
+  float s = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+  for (; t < k; t++) s = fmaf(x[t], w[t], s);
+  return s;
+}
+
+static bool same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+/* Lengths around every loop boundary of both widths, and real ones. */
+static const size_t lengths[] = {0,  1,  7,  8,  9,  15,  16,  17,  31,  32,  33,  47,   48,
+                                 63, 64, 65, 79, 80, 95, 127, 128, 129, 200, 896, 1000, 4864};
+#define MAX_K 4864
+
+static void check_dots(const simd_kernels *kern, const char *name) {
+  test_rng r = test_rng_new(test_seed());
+  float *x = malloc((MAX_K + 1) * sizeof *x), *wf = malloc((MAX_K + 1) * sizeof *wf);
+  float *wide = malloc((MAX_K + 1) * sizeof *wide);
+  uint16_t *wb = malloc((MAX_K + 1) * sizeof *wb), *wh = malloc((MAX_K + 1) * sizeof *wh);
+  ck_assert(x && wf && wide && wb && wh);
+  for (size_t i = 0; i <= MAX_K; i++) {
+    x[i] = (float)((double)test_rng_next(&r) / 18446744073709551616.0 * 4.0 - 2.0);
+    wf[i] = (float)((double)test_rng_next(&r) / 18446744073709551616.0 * 2.0 - 1.0);
+    uint32_t bits;
+    memcpy(&bits, &wf[i], 4);
+    wb[i] = (uint16_t)(bits >> 16);
+    wh[i] = ortep_f32_to_f16(wf[i]);
+  }
+  for (size_t off = 0; off < 2; off++) /* malloc's alignment, then 4 bytes off it */
+    for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
+      size_t k = lengths[li];
+      const float *xs = x + off;
+      float got = kern->dot_f32(xs, wf + off, k), want = model_dot(xs, wf + off, k, kern->lanes);
+      ck_assert_msg(same_bits(got, want), "%s f32 dot, k %zu, offset %zu: %a, the model gives %a", name, k, off, got,
+                    want);
+      for (size_t i = 0; i < k; i++) wide[i] = bf16_value(wb[off + i]);
+      got = kern->dot_bf16(xs, wb + off, k), want = model_dot(xs, wide, k, kern->lanes);
+      ck_assert_msg(same_bits(got, want), "%s bf16 dot, k %zu, offset %zu: %a, the model gives %a", name, k, off,
+                    got, want);
+      for (size_t i = 0; i < k; i++) wide[i] = ortep_f16_to_f32(wh[off + i]);
+      got = kern->dot_f16(xs, wh + off, k), want = model_dot(xs, wide, k, kern->lanes);
+      ck_assert_msg(same_bits(got, want), "%s f16 dot, k %zu, offset %zu: %a, the model gives %a", name, k, off, got,
+                    want);
+      /* and near the exact value: the order is a rounding difference only */
+      double exact = 0, mag = 0;
+      for (size_t i = 0; i < k; i++) exact += (double)xs[i] * wide[i], mag += fabs((double)xs[i] * wide[i]);
+      ck_assert_msg(fabs(got - exact) <= 1e-5 * mag + 1e-30, "%s f16 dot, k %zu: %g vs %g", name, k, got, exact);
+    }
+  free(x), free(wf), free(wide), free(wb), free(wh);
+}
+
+START_TEST(avx2_dots_sum_in_the_documented_order) { check_dots(&simd_emulated_avx2, "avx2"); }
+END_TEST
+START_TEST(avx512_dots_sum_in_the_documented_order) { check_dots(&simd_emulated_avx512, "avx512"); }
+END_TEST
+
+/* Every 16-bit pattern widens to the exact value (NaNs stay NaN). */
+static void check_widen(const simd_kernels *kern, const char *name) {
+  enum { N = 65536 + 3 }; /* not a multiple of either width: the tail runs too */
+  uint16_t *src = malloc(N * sizeof *src);
+  float *dst = malloc(N * sizeof *dst);
+  ck_assert(src && dst);
+  for (size_t i = 0; i < N; i++) src[i] = (uint16_t)i;
+  for (int f16 = 0; f16 < 2; f16++) {
+    kern->widen(src, f16, dst, N);
+    for (size_t i = 0; i < N; i++) {
+      float want = f16 ? ortep_f16_to_f32(src[i]) : bf16_value(src[i]);
+      ck_assert_msg(isnan(want) ? isnan(dst[i]) : same_bits(dst[i], want), "%s widen %s 0x%04zx: %a, want %a", name,
+                    f16 ? "f16" : "bf16", i & 0xffff, dst[i], want);
+    }
+  }
+  free(src), free(dst);
+}
+START_TEST(avx2_widens_every_value_exactly) { check_widen(&simd_emulated_avx2, "avx2"); }
+END_TEST
+START_TEST(avx512_widens_every_value_exactly) { check_widen(&simd_emulated_avx512, "avx512"); }
+END_TEST
+
+static void check_axpy(const simd_kernels *kern, const char *name) {
+  test_rng r = test_rng_new(test_seed() + 1);
+  float x[101], y[101], want[101];
+  for (size_t n = 0; n <= 100; n += 3) {
+    for (size_t i = 0; i < n; i++) {
+      x[i] = (float)test_rng_range(&r, 0, 2000) / 1000.0f - 1.0f;
+      y[i] = (float)test_rng_range(&r, 0, 2000) / 997.0f;
+      want[i] = fmaf(0.375f, x[i], y[i]);
+    }
+    kern->axpy(0.375f, x, y, n);
+    for (size_t i = 0; i < n; i++)
+      ck_assert_msg(same_bits(y[i], want[i]), "%s axpy n %zu [%zu]: %a, want %a", name, n, i, y[i], want[i]);
+  }
+}
+START_TEST(axpy_is_one_fma_per_element) {
+  check_axpy(&simd_emulated_avx2, "avx2");
+  check_axpy(&simd_emulated_avx512, "avx512");
+}
+END_TEST
+
+int main(void) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    printf("skipped: this CPU lacks AVX2/FMA, which the emulated kernels are compiled for\n");
+    return 77;
+  }
+#endif
+  Suite *s = suite_create("simd_emulated");
+  TCase *tc = tcase_create("kernels");
+  tcase_add_test(tc, avx2_dots_sum_in_the_documented_order);
+  tcase_add_test(tc, avx512_dots_sum_in_the_documented_order);
+  tcase_add_test(tc, avx2_widens_every_value_exactly);
+  tcase_add_test(tc, avx512_widens_every_value_exactly);
+  tcase_add_test(tc, axpy_is_one_fma_per_element);
+  suite_add_tcase(s, tc);
+  return test_run(s);
+}
