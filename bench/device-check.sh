@@ -39,7 +39,9 @@ run() { # run NAME TIMEOUT CMD...: log to $out/NAME.log, one summary row
 }
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
-  nvcc --version | tail -1; echo "cores: $(nproc)"; } >"$out/machine.txt" 2>&1
+  nvcc --version | tail -1; echo "cores: $(nproc)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+  echo "avx-512: $(grep -m1 -ow 'avx512[a-z0-9_]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"; } >"$out/machine.txt" 2>&1
 cat "$out/machine.txt"
 
 # --- dependencies and build ---------------------------------------------------
@@ -93,6 +95,15 @@ run bench_qwen_f16 300 "$bench" decode --ep cuda --preset qwen2.5-0.5b --dtype f
   --json "$out/decode_qwen_f16.json"
 run bench_prefill_qwen 300 "$bench" prefill --ep cuda --preset qwen2.5-0.5b --dtype bf16 --lengths 16,128,512 --runs 3 \
   --json "$out/prefill_qwen_bf16.json"
+# The CPU EP's AVX-512 dot products (tested under emulation elsewhere) against
+# its AVX2 ones on this host's CPU, when it has AVX-512F: same model, one after
+# the other (ctest_cpu above already ran the suites on the widest set).
+if grep -qw avx512f /proc/cpuinfo; then
+  for set in avx512 avx2; do
+    run "bench_cpu_$set" 200 env ORTEP_CPU_SIMD=$set "$bench" decode --ep cpu --preset qwen2.5-0.5b --dtype bf16 \
+      --mode graph --tokens 32 --runs 3 --weights read --json "$out/decode_cpu_$set.json"
+  done
+fi
 ratio() { # graph over eager from a decode JSON
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); m=j["modes"]
 g = m["graph"]
@@ -103,6 +114,12 @@ print("graph %.0f tok/s, eager %.0f tok/s: graph/eager %.2fx; p50 %.1f us; %d ke
 }
 for f in tiny_cuda tiny_cpu qwen_bf16 qwen_f16; do
   [ -f "$out/decode_$f.json" ] && row "ratio_$f" "" "$(ratio "$out/decode_$f.json")"
+done
+for set in avx512 avx2; do
+  [ -f "$out/decode_cpu_$set.json" ] && row "cpu_$set" "" "$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))
+b=j.get("bandwidth_bound",{})
+print("%s: %.1f tok/s, %.0f%% of %.1f GB/s read with %d threads" % (j.get("cpu_simd"), j["modes"]["graph"]["tokens_per_s"],
+      100*b.get("fraction_achieved",0), b.get("read_bytes_per_s",0)/1e9, b.get("threads",0)))' "$out/decode_cpu_$set.json" 2>/dev/null)"
 done
 [ -f "$out/decode_qwen_bf16.json" ] && python3 - "$out/decode_qwen_bf16.json" <<'EOF' >>"$out/ratios.txt" 2>&1
 import json, sys
