@@ -1,8 +1,10 @@
 /*
- * ops.c: the CPU op kernels (ops.h). f32 weights go through CBLAS
- * (OpenBLAS); f16 / bf16 weights are widened element by element with f32
- * accumulation. Every loop runs in a fixed order, so a kernel gives bitwise
- * the same result each time it runs on the same inputs: replay equals eager.
+ * ops.c: the CPU op kernels (ops.h). One row (decode) runs through the SIMD
+ * dot products chosen at start-up (AVX-512F, AVX2 or portable loops: below),
+ * more rows (prefill) through single-threaded OpenBLAS sgemm on blocks of
+ * weights, 16-bit ones widened to f32 first; f32 accumulation throughout.
+ * Every loop runs in a fixed order, so a kernel gives bitwise the same result
+ * each time it runs on the same inputs: replay equals eager.
  */
 #include <cblas.h>
 #include <math.h>
@@ -126,8 +128,8 @@ static bool have_avx512f(void) {
   if (!have_avx2_fma_f16c()) return false;
   unsigned a, b, c, d;
   __cpuid_count(7, 0, a, b, c, d);
-  if (!(b & (1u << 16))) return false;       /* AVX512F */
-  return (xcr0() & 0xe6u) == 0xe6u;          /* XMM, YMM, opmask, ZMM0-15 upper halves, ZMM16-31 */
+  if (!(b & (1u << 16))) return false; /* AVX512F */
+  return (xcr0() & 0xe6u) == 0xe6u;    /* XMM, YMM, opmask, ZMM0-15 upper halves, ZMM16-31 */
 }
 static const dot_set avx2_set = {dot_f32_avx2, dot_bf16_avx2, dot_f16_avx2, axpy_avx2, widen_avx2, "avx2"};
 static const dot_set avx512_set = {dot_f32_avx512, dot_bf16_avx512, dot_f16_avx512, axpy_avx512, widen_avx512,
