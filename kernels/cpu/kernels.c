@@ -197,6 +197,9 @@ static const ortep_kernel_vtable cpu_kernel_vtable = {cpu_run, cpu_destroy, cpu_
 
 ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *shapes, const ortep_dtype *dtypes,
                                     size_t n, int64_t opset, ortep__cpu_pool *pool, ortep_kernel **out) {
+  /* the dot products are chosen once, here, before any kernel can run */
+  ortep_status st = ortep__cpu_simd_check();
+  if (st != ORTEP_OK) return st;
   cpu_kernel *k = ortep__calloc(1, sizeof *k);
   if (!k) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel", CPU_EP_NAME);
   ortep_kernel_match m;
@@ -209,7 +212,7 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   size_t scratch = 0;
   if (k->op.kind == ORTEP__OP_GQA) scratch = k->op.p.gqa.tokens * k->op.p.gqa.cap * sizeof(float);
   if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1) scratch = ortep__cpu_linear_scratch(k->op.p.lin.k);
-  ortep_status st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;
+  st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;
   if (st != ORTEP_OK) {
     ortep__free(k);
     return st;

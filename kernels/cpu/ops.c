@@ -139,8 +139,10 @@ static const dot_set avx512_set = {dot_f32_avx512, dot_bf16_avx512, dot_f16_avx5
 /* The widest set the machine supports, or the one ORTEP_CPU_SIMD names
  * ("auto" or unset: the widest). A name that is unknown, or a set this CPU
  * lacks, leaves the portable loops in place and records why in dots_error;
- * the CPU EP refuses to initialise with that message (ortep__cpu_simd_check),
- * so no kernel runs on a set that was not asked for. */
+ * the CPU EP refuses to initialise, and to make a kernel, with that message
+ * (ortep__cpu_simd_check), so no kernel runs on a set that was not asked for;
+ * and since every kernel is made after that check, the kernels themselves
+ * read `dots` with no check of their own. */
 static void pick_dots(void) {
   const char *want = getenv("ORTEP_CPU_SIMD");
   if (want && !*want) want = NULL;
@@ -198,7 +200,6 @@ size_t ortep__cpu_linear_items(size_t m, size_t groups, const size_t *n, bool ga
 
 void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w, const cpu_weights *b,
                        const size_t *n, bool gate_up, const float *res, float *const *y, size_t begin, size_t end) {
-  pthread_once(&dots_once, pick_dots);
   size_t per_row = ortep__cpu_linear_items(1, groups, n, gate_up);
   for (size_t item = begin; item < end; item++) {
     size_t r = item / per_row, j = item % per_row;
@@ -267,7 +268,6 @@ static void block_gemm(const float *x, size_t m, size_t k, const float *wb, size
 void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w,
                             const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
                             size_t begin, size_t end, float *scratch) {
-  pthread_once(&dots_once, pick_dots);
   /* item = column block x row blocks + row block: a worker's consecutive
    * items share a column block, whose weights it widens once */
   size_t rbs = row_blocks(m), cached = SIZE_MAX;
@@ -465,7 +465,6 @@ void ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, flo
 void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
                           size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *sc,
                           float *out, size_t i0, size_t i1) {
-  pthread_once(&dots_once, pick_dots);
   size_t group = heads / kv_heads;
   for (size_t item = i0; item < i1; item++) {
     size_t t = item / heads, h = item % heads, g = h / group;
