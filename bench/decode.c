@@ -9,7 +9,10 @@
  * of every mode are compared: any difference is an error (exit 1). On the CPU
  * EP the weight-bandwidth bound is reported: the weight bytes one token reads
  * over the read bandwidth measured in the same run with as many threads as
- * the EP uses (a parallel streaming sum, the access pattern of decode).
+ * the EP uses (a parallel streaming sum, the access pattern of decode), and
+ * beside it the rate of the Linear kernel alone over as many bytes, so a
+ * shortfall shows whether it lies in the dot products or in the rest of a
+ * step.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -92,11 +95,11 @@ static double cpu_now_ns(void) {
   return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* Best-of-10 read bandwidth of `threads` threads each summing its slice of
- * a buffer far larger than the caches: what streaming weights can reach.
- * The sum uses 32-byte loads where the CPU has AVX2 (a scalar loop
- * under-measured this VM's bandwidth by ~15%, and a bound that is too low
- * flatters every fraction of it). */
+/* The read bound: `threads` threads each sum their slice of a buffer far
+ * larger than the caches, what streaming weights can reach. The sum uses
+ * 32-byte loads where the CPU has AVX2 (a scalar loop under-measured this
+ * VM's bandwidth by ~15%, and a bound that is too low flatters every
+ * fraction of it). */
 typedef struct reader {
   const uint64_t *p;
   size_t n;
@@ -134,36 +137,102 @@ static void *read_slice(void *arg) {
   r->sum = s0 + s1 + s2 + s3;
   return NULL;
 }
-static double read_bandwidth(size_t threads) {
-  size_t bytes = (size_t)512 << 20, words = bytes / 8;
-  uint64_t *buf = malloc(bytes);
-  reader *rd = calloc(threads, sizeof *rd);
-  pthread_t *th = calloc(threads, sizeof *th);
-  double best = 0;
-  bool avx2 = false;
+
+#define BOUND_BYTES ((size_t)512 << 20)
+#define BOUND_PASSES 10
+
+typedef struct read_bench {
+  uint64_t *buf;
+  size_t words, threads;
+  reader *rd;
+  pthread_t *th;
+  bool avx2;
+} read_bench;
+static bool read_open(read_bench *b, size_t threads) {
+  *b = (read_bench){.words = BOUND_BYTES / 8, .threads = threads};
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  avx2 = __builtin_cpu_supports("avx2");
+  b->avx2 = __builtin_cpu_supports("avx2");
 #endif
-  if (buf && rd && th) {
-    for (size_t i = 0; i < words; i++) buf[i] = i;
-    for (int rep = 0; rep < 10; rep++) {
-      double t0 = bench_now_ns();
-      size_t started = 0;
-      for (size_t t = 0; t < threads; t++) {
-        rd[t] = (reader){buf + words * t / threads, words * (t + 1) / threads - words * t / threads, 0, avx2};
-        if (t && pthread_create(&th[t], NULL, read_slice, &rd[t]) == 0) started = t;
-      }
-      read_slice(&rd[0]);
-      for (size_t t = 1; t <= started; t++) pthread_join(th[t], NULL);
-      double bw = (double)bytes / ((bench_now_ns() - t0) / 1e9);
-      if (bw > best) best = bw;
-    }
-    volatile uint64_t sink = rd[0].sum;
-    (void)sink;
+  b->buf = malloc(BOUND_BYTES), b->rd = calloc(threads, sizeof *b->rd), b->th = calloc(threads, sizeof *b->th);
+  if (!b->buf || !b->rd || !b->th) return false;
+  for (size_t i = 0; i < b->words; i++) b->buf[i] = i;
+  return true;
+}
+/* One pass: bytes per second. */
+static double read_pass(read_bench *b) {
+  double t0 = bench_now_ns();
+  size_t started = 0, w = b->words, n = b->threads;
+  for (size_t t = 0; t < n; t++) {
+    b->rd[t] = (reader){b->buf + w * t / n, w * (t + 1) / n - w * t / n, 0, b->avx2};
+    if (t && pthread_create(&b->th[t], NULL, read_slice, &b->rd[t]) == 0) started = t;
   }
-  free(buf), free(rd), free(th);
-  return best;
+  read_slice(&b->rd[0]);
+  for (size_t t = 1; t <= started; t++) pthread_join(b->th[t], NULL);
+  double bw = (double)BOUND_BYTES / ((bench_now_ns() - t0) / 1e9);
+  volatile uint64_t sink = b->rd[0].sum;
+  (void)sink;
+  return bw;
+}
+static void read_close(read_bench *b) { free(b->buf), free(b->rd), free(b->th); }
+
+/* The Linear kernel alone: one [1, k] x [rows, k]^T node of the model's
+ * weight dtype over as many bytes as the read bound streams, run by a CPU EP
+ * with the same threads. Its rate over the read bound is how close the dot
+ * products themselves come to the memory system; decode's rate over it is
+ * what the rest of a step (the other ops, a barrier per node, the smaller
+ * projections) costs. */
+typedef struct linear_bench {
+  ortep_ep *ep;
+  ortep_config *cfg;
+  ortep_graph *g;
+  ortep_kernel *kern;
+  void *w;
+  float *x, *y;
+  size_t rows, bytes;
+  const void *in[2];
+  void *out[1];
+  ortep_kernel_io io;
+} linear_bench;
+static bool linear_open(linear_bench *b, size_t threads, ortep_dtype dtype, size_t k) {
+  size_t esize = ortep_dtype_size(dtype);
+  *b = (linear_bench){.rows = BOUND_BYTES / (k * esize)};
+  b->bytes = b->rows * k * esize;
+  b->w = malloc(b->bytes), b->x = malloc(k * sizeof *b->x), b->y = malloc(b->rows * sizeof *b->y);
+  char v[32];
+  snprintf(v, sizeof v, "%zu", threads);
+  ortep_shape shapes[2] = {{2, {1, (int64_t)k}}, {2, {(int64_t)b->rows, (int64_t)k}}};
+  ortep_dtype dtypes[2] = {ORTEP_DTYPE_F32, dtype};
+  if (!b->w || !b->x || !b->y || ortep_cpu_ep_create(NULL, &b->ep) != ORTEP_OK ||
+      ortep_config_create(&b->cfg) != ORTEP_OK || ortep_config_set(b->cfg, "cpu.threads", v) != ORTEP_OK ||
+      ortep_ep_initialize(b->ep, b->cfg) != ORTEP_OK || ortep_graph_create(&b->g) != ORTEP_OK ||
+      ortep_graph_add_node(b->g, "Linear", ORTEP_DOMAIN_ORTEP, "linear", (const char *[]){"x", "w"}, 2,
+                           (const char *[]){"y"}, 1, NULL) != ORTEP_OK ||
+      ortep_ep_get_kernel(b->ep, ortep_graph_node(b->g, 0), shapes, dtypes, 2, 17, &b->kern) != ORTEP_OK)
+    return false;
+  /* ordinary values (about 1), every page touched before timing */
+  for (size_t i = 0; i < k; i++) b->x[i] = 1.0f / (float)(1 + i % 7);
+  if (dtype == ORTEP_DTYPE_F32)
+    for (size_t i = 0; i < b->bytes / 4; i++) ((float *)b->w)[i] = 1.0f + (float)(i % 61) / 64.0f;
+  else
+    for (size_t i = 0; i < b->bytes / 2; i++)
+      ((uint16_t *)b->w)[i] = (uint16_t)((dtype == ORTEP_DTYPE_BF16 ? 0x3f80u : 0x3c00u) + i % 61);
+  b->in[0] = b->x, b->in[1] = b->w, b->out[0] = b->y;
+  b->io = (ortep_kernel_io){b->in, 2, b->out, 1, ortep_ep_error_word_ptr(b->ep), NULL};
+  return ortep_ep_run_kernel(b->ep, b->kern, &b->io) == ORTEP_OK; /* warm-up */
+}
+/* One pass: weight bytes per second, 0 if the kernel failed. */
+static double linear_pass(linear_bench *b) {
+  double t0 = bench_now_ns();
+  if (ortep_ep_run_kernel(b->ep, b->kern, &b->io) != ORTEP_OK) return 0;
+  return (double)b->bytes / ((bench_now_ns() - t0) / 1e9);
+}
+static void linear_close(linear_bench *b) {
+  ortep_kernel_destroy(b->kern); /* before its EP */
+  ortep_graph_destroy(b->g);
+  ortep_ep_destroy(b->ep);
+  ortep_config_destroy(b->cfg);
+  free(b->w), free(b->x), free(b->y);
 }
 
 /* --profile: one more eager decoder with every node timed; the time per
@@ -369,6 +438,10 @@ typedef struct decode_run {
   cJSON *prof;
   bool agree;
   double bw; /* the read bound (CPU EP), 0 when not measured */
+  bool has_wdtype;
+  ortep_dtype wdtype; /* of the projections (layer 0's down_proj), when the file has one */
+  double kbw;         /* the Linear kernel alone (linear_bench), 0 when not measured */
+  size_t krows;
 } decode_run;
 
 /* -1: go on; otherwise the exit code (help: 0, usage errors: 2). */
@@ -431,6 +504,9 @@ static int prepare(const decode_opts *o, decode_run *r) {
   }
   r->cfg = *ortep_model_get_config(mdl);
   r->weight_bytes = ortep_model_weight_bytes(mdl);
+  const ortep_safetensors_entry *proj = ortep_model_tensor(mdl, "model.layers.0.mlp.down_proj.weight");
+  r->has_wdtype = proj != NULL;
+  r->wdtype = proj ? proj->dtype : ORTEP_DTYPE_F32;
   const ortep_safetensors_entry *embed = ortep_model_tensor(mdl, "model.embed_tokens.weight");
   /* per token every weight is read once, except an untied embedding table,
    * of which one row is read */
@@ -510,6 +586,34 @@ static mode_id best_mode(const decode_run *r) {
   return r->res[MODE_GRAPH].ran ? MODE_GRAPH : r->res[MODE_SEGMENTED].ran ? MODE_SEGMENTED : MODE_EAGER;
 }
 
+/* The read bound (r->bw) and, where the model has projections, the Linear
+ * kernel's rate (r->kbw), each the best of BOUND_PASSES passes taken in
+ * alternation (read, kernel, read, ...), so that both see the same moments
+ * of a machine whose bandwidth drifts. A figure that cannot be measured is
+ * left 0 (and out of the report). */
+static void measure_bounds(decode_run *r) {
+  read_bench rb;
+  linear_bench lb = {0};
+  bool read_ok = read_open(&rb, r->threads_used);
+  bool lin_ok = read_ok && r->has_wdtype && linear_open(&lb, r->threads_used, r->wdtype, (size_t)r->cfg.hidden_size);
+  for (int pass = 0; pass < BOUND_PASSES && read_ok; pass++) {
+    double bw = read_pass(&rb);
+    if (bw > r->bw) r->bw = bw;
+    if (!lin_ok) continue;
+    double kbw = linear_pass(&lb);
+    lin_ok = kbw > 0;
+    if (kbw > r->kbw) r->kbw = kbw;
+  }
+  if (!lin_ok) r->kbw = 0;
+  r->krows = lb.rows;
+  read_close(&rb);
+  if (r->has_wdtype) linear_close(&lb);
+}
+
+/* Whether a token's weights outgrow the caches (a 32 MiB L3 and less), so
+ * the read bound is the one that binds. */
+static bool binding(const decode_run *r) { return r->read_per_token >= (32u << 20); }
+
 static void report_table(const decode_opts *o, const decode_run *r) {
   const mode_result *res = r->res;
   if (r->simd_used)
@@ -562,7 +666,19 @@ static void report_table(const decode_opts *o, const decode_run *r) {
            "%s achieves %.0f%%%s\n",
            (double)r->read_per_token / 1048576.0, r->bw / 1e9, r->threads_used, best_tps, modes[b].name,
            100.0 * res[b].tok_s / best_tps,
-           r->read_per_token < (32u << 20) ? " (the weights fit in cache, so the bound is not binding)" : "");
+           binding(r) ? "" : " (the weights fit in cache, so the bound is not binding)");
+    if (r->kbw > 0) {
+      printf("  Linear kernel alone: [1, %lld] x [%zu, %lld]^T %s (%.0f MiB, %zu threads, best of 10) reads %.1f GB/s = "
+             "%.0f%% of the read bound",
+             (long long)r->cfg.hidden_size, r->krows, (long long)r->cfg.hidden_size, ortep_dtype_name(r->wdtype),
+             (double)(r->krows * (size_t)r->cfg.hidden_size * ortep_dtype_size(r->wdtype)) / 1048576.0,
+             r->threads_used, r->kbw / 1e9, 100.0 * r->kbw / r->bw);
+      if (binding(r))
+        printf("; %s decode reaches %.0f%% of it\n", modes[b].name,
+               100.0 * res[b].tok_s * (double)r->read_per_token / r->kbw);
+      else
+        printf("\n");
+    }
   }
   if (r->prof) print_profile(r->prof, o->tokens);
 }
@@ -627,6 +743,17 @@ static cJSON *report_json(const decode_opts *o, decode_run *r) {
     cJSON_AddNumberToObject(b, "threads", (double)r->threads_used);
     cJSON_AddNumberToObject(b, "best_tokens_per_s", best_tps);
     cJSON_AddNumberToObject(b, "fraction_achieved", res[best_mode(r)].tok_s / best_tps);
+    if (r->kbw > 0) {
+      cJSON *l = cJSON_AddObjectToObject(b, "linear_kernel");
+      cJSON_AddStringToObject(l, "dtype", ortep_dtype_name(r->wdtype));
+      cJSON_AddNumberToObject(l, "k", (double)r->cfg.hidden_size);
+      cJSON_AddNumberToObject(l, "rows", (double)r->krows);
+      cJSON_AddNumberToObject(l, "read_bytes_per_s", r->kbw);
+      cJSON_AddNumberToObject(l, "fraction_of_read", r->kbw / r->bw);
+      if (binding(r))
+        cJSON_AddNumberToObject(l, "decode_fraction_of_kernel",
+                                res[best_mode(r)].tok_s * (double)r->read_per_token / r->kbw);
+    }
   }
   if (r->prof) cJSON_AddItemToObject(root, "profile_us_per_token", r->prof), r->prof = NULL;
   return root;
@@ -659,7 +786,7 @@ int bench_decode_main(int argc, char **argv) {
   bool any = false;
   for (int i = 0; i < NMODES; i++) any = any || r.res[i].ran;
   if (any) { /* otherwise the error is already on stderr and there are no figures */
-    r.bw = !rc && !strcmp(r.ep_used, "cpu_ep") ? read_bandwidth(r.threads_used) : 0;
+    if (!rc && !strcmp(r.ep_used, "cpu_ep")) measure_bounds(&r);
     report_table(&o, &r);
     cJSON *root = report_json(&o, &r);
     if (r.json && bench_json_finish(r.json, o.json_path, root)) rc = 1;

@@ -104,6 +104,17 @@ START_TEST(decode_runs_every_mode_and_writes_the_documented_json) {
   has(j, "bandwidth_bound");
   has(cJSON_GetObjectItem(j, "bandwidth_bound"), "read_bytes_per_s");
   has(cJSON_GetObjectItem(j, "bandwidth_bound"), "threads");
+  /* the Linear kernel alone, over the model's weight dtype and hidden size
+   * (tiny: f32, 64); its decode fraction only where the bound binds, and the
+   * tiny model's weights fit in cache */
+  const cJSON *lin = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "bandwidth_bound"), "linear_kernel");
+  ck_assert_msg(lin != NULL, "bandwidth_bound.linear_kernel missing");
+  ck_assert_str_eq(cJSON_GetObjectItem(lin, "dtype")->valuestring, "f32");
+  ck_assert_int_eq((int)cJSON_GetObjectItem(lin, "k")->valuedouble, 64);
+  ck_assert_int_eq((long long)cJSON_GetObjectItem(lin, "rows")->valuedouble, (512LL << 20) / (64 * 4));
+  ck_assert(cJSON_GetObjectItem(lin, "read_bytes_per_s")->valuedouble > 0);
+  ck_assert(cJSON_GetObjectItem(lin, "fraction_of_read")->valuedouble > 0);
+  ck_assert_ptr_null(cJSON_GetObjectItem(lin, "decode_fraction_of_kernel"));
   cJSON_Delete(j);
 }
 END_TEST
