@@ -2,11 +2,17 @@
  * pool.c: the CPU EP's persistent workers (pool.h).
  *
  * Workers are created when the EP is initialised and live until it is
- * destroyed; a parallel-for hands each of them one fixed, contiguous range
- * of the work (range t always to worker t, the caller taking range 0), so
- * no thread is created and nothing is allocated per node or per step, and
- * since every output row is computed whole by one thread in a fixed order,
- * results are bitwise the same for any thread count.
+ * destroyed, so no thread is created and nothing is allocated per node or
+ * per step. A parallel-for is shared out by guided self-scheduling: each
+ * thread (the caller too) claims the next chunk of items, a chunk being
+ * 1 / (2 x threads) of what is left but never less than MIN_CHUNK_WORK
+ * multiply-adds, until none is left. Chunks start large (a long run through
+ * memory for each thread) and shrink towards the end, so a thread that runs
+ * slower (this VM's cores do not stream at one rate) leaves little for the
+ * others to wait on, where fixed halves left one core idle ~10% of a decode
+ * step. Which thread computes an item does not change it: every output row
+ * is computed whole by one thread in a fixed order, so results are bitwise
+ * the same for any thread count and any schedule.
  *
  * Hand-off: a job is published by bumping `epoch`; a worker spins briefly
  * on it (consecutive nodes of a step arrive microseconds apart) and then
@@ -26,6 +32,7 @@
 #include "pool.h"
 
 #define SPINS 20000 /* ~10-50 us of polling before sleeping */
+#define MIN_CHUNK_WORK ((size_t)1 << 14) /* multiply-adds: ~4 us of streaming 16-bit weights on one core */
 
 typedef struct worker {
   ortep__cpu_pool *pool;
@@ -44,7 +51,8 @@ struct ortep__cpu_pool {
   /* the job: read by workers after they see the epoch change */
   ortep__cpu_task fn;
   void *ctx;
-  size_t n;
+  size_t n, min_chunk;
+  _Atomic size_t next; /* the first item not yet claimed */
   /* per-worker scratch: threads blocks of `stride` bytes from `scratch` */
   void *raw, *scratch;
   size_t stride;
@@ -62,9 +70,24 @@ static inline void relax(void) {
 #endif
 }
 
-static void range_of(size_t n, size_t threads, size_t t, size_t *begin, size_t *end) {
-  *begin = n * t / threads;
-  *end = n * (t + 1) / threads;
+/* Claims the next chunk of the job: false when every item is taken. */
+static bool claim(ortep__cpu_pool *p, size_t *begin, size_t *end) {
+  size_t at = atomic_load_explicit(&p->next, memory_order_relaxed);
+  for (;;) {
+    if (at >= p->n) return false;
+    size_t left = p->n - at, c = left / (2 * p->threads);
+    if (c < p->min_chunk) c = p->min_chunk;
+    if (c > left) c = left;
+    if (atomic_compare_exchange_weak_explicit(&p->next, &at, at + c, memory_order_relaxed, memory_order_relaxed)) {
+      *begin = at, *end = at + c;
+      return true;
+    }
+  }
+}
+/* Thread `index` runs chunks until none is left. */
+static void share(ortep__cpu_pool *p, size_t index) {
+  size_t b, e;
+  while (claim(p, &b, &e)) p->fn(p->ctx, index, b, e);
 }
 
 static void *worker_main(void *arg) {
@@ -86,10 +109,8 @@ static void *worker_main(void *arg) {
     }
     seen = now;
     if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
-    size_t b, e;
     ortep__assert(w->index < p->threads);
-    range_of(p->n, p->threads, w->index, &b, &e);
-    if (b < e) p->fn(p->ctx, w->index, b, e);
+    share(p, w->index);
     if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) futex_wake(&p->pending, 1);
   }
 }
@@ -161,11 +182,11 @@ void ortep__cpu_pool_for(ortep__cpu_pool *p, size_t n, size_t work_per_item, ort
     return;
   }
   p->fn = fn, p->ctx = ctx, p->n = n;
+  p->min_chunk = (MIN_CHUNK_WORK + work_per_item - 1) / work_per_item; /* work_per_item >= 1 here */
+  atomic_store_explicit(&p->next, 0, memory_order_relaxed);
   atomic_store_explicit(&p->pending, (uint32_t)(p->threads - 1), memory_order_relaxed);
-  publish(p);
-  size_t b, e;
-  range_of(n, p->threads, 0, &b, &e);
-  if (b < e) fn(ctx, 0, b, e);
+  publish(p); /* seq_cst: the job and `next` are visible to a worker that sees the new epoch */
+  share(p, 0);
   uint32_t left;
   int spins = 0;
   while ((left = atomic_load_explicit(&p->pending, memory_order_acquire)) != 0) {

@@ -1,7 +1,9 @@
 /*
  * pool.h: the CPU EP's persistent worker pool (pool.c). A parallel-for over
- * n items gives worker t the fixed range [n t / T, n (t + 1) / T); the
- * caller is worker 0. Work below ORTEP__CPU_POOL_MIN_WORK (items x work per
+ * n items hands out chunks of them to the threads (the caller is worker 0)
+ * until all are done; a task may be called several times on one thread, each
+ * time with a different range, and must give the same result whichever
+ * thread runs an item. Work below ORTEP__CPU_POOL_MIN_WORK (items x work per
  * item, in multiply-adds) runs on the caller alone: waking workers costs
  * more than a small node takes. Not reentrant: one parallel-for at a time
  * per pool (an EP serves one step at a time).
@@ -21,8 +23,9 @@ typedef void (*ortep__cpu_task)(void *ctx, size_t worker, size_t begin, size_t e
 ortep_status ortep__cpu_pool_create(size_t threads, ortep__cpu_pool **out);
 void ortep__cpu_pool_destroy(ortep__cpu_pool *pool);
 size_t ortep__cpu_pool_threads(const ortep__cpu_pool *pool);
-/* fn(ctx, begin, end) over [0, n) split across the pool; returns when all
- * ranges are done. pool may be NULL (then it runs inline). */
+/* fn(ctx, worker, begin, end) over chunks covering [0, n) once, spread
+ * across the pool; returns when all are done. pool may be NULL (then it
+ * runs inline, as one call). */
 void ortep__cpu_pool_for(ortep__cpu_pool *pool, size_t n, size_t work_per_item, ortep__cpu_task fn, void *ctx);
 /* Scratch of at least bytes for each worker (64-byte aligned), kept by the
  * pool and shared by every kernel on it (one node runs at a time): kernels
