@@ -187,6 +187,23 @@ START_TEST(unknown_seams_and_unwritable_json_fail_up_front) {
 }
 END_TEST
 
+/* ORTEP_CPU_SIMD naming a set this CPU lacks is a failure to start (exit 1,
+ * the variable named), not a usage error: nothing on the command line is
+ * wrong. Needs a CPU without AVX-512 (on one with it every set is there). */
+START_TEST(a_cpu_simd_set_the_cpu_lacks_exits_1) {
+  ortep_ep *ep = NULL;
+  ck_assert_ok(ortep_cpu_ep_create(NULL, &ep));
+  ck_assert_ok(ortep_ep_initialize(ep, NULL));
+  bool has_avx512 = !strcmp(ortep_cpu_ep_simd(ep), "avx512");
+  ortep_ep_destroy(ep);
+  if (has_avx512) return;
+  char err[4096];
+  ck_assert_int_eq(bench("ORTEP_CPU_SIMD=avx512", "decode --ep cpu --tokens 2 --runs 1 --warmup 0", err, sizeof err), 1);
+  ck_assert_msg(strstr(err, "ORTEP_CPU_SIMD=avx512") && strstr(err, "unset ORTEP_CPU_SIMD") && !strstr(err, "--help"),
+                "%s", err);
+}
+END_TEST
+
 START_TEST(alloc_and_replay_write_json) {
   char err[4096], args[256];
   snprintf(args, sizeof args, "alloc --runs 1 --steps 5 --json %s/alloc.json", g_tmp);
@@ -266,6 +283,7 @@ int main(void) {
   tcase_add_test(tc, alloc_and_replay_write_json);
   tcase_add_test(tc, unknown_seams_and_unwritable_json_fail_up_front);
   tcase_add_test(tc, threads_and_profile);
+  tcase_add_test(tc, a_cpu_simd_set_the_cpu_lacks_exits_1);
   suite_add_tcase(s, tc);
   return test_run(s);
 }

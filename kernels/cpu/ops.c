@@ -102,6 +102,7 @@ typedef struct dot_set {
 static dot_set dots = {dot8, dot8_bf16, dot8_f16, axpy_portable, widen_portable, "portable"};
 static pthread_once_t dots_once = PTHREAD_ONCE_INIT;
 static char dots_error[256]; /* why ORTEP_CPU_SIMD could not be honoured; "" when it was */
+static ortep_status dots_status; /* INVALID_ARGUMENT: not a name; NOT_SUPPORTED: a set this CPU lacks */
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -138,7 +139,9 @@ static const dot_set avx512_set = {dot_f32_avx512, dot_bf16_avx512, dot_f16_avx5
 
 /* The widest set the machine supports, or the one ORTEP_CPU_SIMD names
  * ("auto" or unset: the widest). A name that is unknown, or a set this CPU
- * lacks, leaves the portable loops in place and records why in dots_error;
+ * lacks, leaves the portable loops in place and records why in dots_error
+ * (and dots_status: ORTEP_E_INVALID_ARGUMENT for a name that is not a set,
+ * ORTEP_E_NOT_SUPPORTED for a set this CPU or its OS lacks);
  * the CPU EP refuses to initialise, and to make a kernel, with that message
  * (ortep__cpu_simd_check), so no kernel runs on a set that was not asked for;
  * and since every kernel is made after that check, the kernels themselves
@@ -156,6 +159,7 @@ static void pick_dots(void) {
     snprintf(dots_error, sizeof dots_error,
              "ORTEP_CPU_SIMD='%.32s' is not a set of dot products: use auto, avx512, avx2 or portable (this CPU: %s)",
              want, have);
+    dots_status = ORTEP_E_INVALID_ARGUMENT;
     return;
   }
   if (want && ((!strcmp(want, "avx512") && !avx512) || (!strcmp(want, "avx2") && !avx2))) {
@@ -163,6 +167,7 @@ static void pick_dots(void) {
              "ORTEP_CPU_SIMD=%s: this CPU (or its OS) does not support it; it supports %s; unset ORTEP_CPU_SIMD to "
              "use the widest",
              want, have);
+    dots_status = ORTEP_E_NOT_SUPPORTED;
     return;
   }
   if (want && !strcmp(want, "portable")) return;
@@ -181,7 +186,7 @@ const char *ortep__cpu_simd_name(void) {
 
 ortep_status ortep__cpu_simd_check(void) {
   pthread_once(&dots_once, pick_dots);
-  if (dots_error[0]) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cpu_ep: %s", dots_error);
+  if (dots_error[0]) return ortep__fail(dots_status, "cpu_ep: %s", dots_error);
   return ORTEP_OK;
 }
 
