@@ -32,9 +32,9 @@
  * the CPU and OS support: "avx512" (AVX-512F), "avx2" (AVX2 + FMA + F16C) or
  * "portable" loops, chosen once per process. The environment variable
  * ORTEP_CPU_SIMD = auto | avx512 | avx2 | portable asks for one (to compare
- * them, or to rule one out); ortep_ep_initialize fails with
- * ORTEP_E_INVALID_ARGUMENT, naming the sets this CPU has, when it names an
- * unknown set or one the CPU lacks. The sets agree within float rounding
+ * them, or to rule one out); ortep_ep_initialize fails, naming the sets this
+ * CPU has, with ORTEP_E_INVALID_ARGUMENT when it names no set and with
+ * ORTEP_E_NOT_SUPPORTED when it names one the CPU (or its OS) lacks. The sets agree within float rounding
  * (they sum in different orders); within one process results do not change.
  */
 #ifndef ORTEP_CPU_EP_H
