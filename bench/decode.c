@@ -141,20 +141,34 @@ static void *read_slice(void *arg) {
 #define BOUND_BYTES ((size_t)512 << 20)
 #define BOUND_PASSES 10
 
+/* Both streamed buffers, the read bound's and the kernel's weights, come
+ * from the runtime's host allocator, so they sit on the same kind of pages as
+ * weights read into memory (transparent huge pages where the kernel gives
+ * them; 4 KiB pages cost ~12% of this VM's read rate). */
+static void *stream_alloc(ortep_allocator *host, size_t bytes) {
+  void *p = NULL;
+  return host && ortep_allocator_allocate(host, bytes, 64, &p) == ORTEP_OK ? p : NULL;
+}
+static void stream_free(ortep_allocator *host, void *p, size_t bytes) {
+  if (p) ortep_allocator_deallocate(host, p, bytes, 64);
+}
+
 typedef struct read_bench {
+  ortep_allocator *host;
   uint64_t *buf;
   size_t words, threads;
   reader *rd;
   pthread_t *th;
   bool avx2;
 } read_bench;
-static bool read_open(read_bench *b, size_t threads) {
-  *b = (read_bench){.words = BOUND_BYTES / 8, .threads = threads};
+static bool read_open(read_bench *b, ortep_allocator *host, size_t threads) {
+  *b = (read_bench){.host = host, .words = BOUND_BYTES / 8, .threads = threads};
 #if defined(__x86_64__)
   __builtin_cpu_init();
   b->avx2 = __builtin_cpu_supports("avx2");
 #endif
-  b->buf = malloc(BOUND_BYTES), b->rd = calloc(threads, sizeof *b->rd), b->th = calloc(threads, sizeof *b->th);
+  b->buf = stream_alloc(host, BOUND_BYTES), b->rd = calloc(threads, sizeof *b->rd);
+  b->th = calloc(threads, sizeof *b->th);
   if (!b->buf || !b->rd || !b->th) return false;
   for (size_t i = 0; i < b->words; i++) b->buf[i] = i;
   return true;
@@ -174,7 +188,7 @@ static double read_pass(read_bench *b) {
   (void)sink;
   return bw;
 }
-static void read_close(read_bench *b) { free(b->buf), free(b->rd), free(b->th); }
+static void read_close(read_bench *b) { stream_free(b->host, b->buf, BOUND_BYTES), free(b->rd), free(b->th); }
 
 /* The Linear kernel alone: one [1, k] x [rows, k]^T node of the model's
  * weight dtype over as many bytes as the read bound streams, run by a CPU EP
@@ -183,6 +197,7 @@ static void read_close(read_bench *b) { free(b->buf), free(b->rd), free(b->th); 
  * what the rest of a step (the other ops, a barrier per node, the smaller
  * projections) costs. */
 typedef struct linear_bench {
+  ortep_allocator *host;
   ortep_ep *ep;
   ortep_config *cfg;
   ortep_graph *g;
@@ -194,11 +209,11 @@ typedef struct linear_bench {
   void *out[1];
   ortep_kernel_io io;
 } linear_bench;
-static bool linear_open(linear_bench *b, size_t threads, ortep_dtype dtype, size_t k) {
+static bool linear_open(linear_bench *b, ortep_allocator *host, size_t threads, ortep_dtype dtype, size_t k) {
   size_t esize = ortep_dtype_size(dtype);
-  *b = (linear_bench){.rows = BOUND_BYTES / (k * esize)};
+  *b = (linear_bench){.host = host, .rows = BOUND_BYTES / (k * esize)};
   b->bytes = b->rows * k * esize;
-  b->w = malloc(b->bytes), b->x = malloc(k * sizeof *b->x), b->y = malloc(b->rows * sizeof *b->y);
+  b->w = stream_alloc(host, b->bytes), b->x = malloc(k * sizeof *b->x), b->y = malloc(b->rows * sizeof *b->y);
   char v[32];
   snprintf(v, sizeof v, "%zu", threads);
   ortep_shape shapes[2] = {{2, {1, (int64_t)k}}, {2, {(int64_t)b->rows, (int64_t)k}}};
@@ -232,7 +247,7 @@ static void linear_close(linear_bench *b) {
   ortep_graph_destroy(b->g);
   ortep_ep_destroy(b->ep);
   ortep_config_destroy(b->cfg);
-  free(b->w), free(b->x), free(b->y);
+  stream_free(b->host, b->w, b->bytes), free(b->x), free(b->y);
 }
 
 /* --profile: one more eager decoder with every node timed; the time per
@@ -594,8 +609,11 @@ static mode_id best_mode(const decode_run *r) {
 static void measure_bounds(decode_run *r) {
   read_bench rb;
   linear_bench lb = {0};
-  bool read_ok = read_open(&rb, r->threads_used);
-  bool lin_ok = read_ok && r->has_wdtype && linear_open(&lb, r->threads_used, r->wdtype, (size_t)r->cfg.hidden_size);
+  ortep_allocator *host = NULL;
+  (void)ortep_host_allocator_create(NULL, &host); /* NULL (no bound) if even this fails */
+  bool read_ok = read_open(&rb, host, r->threads_used);
+  bool lin_ok = read_ok && r->has_wdtype &&
+                linear_open(&lb, host, r->threads_used, r->wdtype, (size_t)r->cfg.hidden_size);
   for (int pass = 0; pass < BOUND_PASSES && read_ok; pass++) {
     double bw = read_pass(&rb);
     if (bw > r->bw) r->bw = bw;
@@ -608,6 +626,7 @@ static void measure_bounds(decode_run *r) {
   r->krows = lb.rows;
   read_close(&rb);
   if (r->has_wdtype) linear_close(&lb);
+  ortep_allocator_destroy(host);
 }
 
 /* Whether a token's weights outgrow the caches (a 32 MiB L3 and less), so

@@ -1,5 +1,7 @@
 /* test_allocator.c: the allocator contract (defaults, capability
  * discovery), the host allocator, and the fault-injecting wrapper. */
+#include <unistd.h>
+
 #include "testutil.h"
 
 /* An eager allocator with only the three required entries. */
@@ -154,6 +156,52 @@ START_TEST(live_host_allocations_are_distinct_and_writable) {
 }
 END_TEST
 
+/* The VmFlags of the mapping of /proc/self/smaps that holds addr, "" if
+ * none does. */
+static void vm_flags_at(uintptr_t addr, char *out, size_t cap) {
+  out[0] = 0;
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return;
+  char line[512];
+  bool inside = false;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+      inside = addr >= lo && addr < hi;
+    else if (inside && !strncmp(line, "VmFlags:", 8)) {
+      snprintf(out, cap, "%s", line + 8);
+      out[strcspn(out, "\n")] = 0;
+      break;
+    }
+  }
+  fclose(f);
+}
+
+/* A block with a whole 2 MiB-aligned page inside is advised onto transparent
+ * huge pages (VmFlags "hg") over every such page. */
+START_TEST(large_host_blocks_are_advised_onto_huge_pages) {
+  if (access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) != 0) {
+    fprintf(stderr, "large_host_blocks_are_advised_onto_huge_pages: no transparent huge pages here; not checked\n");
+    return;
+  }
+  ortep_allocator *h;
+  ck_assert_ok(ortep_host_allocator_create(NULL, &h));
+  size_t big = (size_t)8 << 20, huge = (size_t)2 << 20;
+  unsigned char *p;
+  ck_assert_ok(ortep_allocator_allocate(h, big, 64, (void **)&p));
+  memset(p, 1, big); /* the block is the caller's to use, advice or not */
+  uintptr_t first = ((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1);
+  char flags[512];
+  for (uintptr_t a = first; a + huge <= (uintptr_t)p + big; a += huge) {
+    vm_flags_at(a, flags, sizeof flags);
+    ck_assert_msg(strstr(flags, " hg"), "8 MiB block %p: the huge page at %#lx has VmFlags '%s', no hg", (void *)p,
+                  (unsigned long)a, flags);
+  }
+  ortep_allocator_deallocate(h, p, big, 64);
+  ortep_allocator_destroy(h);
+}
+END_TEST
+
 START_TEST(device_keys_distinguish_host_and_devices) {
   ortep_allocator *h;
   ck_assert_ok(ortep_host_allocator_create(NULL, &h));
@@ -263,6 +311,7 @@ int main(void) {
   tcase_add_test(tc, invalid_requests_are_refused_with_a_reason);
   tcase_add_test(tc, host_refusal_by_the_system_is_clean);
   tcase_add_test(tc, live_host_allocations_are_distinct_and_writable);
+  tcase_add_test(tc, large_host_blocks_are_advised_onto_huge_pages);
   tcase_add_test(tc, device_keys_distinguish_host_and_devices);
   tcase_add_test(tc, host_allocator_charges_and_refunds_the_governor);
   tcase_add_test(tc, fault_allocator_fails_the_nth_request);
