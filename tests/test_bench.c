@@ -39,6 +39,18 @@ static cJSON *read_json(const char *name) {
   return j;
 }
 
+/* What the last bench() printed on stdout (up to 1 MiB). */
+static const char *stdout_text(void) {
+  static char buf[1 << 20];
+  char path[128];
+  snprintf(path, sizeof path, "%s/stdout.txt", g_tmp);
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f) fclose(f);
+  buf[n] = '\0';
+  return buf;
+}
+
 static void has(const cJSON *o, const char *key) {
   ck_assert_msg(cJSON_GetObjectItemCaseSensitive(o, key) != NULL, "JSON lacks '%s'", key);
 }
@@ -102,8 +114,15 @@ START_TEST(decode_runs_every_mode_and_writes_the_documented_json) {
   }
   ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetObjectItem(modes, "segmented"), "seams")->valuedouble, 2);
   has(j, "bandwidth_bound");
-  has(cJSON_GetObjectItem(j, "bandwidth_bound"), "read_bytes_per_s");
-  has(cJSON_GetObjectItem(j, "bandwidth_bound"), "threads");
+  const cJSON *bb = cJSON_GetObjectItem(j, "bandwidth_bound");
+  has(bb, "read_bytes_per_s");
+  has(bb, "threads");
+  /* the tiny model's weights fit in cache: no read beside the runs (it would
+   * evict them), the bound is the best read pass */
+  ck_assert_str_eq(cJSON_GetObjectItem(bb, "read")->valuestring, "best_pass");
+  ck_assert_double_eq(cJSON_GetObjectItem(bb, "read_bytes_per_s")->valuedouble,
+                      cJSON_GetObjectItem(bb, "peak_read_bytes_per_s")->valuedouble);
+  ck_assert_ptr_null(cJSON_GetObjectItem(cJSON_GetObjectItem(modes, "graph"), "fraction_of_read_before_runs"));
   /* the Linear kernel alone, over the model's weight dtype and hidden size
    * (tiny: f32, 64); its decode fraction only where the bound binds, and the
    * tiny model's weights fit in cache */
@@ -116,6 +135,43 @@ START_TEST(decode_runs_every_mode_and_writes_the_documented_json) {
   ck_assert(cJSON_GetObjectItem(lin, "fraction_of_read")->valuedouble > 0);
   ck_assert_ptr_null(cJSON_GetObjectItem(lin, "decode_fraction_of_kernel"));
   cJSON_Delete(j);
+}
+END_TEST
+
+/* Where the weights outgrow the cache (here: a cache of 0 bytes, through
+ * the test hook), a read of as many bytes goes before each timed run and
+ * each run is set against it; the peak read and the kernel alone are still
+ * reported, and decode over the kernel is the ratio of the two fractions. */
+START_TEST(a_binding_bound_is_read_before_each_run) {
+  char err[4096], args[256];
+  snprintf(args, sizeof args, "decode --ep cpu --mode all --tokens 4 --runs 3 --warmup 0 --json %s/bind.json", g_tmp);
+  ck_assert_msg(bench("ORTEP_BENCH_CACHE_BYTES=0", args, err, sizeof err) == 0, "%s", err);
+  cJSON *j = read_json("bind.json");
+  const cJSON *bb = cJSON_GetObjectItem(j, "bandwidth_bound"), *modes = cJSON_GetObjectItem(j, "modes");
+  ck_assert_ptr_nonnull(bb);
+  ck_assert_str_eq(cJSON_GetObjectItem(bb, "read")->valuestring, "before_each_run");
+  const char *names[] = {"eager", "graph", "segmented"};
+  for (int m = 0; m < 3; m++) {
+    const cJSON *o = cJSON_GetObjectItem(modes, names[m]);
+    ck_assert_msg(cJSON_GetObjectItem(o, "read_before_runs_bytes_per_s")->valuedouble > 0, "%s", names[m]);
+    ck_assert_msg(cJSON_GetObjectItem(o, "fraction_of_read_before_runs")->valuedouble > 0, "%s", names[m]);
+  }
+  const cJSON *graph = cJSON_GetObjectItem(modes, "graph");
+  double frac = cJSON_GetObjectItem(bb, "fraction_achieved")->valuedouble;
+  ck_assert_double_eq(frac, cJSON_GetObjectItem(graph, "fraction_of_read_before_runs")->valuedouble);
+  ck_assert_double_eq(cJSON_GetObjectItem(bb, "read_bytes_per_s")->valuedouble,
+                      cJSON_GetObjectItem(graph, "read_before_runs_bytes_per_s")->valuedouble);
+  double peak = cJSON_GetObjectItem(bb, "peak_read_bytes_per_s")->valuedouble;
+  ck_assert(peak > 0);
+  ck_assert_double_eq_tol(cJSON_GetObjectItem(bb, "fraction_of_peak")->valuedouble,
+                          cJSON_GetObjectItem(graph, "weight_bytes_per_s")->valuedouble / peak, 1e-9);
+  const cJSON *lin = cJSON_GetObjectItem(bb, "linear_kernel");
+  ck_assert_ptr_nonnull(lin);
+  ck_assert_double_eq_tol(cJSON_GetObjectItem(lin, "decode_fraction_of_kernel")->valuedouble,
+                          frac / cJSON_GetObjectItem(lin, "fraction_of_read")->valuedouble, 1e-9);
+  cJSON_Delete(j);
+  ck_assert_msg(strstr(stdout_text(), "right before it") && strstr(stdout_text(), "peak read:"), "%.3000s",
+                stdout_text());
 }
 END_TEST
 
@@ -150,13 +206,7 @@ END_TEST
 START_TEST(single_modes_and_explain) {
   char err[4096];
   ck_assert_int_eq(bench(NULL, "decode --ep cpu --mode graph --tokens 4 --runs 1 --warmup 0 --prompt-len 2 --explain", err, sizeof err), 0);
-  char path[128];
-  static char buf[1 << 20];
-  snprintf(path, sizeof path, "%s/stdout.txt", g_tmp);
-  FILE *f = fopen(path, "r");
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
+  const char *buf = stdout_text();
   /* the decode graph, then each prefill chunk's */
   ck_assert_msg(strstr(buf, "[graph] graph 0 of") && strstr(buf, "segment 0") && strstr(buf, "graph 1 of"), "%.2000s",
                 buf);
@@ -282,6 +332,7 @@ int main(void) {
   tcase_add_test(tc, disagreement_between_modes_is_an_error);
   tcase_add_test(tc, alloc_and_replay_write_json);
   tcase_add_test(tc, unknown_seams_and_unwritable_json_fail_up_front);
+  tcase_add_test(tc, a_binding_bound_is_read_before_each_run);
   tcase_add_test(tc, threads_and_profile);
   tcase_add_test(tc, a_cpu_simd_set_the_cpu_lacks_exits_1);
   suite_add_tcase(s, tc);
