@@ -208,6 +208,8 @@ static int open_way(const char *dir, const prefill_opts *o, const ortep_config *
                     way *w) {
   ortep_decoder_options opt = {.ep = o->ep, .max_seq_len = max_seq, .config = cfg, .prefill_chunk = chunk};
   if (ortep_decoder_open(dir, &opt, &w->d) != ORTEP_OK) {
+    if (ortep_last_status() == ORTEP_E_INVALID_ARGUMENT) /* e.g. an unknown ORTEP_CPU_SIMD: as decode says it */
+      return bench_usage_error("prefill", "%s", ortep_last_error());
     fprintf(stderr, "ortep-bench prefill: %s\n", ortep_last_error());
     return 1;
   }
@@ -280,7 +282,8 @@ int bench_prefill_main(int argc, char **argv) {
   rc = !prompt || !w[0].logits || !w[1].logits;
   if (rc) fprintf(stderr, "ortep-bench prefill: no memory for the prompt and logits\n");
   for (long i = 0; !rc && i < longest; i++) prompt[i] = (int32_t)((i * 7919 + 13) % (long)V);
-  if (!rc) rc = open_way(dir, &o, cfg, max_seq, 1, &w[0]) || open_way(dir, &o, cfg, max_seq, (size_t)o.chunk, &w[1]);
+  if (!rc) rc = open_way(dir, &o, cfg, max_seq, 1, &w[0]);
+  if (!rc) rc = open_way(dir, &o, cfg, max_seq, (size_t)o.chunk, &w[1]);
   const char *ep = rc ? "?" : ortep_ep_name(ortep_decoder_ep(w[1].d));
   bool cpu = !rc && !strcmp(ep, "cpu_ep");
   size_t threads = cpu ? ortep_cpu_ep_threads(ortep_decoder_ep(w[1].d)) : 0;

@@ -251,6 +251,20 @@ START_TEST(a_cpu_simd_set_the_cpu_lacks_exits_1) {
   ck_assert_int_eq(bench("ORTEP_CPU_SIMD=avx512", "decode --ep cpu --tokens 2 --runs 1 --warmup 0", err, sizeof err), 1);
   ck_assert_msg(strstr(err, "ORTEP_CPU_SIMD=avx512") && strstr(err, "unset ORTEP_CPU_SIMD") && !strstr(err, "--help"),
                 "%s", err);
+  ck_assert_int_eq(bench("ORTEP_CPU_SIMD=avx512", "prefill --ep cpu --lengths 4 --runs 1", err, sizeof err), 1);
+  ck_assert_msg(strstr(err, "ORTEP_CPU_SIMD=avx512") && !strstr(err, "--help"), "%s", err);
+}
+END_TEST
+
+/* An ORTEP_CPU_SIMD that names no set is a usage error (exit 2) in every
+ * command that opens a decoder, with the sets it could have named. */
+START_TEST(an_unknown_cpu_simd_name_is_a_usage_error) {
+  char err[4096];
+  const char *cmds[] = {"decode --ep cpu --tokens 2 --runs 1 --warmup 0", "prefill --ep cpu --lengths 4 --runs 1"};
+  for (size_t i = 0; i < 2; i++) {
+    ck_assert_int_eq(bench("ORTEP_CPU_SIMD=sse9", cmds[i], err, sizeof err), 2);
+    ck_assert_msg(strstr(err, "ORTEP_CPU_SIMD='sse9'") && strstr(err, "avx2"), "%s: %s", cmds[i], err);
+  }
 }
 END_TEST
 
@@ -335,6 +349,7 @@ int main(void) {
   tcase_add_test(tc, a_binding_bound_is_read_before_each_run);
   tcase_add_test(tc, threads_and_profile);
   tcase_add_test(tc, a_cpu_simd_set_the_cpu_lacks_exits_1);
+  tcase_add_test(tc, an_unknown_cpu_simd_name_is_a_usage_error);
   suite_add_tcase(s, tc);
   return test_run(s);
 }
