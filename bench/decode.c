@@ -9,10 +9,10 @@
  * of every mode are compared: any difference is an error (exit 1). On the CPU
  * EP the weight-bandwidth bound is reported: the weight bytes one token reads
  * over the read bandwidth measured in the same run with as many threads as
- * the EP uses (a parallel streaming sum, the access pattern of decode), and
- * beside it the rate of the Linear kernel alone over as many bytes, so a
- * shortfall shows whether it lies in the dot products or in the rest of a
- * step.
+ * the EP uses (a parallel streaming sum, the access pattern of decode; right
+ * before each timed run where the weights outgrow the cache, see run_mode),
+ * and the rate of the Linear kernel alone over 512 MiB, so a shortfall
+ * shows whether it lies in the dot products or in the rest of a step.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -37,7 +37,7 @@ static const mode_def modes[NMODES] = {
 typedef struct mode_result {
   bool ran;
   double tok_s, p50, p90, p99, max_us, cpu_us;
-  double read_bw, frac; /* the read beside each run (median) and each run over it (median); 0: not measured */
+  double read_bw, frac; /* the read before each run (median) and each run over it (median); 0: not measured */
   double launch_us; /* host time per token up to the sync */
   double ttft_ms;   /* time to first token: the prefill call (median of runs) */
   size_t kernels, graph_kernels, segments, seams, planned, lower_bound, naive, kv_bytes;
@@ -343,13 +343,13 @@ static void print_profile(const cJSON *prof, long tokens) {
 
 /* One mode's runs. On the CPU EP, where the weights outgrow the cache, a
  * streaming read of as many bytes as a run reads (read_per_token each
- * token) goes right before each timed run, on `beside` (opened here the
+ * token) goes right before each timed run, on `before` (opened here the
  * first time), so that every run is set against the read rate of its own
  * moment: this VM's read rate drifts by a third within seconds, and a best
  * pass taken elsewhere sets a long run's average against a short burst. */
 static int run_mode(const char *dir, const mode_def *m, const char *ep, const char *seams, const ortep_config *config,
                     const int32_t *prompt, size_t plen, long tokens, long warmup, long runs, bool explain,
-                    bool progress, read_bench *beside, size_t read_per_token, mode_result *r, char *ep_used,
+                    bool progress, read_bench *before, size_t read_per_token, mode_result *r, char *ep_used,
                     size_t ep_used_len, size_t *threads_used, const char **simd_used) {
   ortep_decoder_options o = {.ep = ep, .max_seq_len = (size_t)(plen + (size_t)tokens + (size_t)warmup + 1),
                              .eager = m->eager, .forced_seams = m->seams ? seams : NULL, .config = config};
@@ -383,10 +383,10 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
     return 1;
   }
   r->ntokens = (size_t)tokens;
-  bool pair = beside && binds(read_per_token) && !strcmp(ep_used, "cpu_ep");
-  if (pair && !beside->buf && !read_open(beside, *threads_used)) {
-    fprintf(stderr, "ortep-bench decode: no memory for the read beside the runs; the bound is taken after them\n");
-    read_close(beside);
+  bool pair = before && binds(read_per_token) && !strcmp(ep_used, "cpu_ep");
+  if (pair && !before->buf && !read_open(before, *threads_used)) {
+    fprintf(stderr, "ortep-bench decode: no memory for the read before each run; the bound is taken after the runs\n");
+    read_close(before);
     pair = false;
   }
   double cpu_total = 0;
@@ -394,7 +394,7 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
   for (long run = 0; run < runs && !rc; run++) {
     int32_t next;
     double p0 = 0;
-    if (pair) rd[run] = read_rate(beside, (size_t)tokens * read_per_token);
+    if (pair) rd[run] = read_rate(before, (size_t)tokens * read_per_token);
     if (ortep_decoder_reset(d) || (p0 = bench_now_ns(), ortep_decoder_prefill(d, prompt, plen, &next))) {
       fprintf(stderr, "ortep-bench decode: %s mode: %s\n", m->name, ortep_last_error());
       rc = 1;
@@ -605,13 +605,13 @@ static int run_all(const decode_opts *o, decode_run *r) {
   }
   bool progress = isatty(2);
   int rc = 0;
-  read_bench beside = {0};
+  read_bench before = {0};
   for (int i = 0; i < NMODES && !rc; i++)
     if (o->want[i])
       rc = run_mode(r->dir, &modes[i], o->ep, o->seams, config, r->prompt, (size_t)o->plen, o->tokens, o->warmup,
-                    o->runs, o->explain, progress, &beside, r->read_per_token, &r->res[i], r->ep_used,
+                    o->runs, o->explain, progress, &before, r->read_per_token, &r->res[i], r->ep_used,
                     sizeof r->ep_used, &r->threads_used, &r->simd_used);
-  read_close(&beside);
+  read_close(&before);
   if (o->profile && !rc) rc = profile_run(r->dir, o->ep, config, r->prompt, (size_t)o->plen, o->tokens, &r->prof);
   ortep_config_destroy(config);
   return rc;
@@ -649,7 +649,7 @@ static mode_id best_mode(const decode_run *r) {
  * projections, the Linear kernel's rate (r->kbw), each the best of
  * BOUND_PASSES passes of 512 MiB taken in alternation (read, kernel, read,
  * ...), so that both see the same moments of a machine whose bandwidth
- * drifts. The peak is the bound where no read went beside the runs (the
+ * drifts. The peak is the bound where no read went before the runs (the
  * weights fit in cache). A figure that cannot be measured is left 0 (and
  * out of the report). */
 static void measure_bounds(decode_run *r) {
@@ -674,9 +674,9 @@ static void measure_bounds(decode_run *r) {
 static bool binding(const decode_run *r) { return binds(r->read_per_token); }
 
 /* What the rest of a step costs: decode over the kernel alone, each as a
- * fraction of a read taken like it (the runs against the read beside them,
+ * fraction of a read taken like it (the runs against the reads before them,
  * the kernel's best pass against the best read pass), or decode's median
- * over the kernel's best where no read went beside the runs. */
+ * over the kernel's best where no read went before the runs. */
 static double decode_over_kernel(const decode_run *r) {
   const mode_result *m = &r->res[best_mode(r)];
   return m->frac > 0 ? m->frac / (r->kbw / r->bw) : m->tok_s * (double)r->read_per_token / r->kbw;
