@@ -27,7 +27,6 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "pool.h"
@@ -71,11 +70,6 @@ static inline void relax(void) {
   __builtin_ia32_pause();
 #endif
 }
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 /* One step of a bounded spin: true while the caller should poll again,
  * false once SPIN_NS have passed (then it sleeps on the futex). The budget
@@ -95,7 +89,7 @@ static bool spin(spinner *s) {
   relax();
   if (++s->n % SPIN_CHECK) return true;
   sched_yield();
-  uint64_t t = now_ns();
+  uint64_t t = ortep__now_ns();
   if (!s->until) s->until = t + SPIN_NS;
   return t < s->until;
 }
