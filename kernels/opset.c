@@ -105,6 +105,43 @@ static bool check_gather(ctx *c) {
   return true;
 }
 
+/* The CPU EP's blocked layout (opset.h) is its own: any other EP refuses a
+ * blocked input, saying how to get one it takes. */
+static bool blocked_refused(ctx *c, const char *what) {
+  if (!strcmp(c->ep, "cpu_ep")) return false;
+  return !refuse(c, "%s is in the CPU EP's blocked layout [N/4, K/16, 4, 16]; %s takes [N, K]: open the model with "
+                 "row-major weights (ortep.weights_layout = row_major)", what, c->ep);
+}
+
+/* ortep:Embedding: the token lookup out[n, H] = table[ids[n], :] over a
+ * table [V, H] of f32/f16/bf16, or a 16-bit blocked one [V/4, H/16, 4, 16]
+ * (a tied embedding, blocked for the lm_head that reads it too). It runs
+ * the Gather kernel: an id outside [0, V) latches GATHER_INDEX and zeroes
+ * its row. */
+static bool check_embedding(ctx *c) {
+  if (!common(c, 2, 2, false)) return false;
+  const ortep_shape *d = &c->shapes[0];
+  bool blocked = d->rank == 4;
+  if (blocked && blocked_refused(c, "the table")) return false;
+  if (blocked ? (c->dtypes[0] != ORTEP_DTYPE_BF16 && c->dtypes[0] != ORTEP_DTYPE_F16) ||
+                    d->dims[2] != ORTEP__LINEAR_ROWS || d->dims[3] != ORTEP__LINEAR_COLS
+              : d->rank != 2 || !is_w(c->dtypes[0]))
+    return refuse(c, "the table must be f32/f16/bf16 [V, H], or bf16/f16 blocked [V/4, H/16, 4, 16]; got %s of rank %u",
+                  dn(c->dtypes[0]), d->rank);
+  if (c->dtypes[1] != ORTEP_DTYPE_I32 && c->dtypes[1] != ORTEP_DTYPE_I64)
+    return refuse(c, "ids must be i32 or i64, got %s", dn(c->dtypes[1]));
+  if (c->k) {
+    c->k->kind = ORTEP__OP_GATHER;
+    c->k->p.gather.rows = (size_t)d->dims[0] * (blocked ? ORTEP__LINEAR_ROWS : 1);
+    c->k->p.gather.h = (size_t)d->dims[1] * (blocked ? ORTEP__LINEAR_COLS : 1);
+    c->k->p.gather.n = numel(&c->shapes[1]);
+    c->k->p.gather.tdt = c->dtypes[0];
+    c->k->p.gather.idx64 = c->dtypes[1] == ORTEP_DTYPE_I64;
+    c->k->p.gather.blocked = blocked;
+  }
+  return true;
+}
+
 static bool check_matmul(ctx *c) {
   if (!common(c, 2, 2, true)) return false;
   if (c->shapes[0].rank < 1 || c->shapes[1].rank != 2 || !is_w(c->dtypes[1]))
@@ -358,10 +395,29 @@ static bool check_linear(ctx *c) {
       continue;
     }
     if (g != groups) return refuse(c, "weight %zu is given without weight %zu; fill the groups in order", g, groups);
-    if (c->shapes[wi].rank != 2 || !is_w(c->dtypes[wi]) || (size_t)c->shapes[wi].dims[1] != k)
+    const ortep_shape *ws = &c->shapes[wi];
+    bool blocked = ws->rank == 4;
+    if (blocked) {
+      char what[32];
+      snprintf(what, sizeof what, "weight %zu", g);
+      if (blocked_refused(c, what)) return false;
+      if ((c->dtypes[wi] != ORTEP_DTYPE_BF16 && c->dtypes[wi] != ORTEP_DTYPE_F16) ||
+          ws->dims[2] != ORTEP__LINEAR_ROWS || ws->dims[3] != ORTEP__LINEAR_COLS ||
+          (size_t)ws->dims[1] * ORTEP__LINEAR_COLS != k)
+        return refuse(c,
+                      "a blocked weight %zu must be bf16/f16 [N/4, %zu, 4, 16] (K = %zu); got %s of shape [%lld, "
+                      "%lld, %lld, %lld]",
+                      g, k / ORTEP__LINEAR_COLS, k, dn(c->dtypes[wi]), (long long)ws->dims[0], (long long)ws->dims[1],
+                      (long long)ws->dims[2], (long long)ws->dims[3]);
+    } else if (ws->rank != 2 || !is_w(c->dtypes[wi]) || (size_t)ws->dims[1] != k) {
       return refuse(c, "weight %zu must be f32/f16/bf16 [N, %zu] (the Hugging Face Linear layout); got %s of rank %u", g,
-                    k, dn(c->dtypes[wi]), c->shapes[wi].rank);
-    p.n[g] = (size_t)c->shapes[wi].dims[0];
+                    k, dn(c->dtypes[wi]), ws->rank);
+    }
+    if (g && blocked != p.blocked)
+      return refuse(c, "weight %zu is %s but weight 0 is %s; a node's weights must share one layout", g,
+                    blocked ? "blocked" : "[N, K]", p.blocked ? "blocked" : "[N, K]");
+    p.blocked = blocked;
+    p.n[g] = (size_t)ws->dims[0] * (blocked ? ORTEP__LINEAR_ROWS : 1);
     p.wdt[g] = c->dtypes[wi];
     if (present(c, bi)) {
       if (!is_w(c->dtypes[bi]) || numel(&c->shapes[bi]) != p.n[g])
@@ -395,7 +451,7 @@ static bool check_noop(ctx *c) {
 static const char supported_list[] =
     "Gather, MatMul, Gemm, Add, Mul, Sigmoid, Softmax, ArgMax, SimplifiedLayerNormalization, ortep:SiLUMul, "
     "com.microsoft:FusedMatMul, com.microsoft:SkipSimplifiedLayerNormalization, com.microsoft:RotaryEmbedding, "
-    "com.microsoft:GroupQueryAttention, ortep:Linear, ortep:Noop";
+    "com.microsoft:GroupQueryAttention, ortep:Linear, ortep:Embedding, ortep:Noop";
 
 static bool check(ctx *c) {
   const char *op = ortep_node_op_type(c->node), *dom = ortep_node_domain(c->node);
@@ -418,6 +474,7 @@ static bool check(ctx *c) {
   if (own && !strcmp(op, "SiLUMul")) return check_silumul(c);
   if (own && !strcmp(op, "Noop")) return check_noop(c);
   if (own && !strcmp(op, "Linear")) return check_linear(c);
+  if (own && !strcmp(op, "Embedding")) return check_embedding(c);
   return refuse(c, "the op %s%s%s is not implemented; %s supports %s. Rewrite the model with these ops or "
                 "register an EP that has it",
                 *dom ? dom : "", *dom ? ":" : "", op, c->ep, supported_list);

@@ -28,11 +28,20 @@ typedef enum ortep__op_kind {
 } ortep__op_kind;
 
 #define ORTEP__LINEAR_GROUPS 3
+/* ortep:Linear's weights come [N, K] (the Hugging Face layout) or, 16-bit
+ * and on the CPU EP only, blocked: [N/4, K/16, 4, 16], element [q, b, r, c]
+ * = W[4q + r, 16b + c]. Four consecutive rows' 16-column pieces lie one
+ * after another, so a kernel computing four outputs at once streams one run
+ * of memory instead of four (graph/model.c repacks into it; the CUDA EP
+ * refuses it). All of a node's weights are in one layout; ortep:Embedding
+ * looks tokens up in a table stored so (a tied embedding). */
+#define ORTEP__LINEAR_ROWS 4
+#define ORTEP__LINEAR_COLS 16
 
 typedef struct ortep__op_params {
   ortep__op_kind kind;
   union {
-    struct { size_t rows, h, n; ortep_dtype tdt; bool idx64; } gather;
+    struct { size_t rows, h, n; ortep_dtype tdt; bool idx64, blocked; } gather; /* blocked: ortep:Embedding's */
     struct { size_t m, k, n, c_rows; ortep_dtype bdt, cdt; bool trans_b, has_c; float alpha, beta; } gemm;
     struct { size_t n, nb; ortep_dtype bdt; } bin;
     struct { size_t n; } un;
@@ -42,11 +51,12 @@ typedef struct ortep__op_params {
     struct { size_t rows, n; } sm;
     /* ortep:Linear: y_g = x W_g^T (+ b_g) for up to 3 groups sharing x; or
      * gate_up: y_0 = SiLU(x W_0^T + b_0) * (x W_1^T + b_1); residual adds an
-     * f32 value to y_0 (a single group). */
+     * f32 value to y_0 (a single group). blocked: every W_g is in the
+     * blocked layout (above). */
     struct {
       size_t m, k, groups, n[ORTEP__LINEAR_GROUPS];
       ortep_dtype wdt[ORTEP__LINEAR_GROUPS], bdt[ORTEP__LINEAR_GROUPS];
-      bool bias[ORTEP__LINEAR_GROUPS], residual, gate_up;
+      bool bias[ORTEP__LINEAR_GROUPS], residual, gate_up, blocked;
     } lin;
   } p;
 } ortep__op_params;

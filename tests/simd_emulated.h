@@ -17,4 +17,13 @@ typedef struct simd_kernels {
 
 extern const simd_kernels simd_emulated_avx2, simd_emulated_avx512;
 
+/* The four-row kernels over blocked weights (simd_avx2.h). */
+typedef struct simd_blocked_kernels {
+  const float *(*x4_bf16)(const float *x, size_t k, float *xp);
+  void (*dot4_bf16)(const float *x, const uint16_t *w, size_t k, float *y);
+  void (*dot4_f16)(const float *x, const uint16_t *w, size_t k, float *y);
+} simd_blocked_kernels;
+
+extern const simd_blocked_kernels simd_emulated_blocked;
+
 #endif

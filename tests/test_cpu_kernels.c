@@ -147,6 +147,39 @@ START_TEST(gather_rows_and_out_of_range_indices) {
 }
 END_TEST
 
+/* ortep:Embedding looks tokens up in a row-major table like Gather, and in a
+ * blocked one ([V/4, H/16, 4, 16], a tied embedding repacked for the
+ * lm_head) finds the same rows; bad ids latch the bit and zero their rows. */
+static void *blocked_copy(const void *w, size_t n, size_t k);
+START_TEST(embedding_reads_row_major_and_blocked_tables) {
+  test_rng r = test_rng_new(test_seed() + 3);
+  enum { V = 12, H = 48 };
+  ortep_dtype dt = _i ? ORTEP_DTYPE_BF16 : ORTEP_DTYPE_F16;
+  float table[V * H], actual[V * H];
+  fill(&r, table, V * H, 1.0f);
+  void *t = as_dtype(table, V * H, dt, actual), *tb = blocked_copy(t, V, H);
+  int32_t ids[6] = {3, 0, 11, 5, -1, 12};
+  float out[2][6 * H];
+  for (int b = 0; b < 2; b++) {
+    memset(out[b], 0x7f, sizeof out[b]);
+    tin ins[] = {{dt, b ? SHAPE(V / 4, H / 16, 4, 16) : SHAPE(V, H), b ? tb : t}, {ORTEP_DTYPE_I32, SHAPE(1, 6), ids}};
+    ck_assert_ok(run_node("Embedding", ORTEP_DOMAIN_ORTEP, NULL, 0, ins, 2, (void *[]){out[b]}, 1));
+    ck_assert_uint_eq(error_bits(), ORTEP_ERROR_GATHER_INDEX);
+    ck_assert_ok(ortep_ep_reset_error_word(g_cpu));
+    for (int n = 0; n < 6; n++)
+      for (int j = 0; j < H; j++)
+        ck_assert_msg(out[b][n * H + j] == (n < 4 ? actual[ids[n] * H + j] : 0.0f), "%s table, id %d [%d]: %g",
+                      b ? "blocked" : "row-major", ids[n], j, out[b][n * H + j]);
+  }
+  float f[64] = {0};
+  tin bad[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, 4, 16), f}, {ORTEP_DTYPE_I32, SHAPE(1), ids}};
+  ck_assert_status(run_node("Embedding", ORTEP_DOMAIN_ORTEP, NULL, 0, bad, 2, (void *[]){out[0]}, 1),
+                   ORTEP_E_NOT_SUPPORTED);
+  ck_assert_msg(strstr(g_match.reason, "bf16/f16 blocked [V/4, H/16, 4, 16]"), "reason: %s", g_match.reason);
+  free(t), free(tb);
+}
+END_TEST
+
 START_TEST(matmul_and_gemm_match_the_reference) {
   test_rng r = test_rng_new(test_seed() + 2 + (uint64_t)_i);
   enum { M = 3, K = 17, N = 5 };
@@ -494,6 +527,16 @@ START_TEST(refusals_say_what_is_accepted) {
       {"SimplifiedLayerNormalization", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(2, 4), f}, {ORTEP_DTYPE_F32, SHAPE(3), f}}, 2,
        "with 4 elements"},
       {"ArgMax", "", {"select_last_index", 0, 1, 0}, 1, {{ORTEP_DTYPE_F32, SHAPE(4), f}}, 1, "first maximum wins"},
+      /* blocked weights: 16-bit [N/4, K/16, 4, 16] only, all of a node's in one layout */
+      {"Linear", ORTEP_DOMAIN_ORTEP, {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(1, 16), f}, {ORTEP_DTYPE_F32, SHAPE(1, 1, 4, 16), f}},
+       2, "a blocked weight 0 must be bf16/f16 [N/4, 1, 4, 16] (K = 16); got f32"},
+      {"Linear", ORTEP_DOMAIN_ORTEP, {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(1, 16), f}, {ORTEP_DTYPE_BF16, SHAPE(1, 1, 8, 16), f}},
+       2, "got bf16 of shape [1, 1, 8, 16]"},
+      {"Linear", ORTEP_DOMAIN_ORTEP, {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(1, 32), f}, {ORTEP_DTYPE_F16, SHAPE(1, 1, 4, 16), f}},
+       2, "[N/4, 2, 4, 16] (K = 32)"},
+      {"Linear", ORTEP_DOMAIN_ORTEP, {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(1, 16), f}, {ORTEP_DTYPE_BF16, SHAPE(1, 1, 4, 16), f},
+       {ORTEP_DTYPE_F32, SHAPE(0), NULL}, {ORTEP_DTYPE_BF16, SHAPE(4, 16), f}}, 4,
+       "weight 1 is [N, K] but weight 0 is blocked; a node's weights must share one layout"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     float out[64];
@@ -588,6 +631,98 @@ START_TEST(linear_over_many_rows_matches_row_by_row) {
 }
 END_TEST
 
+/* Weights in the blocked layout ([N/4, K/16, 4, 16], graph/model.c's
+ * repacking) give the Linear of the row-major weights they came from: over
+ * several rows (prefill: the rows gathered back out of their blocks for
+ * sgemm) bitwise; over one row (decode: four rows at a time, in another
+ * order) within float rounding of the reference, and bitwise with the
+ * portable loops, which keep the row-major order; for 1 and 3 threads
+ * bitwise the same. With two groups and biases, gate_up, and the residual. */
+static void *blocked_copy(const void *w, size_t n, size_t k) {
+  const uint16_t *src = w;
+  uint16_t *dst = malloc(n * k * sizeof *dst);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < k; j++) dst[(i / 4) * 4 * k + (j / 16) * 64 + (i % 4) * 16 + j % 16] = src[i * k + j];
+  return dst;
+}
+START_TEST(linear_over_blocked_weights_matches_row_major) {
+  enum { M = 5, K = 48, N0 = 132, N1 = 24 };
+  ortep_dtype dt = _i ? ORTEP_DTYPE_BF16 : ORTEP_DTYPE_F16;
+  test_rng r = test_rng_new(test_seed() + 31);
+  float x[M * K], w0f[N0 * K], w1f[N0 * K], w2f[N1 * K], b0f[N0], b1f[N1], res[M * N0], a0[N0 * K], a1[N0 * K],
+      a2[N1 * K], ab0[N0], ab1[N1];
+  fill(&r, x, M * K, 1.0f), fill(&r, w0f, N0 * K, 0.2f), fill(&r, w1f, N0 * K, 0.2f), fill(&r, w2f, N1 * K, 0.2f);
+  fill(&r, b0f, N0, 0.5f), fill(&r, b1f, N1, 0.5f), fill(&r, res, M * N0, 1.0f);
+  void *w[3] = {as_dtype(w0f, N0 * K, dt, a0), as_dtype(w1f, N0 * K, dt, a1), as_dtype(w2f, N1 * K, dt, a2)};
+  void *b0 = as_dtype(b0f, N0, dt, ab0), *b1 = as_dtype(b1f, N1, dt, ab1);
+  void *wb[3] = {blocked_copy(w[0], N0, K), blocked_copy(w[1], N0, K), blocked_copy(w[2], N1, K)};
+  bool portable = !strcmp(ortep_cpu_ep_simd(g_cpu), "portable");
+  tattr gu[] = {{"gate_up", 0, 1, 0}};
+  static float out[2][3][2][M * N0]; /* [row-major, blocked][case][output] */
+  for (int rows = 0; rows < 2; rows++) {
+    int64_t m = rows ? M : 1;
+    memset(out, 0, sizeof out);
+    for (int lay = 0; lay < 2; lay++) {
+      void *const *ws = lay ? wb : w;
+      ortep_shape s0 = lay ? SHAPE(N0 / 4, K / 16, 4, 16) : SHAPE(N0, K), s2 = lay ? SHAPE(N1 / 4, K / 16, 4, 16)
+                                                                                    : SHAPE(N1, K);
+      tin g2[] = {{ORTEP_DTYPE_F32, SHAPE(1, m, K), x}, {dt, s0, ws[0]}, {dt, SHAPE(N0), b0}, {dt, s2, ws[2]},
+                  {dt, SHAPE(N1), b1}};
+      void *o2[] = {out[lay][0][0], out[lay][0][1]};
+      ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, g2, 5, o2, 2));
+      tin gi[] = {{ORTEP_DTYPE_F32, SHAPE(1, m, K), x}, {dt, s0, ws[0]}, {dt, SHAPE(N0), b0}, {dt, s0, ws[1]},
+                  {dt, SHAPE(N0), b0}};
+      ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, gu, 1, gi, 5, (void *[]){out[lay][1][0]}, 1));
+      tin gr[] = {{ORTEP_DTYPE_F32, SHAPE(1, m, K), x}, {dt, s0, ws[0]}, {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL},
+                  {ORTEP_DTYPE_F32, SHAPE(1, m, N0), res}};
+      ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, gr, 8, (void *[]){out[lay][2][0]}, 1));
+    }
+    if (rows || portable) {
+      ck_assert_msg(memcmp(out[0], out[1], sizeof out[0]) == 0, "blocked weights over %lld rows (%s) differ from "
+                    "row-major ones", (long long)m, ortep_cpu_ep_simd(g_cpu));
+      continue;
+    }
+    for (size_t j = 0; j < N0; j++) {
+      double g = ab0[j], u = ab0[j], v = ab1[j % N1];
+      for (size_t t = 0; t < K; t++) g += (double)x[t] * a0[j * K + t], u += (double)x[t] * a1[j * K + t];
+      for (size_t t = 0; j < N1 && t < K; t++) v += (double)x[t] * a2[j * K + t];
+      double lin = g - ab0[j], want[4] = {g, v, g / (1.0 + exp(-g)) * u, lin + res[j]};
+      float got[4] = {out[1][0][0][j], out[1][0][1][j], out[1][1][0][j], out[1][2][0][j]};
+      for (int c = 0; c < 4; c++)
+        if (c != 1 || j < N1)
+          ck_assert_msg(fabs(got[c] - want[c]) <= TOL(want[c]), "blocked case %d [%zu]: %.7g, want %.7g", c, j, got[c],
+                        want[c]);
+    }
+  }
+  ck_assert_uint_eq(error_bits(), 0);
+  /* one row over 1 and 3 workers */
+  enum { NB = 1024, KB = 256 };
+  float *xb = malloc(KB * sizeof *xb), *wf = malloc(NB * KB * sizeof *wf), *act = malloc(NB * KB * sizeof *act);
+  float *yb[2] = {malloc(NB * sizeof(float)), malloc(NB * sizeof(float))};
+  fill(&r, xb, KB, 1.0f), fill(&r, wf, NB * KB, 0.1f);
+  void *wrow = as_dtype(wf, NB * KB, dt, act), *wblk = blocked_copy(wrow, NB, KB);
+  ortep_ep *saved = g_cpu;
+  const char *threads[] = {"1", "3"};
+  for (int t = 0; t < 2; t++) {
+    g_cpu = cpu_with_threads(threads[t]);
+    tin lins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, KB), xb}, {dt, SHAPE(NB / 4, KB / 16, 4, 16), wblk}};
+    ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, lins, 2, (void *[]){yb[t]}, 1));
+    ortep_ep_destroy(g_cpu);
+  }
+  g_cpu = saved;
+  ck_assert_msg(memcmp(yb[0], yb[1], NB * sizeof(float)) == 0, "blocked Linear differs between 1 and 3 threads");
+  for (int j = 0; j < NB; j += 3) {
+    double want = 0;
+    for (int t = 0; t < KB; t++) want += (double)xb[t] * act[j * KB + t];
+    ck_assert_msg(fabs(yb[0][j] - want) <= TOL(want), "blocked Linear [%d]: %.7g, want %.7g", j, yb[0][j], want);
+  }
+  free(xb), free(wf), free(act), free(yb[0]), free(yb[1]), free(wrow), free(wblk);
+  for (int i = 0; i < 3; i++) free(w[i]), free(wb[i]);
+  free(b0), free(b1);
+}
+END_TEST
+
 /* Prefill: attention over a chunk of T tokens at consecutive positions
  * (two sgemms per head) writes their K/V and gives what T one-token steps
  * give within float rounding (token t sees positions 0..p+t only: causal);
@@ -661,6 +796,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_loop_test(tc, gather_rows_and_out_of_range_indices, 0, 3);
+  tcase_add_loop_test(tc, embedding_reads_row_major_and_blocked_tables, 0, 2);
   tcase_add_loop_test(tc, matmul_and_gemm_match_the_reference, 0, 3);
   tcase_add_test(tc, elementwise_ops_and_broadcasting);
   tcase_add_test(tc, rmsnorm_and_skip_rmsnorm);
@@ -669,6 +805,7 @@ int main(void) {
   tcase_add_test(tc, split_across_workers_bitwise_equal_to_one_thread);
   tcase_add_test(tc, softmax_and_argmax);
   tcase_add_loop_test(tc, linear_over_many_rows_matches_row_by_row, 0, 3);
+  tcase_add_loop_test(tc, linear_over_blocked_weights_matches_row_major, 0, 2);
   tcase_add_test(tc, group_query_attention_over_a_chunk_matches_token_steps);
   tcase_add_test(tc, refusals_say_what_is_accepted);
   suite_add_tcase(s, tc);

@@ -50,6 +50,41 @@ START_TEST(bad_options_are_refused_before_touching_the_device) {
 }
 END_TEST
 
+/* The CPU EP's blocked weights (kernels/opset.h) are refused by the CUDA EP
+ * at placement, saying how to get weights it takes; no device is needed to
+ * ask. */
+START_TEST(blocked_weights_are_refused_with_the_fix) {
+  if (!ORTEP_HAVE_CUDA) return;
+  ortep_ep *ep;
+  ck_assert_ok(ortep_cuda_ep_create(NULL, &ep));
+  ortep_graph *g;
+  ck_assert_ok(ortep_graph_create(&g));
+  ortep_node_id id;
+  ck_assert_ok(ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "proj", (const char *[]){"x", "w"}, 2,
+                                    (const char *[]){"y"}, 1, &id));
+  ortep_shape shapes[2] = {SHAPE(1, 32), SHAPE(2, 2, 4, 16)};
+  ortep_dtype dtypes[2] = {ORTEP_DTYPE_F32, ORTEP_DTYPE_BF16};
+  ortep_kernel_match m;
+  ortep_ep_supports_op(ep, ortep_graph_node(g, id), 17, shapes, dtypes, NULL, 2, &m);
+  ck_assert(!m.supported);
+  ck_assert_msg(strstr(m.reason, "blocked layout") && strstr(m.reason, "ortep.weights_layout = row_major"),
+                "reason: %s", m.reason);
+  shapes[1] = SHAPE(8, 32); /* the same weight row-major is taken */
+  ortep_ep_supports_op(ep, ortep_graph_node(g, id), 17, shapes, dtypes, NULL, 2, &m);
+  ck_assert_msg(m.supported, "reason: %s", m.reason);
+  /* and a blocked table for the token lookup */
+  ck_assert_ok(ortep_graph_add_node(g, "Embedding", ORTEP_DOMAIN_ORTEP, "embed", (const char *[]){"t", "ids"}, 2,
+                                    (const char *[]){"h"}, 1, &id));
+  ortep_shape es[2] = {SHAPE(2, 2, 4, 16), SHAPE(1, 1)};
+  ortep_dtype ed[2] = {ORTEP_DTYPE_BF16, ORTEP_DTYPE_I32};
+  ortep_ep_supports_op(ep, ortep_graph_node(g, id), 17, es, ed, NULL, 2, &m);
+  ck_assert(!m.supported);
+  ck_assert_msg(strstr(m.reason, "the table is in the CPU EP's blocked layout"), "reason: %s", m.reason);
+  ortep_graph_destroy(g);
+  ortep_ep_destroy(ep);
+}
+END_TEST
+
 START_TEST(decoder_ep_choice_without_a_device) {
   if (ortep_cuda_available(NULL, 0)) return; /* a GPU machine: the device suite covers it */
   char dir[64];
@@ -75,6 +110,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, without_a_device_initialise_fails_cleanly);
   tcase_add_test(tc, bad_options_are_refused_before_touching_the_device);
+  tcase_add_test(tc, blocked_weights_are_refused_with_the_fix);
   tcase_add_test(tc, decoder_ep_choice_without_a_device);
   suite_add_tcase(s, tc);
   return test_run(s);

@@ -90,6 +90,65 @@ END_TEST
 START_TEST(avx512_dots_sum_in_the_documented_order) { check_dots(&simd_emulated_avx512, "avx512"); }
 END_TEST
 
+/* The four-row kernels over a blocked weight ([k/16][4][16] for four rows),
+ * against the documented order (simd_avx2.h): per row two 8-lane
+ * accumulators lo and hi over the 16-column blocks in order, lane l of lo
+ * summing column lo_col(l) of each block and of hi hi_col(l), then
+ * avx2_hsum(lo + hi). f16: lo_col(l) = l, hi_col(l) = 8 + l; bf16 (the
+ * zero-interleave widening, per 128-bit half): lo_col = 0-3, 8-11, hi_col =
+ * 4-7, 12-15. */
+static float model_dot4(const float *x, const float *w_rows, size_t k, bool bf16) {
+  float lo[8] = {0}, hi[8] = {0};
+  for (size_t t = 0; t < k; t += 16)
+    for (size_t l = 0; l < 8; l++) {
+      size_t cl = bf16 ? (l < 4 ? l : l + 4) : l, ch = bf16 ? (l < 4 ? l + 4 : l + 8) : 8 + l;
+      lo[l] = fmaf(x[t + cl], w_rows[t + cl], lo[l]);
+      hi[l] = fmaf(x[t + ch], w_rows[t + ch], hi[l]);
+    }
+  float v[8];
+  for (size_t l = 0; l < 8; l++) v[l] = lo[l] + hi[l];
+  return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+START_TEST(blocked_four_row_dots_sum_in_the_documented_order) {
+  enum { KMAX = 4864 };
+  test_rng r = test_rng_new(test_seed() + 2);
+  float *x = malloc(KMAX * sizeof *x), *xp = malloc(KMAX * sizeof *xp), *wide = malloc(4 * KMAX * sizeof *wide);
+  uint16_t *rows = malloc(4 * KMAX * sizeof *rows), *blk = malloc(4 * KMAX * sizeof *blk);
+  ck_assert(x && xp && wide && rows && blk);
+  static const size_t ks[] = {16, 32, 48, 64, 896, 4864};
+  for (int bf16 = 0; bf16 < 2; bf16++)
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+      size_t k = ks[ki];
+      for (size_t i = 0; i < k; i++) x[i] = (float)((double)test_rng_next(&r) / 18446744073709551616.0 * 4.0 - 2.0);
+      for (size_t i = 0; i < 4 * k; i++) {
+        float v = (float)((double)test_rng_next(&r) / 18446744073709551616.0 * 2.0 - 1.0);
+        rows[i] = bf16 ? ortep_f32_to_bf16(v) : ortep_f32_to_f16(v);
+        wide[i] = bf16 ? bf16_value(rows[i]) : ortep_f16_to_f32(rows[i]);
+      }
+      for (size_t q = 0; q < 4; q++) /* row q's 16 columns of block b at b * 64 + q * 16 */
+        for (size_t t = 0; t < k; t += 16) memcpy(blk + t * 4 + q * 16, rows + q * k + t, 16 * sizeof *blk);
+      float y[4];
+      if (bf16)
+        simd_emulated_blocked.dot4_bf16(simd_emulated_blocked.x4_bf16(x, k, xp), blk, k, y);
+      else
+        simd_emulated_blocked.dot4_f16(x, blk, k, y);
+      for (size_t q = 0; q < 4; q++) {
+        float want = model_dot4(x, wide + q * k, k, bf16);
+        ck_assert_msg(same_bits(y[q], want), "%s dot4 k %zu row %zu: %a, want %a", bf16 ? "bf16" : "f16", k, q, y[q],
+                      want);
+        double exact = 0, mag = 0;
+        for (size_t i = 0; i < k; i++) {
+          double p = (double)x[i] * wide[q * k + i];
+          exact += p, mag += fabs(p);
+        }
+        ck_assert_msg(fabs(y[q] - exact) <= 1e-5 * mag + 1e-30, "dot4 k %zu: %g vs %g", k, y[q], exact);
+      }
+    }
+  free(x), free(xp), free(wide), free(rows), free(blk);
+}
+END_TEST
+
 /* Every 16-bit pattern widens to the exact value (NaNs stay NaN). */
 static void check_widen(const simd_kernels *kern, const char *name) {
   enum { N = 65536 + 3 }; /* not a multiple of either width: the tail runs too */
@@ -147,6 +206,7 @@ int main(void) {
   tcase_add_test(tc, avx2_widens_every_value_exactly);
   tcase_add_test(tc, avx512_widens_every_value_exactly);
   tcase_add_test(tc, axpy_is_one_fma_per_element);
+  tcase_add_test(tc, blocked_four_row_dots_sum_in_the_documented_order);
   suite_add_tcase(s, tc);
   return test_run(s);
 }

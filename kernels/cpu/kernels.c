@@ -51,6 +51,11 @@ static void linear_task(void *ctx, size_t worker, size_t begin, size_t end) {
   ortep__cpu_linear(j->x, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin,
                     end);
 }
+static void linear_blocked_task(void *ctx, size_t worker, size_t begin, size_t end) {
+  const linear_job *j = ctx;
+  ortep__cpu_linear_blocked(j->x, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin, end,
+                            ortep__cpu_pool_scratch(j->pool, worker));
+}
 
 /* RMSNorm and RoPE over the pool: rows (tokens) are the items, each computed
  * whole by one worker; a decode step's single row stays on the caller. */
@@ -83,8 +88,8 @@ static void rotary_task(void *ctx, size_t worker, size_t t0, size_t t1) {
 /* M > 1 (a prefill chunk): blocks of output columns through sgemm. */
 static void linear_gemm_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
-  ortep__cpu_linear_gemm(j->x, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y,
-                         begin, end, ortep__cpu_pool_scratch(j->pool, worker));
+  ortep__cpu_linear_gemm(j->x, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->p->blocked,
+                         j->res, j->y, begin, end, ortep__cpu_pool_scratch(j->pool, worker));
 }
 
 void ortep__cpu_supports(const ortep_node *node, int64_t opset, const ortep_shape *shapes, const ortep_dtype *dtypes,
@@ -102,8 +107,8 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
   uint32_t *ew = io->error_word;
   switch (k->op.kind) {
     case ORTEP__OP_GATHER:
-      ortep__cpu_gather(W(in[0], k->op.p.gather.tdt), k->op.p.gather.rows, k->op.p.gather.h, in[1], k->op.p.gather.idx64,
-                        k->op.p.gather.n, out[0], ew);
+      ortep__cpu_gather(W(in[0], k->op.p.gather.tdt), k->op.p.gather.blocked, k->op.p.gather.rows, k->op.p.gather.h,
+                        in[1], k->op.p.gather.idx64, k->op.p.gather.n, out[0], ew);
       break;
     case ORTEP__OP_GEMM: {
       __typeof__(k->op.p.gemm) *g = &k->op.p.gemm;
@@ -167,6 +172,9 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       if (p->m > 1)
         ortep__cpu_pool_for(k->pool, ortep__cpu_linear_blocks(p->m, p->groups, p->n, p->gate_up),
                             per * 128 * (p->m < 256 ? p->m : 256), linear_gemm_task, &j);
+      else if (p->blocked)
+        ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / 4, 4 * per,
+                            linear_blocked_task, &j);
       else
         ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(p->m, p->groups, p->n, p->gate_up), per, linear_task, &j);
       break;
@@ -208,10 +216,13 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", m.reason);
   }
   /* per-worker scratch, reserved now (never while a step runs): a row of
-   * attention scores, or a block of widened weights for a prefill GEMM */
+   * attention scores, a block of widened weights for a prefill GEMM, or x
+   * permuted for a blocked weight */
   size_t scratch = 0;
   if (k->op.kind == ORTEP__OP_GQA) scratch = k->op.p.gqa.tokens * k->op.p.gqa.cap * sizeof(float);
   if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1) scratch = ortep__cpu_linear_scratch(k->op.p.lin.k);
+  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m == 1 && k->op.p.lin.blocked)
+    scratch = k->op.p.lin.k * sizeof(float); /* x as the bf16 blocked kernel reads it */
   st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;
   if (st != ORTEP_OK) {
     ortep__free(k);

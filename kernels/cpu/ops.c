@@ -15,8 +15,8 @@
 
 #include "ops.h"
 
-void ortep__cpu_gather(cpu_weights table, size_t rows, size_t h, const void *index, bool index64, size_t n,
-                       float *out, uint32_t *error_word) {
+void ortep__cpu_gather(cpu_weights table, bool blocked, size_t rows, size_t h, const void *index, bool index64,
+                       size_t n, float *out, uint32_t *error_word) {
   for (size_t i = 0; i < n; i++) {
     int64_t r = index64 ? ((const int64_t *)index)[i] : ((const int32_t *)index)[i];
     float *dst = out + i * h;
@@ -26,7 +26,11 @@ void ortep__cpu_gather(cpu_weights table, size_t rows, size_t h, const void *ind
       continue;
     }
     size_t base = (size_t)r * h;
-    if (table.dtype == ORTEP_DTYPE_F32)
+    if (blocked) { /* row r's 16-column pieces, 64 values apart in its group of four */
+      size_t at = ((size_t)r & ~(size_t)3) * h + ((size_t)r & 3) * 16;
+      for (size_t j = 0; j < h; j += 16)
+        for (size_t c = 0; c < 16; c++) dst[j + c] = cpu_w(table, at + j * 4 + c);
+    } else if (table.dtype == ORTEP_DTYPE_F32)
       memcpy(dst, (const float *)table.data + base, h * sizeof *dst);
     else
       for (size_t j = 0; j < h; j++) dst[j] = cpu_w(table, base + j);
@@ -76,6 +80,26 @@ static float dot8_f16(const float *x, const uint16_t *w, size_t k) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
+/* Four rows of a blocked weight (ops.h), each summed exactly as dot8 sums a
+ * row-major one: lane c % 8 of column c, columns in order. So with the
+ * portable loops a blocked weight gives bitwise the row-major results. */
+#define DOT4_PORTABLE(name, WIDEN)                                                             \
+  static void name(const float *x, const uint16_t *w, size_t k, float *y) {                   \
+    float l[4][8] = {{0}};                                                                     \
+    for (size_t t = 0; t < k; t += 16, w += 64)                                                \
+      for (size_t r = 0; r < 4; r++)                                                           \
+        for (size_t h = 0; h < 16; h += 8)                                                     \
+          for (size_t j = 0; j < 8; j++) l[r][j] += x[t + h + j] * WIDEN(w[r * 16 + h + j]);   \
+    for (size_t r = 0; r < 4; r++)                                                             \
+      y[r] = ((l[r][0] + l[r][1]) + (l[r][2] + l[r][3])) + ((l[r][4] + l[r][5]) + (l[r][6] + l[r][7])); \
+  }
+DOT4_PORTABLE(dot4_bf16_portable, cpu_bf16)
+DOT4_PORTABLE(dot4_f16_portable, ortep_f16_to_f32)
+static const float *x4_as_is(const float *x, size_t k, float *xp) {
+  (void)k, (void)xp;
+  return x;
+}
+
 /* --- SIMD dot products -------------------------------------------------------
  * x86-64: AVX-512F (simd_avx512.h) or AVX2 + FMA + F16C (simd_avx2.h),
  * the widest the CPU and the OS support, chosen once per process (and
@@ -96,10 +120,15 @@ typedef struct dot_set {
   float (*f16)(const float *, const uint16_t *, size_t);
   void (*axpy)(float, const float *, float *, size_t);
   void (*widen)(const uint16_t *, bool, float *, size_t);
+  /* blocked weights: x as the bf16 kernel reads it (xp: k floats), and four rows at once */
+  const float *(*x4_bf16)(const float *x, size_t k, float *xp);
+  void (*dot4_bf16)(const float *, const uint16_t *, size_t, float *);
+  void (*dot4_f16)(const float *, const uint16_t *, size_t, float *);
   const char *name;
 } dot_set;
 
-static dot_set dots = {dot8, dot8_bf16, dot8_f16, axpy_portable, widen_portable, "portable"};
+static dot_set dots = {dot8,      dot8_bf16,          dot8_f16,          axpy_portable, widen_portable,
+                       x4_as_is,  dot4_bf16_portable, dot4_f16_portable, "portable"};
 static pthread_once_t dots_once = PTHREAD_ONCE_INIT;
 static char dots_error[256]; /* why ORTEP_CPU_SIMD could not be honoured; "" when it was */
 static ortep_status dots_status; /* INVALID_ARGUMENT: not a name; NOT_SUPPORTED: a set this CPU lacks */
@@ -132,9 +161,11 @@ static bool have_avx512f(void) {
   if (!(b & (1u << 16))) return false; /* AVX512F */
   return (xcr0() & 0xe6u) == 0xe6u;    /* XMM, YMM, opmask, ZMM0-15 upper halves, ZMM16-31 */
 }
-static const dot_set avx2_set = {dot_f32_avx2, dot_bf16_avx2, dot_f16_avx2, axpy_avx2, widen_avx2, "avx2"};
-static const dot_set avx512_set = {dot_f32_avx512, dot_bf16_avx512, dot_f16_avx512, axpy_avx512, widen_avx512,
-                                   "avx512"};
+static const dot_set avx2_set = {dot_f32_avx2, dot_bf16_avx2,  dot_f16_avx2,  axpy_avx2, widen_avx2,
+                                 avx2_x4_bf16, dot4_bf16_avx2, dot4_f16_avx2, "avx2"};
+/* the blocked four-row kernels are the AVX2 ones (no AVX-512 variant yet) */
+static const dot_set avx512_set = {dot_f32_avx512, dot_bf16_avx512, dot_f16_avx512, axpy_avx512,  widen_avx512,
+                                   avx2_x4_bf16,   dot4_bf16_avx2,  dot4_f16_avx2,  "avx512"};
 #endif
 
 /* The widest set the machine supports, or the one ORTEP_CPU_SIMD names
@@ -222,6 +253,43 @@ void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const 
   }
 }
 
+/* Four outputs of a blocked weight (item = a group of four output rows, in
+ * the order ortep__cpu_linear numbers single ones). */
+static inline void dot4_rows(const float *x, const float *xb, cpu_weights w, size_t j, size_t k, float *v) {
+  const uint16_t *wj = (const uint16_t *)w.data + j * k;
+  if (w.dtype == ORTEP_DTYPE_BF16)
+    dots.dot4_bf16(xb, wj, k, v);
+  else
+    dots.dot4_f16(x, wj, k, v);
+}
+
+void ortep__cpu_linear_blocked(const float *x, size_t k, size_t groups, const cpu_weights *w, const cpu_weights *b,
+                               const size_t *n, bool gate_up, const float *res, float *const *y, size_t begin,
+                               size_t end, float *scratch) {
+  const float *xb = dots.x4_bf16(x, k, scratch);
+  for (size_t item = begin; item < end; item++) {
+    size_t j = item * 4;
+    float v[4], u[4];
+    if (gate_up) {
+      dot4_rows(x, xb, w[0], j, k, v);
+      dot4_rows(x, xb, w[1], j, k, u);
+      for (size_t i = 0; i < 4; i++) {
+        float g = v[i] + (b[0].data ? cpu_w(b[0], j + i) : 0.0f);
+        float up = u[i] + (b[1].data ? cpu_w(b[1], j + i) : 0.0f);
+        y[0][j + i] = g / (1.0f + expf(-g)) * up;
+      }
+      continue;
+    }
+    size_t g = 0;
+    while (j >= n[g]) j -= n[g++];
+    dot4_rows(x, xb, w[g], j, k, v);
+    for (size_t i = 0; i < 4; i++) {
+      float o = v[i] + (b[g].data ? cpu_w(b[g], j + i) : 0.0f);
+      y[g][j + i] = res ? o + res[j + i] : o;
+    }
+  }
+}
+
 /* --- Linear over many rows (prefill): blocks through sgemm -------------------
  * The output columns (weight rows) of every group are cut into blocks of
  * LINEAR_BLOCK; one block is one item: its weight rows, widened to f32 in the
@@ -256,11 +324,20 @@ size_t ortep__cpu_linear_scratch(size_t k) {
   return (2 * (LINEAR_BLOCK + 8) * k + ROW_BLOCK * (LINEAR_BLOCK + 8)) * sizeof(float);
 }
 
-/* Rows [j0, j0 + nb) of w as f32: in place for f32, else widened into dst. */
-static const float *rows_f32(cpu_weights w, size_t j0, size_t nb, size_t k, float *dst) {
+/* Rows [j0, j0 + nb) of w as f32 row-major: in place for f32, else widened
+ * into dst; a blocked weight's rows are gathered back out of their blocks
+ * (j0 and nb are multiples of 4 then: blocks are multiples of 8 wide). */
+static const float *rows_f32(cpu_weights w, bool blocked, size_t j0, size_t nb, size_t k, float *dst) {
   if (w.dtype == ORTEP_DTYPE_F32) return (const float *)w.data + j0 * k;
   const uint16_t *src = (const uint16_t *)w.data + j0 * k;
-  dots.widen(src, w.dtype == ORTEP_DTYPE_F16, dst, nb * k);
+  bool f16 = w.dtype == ORTEP_DTYPE_F16;
+  if (!blocked) {
+    dots.widen(src, f16, dst, nb * k);
+    return dst;
+  }
+  for (size_t q = 0; q < nb; q += 4, src += 4 * k)
+    for (size_t t = 0; t < k; t += 16)
+      for (size_t r = 0; r < 4; r++) dots.widen(src + t * 4 + r * 16, f16, dst + (q + r) * k + t, 16);
   return dst;
 }
 
@@ -271,8 +348,8 @@ static void block_gemm(const float *x, size_t m, size_t k, const float *wb, size
 }
 
 void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w,
-                            const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
-                            size_t begin, size_t end, float *scratch) {
+                            const cpu_weights *b, const size_t *n, bool gate_up, bool blocked, const float *res,
+                            float *const *y, size_t begin, size_t end, float *scratch) {
   /* item = column block x row blocks + row block: a worker's consecutive
    * items share a column block, whose weights it widens once */
   size_t rbs = row_blocks(m), cached = SIZE_MAX;
@@ -285,8 +362,8 @@ void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, c
     if (j0 >= n[g]) continue; /* rounding the width up left this block empty */
     size_t nb = n[g] - j0 < bw ? n[g] - j0 : bw;
     if (cb != cached) {
-      w0 = rows_f32(w[g], j0, nb, k, wbuf0);
-      if (gate_up) w1 = rows_f32(w[1], j0, nb, k, wbuf1);
+      w0 = rows_f32(w[g], blocked, j0, nb, k, wbuf0);
+      if (gate_up) w1 = rows_f32(w[1], blocked, j0, nb, k, wbuf1);
       cached = cb;
     }
     size_t r0 = rb * ROW_BLOCK, mr = m - r0 < ROW_BLOCK ? m - r0 : ROW_BLOCK;

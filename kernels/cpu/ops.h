@@ -39,9 +39,10 @@ static inline void cpu_latch(uint32_t *error_word, uint32_t bit) {
   if (error_word) __atomic_fetch_or(error_word, bit, __ATOMIC_RELAXED);
 }
 
-/* out[n, h] = table[index[n], h]; index i32 or i64. */
-void ortep__cpu_gather(cpu_weights table, size_t rows, size_t h, const void *index, bool index64, size_t n,
-                       float *out, uint32_t *error_word);
+/* out[n, h] = table[index[n], h]; index i32 or i64; blocked: a 16-bit table
+ * in the blocked layout (ortep__cpu_linear_blocked). */
+void ortep__cpu_gather(cpu_weights table, bool blocked, size_t rows, size_t h, const void *index, bool index64,
+                       size_t n, float *out, uint32_t *error_word);
 /* y[M, N] = a[M, K] @ b[K, N] (trans_b: b is [N, K]) * alpha + beta * c[N]
  * (c may be NULL; c_rows = 1 broadcasts a bias, M a full matrix). */
 void ortep__cpu_gemm(const float *a, cpu_weights b, bool trans_b, const float *c_f32, cpu_weights c, size_t c_rows,
@@ -63,9 +64,21 @@ size_t ortep__cpu_linear_items(size_t m, size_t groups, const size_t *n, bool ga
  * row-by-row path, bitwise the same for any thread count. */
 size_t ortep__cpu_linear_blocks(size_t m, size_t groups, const size_t *n, bool gate_up);
 size_t ortep__cpu_linear_scratch(size_t k);
+/* blocked: every W_g is 16-bit in the blocked layout (below). */
 void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w,
-                            const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
-                            size_t begin, size_t end, float *scratch);
+                            const cpu_weights *b, const size_t *n, bool gate_up, bool blocked, const float *res,
+                            float *const *y, size_t begin, size_t end, float *scratch);
+/* ortep:Linear for one row of x over weights in the blocked layout
+ * (opset.h: W_g [N_g/4, K/16, 4, 16], bf16 or f16, K a multiple of 16): item
+ * i is outputs 4i .. 4i + 3, numbered as ortep__cpu_linear numbers single
+ * ones (ortep__cpu_linear_items / 4 of them). Each output is still one
+ * worker's dot product in a fixed order, but not dot_row's: four rows share
+ * every load of x and stream as one (the order is in simd_avx2.h; the
+ * portable loops keep dot_row's, bitwise). scratch: k floats of the running
+ * worker. */
+void ortep__cpu_linear_blocked(const float *x, size_t k, size_t groups, const cpu_weights *w, const cpu_weights *b,
+                               const size_t *n, bool gate_up, const float *res, float *const *y, size_t begin,
+                               size_t end, float *scratch);
 /* Which dot products this process uses: "avx512", "avx2" or "portable"
  * (the name ORTEP_CPU_SIMD takes). */
 const char *ortep__cpu_simd_name(void);

@@ -60,6 +60,59 @@ ORTEP_DOT_AVX2(f32, float)
 ORTEP_DOT_AVX2(bf16, uint16_t)
 ORTEP_DOT_AVX2(f16, uint16_t)
 
+/* --- four rows of a blocked weight (ops.h: [N/4, K/16, 4, 16]) at once -----
+ * Each 16-column block holds the four rows' 16 values one after another, so
+ * the four dot products stream one run of memory and share each load of x.
+ * Per row two 8-lane accumulators, lo and hi, over the blocks in order; the
+ * row's result is avx2_hsum(lo + hi). Which columns a lane sums differs by
+ * dtype:
+ *   f16: vcvtph2ps widens 8 values in place: lo lane l sums columns 16b + l,
+ *        hi lane l columns 16b + 8 + l (x read as is);
+ *   bf16: interleaving with zero (vpunpcklwd/hwd) widens without a shift but
+ *        per 128-bit half: lo lane l sums columns 16b + l for l < 4 and
+ *        16b + l + 4 for l >= 4, hi the other eight (16b + 4 + l, l < 4;
+ *        16b + 8 + l, l >= 4); x must come permuted to match (avx2_x4_bf16).
+ * k is a multiple of 16. tests/simd_emulated.c checks both orders bitwise. */
+ORTEP_SIMD_AVX2 static const float *avx2_x4_bf16(const float *x, size_t k, float *xp) {
+  for (size_t t = 0; t < k; t += 16) {
+    __m256 a = _mm256_loadu_ps(x + t), b = _mm256_loadu_ps(x + t + 8);
+    _mm256_storeu_ps(xp + t, _mm256_permute2f128_ps(a, b, 0x20));     /* 0-3, 8-11 */
+    _mm256_storeu_ps(xp + t + 8, _mm256_permute2f128_ps(a, b, 0x31)); /* 4-7, 12-15 */
+  }
+  return xp;
+}
+#define ORTEP_DOT4_AVX2(type, WLO, WHI)                                                                \
+  ORTEP_SIMD_AVX2 static void dot4_##type##_avx2(const float *x, const uint16_t *w, size_t k, float *y) { \
+    __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;     \
+    __m256i z = _mm256_setzero_si256();                                                              \
+    (void)z;                                                                                         \
+    for (size_t t = 0; t < k; t += 16, w += 64) {                                                    \
+      __m256 xl = _mm256_loadu_ps(x + t), xh = _mm256_loadu_ps(x + t + 8);                           \
+      l0 = _mm256_fmadd_ps(xl, WLO(w), l0);                                                          \
+      h0 = _mm256_fmadd_ps(xh, WHI(w), h0);                                                          \
+      l1 = _mm256_fmadd_ps(xl, WLO(w + 16), l1);                                                     \
+      h1 = _mm256_fmadd_ps(xh, WHI(w + 16), h1);                                                     \
+      l2 = _mm256_fmadd_ps(xl, WLO(w + 32), l2);                                                     \
+      h2 = _mm256_fmadd_ps(xh, WHI(w + 32), h2);                                                     \
+      l3 = _mm256_fmadd_ps(xl, WLO(w + 48), l3);                                                     \
+      h3 = _mm256_fmadd_ps(xh, WHI(w + 48), h3);                                                     \
+    }                                                                                                \
+    y[0] = avx2_hsum(_mm256_add_ps(l0, h0));                                                         \
+    y[1] = avx2_hsum(_mm256_add_ps(l1, h1));                                                         \
+    y[2] = avx2_hsum(_mm256_add_ps(l2, h2));                                                         \
+    y[3] = avx2_hsum(_mm256_add_ps(l3, h3));                                                         \
+  }
+#define AVX2_BF16_LO(p) _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, _mm256_loadu_si256((const __m256i *)(p))))
+#define AVX2_BF16_HI(p) _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, _mm256_loadu_si256((const __m256i *)(p))))
+#define AVX2_F16_LO(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define AVX2_F16_HI(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 8)))
+ORTEP_DOT4_AVX2(bf16, AVX2_BF16_LO, AVX2_BF16_HI)
+ORTEP_DOT4_AVX2(f16, AVX2_F16_LO, AVX2_F16_HI)
+#undef AVX2_BF16_LO
+#undef AVX2_BF16_HI
+#undef AVX2_F16_LO
+#undef AVX2_F16_HI
+
 /* dst = src widened to f32 (f16 when f16, else bf16), 8 at a time. */
 ORTEP_SIMD_AVX2 static void widen_avx2(const uint16_t *src, bool f16, float *dst, size_t n) {
   size_t i = 0;
