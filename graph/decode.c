@@ -93,12 +93,13 @@ void ortep_decoder_close(ortep_decoder *d) {
 }
 
 #define WEIGHTS_KEY "ortep.weights"
+#define LAYOUT_KEY "ortep.weights_layout"
 #define AUTO_CHUNK 256 /* prefill_chunk 0: chunks of 256, 128, 64, ..., 2 */
 
 static ortep_status apply_governor_config(ortep_governor *g, const ortep_config *c) {
   for (size_t i = 0; i < ortep_config_count(c); i++) {
     const char *k = ortep_config_key(c, i);
-    if (strncmp(k, "ortep.", 6) != 0 || !strcmp(k, WEIGHTS_KEY)) continue;
+    if (strncmp(k, "ortep.", 6) != 0 || !strcmp(k, WEIGHTS_KEY) || !strcmp(k, LAYOUT_KEY)) continue;
     ortep_status st = ortep_governor_configure(g, k, ortep_config_get(c, k));
     if (st != ORTEP_OK) return st;
   }
@@ -233,7 +234,25 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
                      WEIGHTS_KEY, wm);
     goto fail;
   }
-  ortep_model_options mo = {wm && !strcmp(wm, "read") ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu};
+  /* the CPU EP's blocked projection weights when it runs the step (no GPU
+   * registered), unless the config says otherwise */
+  const char *lm = ortep_config_get(o.config, LAYOUT_KEY);
+  bool on_cpu = ortep_ep_registry_count(d->registry) == 1;
+  if (lm && strcmp(lm, "auto") && strcmp(lm, "blocked") && strcmp(lm, "row_major")) {
+    st = ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                     "%s = '%s': use auto (the default: blocked when the CPU runs the step), blocked or row_major",
+                     LAYOUT_KEY, lm);
+    goto fail;
+  }
+  if (lm && !strcmp(lm, "blocked") && !on_cpu) {
+    st = ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                     "%s = blocked is the CPU EP's layout, but the step runs on the GPU; use auto or row_major, or "
+                     "ep \"cpu\"", LAYOUT_KEY);
+    goto fail;
+  }
+  bool blocked = lm ? strcmp(lm, "row_major") != 0 && on_cpu : on_cpu;
+  ortep_model_options mo = {wm && !strcmp(wm, "read") ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu,
+                            blocked ? ORTEP_WEIGHTS_BLOCKED : ORTEP_WEIGHTS_ROW_MAJOR};
   if ((st = ortep_model_open_with(dir, &mo, &d->model)) != ORTEP_OK) goto fail;
   const ortep_model_config *c = ortep_model_get_config(d->model);
   size_t limit = (size_t)c->max_position_embeddings;

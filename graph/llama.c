@@ -9,7 +9,7 @@
  * are graph inputs, so the executor gives them fixed places in the EP's
  * planned arena that persist from step to step.
  *
- *   h = Gather(embed, token_id)
+ *   h = Gather(embed, token_id)                (ortep:Embedding when embed is blocked)
  *   per layer l (9 nodes):
  *     x   = RMSNorm(h)                         (input_layernorm)
  *     q,k,v = x W^T (+ bias)                   (one ortep:Linear, three weights)
@@ -183,8 +183,12 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   char h[64] = "h.0";
   value(&b, h, 1, 1, H);
   weight(&b, "model.embed_tokens.weight");
-  node(&b, "Gather", "", "embed", (const char *[]){"model.embed_tokens.weight", tok_in}, 2,
-       (const char *[]){h}, 1);
+  /* a table repacked for the lm_head (a tied one, ORTEP_WEIGHTS_BLOCKED) is
+   * looked up by ortep:Embedding, which reads that layout */
+  const ortep_safetensors_entry *emb = ortep_model_tensor(m, "model.embed_tokens.weight");
+  bool blocked = emb && emb->shape.rank == 4;
+  node(&b, blocked ? "Embedding" : "Gather", blocked ? ORTEP_DOMAIN_ORTEP : "", "embed",
+       (const char *[]){"model.embed_tokens.weight", tok_in}, 2, (const char *[]){h}, 1);
   float eps = (float)c->rms_norm_eps;
   for (int64_t l = 0; l < c->num_hidden_layers && !b.st; l++) {
     char n[11][96], w[12][128], nm[9][96];

@@ -54,6 +54,15 @@ bool ortep__grow(void **arr, size_t *cap, size_t need, size_t elem);
  * On success *fd is open (the caller closes it) and *size is the file's. */
 ortep_status ortep__open_regular(const char *path, int *fd, size_t *size);
 
+/* The position of e (one of st's entries) in st: 0 .. count - 1. */
+size_t ortep__safetensors_index(const ortep_safetensors *st, const ortep_safetensors_entry *e);
+/* Drops the resident pages wholly inside entry e of a mapped file (st from
+ * ortep_safetensors_open) from this process, for a caller that holds the
+ * bytes elsewhere now (graph/model.c's repacked weights): advice
+ * (MADV_DONTNEED), and a later read would fault them back in from the file.
+ * Nothing happens for bytes that are the caller's (ortep_safetensors_parse). */
+void ortep__safetensors_release(const ortep_safetensors *st, const ortep_safetensors_entry *e);
+
 /* The monotonic clock in nanoseconds. */
 uint64_t ortep__now_ns(void);
 

@@ -53,6 +53,18 @@ void ortep_safetensors_close(ortep_safetensors *st) {
   ortep__free(st);
 }
 
+size_t ortep__safetensors_index(const ortep_safetensors *st, const ortep_safetensors_entry *e) {
+  ortep__assert(e >= st->entries && e < st->entries + st->n);
+  return (size_t)(e - st->entries);
+}
+
+void ortep__safetensors_release(const ortep_safetensors *st, const ortep_safetensors_entry *e) {
+  if (!st->map_len || !e->size) return;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)e->data + page - 1) / page * page, hi = ((uintptr_t)e->data + e->size) / page * page;
+  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 typedef struct span {
   uint64_t begin, end;
   size_t entry;

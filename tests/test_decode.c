@@ -531,6 +531,63 @@ START_TEST(weights_read_into_memory_survive_truncation) {
 }
 END_TEST
 
+/* ortep.weights_layout: on the CPU the 16-bit projections are blocked by
+ * default (graph/model.c); the tokens are those of row_major and the logits
+ * within float rounding of them (the four-row dot products sum in another
+ * order), and mapped or read into memory give bitwise the same logits (the
+ * same repacked values, the same kernels). Unknown values are refused. */
+START_TEST(blocked_weights_decode_like_row_major_ones) {
+  const char *presets[] = {"small", "tiny-llama"};
+  const ortep_dtype types[] = {ORTEP_DTYPE_F16, ORTEP_DTYPE_BF16};
+  for (int pi = 0; pi < 2; pi++) {
+    char dir[64];
+    test_model_dir(dir, sizeof dir, presets[pi], types[pi]);
+    const char *how[][2] = {{"row_major", "map"}, {NULL, "map"}, {"blocked", "read"}};
+    float *logits[3] = {NULL, NULL, NULL};
+    int32_t toks[3][12];
+    size_t V = 0;
+    for (int h = 0; h < 3; h++) {
+      ortep_config *c;
+      ck_assert_ok(ortep_config_create(&c));
+      if (how[h][0]) ck_assert_ok(ortep_config_set(c, "ortep.weights_layout", how[h][0]));
+      ck_assert_ok(ortep_config_set(c, "ortep.weights", how[h][1]));
+      ortep_decoder *d;
+      ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 32, .config = c}, &d));
+      V = ortep_decoder_vocab_size(d);
+      logits[h] = malloc(12 * V * sizeof(float));
+      int32_t t;
+      ck_assert_ok(ortep_decoder_prefill(d, long_prompt, 12, &t));
+      for (int i = 0; i < 12; i++) {
+        toks[h][i] = t;
+        ck_assert_ok(ortep_decoder_logits(d, logits[h] + (size_t)i * V, V));
+        ck_assert_ok(ortep_decoder_step(d, t, 12 + i, &t));
+      }
+      ortep_decoder_close(d);
+      ortep_config_destroy(c);
+    }
+    for (int i = 0; i < 12; i++)
+      ck_assert_msg(toks[1][i] == toks[0][i], "%s step %d: blocked token %d, row-major %d", presets[pi], i, toks[1][i],
+                    toks[0][i]);
+    for (size_t i = 0; i < 12 * V; i++)
+      ck_assert_msg(fabsf(logits[1][i] - logits[0][i]) <= 1e-3f * (1.0f + fabsf(logits[0][i])),
+                    "%s logit %zu: blocked %.6f, row-major %.6f", presets[pi], i, logits[1][i], logits[0][i]);
+    ck_assert_msg(memcmp(logits[1], logits[2], 12 * V * sizeof(float)) == 0, "%s: blocked logits differ between "
+                  "mapped and read weights", presets[pi]);
+    for (int h = 0; h < 3; h++) free(logits[h]);
+    ortep_config *c;
+    ck_assert_ok(ortep_config_create(&c));
+    ck_assert_ok(ortep_config_set(c, "ortep.weights_layout", "rows4"));
+    ortep_decoder *d = (ortep_decoder *)1;
+    ck_assert_status(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &d),
+                     ORTEP_E_INVALID_ARGUMENT);
+    ck_assert_error_mentions("ortep.weights_layout = 'rows4': use auto");
+    ck_assert_ptr_null(d);
+    ortep_config_destroy(c);
+    test_model_dir_remove(dir);
+  }
+}
+END_TEST
+
 /* The CPU EP's workers (cpu.threads): every output row (and attention head)
  * is computed whole by one worker in a fixed order, so tokens and logits are
  * bitwise the same for 1, 2, 3 and 8 threads, eager and replayed, on a model
@@ -759,6 +816,7 @@ int main(void) {
   tcase_add_test(tc, generation_stops_at_eos_stop_ids_limits_and_a_full_cache);
   tcase_add_test(tc, logits_are_bitwise_equal_for_every_thread_count);
   tcase_add_test(tc, weights_read_into_memory_survive_truncation);
+  tcase_add_test(tc, blocked_weights_decode_like_row_major_ones);
   tcase_add_test(tc, an_oversized_decoder_is_refused_before_touching_memory);
   tcase_add_test(tc, generate_in_chunks_emits_the_tokens_of_one_call);
   tcase_add_test(tc, logits_need_a_successful_step_and_prefill_bounds_cannot_wrap);

@@ -268,6 +268,158 @@ START_TEST(models_check_weights_against_the_config) {
 }
 END_TEST
 
+/* The resident bytes (Rss) of the mapping of /proc/self/smaps that holds
+ * addr; SIZE_MAX if none does or smaps cannot be read. */
+static size_t rss_at(uintptr_t addr) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return SIZE_MAX;
+  char line[512];
+  bool inside = false;
+  size_t rss = SIZE_MAX;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi, kb;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+      inside = addr >= lo && addr < hi;
+    else if (inside && sscanf(line, "Rss: %lu kB", &kb) == 1) {
+      rss = (size_t)kb * 1024;
+      break;
+    }
+  }
+  fclose(f);
+  return rss;
+}
+
+/* ORTEP_WEIGHTS_BLOCKED: every 16-bit projection, and the tied embedding
+ * (the lm_head's weight), comes back [N/4, K/16, 4, 16] holding exactly the
+ * file's values rearranged (kernels/opset.h), the rest as in the file; memory is not doubled: MAP charges the repacked
+ * copies to the host EP's governor and drops the mapped pages under them,
+ * READ repacks its copy in place (no charge beyond the copy); a budget too
+ * small for the copies is refused naming the weight, with nothing leaked. */
+static const char *const projections[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                          "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                          "mlp.down_proj"};
+/* the i-th repacked weight of a tied model: 7 per layer, then the embedding */
+static const char *repacked_name(const ortep_model_config *c, size_t i, char *name, size_t len) {
+  if (i == 7 * (size_t)c->num_hidden_layers) return "model.embed_tokens.weight";
+  snprintf(name, len, "model.layers.%zu.%s.weight", i / 7, projections[i % 7]);
+  return name;
+}
+START_TEST(blocked_layout_repacks_projections_without_doubling_memory) {
+  char dir[64], name[128];
+  test_model_dir(dir, sizeof dir, "small", ORTEP_DTYPE_F16);
+  ortep_governor *gov;
+  ck_assert_ok(ortep_governor_create(&gov));
+  ortep_ep *cpu;
+  ck_assert_ok(ortep_cpu_ep_create(gov, &cpu));
+  ck_assert_ok(ortep_ep_initialize(cpu, NULL));
+  ortep_model *rm, *bm;
+  ck_assert_ok(ortep_model_open(dir, &rm));
+  const ortep_model_config *c = ortep_model_get_config(rm);
+  size_t packed = 0, count = 7 * (size_t)c->num_hidden_layers + 1;
+  for (size_t i = 0; i < count; i++) packed += ortep_model_tensor(rm, repacked_name(c, i, name, sizeof name))->size;
+  size_t other = ortep_model_weight_bytes(rm) - packed;
+  ortep_mem_stats s0, s1, s2;
+  ortep_governor_get_stats(gov, ORTEP_TIER_HOST, &s0);
+  size_t read_copy = 0;
+  for (int mode = 0; mode < 2; mode++) {
+    ortep_model_options o = {mode ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu, ORTEP_WEIGHTS_ROW_MAJOR};
+    if (mode) { /* what the copy alone costs */
+      ck_assert_ok(ortep_model_open_with(dir, &o, &bm));
+      ortep_governor_get_stats(gov, ORTEP_TIER_HOST, &s1);
+      read_copy = (size_t)(s1.current_bytes - s0.current_bytes);
+      ortep_model_close(bm);
+    }
+    o.layout = ORTEP_WEIGHTS_BLOCKED;
+    ck_assert_ok(ortep_model_open_with(dir, &o, &bm));
+    for (size_t w = 0; w < count; w++) {
+      const char *nm = repacked_name(c, w, name, sizeof name);
+      const ortep_safetensors_entry *r = ortep_model_tensor(rm, nm), *b = ortep_model_tensor(bm, nm);
+      size_t n = (size_t)r->shape.dims[0], k = (size_t)r->shape.dims[1];
+      ck_assert_uint_eq(b->shape.rank, 4);
+      ck_assert_msg(b->shape.dims[0] == (int64_t)n / 4 && b->shape.dims[1] == (int64_t)k / 16 &&
+                        b->shape.dims[2] == 4 && b->shape.dims[3] == 16, "%s: blocked shape", nm);
+      ck_assert_uint_eq(b->size, r->size);
+      ck_assert_int_eq(b->dtype, ORTEP_DTYPE_F16);
+      const uint16_t *rw = r->data, *bw = b->data;
+      size_t misplaced = 0;
+      for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < k; j++)
+          misplaced += bw[(i / 4) * 4 * k + (j / 16) * 64 + (i % 4) * 16 + j % 16] != rw[i * k + j];
+      ck_assert_msg(!misplaced, "%s: %zu values are not where the blocked layout puts them", nm, misplaced);
+    }
+    const char *kept[] = {"model.norm.weight", "model.layers.0.self_attn.q_proj.bias",
+                          "model.layers.3.post_attention_layernorm.weight"};
+    for (size_t i = 0; i < 3; i++) {
+      const ortep_safetensors_entry *r = ortep_model_tensor(rm, kept[i]), *b = ortep_model_tensor(bm, kept[i]);
+      ck_assert_uint_eq(b->shape.rank, r->shape.rank);
+      ck_assert_int_eq(memcmp(b->data, r->data, r->size), 0);
+    }
+    ortep_governor_get_stats(gov, ORTEP_TIER_HOST, &s1);
+    if (mode) {
+      ck_assert_uint_eq(s1.current_bytes - s0.current_bytes, read_copy); /* in place: nothing more */
+    } else {
+      ck_assert_uint_ge(s1.current_bytes - s0.current_bytes, packed); /* the copies are charged */
+      ck_assert_uint_le(s1.current_bytes - s0.current_bytes, packed + count * 64);
+      /* and the mapping holds only what was not repacked (read above) and
+       * the pages a repacked weight shares with its neighbours (two each,
+       * at most): without the release it would hold every projection, read
+       * while repacking */
+      size_t rss = rss_at((uintptr_t)ortep_model_tensor(bm, "model.norm.weight")->data);
+      size_t bound = other + (2 * count + 16) * 4096;
+      if (rss != SIZE_MAX)
+        ck_assert_msg(rss <= bound, "the mapping holds %zu bytes after repacking %zu; at most %zu expected", rss,
+                      packed, bound);
+    }
+    ortep_model_close(bm);
+    ortep_governor_get_stats(gov, ORTEP_TIER_HOST, &s2);
+    ck_assert_uint_eq(s2.current_bytes, s0.current_bytes);
+  }
+  /* bad options, and a budget too small for the copies */
+  ortep_model_options o = {ORTEP_WEIGHTS_MAP, NULL, ORTEP_WEIGHTS_BLOCKED};
+  bm = (ortep_model *)1;
+  ck_assert_status(ortep_model_open_with(dir, &o, &bm), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("ORTEP_WEIGHTS_BLOCKED needs options.host");
+  ck_assert_ptr_null(bm);
+  o = (ortep_model_options){ORTEP_WEIGHTS_MAP, cpu, (ortep_weights_layout)7};
+  ck_assert_status(ortep_model_open_with(dir, &o, &bm), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("use ORTEP_WEIGHTS_ROW_MAJOR or ORTEP_WEIGHTS_BLOCKED");
+  ck_assert_ok(ortep_governor_set_budget(gov, ORTEP_TIER_HOST, s0.current_bytes + packed / 2));
+  o.layout = ORTEP_WEIGHTS_BLOCKED;
+  ck_assert_status(ortep_model_open_with(dir, &o, &bm), ORTEP_E_BUDGET_EXCEEDED);
+  ck_assert_error_mentions("into the blocked layout (ortep.weights_layout)");
+  ck_assert_ptr_null(bm);
+  ortep_governor_get_stats(gov, ORTEP_TIER_HOST, &s2);
+  ck_assert_uint_eq(s2.current_bytes, s0.current_bytes);
+  ortep_model_close(rm);
+  ortep_ep_destroy(cpu);
+  ortep_governor_destroy(gov);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
+/* Which weights are repacked: an untied lm_head is, the untied embedding
+ * table (only its looked-up rows are read) is not, f32 weights are not. */
+START_TEST(blocked_layout_takes_only_what_fits) {
+  char dir[64];
+  ortep_ep *cpu = test_cpu_ep();
+  ortep_model_options o = {ORTEP_WEIGHTS_MAP, cpu, ORTEP_WEIGHTS_BLOCKED};
+  ortep_model *m;
+  test_model_dir(dir, sizeof dir, "tiny-llama", ORTEP_DTYPE_BF16);
+  ck_assert_ok(ortep_model_open_with(dir, &o, &m));
+  ck_assert_uint_eq(ortep_model_tensor(m, "lm_head.weight")->shape.rank, 4);
+  ck_assert_uint_eq(ortep_model_tensor(m, "model.layers.1.mlp.down_proj.weight")->shape.rank, 4);
+  ck_assert_uint_eq(ortep_model_tensor(m, "model.embed_tokens.weight")->shape.rank, 2);
+  ortep_model_close(m);
+  test_model_dir_remove(dir);
+  test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
+  ck_assert_ok(ortep_model_open_with(dir, &o, &m));
+  ck_assert_uint_eq(ortep_model_tensor(m, "model.layers.0.self_attn.q_proj.weight")->shape.rank, 2);
+  ortep_model_close(m);
+  test_model_dir_remove(dir);
+  ortep_ep_destroy(cpu);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("model");
   TCase *tc = tcase_create("core");
@@ -277,6 +429,8 @@ int main(void) {
   tcase_add_test(tc, fifos_and_overlong_paths_are_refused_without_blocking);
   tcase_add_test(tc, config_parsing);
   tcase_add_test(tc, models_check_weights_against_the_config);
+  tcase_add_test(tc, blocked_layout_repacks_projections_without_doubling_memory);
+  tcase_add_test(tc, blocked_layout_takes_only_what_fits);
   suite_add_tcase(s, tc);
   return test_run(s);
 }
