@@ -52,7 +52,7 @@ static const char decode_usage[] =
     "usage: ortep-bench decode [--model DIR | --preset NAME] [--ep auto|cpu|cuda]\n"
     "                          [--dtype f32|f16|bf16] [--mode eager|graph|segmented|all] [--seam OP,...]\n"
     "                          [--prompt-len P] [--tokens N] [--warmup W] [--runs R] [--threads N]\n"
-    "                          [--weights map|read] [--json FILE]\n"
+    "                          [--weights map|read] [--layout auto|blocked|row_major] [--json FILE]\n"
     "                          [--explain] [--profile]\n"
     "\n"
     "Per-token decode latency of each execution mode, side by side in one run. With no\n"
@@ -74,6 +74,8 @@ static const char decode_usage[] =
     "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"
     "  --weights W      map (default: the file's pages, which the kernel may evict under memory\n"
     "                   pressure) or read (a private copy in memory: steadier figures)\n"
+    "  --layout L       the projection weights' layout (ortep.weights_layout): auto (default: the CPU\n"
+    "                   EP's blocked one when it runs the step), blocked or row_major\n"
     "  --json FILE      also write the figures as JSON\n"
     "  --explain        print each mode's plan (node -> EP, segment or seam, offsets)\n"
     "  -h, --help       this text\n";
@@ -227,18 +229,21 @@ typedef struct linear_bench {
   void *w;
   float *x, *y;
   size_t rows, bytes;
+  bool blocked; /* the weight in the CPU EP's blocked layout, as the decoder's */
   const void *in[2];
   void *out[1];
   ortep_kernel_io io;
 } linear_bench;
-static bool linear_open(linear_bench *b, size_t threads, ortep_dtype dtype, size_t k) {
+static bool linear_open(linear_bench *b, size_t threads, ortep_dtype dtype, size_t k, bool blocked) {
   size_t esize = ortep_dtype_size(dtype);
-  *b = (linear_bench){.host = stream_host(), .rows = BOUND_BYTES / (k * esize)};
+  blocked = blocked && esize == 2 && k % 16 == 0;
+  *b = (linear_bench){.host = stream_host(), .rows = BOUND_BYTES / (k * esize) / 4 * 4, .blocked = blocked};
   b->bytes = b->rows * k * esize;
   b->w = stream_alloc(b->host, b->bytes), b->x = malloc(k * sizeof *b->x), b->y = malloc(b->rows * sizeof *b->y);
   char v[32];
   snprintf(v, sizeof v, "%zu", threads);
   ortep_shape shapes[2] = {{2, {1, (int64_t)k}}, {2, {(int64_t)b->rows, (int64_t)k}}};
+  if (blocked) shapes[1] = (ortep_shape){4, {(int64_t)b->rows / 4, (int64_t)k / 16, 4, 16}};
   ortep_dtype dtypes[2] = {ORTEP_DTYPE_F32, dtype};
   if (!b->w || !b->x || !b->y || ortep_cpu_ep_create(NULL, &b->ep) != ORTEP_OK ||
       ortep_config_create(&b->cfg) != ORTEP_OK || ortep_config_set(b->cfg, "cpu.threads", v) != ORTEP_OK ||
@@ -477,7 +482,7 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
 
 /* --- the command: parse, prepare, run, compare, report ------------------------ */
 typedef struct decode_opts {
-  const char *model, *preset, *ep, *dtype, *seams, *json_path, *weights;
+  const char *model, *preset, *ep, *dtype, *seams, *json_path, *weights, *layout;
   long plen, tokens, warmup, runs, threads;
   bool explain, profile, want[NMODES];
 } decode_opts;
@@ -492,6 +497,7 @@ typedef struct decode_run {
   char ep_used[64];
   size_t threads_used;
   const char *simd_used; /* the CPU EP's dot products; NULL for another EP */
+  bool blocked;          /* the projections ran from the CPU EP's blocked layout */
   cJSON *prof;
   bool agree;
   double bw; /* the read bound (CPU EP), 0 when not measured */
@@ -499,6 +505,7 @@ typedef struct decode_run {
   ortep_dtype wdtype; /* of the projections (layer 0's down_proj), when the file has one */
   double kbw;         /* the Linear kernel alone (linear_bench), 0 when not measured */
   size_t krows;
+  bool kblocked; /* its weight blocked */
 } decode_run;
 
 /* -1: go on; otherwise the exit code (help: 0, usage errors: 2). */
@@ -513,7 +520,7 @@ static int parse(int argc, char **argv, decode_opts *o) {
                                      {"warmup", required_argument, 0, 'w'}, {"runs", required_argument, 0, 'r'},
                                      {"json", required_argument, 0, 'j'},   {"explain", no_argument, 0, 'x'},
                                      {"threads", required_argument, 0, 'T'}, {"profile", no_argument, 0, 'F'},
-                                     {"weights", required_argument, 0, 'W'},
+                                     {"weights", required_argument, 0, 'W'}, {"layout", required_argument, 0, 'L'},
                                      {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
   int c, rc = 0;
   while ((c = bench_next_option("decode", argc, argv, lo, decode_usage, &rc)) >= 0) {
@@ -532,12 +539,15 @@ static int parse(int argc, char **argv, decode_opts *o) {
       case 'x': o->explain = true; break;
       case 'T': rc = bench_parse_count("decode", "--threads", optarg, 1, 1024, &o->threads); break;
       case 'W': o->weights = optarg; break;
+      case 'L': o->layout = optarg; break;
       case 'F': o->profile = true; break;
     }
     if (rc) return rc;
   }
   if (c == BENCH_OPTIONS_EXIT) return rc;
   if ((rc = bench_check_model_options("decode", o->model, &o->preset, o->ep, o->dtype, o->weights)) >= 0) return rc;
+  if (o->layout && strcmp(o->layout, "auto") && strcmp(o->layout, "blocked") && strcmp(o->layout, "row_major"))
+    return bench_usage_error("decode", "--layout '%s' is not one of auto, blocked, row_major", o->layout);
   bool all = !strcmp(mode, "all"), found = all;
   for (int i = 0; i < NMODES; i++) {
     o->want[i] = all || !strcmp(mode, modes[i].name);
@@ -592,12 +602,13 @@ static int run_all(const decode_opts *o, decode_run *r) {
          (long long)r->cfg.hidden_size, (long long)r->cfg.num_hidden_layers, (long long)r->cfg.vocab_size,
          (double)r->weight_bytes / 1048576.0, o->plen, o->tokens, o->runs, o->warmup);
   ortep_config *config = NULL;
-  if (o->threads || o->weights) {
+  if (o->threads || o->weights || o->layout) {
     char v[32];
     snprintf(v, sizeof v, "%ld", o->threads);
     if (ortep_config_create(&config) != ORTEP_OK ||
         (o->threads && ortep_config_set(config, "cpu.threads", v) != ORTEP_OK) ||
-        (o->weights && ortep_config_set(config, "ortep.weights", o->weights) != ORTEP_OK)) {
+        (o->weights && ortep_config_set(config, "ortep.weights", o->weights) != ORTEP_OK) ||
+        (o->layout && ortep_config_set(config, "ortep.weights_layout", o->layout) != ORTEP_OK)) {
       fprintf(stderr, "ortep-bench decode: %s\n", ortep_last_error());
       ortep_config_destroy(config);
       return 1;
@@ -656,7 +667,8 @@ static void measure_bounds(decode_run *r) {
   read_bench rb;
   linear_bench lb = {0};
   bool read_ok = read_open(&rb, r->threads_used);
-  bool lin_ok = read_ok && r->has_wdtype && linear_open(&lb, r->threads_used, r->wdtype, (size_t)r->cfg.hidden_size);
+  bool lin_ok = read_ok && r->has_wdtype &&
+                linear_open(&lb, r->threads_used, r->wdtype, (size_t)r->cfg.hidden_size, r->blocked);
   for (int pass = 0; pass < BOUND_PASSES && read_ok; pass++) {
     double bw = read_rate(&rb, BOUND_BYTES);
     if (bw > r->bw) r->bw = bw;
@@ -667,6 +679,7 @@ static void measure_bounds(decode_run *r) {
   }
   if (!lin_ok) r->kbw = 0;
   r->krows = lb.rows;
+  r->kblocked = lb.blocked;
   read_close(&rb);
   if (r->has_wdtype) linear_close(&lb);
 }
@@ -685,7 +698,8 @@ static double decode_over_kernel(const decode_run *r) {
 static void report_table(const decode_opts *o, const decode_run *r) {
   const mode_result *res = r->res;
   if (r->simd_used)
-    printf("\nEP %s (%zu threads, %s dot products)\n", r->ep_used, r->threads_used, r->simd_used);
+    printf("\nEP %s (%zu threads, %s dot products, %s weights)\n", r->ep_used, r->threads_used, r->simd_used,
+           r->blocked ? "blocked" : "row-major");
   else
     printf("\nEP %s\n", r->ep_used);
   printf("  %-28s", "");
@@ -746,9 +760,10 @@ static void report_table(const decode_opts *o, const decode_run *r) {
            binding(r) ? "" : " (the weights fit in cache, so the bound is not binding)");
   }
   if (r->bw > 0 && r->kbw > 0) {
-    printf("  Linear kernel alone: [1, %lld] x [%zu, %lld]^T %s (%.0f MiB, %zu threads, best of 10) reads %.1f GB/s = "
-           "%.0f%% of the peak read",
+    printf("  Linear kernel alone: [1, %lld] x [%zu, %lld]^T %s%s (%.0f MiB, %zu threads, best of 10) reads %.1f GB/s "
+           "= %.0f%% of the peak read",
            (long long)r->cfg.hidden_size, r->krows, (long long)r->cfg.hidden_size, ortep_dtype_name(r->wdtype),
+           r->kblocked ? " blocked" : "",
            (double)(r->krows * (size_t)r->cfg.hidden_size * ortep_dtype_size(r->wdtype)) / 1048576.0,
            r->threads_used, r->kbw / 1e9, 100.0 * r->kbw / r->bw);
     if (binding(r))
@@ -816,6 +831,7 @@ static cJSON *report_json(const decode_opts *o, decode_run *r) {
     cJSON_AddNumberToObject(root, "speedup_segmented_over_eager", res[MODE_SEGMENTED].tok_s / res[MODE_EAGER].tok_s);
   cJSON_AddBoolToObject(root, "tokens_agree", r->agree);
   if (r->simd_used) cJSON_AddStringToObject(root, "cpu_simd", r->simd_used);
+  cJSON_AddStringToObject(root, "weights_layout", r->blocked ? "blocked" : "row_major");
   const mode_result *best = &res[best_mode(r)];
   if (best->frac > 0 || r->bw > 0) {
     double bound = best->frac > 0 ? best->read_bw : r->bw;
@@ -834,6 +850,7 @@ static cJSON *report_json(const decode_opts *o, decode_run *r) {
     if (r->bw > 0 && r->kbw > 0) {
       cJSON *l = cJSON_AddObjectToObject(b, "linear_kernel");
       cJSON_AddStringToObject(l, "dtype", ortep_dtype_name(r->wdtype));
+      cJSON_AddStringToObject(l, "layout", r->kblocked ? "blocked" : "row_major");
       cJSON_AddNumberToObject(l, "k", (double)r->cfg.hidden_size);
       cJSON_AddNumberToObject(l, "rows", (double)r->krows);
       cJSON_AddNumberToObject(l, "read_bytes_per_s", r->kbw);
@@ -872,6 +889,9 @@ int bench_decode_main(int argc, char **argv) {
   bool any = false;
   for (int i = 0; i < NMODES; i++) any = any || r.res[i].ran;
   if (any) { /* otherwise the error is already on stderr and there are no figures */
+    /* the decoder's rule (graph/decode.c): blocked 16-bit projections on the CPU unless row_major */
+    r.blocked = !rc && !strcmp(r.ep_used, "cpu_ep") && (!o.layout || strcmp(o.layout, "row_major")) &&
+                r.has_wdtype && ortep_dtype_size(r.wdtype) == 2;
     if (!rc && !strcmp(r.ep_used, "cpu_ep")) measure_bounds(&r);
     report_table(&o, &r);
     cJSON *root = report_json(&o, &r);

@@ -69,6 +69,7 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
       {"prefill --lengths 0", "--lengths '0'"},        {"prefill --lengths 8,x", "--lengths '8,x'"},
       {"prefill --chunk 1", "--chunk '1'"},            {"prefill --preset huge", "--preset 'huge'"},
       {"prefill --ep cpu --lengths 600", "max_position_embeddings 512"},
+      {"decode --layout diagonal", "--layout 'diagonal' is not one of auto, blocked, row_major"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     ck_assert_int_eq(bench(NULL, cases[i].args, err, sizeof err), 2);
@@ -268,6 +269,27 @@ START_TEST(an_unknown_cpu_simd_name_is_a_usage_error) {
 }
 END_TEST
 
+/* --layout sets ortep.weights_layout: 16-bit weights on the CPU are blocked
+ * by default, row-major when asked; the kernel alone is measured in the
+ * layout decode ran with, and both are reported. */
+START_TEST(layout_is_reported_and_honoured) {
+  char err[4096], args[256];
+  const char *layouts[] = {"", "--layout row_major"}, *want[] = {"blocked", "row_major"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(args, sizeof args, "decode --ep cpu --dtype bf16 --mode graph --tokens 2 --runs 1 --warmup 0 %s --json "
+             "%s/layout.json", layouts[i], g_tmp);
+    ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
+    cJSON *j = read_json("layout.json");
+    ck_assert_str_eq(cJSON_GetObjectItem(j, "weights_layout")->valuestring, want[i]);
+    const cJSON *lin = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "bandwidth_bound"), "linear_kernel");
+    ck_assert_ptr_nonnull(lin);
+    ck_assert_str_eq(cJSON_GetObjectItem(lin, "layout")->valuestring, want[i]);
+    cJSON_Delete(j);
+    ck_assert_msg(strstr(stdout_text(), i ? "row-major weights)" : "blocked weights)"), "%.2000s", stdout_text());
+  }
+}
+END_TEST
+
 START_TEST(alloc_and_replay_write_json) {
   char err[4096], args[256];
   snprintf(args, sizeof args, "alloc --runs 1 --steps 5 --json %s/alloc.json", g_tmp);
@@ -350,6 +372,7 @@ int main(void) {
   tcase_add_test(tc, threads_and_profile);
   tcase_add_test(tc, a_cpu_simd_set_the_cpu_lacks_exits_1);
   tcase_add_test(tc, an_unknown_cpu_simd_name_is_a_usage_error);
+  tcase_add_test(tc, layout_is_reported_and_honoured);
   suite_add_tcase(s, tc);
   return test_run(s);
 }
