@@ -535,7 +535,8 @@ END_TEST
  * default (graph/model.c); the tokens are those of row_major and the logits
  * within float rounding of them (the four-row dot products sum in another
  * order), and mapped or read into memory give bitwise the same logits (the
- * same repacked values, the same kernels). Unknown values are refused. */
+ * same repacked values, the same kernels). Unknown values and keys are
+ * refused. */
 START_TEST(blocked_weights_decode_like_row_major_ones) {
   const char *presets[] = {"small", "tiny-llama"};
   const ortep_dtype types[] = {ORTEP_DTYPE_F16, ORTEP_DTYPE_BF16};
@@ -582,6 +583,14 @@ START_TEST(blocked_weights_decode_like_row_major_ones) {
                      ORTEP_E_INVALID_ARGUMENT);
     ck_assert_error_mentions("ortep.weights_layout = 'rows4': use auto");
     ck_assert_ptr_null(d);
+    ortep_config_destroy(c);
+    /* a misspelt key is named, with the keys there are */
+    ck_assert_ok(ortep_config_create(&c));
+    ck_assert_ok(ortep_config_set(c, "ortep.weights_layot", "row_major"));
+    ck_assert_status(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &d),
+                     ORTEP_E_INVALID_ARGUMENT);
+    ck_assert_error_mentions("unknown decoder setting 'ortep.weights_layot'; known: ortep.weights, "
+                             "ortep.weights_layout, ortep.host.budget_bytes");
     ortep_config_destroy(c);
     test_model_dir_remove(dir);
   }
