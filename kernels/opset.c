@@ -101,6 +101,7 @@ static bool check_gather(ctx *c) {
     c->k->p.gather.n = numel(&c->shapes[1]);
     c->k->p.gather.tdt = c->dtypes[0];
     c->k->p.gather.idx64 = c->dtypes[1] == ORTEP_DTYPE_I64;
+    c->k->p.gather.blocked = false;
   }
   return true;
 }
