@@ -61,10 +61,10 @@ int bench_preset_dir(const char *cmd, const char *preset, const char *dtype, cha
 int bench_is_preset(const char *name);
 #define BENCH_PRESETS "tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b"
 /* The model options decode and prefill share (--model / --preset, --ep,
- * --dtype, --weights): -1 when they are fine (*preset defaults to tiny),
- * else the usage error's exit code. */
+ * --dtype, --weights, --layout; NULL: not given): -1 when they are fine
+ * (*preset defaults to tiny), else the usage error's exit code. */
 int bench_check_model_options(const char *cmd, const char *model, const char **preset, const char *ep,
-                              const char *dtype, const char *weights);
+                              const char *dtype, const char *weights, const char *layout);
 
 int bench_alloc_main(int argc, char **argv);
 int bench_prefill_main(int argc, char **argv);

@@ -193,7 +193,7 @@ int bench_is_preset(const char *name) {
 }
 
 int bench_check_model_options(const char *cmd, const char *model, const char **preset, const char *ep,
-                              const char *dtype, const char *weights) {
+                              const char *dtype, const char *weights, const char *layout) {
   if (model && *preset) return bench_usage_error(cmd, "--model and --preset exclude each other; give one");
   if (strcmp(ep, "auto") && strcmp(ep, "cpu") && strcmp(ep, "cuda"))
     return bench_usage_error(cmd, "--ep '%s' is not one of auto, cpu, cuda", ep);
@@ -201,6 +201,8 @@ int bench_check_model_options(const char *cmd, const char *model, const char **p
     return bench_usage_error(cmd, "--dtype '%s' is not one of f32, f16, bf16", dtype);
   if (weights && strcmp(weights, "map") && strcmp(weights, "read"))
     return bench_usage_error(cmd, "--weights '%s' is not one of map, read", weights);
+  if (layout && strcmp(layout, "auto") && strcmp(layout, "blocked") && strcmp(layout, "row_major"))
+    return bench_usage_error(cmd, "--layout '%s' is not one of auto, blocked, row_major", layout);
   if (!*preset) *preset = "tiny";
   if (!model && !bench_is_preset(*preset))
     return bench_usage_error(cmd, "--preset '%s' is not one of " BENCH_PRESETS, *preset);

@@ -545,9 +545,8 @@ static int parse(int argc, char **argv, decode_opts *o) {
     if (rc) return rc;
   }
   if (c == BENCH_OPTIONS_EXIT) return rc;
-  if ((rc = bench_check_model_options("decode", o->model, &o->preset, o->ep, o->dtype, o->weights)) >= 0) return rc;
-  if (o->layout && strcmp(o->layout, "auto") && strcmp(o->layout, "blocked") && strcmp(o->layout, "row_major"))
-    return bench_usage_error("decode", "--layout '%s' is not one of auto, blocked, row_major", o->layout);
+  if ((rc = bench_check_model_options("decode", o->model, &o->preset, o->ep, o->dtype, o->weights, o->layout)) >= 0)
+    return rc;
   bool all = !strcmp(mode, "all"), found = all;
   for (int i = 0; i < NMODES; i++) {
     o->want[i] = all || !strcmp(mode, modes[i].name);

@@ -28,7 +28,7 @@ void openblas_set_num_threads(int num_threads);
 static const char prefill_usage[] =
     "usage: ortep-bench prefill [--model DIR | --preset NAME] [--dtype f32|f16|bf16] [--ep auto|cpu|cuda]\n"
     "                           [--lengths L,...] [--chunk N] [--runs R] [--threads N] [--weights map|read]\n"
-    "                           [--profile] [--json FILE]\n"
+    "                           [--layout auto|blocked|row_major] [--profile] [--json FILE]\n"
     "\n"
     "Time to the first token of a prompt (the whole ortep_decoder_prefill call), token by\n"
     "token vs in chunks, side by side for each prompt length, in graph mode.\n"
@@ -44,13 +44,15 @@ static const char prefill_usage[] =
     "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"
     "  --weights W      map (default: the file's pages, which the kernel may evict under memory\n"
     "                   pressure) or read (a private copy in memory: steadier figures)\n"
+    "  --layout L       the projection weights' layout (ortep.weights_layout): auto (default: the CPU\n"
+    "                   EP's blocked one when it runs the step), blocked or row_major\n"
     "  --profile        also prefill the longest prompt once more in eager mode with every node\n"
     "                   timed, and print where its time goes by op type (all chunk graphs together)\n"
     "  --json FILE      also write the figures as JSON\n"
     "  -h, --help       this text\n";
 
 typedef struct prefill_opts {
-  const char *model, *preset, *ep, *dtype, *json_path, *weights;
+  const char *model, *preset, *ep, *dtype, *json_path, *weights, *layout;
   long lengths[MAX_LENGTHS];
   size_t n_lengths;
   long chunk, runs, threads;
@@ -82,7 +84,7 @@ static int parse(int argc, char **argv, prefill_opts *o) {
                                      {"runs", required_argument, 0, 'r'},    {"threads", required_argument, 0, 'T'},
                                      {"json", required_argument, 0, 'j'},    {"weights", required_argument, 0, 'W'},
                                      {"profile", no_argument, 0, 'F'},       {"help", no_argument, 0, 'h'},
-                                     {0, 0, 0, 0}};
+                                     {"layout", required_argument, 0, 'Y'},  {0, 0, 0, 0}};
   int c, rc = 0;
   while ((c = bench_next_option("prefill", argc, argv, lo, prefill_usage, &rc)) >= 0) {
     switch (c) {
@@ -96,12 +98,13 @@ static int parse(int argc, char **argv, prefill_opts *o) {
       case 'T': rc = bench_parse_count("prefill", "--threads", optarg, 1, 1024, &o->threads); break;
       case 'j': o->json_path = optarg; break;
       case 'W': o->weights = optarg; break;
+      case 'Y': o->layout = optarg; break;
       case 'F': o->profile = true; break;
     }
     if (rc) return rc;
   }
   if (c == BENCH_OPTIONS_EXIT) return rc;
-  return bench_check_model_options("prefill", o->model, &o->preset, o->ep, o->dtype, o->weights);
+  return bench_check_model_options("prefill", o->model, &o->preset, o->ep, o->dtype, o->weights, o->layout);
 }
 
 /* Best-of-10 GFLOP/s of an OpenBLAS sgemm [m, k] x [k, n] on `threads`
@@ -264,10 +267,11 @@ int bench_prefill_main(int argc, char **argv) {
   }
   ortep_config *cfg = NULL;
   char tv[32];
-  if (o.threads || o.weights) {
+  if (o.threads || o.weights || o.layout) {
     snprintf(tv, sizeof tv, "%ld", o.threads);
     if (ortep_config_create(&cfg) != ORTEP_OK || (o.threads && ortep_config_set(cfg, "cpu.threads", tv) != ORTEP_OK) ||
-        (o.weights && ortep_config_set(cfg, "ortep.weights", o.weights) != ORTEP_OK)) {
+        (o.weights && ortep_config_set(cfg, "ortep.weights", o.weights) != ORTEP_OK) ||
+        (o.layout && ortep_config_set(cfg, "ortep.weights_layout", o.layout) != ORTEP_OK)) {
       fprintf(stderr, "ortep-bench prefill: %s\n", ortep_last_error());
       ortep_config_destroy(cfg);
       if (json) fclose(json);
@@ -352,6 +356,7 @@ int bench_prefill_main(int argc, char **argv) {
     cJSON_AddStringToObject(root, "dtype", o.dtype);
     cJSON_AddStringToObject(root, "ep", ep);
     cJSON_AddStringToObject(root, "weights", o.weights ? o.weights : "map");
+    cJSON_AddStringToObject(root, "layout", o.layout ? o.layout : "auto");
     cJSON_AddNumberToObject(root, "threads", (double)threads);
     if (simd) cJSON_AddStringToObject(root, "cpu_simd", simd);
     cJSON *sizes = cJSON_AddArrayToObject(root, "chunk_sizes"), *graphs = cJSON_AddArrayToObject(root, "chunk_graphs");

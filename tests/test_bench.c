@@ -70,6 +70,7 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
       {"prefill --chunk 1", "--chunk '1'"},            {"prefill --preset huge", "--preset 'huge'"},
       {"prefill --ep cpu --lengths 600", "max_position_embeddings 512"},
       {"decode --layout diagonal", "--layout 'diagonal' is not one of auto, blocked, row_major"},
+      {"prefill --layout rows", "--layout 'rows' is not one of auto, blocked, row_major"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     ck_assert_int_eq(bench(NULL, cases[i].args, err, sizeof err), 2);
