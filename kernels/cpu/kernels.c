@@ -14,6 +14,7 @@ typedef struct cpu_kernel {
   char name[64];
   ortep__op_params op;
   ortep__cpu_pool *pool; /* the EP's workers (NULL: run inline) */
+  float *xperm;          /* a blocked bf16 Linear over one row: x as its kernel reads it (k floats) */
 } cpu_kernel;
 
 /* ortep:Linear over the pool: every output row is one item, computed whole
@@ -21,6 +22,7 @@ typedef struct cpu_kernel {
 typedef struct linear_job {
   const __typeof__(((ortep__op_params *)0)->p.lin) *p;
   const float *x, *res;
+  const float *xb; /* blocked weights: x as the bf16 kernel reads it */
   cpu_weights w[ORTEP__LINEAR_GROUPS], b[ORTEP__LINEAR_GROUPS];
   float *y[ORTEP__LINEAR_GROUPS];
   ortep__cpu_pool *pool;
@@ -53,8 +55,8 @@ static void linear_task(void *ctx, size_t worker, size_t begin, size_t end) {
 }
 static void linear_blocked_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
-  ortep__cpu_linear_blocked(j->x, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin, end,
-                            ortep__cpu_pool_scratch(j->pool, worker));
+  ortep__cpu_linear_blocked(j->x, j->xb, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y,
+                            begin, end);
 }
 
 /* RMSNorm and RoPE over the pool: rows (tokens) are the items, each computed
@@ -162,7 +164,9 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       break;
     case ORTEP__OP_LINEAR: {
       const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
-      linear_job j = {p, in[0], p->residual ? in[7] : NULL, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
+      /* x permuted for the bf16 blocked kernel once per run, not per item */
+      const float *xb = k->xperm ? ortep__cpu_blocked_x(in[0], p->k, k->xperm) : in[0];
+      linear_job j = {p, in[0], p->residual ? in[7] : NULL, xb, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
       for (size_t g = 0; g < p->groups; g++) {
         j.w[g] = W(in[1 + 2 * g], p->wdt[g]);
         j.b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
@@ -198,6 +202,7 @@ static ortep_status cpu_record(ortep_kernel *self, const ortep_kernel_io *io) {
 
 static void cpu_destroy(ortep_kernel *self) {
   cpu_kernel *k = (cpu_kernel *)self;
+  ortep__free(k->xperm);
   ortep__free(k);
 }
 
@@ -216,17 +221,23 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", m.reason);
   }
   /* per-worker scratch, reserved now (never while a step runs): a row of
-   * attention scores, a block of widened weights for a prefill GEMM, or x
-   * permuted for a blocked weight */
+   * attention scores, or a block of widened weights for a prefill GEMM */
   size_t scratch = 0;
   if (k->op.kind == ORTEP__OP_GQA) scratch = k->op.p.gqa.tokens * k->op.p.gqa.cap * sizeof(float);
   if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1) scratch = ortep__cpu_linear_scratch(k->op.p.lin.k);
-  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m == 1 && k->op.p.lin.blocked)
-    scratch = k->op.p.lin.k * sizeof(float); /* x as the bf16 blocked kernel reads it */
   st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;
   if (st != ORTEP_OK) {
     ortep__free(k);
     return st;
+  }
+  /* a blocked bf16 Linear over one row: the buffer for x as its kernel reads it */
+  const __typeof__(k->op.p.lin) *lin = &k->op.p.lin;
+  bool bf16 = false;
+  if (k->op.kind == ORTEP__OP_LINEAR && lin->blocked && lin->m == 1)
+    for (size_t g = 0; g < lin->groups; g++) bf16 = bf16 || lin->wdt[g] == ORTEP_DTYPE_BF16;
+  if (bf16 && !(k->xperm = ortep__malloc(lin->k * sizeof *k->xperm))) {
+    ortep__free(k);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu activations", CPU_EP_NAME, lin->k);
   }
   k->pool = pool;
   snprintf(k->name, sizeof k->name, "cpu.%s", ortep_node_op_type(node));

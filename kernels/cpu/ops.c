@@ -15,6 +15,8 @@
 
 #include "ops.h"
 
+static void blocked_row_f32(cpu_weights w, size_t r, size_t k, float *dst);
+
 void ortep__cpu_gather(cpu_weights table, bool blocked, size_t rows, size_t h, const void *index, bool index64,
                        size_t n, float *out, uint32_t *error_word) {
   for (size_t i = 0; i < n; i++) {
@@ -26,11 +28,9 @@ void ortep__cpu_gather(cpu_weights table, bool blocked, size_t rows, size_t h, c
       continue;
     }
     size_t base = (size_t)r * h;
-    if (blocked) { /* row r's 16-column pieces, 64 values apart in its group of four */
-      size_t at = ((size_t)r & ~(size_t)3) * h + ((size_t)r & 3) * 16;
-      for (size_t j = 0; j < h; j += 16)
-        for (size_t c = 0; c < 16; c++) dst[j + c] = cpu_w(table, at + j * 4 + c);
-    } else if (table.dtype == ORTEP_DTYPE_F32)
+    if (blocked)
+      blocked_row_f32(table, (size_t)r, h, dst);
+    else if (table.dtype == ORTEP_DTYPE_F32)
       memcpy(dst, (const float *)table.data + base, h * sizeof *dst);
     else
       for (size_t j = 0; j < h; j++) dst[j] = cpu_w(table, base + j);
@@ -263,10 +263,11 @@ static inline void dot4_rows(const float *x, const float *xb, cpu_weights w, siz
     dots.dot4_f16(x, wj, k, v);
 }
 
-void ortep__cpu_linear_blocked(const float *x, size_t k, size_t groups, const cpu_weights *w, const cpu_weights *b,
-                               const size_t *n, bool gate_up, const float *res, float *const *y, size_t begin,
-                               size_t end, float *scratch) {
-  const float *xb = dots.x4_bf16(x, k, scratch);
+const float *ortep__cpu_blocked_x(const float *x, size_t k, float *xp) { return dots.x4_bf16(x, k, xp); }
+
+void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t k, size_t groups, const cpu_weights *w,
+                               const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
+                               size_t begin, size_t end) {
   for (size_t item = begin; item < end; item++) {
     size_t j = item * 4;
     float v[4], u[4];
@@ -324,20 +325,21 @@ size_t ortep__cpu_linear_scratch(size_t k) {
   return (2 * (LINEAR_BLOCK + 8) * k + ROW_BLOCK * (LINEAR_BLOCK + 8)) * sizeof(float);
 }
 
+/* Row r of a 16-bit blocked weight [., k] as f32: its 16-column pieces lie
+ * 64 values apart in the run of its group of four rows. */
+static void blocked_row_f32(cpu_weights w, size_t r, size_t k, float *dst) {
+  const uint16_t *src = (const uint16_t *)w.data + (r & ~(size_t)3) * k + (r & 3) * 16;
+  for (size_t t = 0; t < k; t += 16) dots.widen(src + t * 4, w.dtype == ORTEP_DTYPE_F16, dst + t, 16);
+}
+
 /* Rows [j0, j0 + nb) of w as f32 row-major: in place for f32, else widened
- * into dst; a blocked weight's rows are gathered back out of their blocks
- * (j0 and nb are multiples of 4 then: blocks are multiples of 8 wide). */
+ * into dst; a blocked weight's rows are gathered back out of their blocks. */
 static const float *rows_f32(cpu_weights w, bool blocked, size_t j0, size_t nb, size_t k, float *dst) {
   if (w.dtype == ORTEP_DTYPE_F32) return (const float *)w.data + j0 * k;
-  const uint16_t *src = (const uint16_t *)w.data + j0 * k;
-  bool f16 = w.dtype == ORTEP_DTYPE_F16;
-  if (!blocked) {
-    dots.widen(src, f16, dst, nb * k);
-    return dst;
-  }
-  for (size_t q = 0; q < nb; q += 4, src += 4 * k)
-    for (size_t t = 0; t < k; t += 16)
-      for (size_t r = 0; r < 4; r++) dots.widen(src + t * 4 + r * 16, f16, dst + (q + r) * k + t, 16);
+  if (!blocked)
+    dots.widen((const uint16_t *)w.data + j0 * k, w.dtype == ORTEP_DTYPE_F16, dst, nb * k);
+  else
+    for (size_t r = 0; r < nb; r++) blocked_row_f32(w, j0 + r, k, dst + r * k);
   return dst;
 }
 

@@ -74,11 +74,15 @@ void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, c
  * ones (ortep__cpu_linear_items / 4 of them). Each output is still one
  * worker's dot product in a fixed order, but not dot_row's: four rows share
  * every load of x and stream as one (the order is in simd_avx2.h; the
- * portable loops keep dot_row's, bitwise). scratch: k floats of the running
- * worker. */
-void ortep__cpu_linear_blocked(const float *x, size_t k, size_t groups, const cpu_weights *w, const cpu_weights *b,
-                               const size_t *n, bool gate_up, const float *res, float *const *y, size_t begin,
-                               size_t end, float *scratch);
+ * portable loops keep dot_row's, bitwise). xb: x as the bf16 kernel reads
+ * it (ortep__cpu_blocked_x; x itself when no weight is bf16). */
+void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t k, size_t groups, const cpu_weights *w,
+                               const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
+                               size_t begin, size_t end);
+/* x[k] as the bf16 blocked kernel reads it: permuted into xp (k floats)
+ * where the SIMD set needs it, else x itself. Once per node run, not per
+ * item. */
+const float *ortep__cpu_blocked_x(const float *x, size_t k, float *xp);
 /* Which dot products this process uses: "avx512", "avx2" or "portable"
  * (the name ORTEP_CPU_SIMD takes). */
 const char *ortep__cpu_simd_name(void);
