@@ -355,7 +355,7 @@ static void print_profile(const cJSON *prof, long tokens) {
 static int run_mode(const char *dir, const mode_def *m, const char *ep, const char *seams, const ortep_config *config,
                     const int32_t *prompt, size_t plen, long tokens, long warmup, long runs, bool explain,
                     bool progress, read_bench *before, size_t read_per_token, mode_result *r, char *ep_used,
-                    size_t ep_used_len, size_t *threads_used, const char **simd_used) {
+                    size_t ep_used_len, size_t *threads_used, const char **simd_used, bool *blocked) {
   ortep_decoder_options o = {.ep = ep, .max_seq_len = (size_t)(plen + (size_t)tokens + (size_t)warmup + 1),
                              .eager = m->eager, .forced_seams = m->seams ? seams : NULL, .config = config};
   ortep_decoder *d;
@@ -369,6 +369,7 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
   snprintf(ep_used, ep_used_len, "%s", ortep_ep_name(ortep_decoder_ep(d)));
   *threads_used = ortep_cpu_ep_threads(ortep_decoder_ep(d));
   *simd_used = ortep_cpu_ep_simd(ortep_decoder_ep(d));
+  *blocked = ortep_decoder_blocked_weights(d) > 0;
   int rc = 0;
   /* warm-up: captures the graph, touches the weights */
   if (ortep_decoder_prefill(d, prompt, plen, NULL) || ortep_decoder_generate(d, (size_t)warmup + 1, NULL, NULL, NULL)) {
@@ -620,7 +621,7 @@ static int run_all(const decode_opts *o, decode_run *r) {
     if (o->want[i])
       rc = run_mode(r->dir, &modes[i], o->ep, o->seams, config, r->prompt, (size_t)o->plen, o->tokens, o->warmup,
                     o->runs, o->explain, progress, &before, r->read_per_token, &r->res[i], r->ep_used,
-                    sizeof r->ep_used, &r->threads_used, &r->simd_used);
+                    sizeof r->ep_used, &r->threads_used, &r->simd_used, &r->blocked);
   read_close(&before);
   if (o->profile && !rc) rc = profile_run(r->dir, o->ep, config, r->prompt, (size_t)o->plen, o->tokens, &r->prof);
   ortep_config_destroy(config);
@@ -888,9 +889,6 @@ int bench_decode_main(int argc, char **argv) {
   bool any = false;
   for (int i = 0; i < NMODES; i++) any = any || r.res[i].ran;
   if (any) { /* otherwise the error is already on stderr and there are no figures */
-    /* the decoder's rule (graph/decode.c): blocked 16-bit projections on the CPU unless row_major */
-    r.blocked = !rc && !strcmp(r.ep_used, "cpu_ep") && (!o.layout || strcmp(o.layout, "row_major")) &&
-                r.has_wdtype && ortep_dtype_size(r.wdtype) == 2;
     if (!rc && !strcmp(r.ep_used, "cpu_ep")) measure_bounds(&r);
     report_table(&o, &r);
     cJSON *root = report_json(&o, &r);

@@ -356,7 +356,7 @@ int bench_prefill_main(int argc, char **argv) {
     cJSON_AddStringToObject(root, "dtype", o.dtype);
     cJSON_AddStringToObject(root, "ep", ep);
     cJSON_AddStringToObject(root, "weights", o.weights ? o.weights : "map");
-    cJSON_AddStringToObject(root, "layout", o.layout ? o.layout : "auto");
+    cJSON_AddStringToObject(root, "weights_layout", ortep_decoder_blocked_weights(w[1].d) ? "blocked" : "row_major");
     cJSON_AddNumberToObject(root, "threads", (double)threads);
     if (simd) cJSON_AddStringToObject(root, "cpu_simd", simd);
     cJSON *sizes = cJSON_AddArrayToObject(root, "chunk_sizes"), *graphs = cJSON_AddArrayToObject(root, "chunk_graphs");

@@ -720,3 +720,4 @@ size_t ortep_decoder_graph_tokens(const ortep_decoder *d, size_t graph) {
   return d && graph < d->n_graphs ? d->tokens[graph] : 0;
 }
 ortep_ep *ortep_decoder_ep(ortep_decoder *d) { return d ? d->ep : NULL; }
+size_t ortep_decoder_blocked_weights(const ortep_decoder *d) { return d ? ortep_model_blocked_count(d->model) : 0; }

@@ -477,6 +477,7 @@ const ortep_safetensors_entry *ortep_model_tensor(const ortep_model *m, const ch
   size_t b = e && m->blocked_of ? m->blocked_of[ortep__safetensors_index(m->weights, e)] : SIZE_MAX;
   return b == SIZE_MAX ? e : &m->blocked[b];
 }
+size_t ortep_model_blocked_count(const ortep_model *m) { return m ? m->n_blocked : 0; }
 size_t ortep_model_weight_bytes(const ortep_model *m) {
   size_t n = 0;
   for (size_t i = 0; m && i < ortep_safetensors_count(m->weights); i++) n += ortep_safetensors_at(m->weights, i)->size;

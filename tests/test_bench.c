@@ -271,8 +271,9 @@ START_TEST(an_unknown_cpu_simd_name_is_a_usage_error) {
 END_TEST
 
 /* --layout sets ortep.weights_layout: 16-bit weights on the CPU are blocked
- * by default, row-major when asked; the kernel alone is measured in the
- * layout decode ran with, and both are reported. */
+ * by default, row-major when asked; decode measures the kernel alone in the
+ * layout it ran with, and decode and prefill report the layout the decoder
+ * holds. */
 START_TEST(layout_is_reported_and_honoured) {
   char err[4096], args[256];
   const char *layouts[] = {"", "--layout row_major"}, *want[] = {"blocked", "row_major"};
@@ -287,6 +288,12 @@ START_TEST(layout_is_reported_and_honoured) {
     ck_assert_str_eq(cJSON_GetObjectItem(lin, "layout")->valuestring, want[i]);
     cJSON_Delete(j);
     ck_assert_msg(strstr(stdout_text(), i ? "row-major weights)" : "blocked weights)"), "%.2000s", stdout_text());
+    snprintf(args, sizeof args, "prefill --ep cpu --dtype bf16 --lengths 4 --runs 1 %s --json %s/pl.json", layouts[i],
+             g_tmp);
+    ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
+    j = read_json("pl.json");
+    ck_assert_str_eq(cJSON_GetObjectItem(j, "weights_layout")->valuestring, want[i]);
+    cJSON_Delete(j);
   }
 }
 END_TEST

@@ -554,6 +554,8 @@ START_TEST(blocked_weights_decode_like_row_major_ones) {
       ck_assert_ok(ortep_config_set(c, "ortep.weights", how[h][1]));
       ortep_decoder *d;
       ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 32, .config = c}, &d));
+      ck_assert_msg((ortep_decoder_blocked_weights(d) > 0) == (h > 0), "%s: %zu weights blocked with %s", presets[pi],
+                    ortep_decoder_blocked_weights(d), how[h][0] ? how[h][0] : "auto");
       V = ortep_decoder_vocab_size(d);
       logits[h] = malloc(12 * V * sizeof(float));
       int32_t t;

@@ -331,6 +331,8 @@ START_TEST(blocked_layout_repacks_projections_without_doubling_memory) {
     }
     o.layout = ORTEP_WEIGHTS_BLOCKED;
     ck_assert_ok(ortep_model_open_with(dir, &o, &bm));
+    ck_assert_uint_eq(ortep_model_blocked_count(bm), count);
+    ck_assert_uint_eq(ortep_model_blocked_count(rm), 0);
     for (size_t w = 0; w < count; w++) {
       const char *nm = repacked_name(c, w, name, sizeof name);
       const ortep_safetensors_entry *r = ortep_model_tensor(rm, nm), *b = ortep_model_tensor(bm, nm);

@@ -78,6 +78,9 @@ ORTEP_API const ortep_model_config *ortep_model_get_config(const ortep_model *mo
 /* A weight by its Hugging Face name (NULL when absent); a repacked one
  * (ORTEP_WEIGHTS_BLOCKED) with its blocked shape. */
 ORTEP_API const ortep_safetensors_entry *ortep_model_tensor(const ortep_model *model, const char *name);
+/* How many weights ORTEP_WEIGHTS_BLOCKED repacked (0 with ROW_MAJOR, or
+ * when no node's shapes fit the blocks). */
+ORTEP_API size_t ortep_model_blocked_count(const ortep_model *model);
 /* The bytes of every weight. */
 ORTEP_API size_t ortep_model_weight_bytes(const ortep_model *model);
 
