@@ -101,11 +101,8 @@ static ortep_status apply_governor_config(ortep_governor *g, const ortep_config 
     const char *k = ortep_config_key(c, i);
     if (strncmp(k, "ortep.", 6) != 0 || !strcmp(k, WEIGHTS_KEY) || !strcmp(k, LAYOUT_KEY)) continue;
     ortep_status st = ortep_governor_configure(g, k, ortep_config_get(c, k));
-    if (st != ORTEP_OK && strncmp(k, "ortep.host.", 11) && strncmp(k, "ortep.device.", 13) &&
-        strncmp(k, "ortep.disk.", 11))
-      return ortep__fail(st, "unknown decoder setting '%s'; known: %s, %s, ortep.host.budget_bytes, "
-                         "ortep.device.budget_bytes, ortep.disk.budget_bytes", k, WEIGHTS_KEY, LAYOUT_KEY);
-    if (st != ORTEP_OK) return st;
+    if (st != ORTEP_OK) /* the governor names its own keys; the decoder's two besides */
+      return ortep__wrap(st, "decoder config (ortep.* keys: %s, %s and the governor's)", WEIGHTS_KEY, LAYOUT_KEY);
   }
   return ORTEP_OK;
 }
