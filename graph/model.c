@@ -337,6 +337,16 @@ static ortep_status block_one(ortep_model *m, const ortep_safetensors_entry *e, 
   return ORTEP_OK;
 }
 
+/* The weights of one node (names[0 .. n)), repacked together or not at all. */
+static ortep_status block_node(ortep_model *m, const char *const *names, size_t n, uint16_t *rows) {
+  const ortep_safetensors_entry *e[ORTEP__LINEAR_GROUPS];
+  for (size_t t = 0; t < n; t++)
+    if (!blockable(e[t] = ortep_safetensors_find(m->weights, names[t]))) return ORTEP_OK;
+  ortep_status st = ORTEP_OK;
+  for (size_t t = 0; t < n && st == ORTEP_OK; t++) st = block_one(m, e[t], rows);
+  return st;
+}
+
 static ortep_status block_weights(ortep_model *m) {
   const ortep_model_config *c = &m->config;
   size_t count = ortep_safetensors_count(m->weights);
@@ -353,29 +363,24 @@ static ortep_status block_weights(ortep_model *m) {
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory to repack the weights into the blocked layout");
   }
   for (size_t i = 0; i < count; i++) m->blocked_of[i] = SIZE_MAX;
-  static const char *const nodes[][3] = {{"self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                                          "self_attn.v_proj.weight"},
-                                         {"self_attn.o_proj.weight"},
-                                         {"mlp.gate_proj.weight", "mlp.up_proj.weight"},
-                                         {"mlp.down_proj.weight"}};
-  ortep_status st = ORTEP_OK;
-  for (int64_t l = -1; l < c->num_hidden_layers && st == ORTEP_OK; l++)
-    for (size_t g = 0; g < (l < 0 ? 1u : sizeof nodes / sizeof nodes[0]) && st == ORTEP_OK; g++) {
-      const ortep_safetensors_entry *e[3] = {NULL, NULL, NULL};
+  /* the nodes of a layer, as graph/llama.c builds them */
+  static const char *const nodes[][ORTEP__LINEAR_GROUPS] = {
+      {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"},
+      {"self_attn.o_proj.weight"},
+      {"mlp.gate_proj.weight", "mlp.up_proj.weight"},
+      {"mlp.down_proj.weight"}};
+  const char *head = c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  ortep_status st = block_node(m, &head, 1, rows);
+  for (int64_t l = 0; l < c->num_hidden_layers && st == ORTEP_OK; l++)
+    for (size_t g = 0; g < sizeof nodes / sizeof nodes[0] && st == ORTEP_OK; g++) {
+      char name[ORTEP__LINEAR_GROUPS][128];
+      const char *names[ORTEP__LINEAR_GROUPS];
       size_t n = 0;
-      bool ok = true;
-      char name[256];
-      for (size_t t = 0; t < 3; t++) {
-        if (l < 0 && t == 0) /* l = -1: the lm_head */
-          snprintf(name, sizeof name, "%s", c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-        else if (l >= 0 && nodes[g][t])
-          snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, nodes[g][t]);
-        else
-          break;
-        e[n] = ortep_safetensors_find(m->weights, name);
-        ok = ok && blockable(e[n++]);
+      for (; n < ORTEP__LINEAR_GROUPS && nodes[g][n]; n++) {
+        snprintf(name[n], sizeof name[n], "model.layers.%lld.%s", (long long)l, nodes[g][n]);
+        names[n] = name[n];
       }
-      for (size_t t = 0; ok && t < n && st == ORTEP_OK; t++) st = block_one(m, e[t], rows);
+      st = block_node(m, names, n, rows);
     }
   ortep__free(rows);
   return st;
