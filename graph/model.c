@@ -406,6 +406,41 @@ static ortep_status generation_config(const char *dir, ortep_model_config *c) {
   return st == ORTEP_OK ? st : ortep__wrap(st, "%s", path);
 }
 
+/* What dir is, for a message: "does not exist", "is a FIFO, not a directory". */
+static const char *not_a_dir(const char *dir) {
+  struct stat sb;
+  if (stat(dir, &sb) != 0) return errno == ENOENT ? "does not exist" : strerror(errno);
+  if (S_ISDIR(sb.st_mode)) return NULL;
+  return S_ISREG(sb.st_mode)   ? "is a file, not a directory"
+         : S_ISFIFO(sb.st_mode) ? "is a FIFO, not a directory"
+         : S_ISSOCK(sb.st_mode) ? "is a socket, not a directory"
+         : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "is a device, not a directory"
+                                                      : "is not a directory";
+}
+
+ortep_status ortep_model_config_read(const char *dir, ortep_model_config *out) {
+  if (!dir || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_config_read: NULL argument");
+  const char *why = not_a_dir(dir);
+  if (why)
+    return ortep__fail(ORTEP_E_IO, "model directory '%s' %s; give a directory that holds config.json and "
+                       "model.safetensors", dir, why);
+  char path[4096];
+  /* the longest of the names must fit, or none is opened */
+  if ((size_t)snprintf(path, sizeof path, "%s/generation_config.json", dir) >= sizeof path)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "model directory path is %zu bytes; at most %zu are supported",
+                       strlen(dir), sizeof path - sizeof "/generation_config.json");
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  char *json = NULL;
+  size_t len = 0;
+  ortep_model_config c;
+  ortep_status st = ortep__read_file(path, 16u << 20, "a model config", &json, &len);
+  if (st == ORTEP_OK && (st = ortep_model_config_parse(json, len, &c)) != ORTEP_OK) ortep__wrap(st, "%s", path);
+  ortep__free(json);
+  if (st == ORTEP_OK) st = generation_config(dir, &c);
+  if (st == ORTEP_OK) *out = c;
+  return st;
+}
+
 ortep_status ortep_model_open(const char *dir, ortep_model **out) { return ortep_model_open_with(dir, NULL, out); }
 
 ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *options, ortep_model **out) {
@@ -425,30 +460,11 @@ ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *o
   if (o.layout == ORTEP_WEIGHTS_BLOCKED && !o.host)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_open: ORTEP_WEIGHTS_BLOCKED needs options.host, the EP "
                        "whose memory holds the repacked weights");
-  char path[4096];
-  struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return ortep__fail(ORTEP_E_IO, "model directory '%s' does not exist; it must hold config.json and model.safetensors",
-                       dir);
   ortep_model *m = ortep__calloc(1, sizeof *m);
   if (!m) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the model");
   if (o.weights == ORTEP_WEIGHTS_READ || o.layout == ORTEP_WEIGHTS_BLOCKED) m->host = o.host;
-  char *json = NULL;
-  size_t len = 0;
-  /* the longest of the names must fit, or none is opened */
-  if ((size_t)snprintf(path, sizeof path, "%s/generation_config.json", dir) >= sizeof path) {
-    ortep__free(m);
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "model directory path is %zu bytes; at most %zu are supported",
-                       strlen(dir), sizeof path - sizeof "/generation_config.json");
-  }
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  ortep_status st = ortep__read_file(path, 16u << 20, "a model config", &json, &len);
-  if (st == ORTEP_OK) {
-    st = ortep_model_config_parse(json, len, &m->config);
-    if (st != ORTEP_OK) ortep__wrap(st, "%s", path);
-  }
-  ortep__free(json);
-  if (st == ORTEP_OK) st = generation_config(dir, &m->config);
+  char path[4096];
+  ortep_status st = ortep_model_config_read(dir, &m->config);
   if (st == ORTEP_OK) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     st = o.weights == ORTEP_WEIGHTS_READ ? read_weights(m, path) : ortep_safetensors_open(path, &m->weights);

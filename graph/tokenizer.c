@@ -52,6 +52,11 @@ typedef struct pre_step {
   bool split;             /* METASPACE */
 } pre_step;
 
+typedef struct trie_edge {
+  uint64_t key; /* (node << 8) | byte; UINT64_MAX: empty */
+  uint32_t child;
+} trie_edge;
+
 typedef struct pair_entry {
   uint64_t key; /* (left id << 32) | right id; UINT64_MAX: empty */
   uint32_t rank, merged;
@@ -62,12 +67,21 @@ struct ortep_tokenizer {
   uint32_t *len;    /* its length */
   uint8_t *flags;   /* FLAG_ADDED, FLAG_SPECIAL */
   size_t n;         /* ids */
+  size_t decodable; /* ids decode below this: n, or the model's larger (padded) vocabulary, whose extra ids decode
+                       to nothing */
   uint32_t *slots;  /* string -> id: open addressing over ids, EMPTY when free */
   size_t slot_cap;
   pair_entry *pairs;
   size_t pair_cap;
-  uint32_t *added;  /* added token ids, longest content first */
-  size_t n_added;
+  /* The added tokens as a trie over their bytes: node 0 is the root, an
+   * edge (node, byte) -> child lives in an open-addressing table, and
+   * term[node] is the id whose content ends there (-1: none). Matching at a
+   * position walks one path, so encoding costs the text's length times the
+   * longest added token at most, whatever their number. */
+  trie_edge *edges;
+  size_t edge_cap;
+  int32_t *term;
+  size_t n_nodes;
   bool added_first[256]; /* the first bytes of added tokens: other positions are not searched */
   norm_step norm[MAX_STEPS];
   size_t n_norm;
@@ -338,14 +352,40 @@ static ortep_status add_post(ortep_tokenizer *t, const char *path, const cJSON *
   return ORTEP_OK;
 }
 
-/* Added tokens longest first (then by id), so the longest match wins. */
-static void sort_added(ortep_tokenizer *t) {
-  for (size_t i = 1; i < t->n_added; i++)
-    for (size_t j = i; j > 0; j--) {
-      uint32_t x = t->added[j - 1], y = t->added[j];
-      if (t->len[x] > t->len[y] || (t->len[x] == t->len[y] && x < y)) break;
-      t->added[j - 1] = y, t->added[j] = x;
+/* --- the added tokens' trie ------------------------------------------------------ */
+static size_t edge_slot(const ortep_tokenizer *t, uint64_t key) {
+  size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & (t->edge_cap - 1);
+  while (t->edges[i].key != key && t->edges[i].key != UINT64_MAX) i = (i + 1) & (t->edge_cap - 1);
+  return i;
+}
+/* The child of node along byte c, or 0 (the root is nobody's child). */
+static uint32_t trie_next(const ortep_tokenizer *t, uint32_t node, unsigned char c) {
+  const trie_edge *e = &t->edges[edge_slot(t, ((uint64_t)node << 8) | c)];
+  return e->key == UINT64_MAX ? 0 : e->child;
+}
+/* Sized for `content` bytes of content in all (one node per byte at most). */
+static ortep_status trie_init(ortep_tokenizer *t, size_t content) {
+  t->edge_cap = 16;
+  while (t->edge_cap < 2 * content + 2) t->edge_cap *= 2;
+  if (!(t->edges = ortep__malloc(t->edge_cap * sizeof *t->edges)) || !(t->term = ortep__malloc((content + 1) * sizeof *t->term)))
+    return oom();
+  for (size_t i = 0; i < t->edge_cap; i++) t->edges[i].key = UINT64_MAX;
+  t->term[0] = -1, t->n_nodes = 1;
+  return ORTEP_OK;
+}
+/* Two added tokens with one content: the smaller id wins, as it always has. */
+static void trie_insert(ortep_tokenizer *t, uint32_t id) {
+  uint32_t node = 0;
+  for (uint32_t i = 0; i < t->len[id]; i++) {
+    size_t slot = edge_slot(t, ((uint64_t)node << 8) | (unsigned char)t->tok[id][i]);
+    if (t->edges[slot].key == UINT64_MAX) {
+      t->edges[slot] = (trie_edge){((uint64_t)node << 8) | (unsigned char)t->tok[id][i], (uint32_t)t->n_nodes};
+      t->term[t->n_nodes++] = -1;
     }
+    node = t->edges[slot].child;
+  }
+  if (t->term[node] < 0 || (uint32_t)t->term[node] > id) t->term[node] = (int32_t)id;
+  t->added_first[(unsigned char)t->tok[id][0]] = true;
 }
 
 static void byte_level_tables(ortep_tokenizer *t) {
@@ -401,7 +441,7 @@ static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root
                        "%s: the largest token id is %.0f but there are only %.0f tokens; ids must run from 0 without "
                        "large gaps",
                        path, top, entries);
-  t->n = (size_t)top + 1;
+  t->n = t->decodable = (size_t)top + 1;
   t->tok = ortep__calloc(t->n, sizeof *t->tok);
   t->len = ortep__calloc(t->n, sizeof *t->len);
   t->flags = ortep__calloc(t->n, 1);
@@ -411,9 +451,12 @@ static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root
     if (!cJSON_IsNumber(c)) return bad(path, "a vocabulary id is not a number", c->string);
     if ((st = set_token(t, path, c->string, c->valuedouble, 0)) != ORTEP_OK) return st;
   }
-  size_t n_added = 0;
-  for (const cJSON *c = cJSON_IsArray(added) ? added->child : NULL; c; c = c->next) n_added++;
-  if (n_added && !(t->added = ortep__calloc(n_added, sizeof *t->added))) return oom();
+  size_t added_bytes = 0;
+  for (const cJSON *c = cJSON_IsArray(added) ? added->child : NULL; c; c = c->next) {
+    const char *content = str_of(c, "content");
+    added_bytes += content ? strlen(content) : 0;
+  }
+  if ((st = trie_init(t, added_bytes)) != ORTEP_OK) return st;
   for (const cJSON *c = cJSON_IsArray(added) ? added->child : NULL; c; c = c->next) {
     const char *content = str_of(c, "content");
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
@@ -422,14 +465,12 @@ static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root
                 (bool_of(c, "lstrip", false) ? FLAG_LSTRIP : 0) | (bool_of(c, "rstrip", false) ? FLAG_RSTRIP : 0) |
                 (bool_of(c, "single_word", false) ? FLAG_SINGLE : 0);
     if ((st = set_token(t, path, content, id->valuedouble, f)) != ORTEP_OK) return st;
-    t->added[t->n_added++] = (uint32_t)id->valuedouble;
+    trie_insert(t, (uint32_t)id->valuedouble);
   }
   for (size_t i = 0; i < t->n; i++)
     if (!t->tok[i]) { /* a hole in the ids: a token nobody can produce */
       if (!(t->tok[i] = ortep__strdup(""))) return oom();
     }
-  sort_added(t);
-  for (size_t k = 0; k < t->n_added; k++) t->added_first[(unsigned char)t->tok[t->added[k]][0]] = true;
   t->slot_cap = 16;
   while (t->slot_cap < 2 * t->n) t->slot_cap *= 2;
   if (!(t->slots = ortep__malloc(t->slot_cap * sizeof *t->slots))) return oom();
@@ -501,7 +542,7 @@ void ortep_tokenizer_close(ortep_tokenizer *t) {
   if (!t) return;
   for (size_t i = 0; t->tok && i < t->n; i++) ortep__free(t->tok[i]);
   ortep__free(t->tok), ortep__free(t->len), ortep__free(t->flags), ortep__free(t->slots), ortep__free(t->pairs);
-  ortep__free(t->added);
+  ortep__free(t->edges), ortep__free(t->term);
   for (size_t i = 0; i < t->n_norm; i++) ortep__free(t->norm[i].a), ortep__free(t->norm[i].b);
   for (size_t i = 0; i < t->n_pre; i++) pcre2_code_free(t->pre[i].re);
   ortep__free(t);
@@ -528,6 +569,10 @@ static ortep_status from_json(const char *text, size_t len, const char *name, or
 }
 
 ortep_status ortep_tokenizer_open(const char *path, ortep_tokenizer **out) {
+  return ortep_tokenizer_open_for_vocab(path, 0, out);
+}
+
+ortep_status ortep_tokenizer_open_for_vocab(const char *path, size_t model_vocab, ortep_tokenizer **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_open: out is NULL");
   *out = NULL;
   if (!path) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_open: the path is NULL");
@@ -544,6 +589,19 @@ ortep_status ortep_tokenizer_open(const char *path, ortep_tokenizer **out) {
   if (st != ORTEP_OK) return ortep__wrap(st, "opening the tokenizer (a model directory needs a tokenizer.json)");
   st = from_json(text, len, file, out);
   ortep__free(text);
+  if (st == ORTEP_OK && model_vocab) {
+    ortep_tokenizer *t = *out;
+    if (t->n > model_vocab) {
+      st = ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "%s has %zu token ids but the model's vocabulary has %zu (config.json vocab_size): the tokenizer "
+                       "belongs to another model; use the tokenizer.json that ships with this model",
+                       file, t->n, model_vocab);
+      ortep_tokenizer_close(t);
+      *out = NULL;
+    } else {
+      t->decodable = model_vocab;
+    }
+  }
   return st;
 }
 
@@ -828,17 +886,19 @@ static bool word_char(const char *text, size_t len, size_t at, bool before) {
 }
 
 /* The added token starting at text + at (the longest that may match there),
- * or -1. */
+ * or -1: one walk down the trie, keeping the deepest token whose
+ * single_word condition holds. */
 static int32_t added_at(const ortep_tokenizer *t, const char *text, size_t len, size_t at) {
-  const char *p = text + at;
-  for (size_t k = 0; k < t->n_added; k++) {
-    uint32_t id = t->added[k];
-    if (t->len[id] > len - at || p[0] != t->tok[id][0] || memcmp(p, t->tok[id], t->len[id])) continue;
-    if ((t->flags[id] & FLAG_SINGLE) && (word_char(text, len, at, true) || word_char(text, len, at + t->len[id], false)))
+  int32_t best = -1;
+  uint32_t node = 0;
+  for (size_t i = at; i < len && (node = trie_next(t, node, (unsigned char)text[i])) != 0; i++) {
+    int32_t id = t->term[node];
+    if (id < 0) continue;
+    if ((t->flags[id] & FLAG_SINGLE) && (word_char(text, len, at, true) || word_char(text, len, i + 1, false)))
       continue;
-    return (int32_t)id;
+    best = id;
   }
-  return -1;
+  return best;
 }
 
 static bool blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
@@ -931,35 +991,58 @@ static bool token_bytes(const ortep_tokenizer *t, int32_t id, bytes *out) {
   return true;
 }
 
-/* The byte length of the UTF-8 sequence a lead byte starts (0: not a lead). */
-static size_t lead_len(unsigned char c) {
-  return c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c < 0xF5 ? 4 : 0;
+/* The maximal subpart at p[0..n), n >= 1 (the Unicode Standard, 3.9,
+ * "U+FFFD substitution of maximal subparts"; Table 3-7 gives the bytes a
+ * well-formed sequence allows: E0 needs A0..BF next, ED 80..9F, F0 90..BF,
+ * F4 80..8F). *len is its length; returns 1 for a whole character, 0 for the
+ * start of one that the end of the buffer cuts, -1 for an ill-formed
+ * subpart (one U+FFFD): so ED A0 80 is three subparts, E0 80 80 three, F4 90
+ * 80 80 four, and E1 80 followed by "A" one, then "A". */
+static int utf8_subpart(const unsigned char *p, size_t n, size_t *len) {
+  unsigned char c = p[0], lo = 0x80, hi = 0xBF;
+  size_t want;
+  *len = 1;
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF)
+    want = 2;
+  else if (c >= 0xE0 && c <= 0xEF)
+    want = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+  else if (c >= 0xF0 && c <= 0xF4)
+    want = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+  else
+    return -1; /* 80..C1, F5..FF start nothing */
+  size_t j = 1;
+  for (; j < want && j < n; j++)
+    if (p[j] < (j == 1 ? lo : 0x80) || p[j] > (j == 1 ? hi : 0xBF)) break;
+  *len = j;
+  return j == want ? 1 : j == n ? 0 : -1;
 }
 
-/* Appends the characters of p[0..n) to out, each invalid sequence (a bad
- * byte, or the longest cut prefix of a character) as one U+FFFD, as Rust's
- * from_utf8_lossy does. Not final: a character cut by the end of the buffer
- * may be finished by the next token, so it is left over. Returns the bytes
- * consumed. */
+/* Appends the characters of p[0..n) to out, each maximal ill-formed
+ * subpart as one U+FFFD, as Rust's from_utf8_lossy and Python's
+ * decode(errors="replace") do. Not final: a character cut by the end of the
+ * buffer may be finished by the next token, so it is left over. Returns the
+ * bytes consumed. */
 static size_t emit_utf8(const char *p, size_t n, bool final, bytes *out, bool *ok) {
   static const char fffd[] = "\xef\xbf\xbd";
   size_t i = 0;
   *ok = true;
   while (i < n) {
-    utf8proc_int32_t cp;
-    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)p + i, (utf8proc_ssize_t)(n - i), &cp);
-    if (k > 0) {
-      if (!put(out, p + i, (size_t)k)) return *ok = false, i;
-      i += (size_t)k;
-      continue;
-    }
-    size_t want = lead_len((unsigned char)p[i]), j = i + 1;
-    while (want && j < n && j < i + want && ((unsigned char)p[j] & 0xC0) == 0x80) j++;
-    if (!final && want > 1 && j == n && j < i + want) return i; /* unfinished: wait for more */
-    if (!put(out, fffd, 3)) return *ok = false, i;
-    i = want > 1 ? j : i + 1;
+    size_t k;
+    int r = utf8_subpart((const unsigned char *)p + i, n - i, &k);
+    if (r == 0 && !final) return i; /* unfinished: wait for more */
+    if (!(r > 0 ? put(out, p + i, k) : put(out, fffd, 3))) return *ok = false, i;
+    i += k;
   }
   return i;
+}
+
+/* An id no token of the tokenizer (nor of the model it was opened for) has. */
+static ortep_status outside(const ortep_tokenizer *t, const char *fn, int32_t id, size_t at) {
+  char where[32] = "";
+  if (at != SIZE_MAX) snprintf(where, sizeof where, " (at %zu)", at);
+  return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: id %d%s is outside the vocabulary: ids run from 0 to %zu%s", fn, id,
+                     where, t->decodable - 1, t->decodable > t->n ? " (the model's vocabulary)" : "");
 }
 
 ortep_status ortep_tokenizer_decode(const ortep_tokenizer *t, const int32_t *id, size_t n, bool skip_special,
@@ -970,10 +1053,9 @@ ortep_status ortep_tokenizer_decode(const ortep_tokenizer *t, const int32_t *id,
   bytes raw = {0}, fixed = {0};
   ortep_status st = ORTEP_OK;
   for (size_t i = 0; i < n && st == ORTEP_OK; i++) {
-    if (id[i] < 0 || (size_t)id[i] >= t->n)
-      st = ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_decode: id %d (at %zu) is outside the vocabulary of %zu",
-                       id[i], i, t->n);
-    else if (!(skip_special && (t->flags[id[i]] & FLAG_SPECIAL)) && !token_bytes(t, id[i], &raw))
+    if (id[i] < 0 || (size_t)id[i] >= t->decodable)
+      st = outside(t, "ortep_tokenizer_decode", id[i], i);
+    else if ((size_t)id[i] < t->n && !(skip_special && (t->flags[id[i]] & FLAG_SPECIAL)) && !token_bytes(t, id[i], &raw))
       st = oom();
   }
   size_t skip = 0;
@@ -1029,18 +1111,18 @@ ortep_status ortep_detokenizer_push(ortep_detokenizer *s, int32_t id, const char
   if (!s || !text || !len) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_detokenizer_push: NULL argument");
   *text = "", *len = 0;
   const ortep_tokenizer *t = s->t;
-  if (id < 0 || (size_t)id >= t->n)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_detokenizer_push: id %d is outside the vocabulary of %zu", id, t->n);
+  if (id < 0 || (size_t)id >= t->decodable) return outside(t, "ortep_detokenizer_push", id, SIZE_MAX);
   s->out.n = 0;
-  if (s->skip_special && (t->flags[id] & FLAG_SPECIAL)) return ORTEP_OK;
+  if ((size_t)id >= t->n || (s->skip_special && (t->flags[id] & FLAG_SPECIAL))) return ORTEP_OK;
   if (!token_bytes(t, id, &s->pending)) return oom();
+  if (!s->pending.n) return ORTEP_OK; /* an empty token (a gap in the ids) */
   size_t skip = 0;
   while (!s->started && s->stripped < t->dec_strip && skip < s->pending.n && s->pending.p[skip] == ' ')
     skip++, s->stripped++;
   bool ok;
   size_t keep_from = skip + emit_utf8(s->pending.p + skip, s->pending.n - skip, false, &s->out, &ok);
   if (!ok) return oom();
-  memmove(s->pending.p, s->pending.p + keep_from, s->pending.n - keep_from);
+  if (keep_from < s->pending.n) memmove(s->pending.p, s->pending.p + keep_from, s->pending.n - keep_from);
   s->pending.n -= keep_from;
   if (s->out.n) s->started = true;
   *text = s->out.p ? s->out.p : "", *len = s->out.n;

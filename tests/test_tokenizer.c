@@ -215,6 +215,173 @@ START_TEST(presets_have_a_tokenizer) {
 }
 END_TEST
 
+
+/* "61 F1 80" -> bytes; "0061 FFFD" -> UTF-8. */
+static size_t hex_bytes(const char *hex, unsigned char *out) {
+  size_t n = 0;
+  for (char *end; *hex; hex = end) {
+    out[n++] = (unsigned char)strtoul(hex, &end, 16);
+    while (*end == ' ') end++;
+  }
+  return n;
+}
+static size_t code_points(const char *hex, char *out) {
+  size_t n = 0;
+  for (char *end; *hex; hex = end) {
+    unsigned long cp = strtoul(hex, &end, 16);
+    if (cp < 0x80) {
+      out[n++] = (char)cp;
+    } else {
+      ck_assert_uint_eq(cp, 0xFFFD); /* the tables use ASCII and U+FFFD */
+      memcpy(out + n, "\xef\xbf\xbd", 3), n += 3;
+    }
+    while (*end == ' ') end++;
+  }
+  out[n] = '\0';
+  return n;
+}
+
+/* The Unicode Standard's examples of U+FFFD substitution of maximal
+ * subparts (chapter 3.9, Tables 3-8 to 3-11) and the cases the probe found,
+ * through the batch decoder and the streaming one byte by byte (the
+ * byte-level fixture's ids 0..255 are the bytes). */
+START_TEST(utf8_repair_replaces_each_maximal_subpart) {
+  static const struct {
+    const char *bytes, *chars;
+  } cases[] = {
+      {"61 F1 80 80 E1 80 C2 62 80 63 80 BF 64", "61 FFFD FFFD FFFD 62 FFFD 63 FFFD FFFD 64"}, /* 3-8 */
+      {"C0 AF E0 80 BF F0 81 82 41", "FFFD FFFD FFFD FFFD FFFD FFFD FFFD FFFD 41"},           /* non-shortest */
+      {"ED A0 80 ED BF BF ED AF 41", "FFFD FFFD FFFD FFFD FFFD FFFD FFFD FFFD 41"},           /* surrogates */
+      {"F4 91 92 93 FF 41 80 BF 42", "FFFD FFFD FFFD FFFD FFFD 41 FFFD FFFD 42"},             /* other */
+      {"E1 80 E2 F0 91 92 F1 BF 41", "FFFD FFFD FFFD FFFD 41"},                               /* truncated */
+      {"ED A0 80", "FFFD FFFD FFFD"},
+      {"E0 80 80", "FFFD FFFD FFFD"},
+      {"F4 90 80 80", "FFFD FFFD FFFD FFFD"},
+      {"E2 82", "FFFD"}, /* a character cut by the end: one */
+      {"41 E2 82 AC 42", NULL}, /* valid: the bytes themselves */
+  };
+  ortep_tokenizer *t = open_fixture("bytelevel_tokenizer.json");
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    unsigned char in[32];
+    char want[128], *got, streamed[128] = "";
+    size_t n = hex_bytes(cases[c].bytes, in), want_len, len;
+    if (cases[c].chars)
+      want_len = code_points(cases[c].chars, want);
+    else
+      memcpy(want, in, n), want[want_len = n] = '\0';
+    int32_t ids[32];
+    for (size_t i = 0; i < n; i++) ids[i] = in[i];
+    ck_assert_ok(ortep_tokenizer_decode(t, ids, n, false, &got, &len));
+    ck_assert_msg(len == want_len && !memcmp(got, want, len), "%s: %zu bytes, want %zu", cases[c].bytes, len, want_len);
+    free(got);
+    ortep_detokenizer *s;
+    ck_assert_ok(ortep_detokenizer_create(t, false, &s));
+    const char *out;
+    for (size_t i = 0; i <= n; i++) {
+      if (i < n)
+        ck_assert_ok(ortep_detokenizer_push(s, ids[i], &out, &len));
+      else
+        ck_assert_ok(ortep_detokenizer_flush(s, &out, &len));
+      strncat(streamed, out, len);
+    }
+    ck_assert_msg(!strcmp(streamed, want), "%s streamed differs from the batch decoder", cases[c].bytes);
+    ortep_detokenizer_destroy(s);
+  }
+  ortep_tokenizer_close(t);
+}
+END_TEST
+
+/* A tokenizer larger than the model's vocabulary is another model's and is
+ * refused naming both; a padded model vocabulary is accepted, and its extra
+ * ids decode to nothing, as Hugging Face's tokenizers do. */
+START_TEST(tokenizer_and_model_vocabularies_are_compared_at_open) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/bytelevel_tokenizer.json", ORTEP_TEST_DATA);
+  ortep_tokenizer *t = (ortep_tokenizer *)1;
+  ck_assert_status(ortep_tokenizer_open_for_vocab(path, 100, &t), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("268 token ids but the model's vocabulary has 100");
+  ck_assert_ptr_null(t);
+  ck_assert_ok(ortep_tokenizer_open_for_vocab(path, 300, &t));
+  ck_assert_uint_eq(ortep_tokenizer_vocab_size(t), 268);
+  char *text;
+  size_t len;
+  ck_assert_ok(ortep_tokenizer_decode(t, (const int32_t[]){259, 280, 299, 264}, 4, false, &text, &len));
+  ck_assert_str_eq(text, "hello world");
+  free(text);
+  ck_assert_status(ortep_tokenizer_decode(t, (const int32_t[]){300}, 1, false, &text, &len), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("ids run from 0 to 299 (the model's vocabulary)");
+  ortep_detokenizer *s;
+  const char *out;
+  ck_assert_ok(ortep_detokenizer_create(t, false, &s));
+  ck_assert_ok(ortep_detokenizer_push(s, 290, &out, &len));
+  ck_assert_uint_eq(len, 0);
+  ck_assert_status(ortep_detokenizer_push(s, 300, &out, &len), ORTEP_E_INVALID_ARGUMENT);
+  ortep_detokenizer_destroy(s);
+  ortep_tokenizer_close(t);
+  ck_assert_ok(ortep_tokenizer_open_for_vocab(path, 268, &t)); /* equal sizes: fine */
+  ortep_tokenizer_close(t);
+}
+END_TEST
+
+/* A gap in the ids has the empty token: pushed first into a fresh stream
+ * (once undefined behaviour: memmove from NULL) or anywhere, it adds
+ * nothing. */
+START_TEST(an_empty_token_pushed_first_adds_nothing) {
+  static const char json[] = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"c\": 2}, \"merges\": []}}";
+  ortep_tokenizer *t;
+  ck_assert_ok(ortep_tokenizer_open_json(json, sizeof json - 1, &t));
+  ck_assert_str_eq(ortep_tokenizer_token(t, 1), "");
+  ortep_detokenizer *s;
+  const char *out;
+  size_t len;
+  ck_assert_ok(ortep_detokenizer_create(t, false, &s));
+  ck_assert_ok(ortep_detokenizer_push(s, 1, &out, &len));
+  ck_assert_uint_eq(len, 0);
+  ck_assert_ok(ortep_detokenizer_push(s, 2, &out, &len));
+  ck_assert_str_eq(out, "c");
+  ck_assert_ok(ortep_detokenizer_flush(s, &out, &len));
+  ck_assert_uint_eq(len, 0);
+  ortep_detokenizer_destroy(s);
+  ortep_tokenizer_close(t);
+}
+END_TEST
+
+/* 20,000 added tokens that share their first byte ("a0" .. "a19999"): the
+ * longest one at each position wins, whatever their number (a trie walk, not
+ * a scan of the list); ortep-bench tokenizer times it. */
+START_TEST(many_added_tokens_match_longest_first) {
+  enum { N = 20000 };
+  size_t cap = 64 + (size_t)N * 40;
+  char *json = malloc(cap);
+  ck_assert_ptr_nonnull(json);
+  int w = sprintf(json, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0");
+  for (int d = 0; d < 10; d++) w += sprintf(json + w, ", \"%d\": %d", d, 1 + d);
+  w += sprintf(json + w, "}, \"merges\": []}, \"added_tokens\": [");
+  for (int k = 0; k < N; k++) w += sprintf(json + w, "%s{\"id\": %d, \"content\": \"a%d\"}", k ? ", " : "", 11 + k, k);
+  w += sprintf(json + w, "]}");
+  ortep_tokenizer *t;
+  ck_assert_ok(ortep_tokenizer_open_json(json, (size_t)w, &t));
+  free(json);
+  ck_assert_uint_eq(ortep_tokenizer_vocab_size(t), 11 + N);
+  /* "a123456": "a12345" (the longest added token there), then "6"; "aa7": "a", then "a7" */
+  expect_ids(t, "a123456", false, IDS(11 + 12345, 1 + 6));
+  expect_ids(t, "aa7", false, IDS(0, 11 + 7));
+  expect_ids(t, "a19999a20000", false, IDS(11 + 19999, 11 + 2000, 1 + 0));
+  size_t big = 100000;
+  char *text = malloc(big + 1);
+  ck_assert_ptr_nonnull(text);
+  memset(text, 'a', big), text[big] = '\0';
+  int32_t *ids;
+  size_t n;
+  ck_assert_ok(ortep_tokenizer_encode(t, text, big, false, &ids, &n));
+  ck_assert_uint_eq(n, big);
+  ck_assert_int_eq(ids[0], 0);
+  ck_assert_int_eq(ids[big - 1], 0);
+  free(ids), free(text);
+  ortep_tokenizer_close(t);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tokenizer");
   TCase *tc = tcase_create("core");
@@ -224,6 +391,10 @@ int main(void) {
   tcase_add_test(tc, streaming_emits_whole_characters_only);
   tcase_add_test(tc, bad_input_and_unsupported_files_are_refused);
   tcase_add_test(tc, presets_have_a_tokenizer);
+  tcase_add_test(tc, utf8_repair_replaces_each_maximal_subpart);
+  tcase_add_test(tc, tokenizer_and_model_vocabularies_are_compared_at_open);
+  tcase_add_test(tc, an_empty_token_pushed_first_adds_nothing);
+  tcase_add_test(tc, many_added_tokens_match_longest_first);
   suite_add_tcase(s, tc);
   return test_run(s);
 }

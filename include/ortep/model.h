@@ -41,6 +41,12 @@ typedef struct ortep_model_config {
  * ORTEP_MAX_EOS_TOKENS). rope_scaling is refused. */
 ORTEP_API ortep_status ortep_model_config_parse(const char *json, size_t len, ortep_model_config *out);
 
+/* Reads dir/config.json (and generation_config.json's eos_token_id) without
+ * opening the weights: what a program needs to size a request before it
+ * opens a decoder. A path that is not a directory is refused saying what it
+ * is. */
+ORTEP_API ortep_status ortep_model_config_read(const char *dir, ortep_model_config *out);
+
 typedef struct ortep_model ortep_model;
 /* Opens dir with the weights mapped (ORTEP_WEIGHTS_MAP). */
 ORTEP_API ortep_status ortep_model_open(const char *dir, ortep_model **out);

@@ -40,12 +40,19 @@ typedef struct ortep_tokenizer ortep_tokenizer;
 
 /* path: a tokenizer.json file, or a directory holding one. */
 ORTEP_API ortep_status ortep_tokenizer_open(const char *path, ortep_tokenizer **out);
+/* The same, checked against the vocabulary of the model it serves
+ * (config.json's vocab_size; 0: no model, as ortep_tokenizer_open): a
+ * tokenizer with more ids than the model is refused (ORTEP_E_INVALID_ARGUMENT
+ * naming both: it belongs to another model); a model vocabulary larger than
+ * the tokenizer's (padded for the GPU, as Qwen's is) is accepted, and its ids
+ * with no token decode to nothing, as Hugging Face does. */
+ORTEP_API ortep_status ortep_tokenizer_open_for_vocab(const char *path, size_t model_vocab, ortep_tokenizer **out);
 /* The same from a tokenizer.json already in memory (len bytes). */
 ORTEP_API ortep_status ortep_tokenizer_open_json(const char *json, size_t len, ortep_tokenizer **out);
 ORTEP_API void ortep_tokenizer_close(ortep_tokenizer *tokenizer);
 
 /* Ids run from 0 to vocab_size - 1 (the model's vocabulary and the added
- * tokens together). */
+ * tokens together; a padded model vocabulary beyond them is not counted). */
 ORTEP_API size_t ortep_tokenizer_vocab_size(const ortep_tokenizer *tokenizer);
 
 /* UTF-8 text (len bytes; invalid UTF-8 is refused) to ids; add_special adds
@@ -55,7 +62,10 @@ ORTEP_API ortep_status ortep_tokenizer_encode(const ortep_tokenizer *tokenizer, 
                                               bool add_special, int32_t **ids, size_t *n);
 /* Ids to UTF-8 text, NUL-terminated, *len bytes (malloc'd; free() it).
  * skip_special leaves special tokens out. Byte sequences that are not
- * valid UTF-8 (a cut multi-byte character) become U+FFFD. */
+ * valid UTF-8 become U+FFFD, one for each maximal ill-formed subpart (the
+ * Unicode Standard's 3.9; Rust's from_utf8_lossy and Python do the same):
+ * ED A0 80 gives three, a cut character one. An id outside the vocabulary
+ * is refused naming it. */
 ORTEP_API ortep_status ortep_tokenizer_decode(const ortep_tokenizer *tokenizer, const int32_t *ids, size_t n,
                                               bool skip_special, char **text, size_t *len);
 

@@ -2,7 +2,9 @@
  * (ortep_tokenizer_open_json): an arbitrary document is refused as
  * ORTEP_E_FORMAT or accepted; an accepted tokenizer then encodes a fixed text
  * (or refuses it as an argument error: a character without a token) and
- * decodes what it gave. */
+ * decodes what it gave; every one of its first ids is pushed alone into a
+ * fresh stream decoder (an empty token first is a case of its own) and
+ * decoded alone. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +28,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (ortep_tokenizer_decode(t, ids, n, false, &back, &len) != ORTEP_OK) abort();
     free(back);
     free(ids);
+  }
+  size_t v = ortep_tokenizer_vocab_size(t);
+  for (int32_t id = 0; (size_t)id < v && id < 64; id++) {
+    ortep_detokenizer *d;
+    const char *out;
+    size_t len;
+    if (ortep_detokenizer_create(t, id & 1, &d) != ORTEP_OK) abort();
+    if (ortep_detokenizer_push(d, id, &out, &len) != ORTEP_OK || ortep_detokenizer_flush(d, &out, &len) != ORTEP_OK)
+      abort();
+    ortep_detokenizer_destroy(d);
+    char *back;
+    if (ortep_tokenizer_decode(t, &id, 1, false, &back, &len) != ORTEP_OK) abort();
+    free(back);
   }
   ortep_tokenizer_close(t);
   return 0;
