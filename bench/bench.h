@@ -70,5 +70,6 @@ int bench_alloc_main(int argc, char **argv);
 int bench_prefill_main(int argc, char **argv);
 int bench_decode_main(int argc, char **argv);
 int bench_replay_main(int argc, char **argv);
+int bench_tokenizer_main(int argc, char **argv);
 
 #endif

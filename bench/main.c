@@ -17,6 +17,7 @@ static const char usage[] =
     "  prefill   time to first token: the prompt token by token vs in chunks, side by side\n"
     "            for several prompt lengths\n"
     "  replay    per-node overhead of eager dispatch vs replay, with no-op kernels\n"
+    "  tokenizer open and encode times of tokenizer.json files with many added tokens\n"
     "  alloc     allocator microbenchmark: arena, slab, mimalloc and glibc malloc on a\n"
     "            decode-like and a random pattern, plus the memory planner's figures\n"
     "\n"
@@ -40,7 +41,8 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "decode") == 0) return bench_decode_main(argc - 1, argv + 1);
   if (strcmp(cmd, "prefill") == 0) return bench_prefill_main(argc - 1, argv + 1);
   if (strcmp(cmd, "replay") == 0) return bench_replay_main(argc - 1, argv + 1);
-  fprintf(stderr, "ortep-bench: unknown command '%s'; the commands are: decode, prefill, replay, alloc\n", cmd);
+  if (strcmp(cmd, "tokenizer") == 0) return bench_tokenizer_main(argc - 1, argv + 1);
+  fprintf(stderr, "ortep-bench: unknown command '%s'; the commands are: decode, prefill, replay, tokenizer, alloc\n", cmd);
   fputs(usage, stderr);
   return BENCH_EXIT_USAGE;
 }

@@ -71,6 +71,7 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
       {"prefill --ep cpu --lengths 600", "max_position_embeddings 512"},
       {"decode --layout diagonal", "--layout 'diagonal' is not one of auto, blocked, row_major"},
       {"prefill --layout rows", "--layout 'rows' is not one of auto, blocked, row_major"},
+      {"tokenizer --added 10,0", "--added '0'"},         {"tokenizer --text-bytes 1.5", "--text-bytes '1.5'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     ck_assert_int_eq(bench(NULL, cases[i].args, err, sizeof err), 2);
@@ -81,8 +82,8 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
 END_TEST
 
 START_TEST(help_for_every_command) {
-  const char *cmds[] = {"--help", "decode --help", "alloc --help", "replay --help", "prefill --help"};
-  for (size_t i = 0; i < 5; i++) ck_assert_int_eq(bench(NULL, cmds[i], NULL, 0), 0);
+  const char *cmds[] = {"--help", "decode --help", "alloc --help", "replay --help", "prefill --help", "tokenizer --help"};
+  for (size_t i = 0; i < 6; i++) ck_assert_int_eq(bench(NULL, cmds[i], NULL, 0), 0);
 }
 END_TEST
 
@@ -298,7 +299,7 @@ START_TEST(layout_is_reported_and_honoured) {
 }
 END_TEST
 
-START_TEST(alloc_and_replay_write_json) {
+START_TEST(alloc_replay_and_tokenizer_write_json) {
   char err[4096], args[256];
   snprintf(args, sizeof args, "alloc --runs 1 --steps 5 --json %s/alloc.json", g_tmp);
   ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
@@ -312,6 +313,14 @@ START_TEST(alloc_and_replay_write_json) {
   j = read_json("replay.json");
   has(j, "eager_ns_per_node");
   has(j, "replay_ns_per_node");
+  cJSON_Delete(j);
+  snprintf(args, sizeof args, "tokenizer --added 100,2000 --text-bytes 5000 --runs 1 --json %s/tok.json", g_tmp);
+  ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
+  j = read_json("tok.json");
+  cJSON *counts = cJSON_GetObjectItem(j, "counts");
+  ck_assert_int_eq(cJSON_GetArraySize(counts), 2);
+  has(cJSON_GetArrayItem(counts, 1), "open_ms");
+  has(cJSON_GetArrayItem(counts, 1), "encode_ms");
   cJSON_Delete(j);
   snprintf(args, sizeof args, "replay --nodes 5 --runs 1 --iters 1 --json /nonexistent/dir/x.json");
   ck_assert_int_eq(bench(NULL, args, err, sizeof err), 1);
@@ -374,7 +383,7 @@ int main(void) {
   tcase_add_test(tc, single_modes_and_explain);
   tcase_add_test(tc, prefill_compares_token_by_token_with_chunks);
   tcase_add_test(tc, disagreement_between_modes_is_an_error);
-  tcase_add_test(tc, alloc_and_replay_write_json);
+  tcase_add_test(tc, alloc_replay_and_tokenizer_write_json);
   tcase_add_test(tc, unknown_seams_and_unwritable_json_fail_up_front);
   tcase_add_test(tc, a_binding_bound_is_read_before_each_run);
   tcase_add_test(tc, threads_and_profile);
