@@ -13,13 +13,19 @@
  *      in the sequence), x = x > 0 ? x / r : x * r (computed from the
  *      original logit, so a repeated id is penalised once);
  *   3. z = x / temperature;
- *   4. top-k (k > 0): keep z >= the k-th largest z (ties kept);
- *   5. p = exp(z - max z) over what is kept (the largest p is 1);
+ *   4. p = exp(z - max z), a float in [0, 1] (the largest p is 1);
+ *   5. top-k (k > 0): keep p >= the k-th largest p (ties kept);
  *   6. min-p (> 0): keep p >= min_p;
  *   7. top-p (< 1): keep p >= t, t the largest value whose kept mass
  *      sum(p >= t) reaches top_p x the kept mass (ties kept);
  *   8. u = the position's uniform number in [0, 1); the token is the first id
  *      (in id order) where the running kept mass exceeds u x the kept mass.
+ * Steps 2-4 run in double precision: a float logit over a float penalty over
+ * a float temperature is at most 3.4e38 x 7.2e44 x 7.2e44 < 1e129, so no
+ * positive finite parameter can overflow them (a temperature of 1e-40 is
+ * the argmax with its exact ties drawn evenly, not a division by zero), and
+ * p never is NaN. A kept mass that is not finite and positive all the same
+ * latches SAMPLE_NOT_FINITE (token 0) instead of drawing from it.
  * Greedy decoding (temperature 0) never reaches the sampler: it is argmax.
  */
 #ifndef ORTEP_KERNELS_SAMPLING_H
@@ -93,6 +99,9 @@ ORTEP__HD float ortep__key_float(uint32_t k) {
 }
 
 /* Step 2 for one logit, from the original value. */
-ORTEP__HD float ortep__penalise(float x, float r) { return x > 0.0f ? x / r : x * r; }
+ORTEP__HD double ortep__penalise(double x, double r) { return x > 0.0 ? x / r : x * r; }
+
+/* The scratch a sampler needs for n logits: z (double) and p (float). */
+#define ORTEP__SAMPLE_SCRATCH_BYTES(n) ((n) * (sizeof(double) + sizeof(float)))
 
 #endif

@@ -6,6 +6,7 @@
  * top-p, min-p and the repetition penalty honoured exactly; non-finite logits
  * caught by the error word; runs reproducible from the seed however they are
  * split into calls; bad parameters refused naming the field. */
+#include <float.h>
 #include <math.h>
 
 #include "../kernels/sampling.h"
@@ -206,6 +207,43 @@ START_TEST(non_finite_logits_and_bad_parameters) {
 }
 END_TEST
 
+/* Parameters at the edges of their range still give a distribution (steps
+ * 2-4 in double: kernels/sampling.h): a temperature of FLT_MIN or a denormal
+ * is the argmax, its exact ties drawn evenly; a penalty of 1e-40 lifts a
+ * repeated positive logit above all others; 1e40 sinks it. Once each of
+ * these overflowed to infinity and drew token 0. */
+START_TEST(extreme_parameters_give_a_valid_distribution) {
+  const float x[4] = {0.5f, 3.0f, -2.0f, 2.9f}, ties[4] = {1.0f, 5.0f, 5.0f, 0.0f};
+  const float temps[] = {FLT_MIN, 1e-40f, FLT_TRUE_MIN, 1e-30f};
+  size_t counts[4];
+  for (size_t t = 0; t < sizeof temps / sizeof *temps; t++) {
+    draw_counts(x, 4, params(temps[t]), NULL, 200, counts);
+    ck_assert_msg(counts[1] == 200, "temperature %g: the argmax was drawn %zu of 200 times", (double)temps[t], counts[1]);
+    draw_counts(ties, 4, params(temps[t]), NULL, 400, counts);
+    ck_assert_msg(counts[0] == 0 && counts[3] == 0 && counts[1] > 150 && counts[2] > 150,
+                  "temperature %g over a tie: %zu and %zu", (double)temps[t], counts[1], counts[2]);
+  }
+  ortep_sample_params p = params(1.0f);
+  p.repetition_penalty = 1e-40f, p.n_history = 1;
+  const int32_t hist3[] = {3}, hist1[] = {1};
+  draw_counts(x, 4, p, hist3, 100, counts);
+  ck_assert_uint_eq(counts[3], 100);
+  p.repetition_penalty = 1e38f;
+  p.temperature = 1e-30f;
+  draw_counts(x, 4, p, hist1, 100, counts); /* 3.0 / 1e38: the next largest, 2.9, is the argmax */
+  ck_assert_uint_eq(counts[3], 100);
+  /* infinite parameters are out of range, not a distribution */
+  uint32_t pair[2];
+  ortep_buffer res;
+  ck_assert_ok(ortep_buffer_wrap_borrowed_mut(pair, ortep_device_cpu(), sizeof pair, 4, &res));
+  p = params(INFINITY);
+  ck_assert_status(ortep_ep_device_sample(g_cpu, x, 4, ORTEP_DTYPE_F32, &p, NULL, &res), ORTEP_E_INVALID_ARGUMENT);
+  p = params(1.0f), p.repetition_penalty = INFINITY;
+  ck_assert_status(ortep_ep_device_sample(g_cpu, x, 4, ORTEP_DTYPE_F32, &p, NULL, &res), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("repetition_penalty");
+}
+END_TEST
+
 /* --- through the decoder ------------------------------------------------------ */
 static char g_dir[64];
 static const int32_t prompt[] = {5, 17, 2, 99};
@@ -252,6 +290,23 @@ START_TEST(decoder_samples_reproducibly_from_the_seed) {
 }
 END_TEST
 
+/* Through generate_ex: a temperature of FLT_MIN draws the greedy tokens
+ * (it drew id 0 every time), and a penalty of 1e-40 draws valid ids with a
+ * clean error word. */
+START_TEST(decoder_tiny_temperature_is_greedy) {
+  test_model_dir(g_dir, sizeof g_dir, "tiny", ORTEP_DTYPE_F32);
+  int32_t g[16], t[16];
+  run(NULL, 0, g, 16);
+  ortep_sampling tiny = {.temperature = FLT_MIN, .seed = 3};
+  run(&tiny, 0, t, 16);
+  ck_assert_mem_eq(g, t, sizeof g);
+  ortep_sampling pen = {.temperature = 1.0f, .repetition_penalty = 1e-40f, .seed = 3};
+  run(&pen, 0, t, 16); /* run() asserts every call succeeds */
+  for (int i = 0; i < 16; i++) ck_assert_int_lt(t[i], 512);
+  test_model_dir_remove(g_dir);
+}
+END_TEST
+
 START_TEST(decoder_refuses_bad_sampling_options) {
   test_model_dir(g_dir, sizeof g_dir, "tiny", ORTEP_DTYPE_F32);
   ortep_decoder *d;
@@ -288,6 +343,8 @@ int main(void) {
   tcase_add_test(tc, repetition_penalty_applies_once_per_token);
   tcase_add_test(tc, top_p_over_a_large_vocabulary);
   tcase_add_test(tc, seeds_reproduce_and_differ);
+  tcase_add_test(tc, extreme_parameters_give_a_valid_distribution);
+  tcase_add_test(tc, decoder_tiny_temperature_is_greedy);
   tcase_add_test(tc, non_finite_logits_and_bad_parameters);
   tcase_add_test(tc, decoder_samples_reproducibly_from_the_seed);
   tcase_add_test(tc, decoder_refuses_bad_sampling_options);

@@ -24,6 +24,10 @@
  *                              overflow); the token id is the first maximum
  *                              among the finite logits, 0 when none, and is
  *                              never emitted since the word fails the step
+ *   4    SAMPLE_NOT_FINITE     the sampler's distribution was not finite and
+ *                              positive (kernels/sampling.h computes it so no
+ *                              valid parameter can do this: the bit is the
+ *                              guard that a bug cannot pick token 0 silently)
  */
 #ifndef ORTEP_ERROR_WORD_H
 #define ORTEP_ERROR_WORD_H
@@ -37,7 +41,8 @@ ORTEP_BEGIN_DECLS
   XX(GATHER_INDEX, 0, "a gather index (token id) was outside the embedding table")                    \
   XX(ROTARY_POSITION, 1, "a rotary position was outside the cos/sin cache (position >= max positions)") \
   XX(KV_SLOT, 2, "a KV-cache slot was outside the cache (position >= max_seq_len)")                   \
-  XX(ARGMAX_NOT_FINITE, 3, "a logit given to argmax was NaN or infinite")
+  XX(ARGMAX_NOT_FINITE, 3, "a logit given to argmax was NaN or infinite")                            \
+  XX(SAMPLE_NOT_FINITE, 4, "the sampler's distribution was not finite")
 
 enum {
 #define ORTEP__ERRBIT(name, bit, desc) ORTEP_ERROR_##name = 1u << (bit),

@@ -12,6 +12,7 @@
  */
 #include <cblas.h>
 #include <stdatomic.h>
+#include <float.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,8 +48,8 @@ typedef struct cpu_ep {
   size_t n_segments, segments_cap;
   uint64_t installed; /* segments ever installed: the CPU's "instantiations" */
   ortep__cpu_pool *pool; /* workers, from initialise to destroy */
-  float *sample_scratch;  /* the sampler's 2 x vocabulary floats, from its first call on */
-  size_t sample_floats;
+  void *sample_scratch;  /* the sampler's ORTEP__SAMPLE_SCRATCH_BYTES(vocabulary), from its first call on */
+  size_t sample_bytes;
 } cpu_ep;
 
 /* The public parameter block and the one the kernels read are one layout. */
@@ -240,19 +241,21 @@ static ortep_status cpu_sample(ortep_ep *ep, const void *logits, size_t n, ortep
                                const int32_t *history, ortep_buffer *result) {
   cpu_ep *e = self_of(ep);
   const ortep__sample_params *p = params;
-  if (!(p->temperature > 0.0f) || !(p->top_p > 0.0f && p->top_p <= 1.0f) || !(p->min_p >= 0.0f && p->min_p < 1.0f) ||
-      !(p->repetition_penalty > 0.0f))
+  if (!(p->temperature > 0.0f && p->temperature <= FLT_MAX) || !(p->top_p > 0.0f && p->top_p <= 1.0f) ||
+      !(p->min_p >= 0.0f && p->min_p < 1.0f) || !(p->repetition_penalty > 0.0f && p->repetition_penalty <= FLT_MAX))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                       "%s: sampling parameters out of range (temperature %g > 0, top_p %g in (0, 1], min_p %g in "
-                       "[0, 1), repetition_penalty %g > 0)",
+                       "%s: sampling parameters out of range (temperature %g finite > 0, top_p %g in (0, 1], min_p %g "
+                       "in [0, 1), repetition_penalty %g finite > 0)",
                        CPU_EP_NAME, (double)p->temperature, (double)p->top_p, (double)p->min_p,
                        (double)p->repetition_penalty);
-  if (n > (SIZE_MAX / sizeof(float)) / 2) return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: %zu logits", CPU_EP_NAME, n);
-  if (e->sample_floats < 2 * n) {
-    float *s = ortep__malloc(2 * n * sizeof *s);
-    if (!s) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for the sampler's scratch (%zu floats)", CPU_EP_NAME, 2 * n);
+  if (n > SIZE_MAX / 16) return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: %zu logits", CPU_EP_NAME, n);
+  if (e->sample_bytes < ORTEP__SAMPLE_SCRATCH_BYTES(n)) {
+    void *s = ortep__malloc(ORTEP__SAMPLE_SCRATCH_BYTES(n));
+    if (!s)
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for the sampler's scratch (%zu bytes)", CPU_EP_NAME,
+                         ORTEP__SAMPLE_SCRATCH_BYTES(n));
     ortep__free(e->sample_scratch);
-    e->sample_scratch = s, e->sample_floats = 2 * n;
+    e->sample_scratch = s, e->sample_bytes = ORTEP__SAMPLE_SCRATCH_BYTES(n);
   }
   uint32_t token = ortep__cpu_sample(dtype == ORTEP_DTYPE_F16 ? NULL : logits,
                                      dtype == ORTEP_DTYPE_F16 ? logits : NULL, n, p, history, e->sample_scratch,

@@ -684,33 +684,36 @@ static float kth_largest(float *v, size_t n, size_t k) {
 }
 
 uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, const ortep__sample_params *p,
-                           const int32_t *history, float *scratch, uint32_t *error_word) {
-  float *z = scratch, *tmp = scratch + n;
+                           const int32_t *history, void *scratch, uint32_t *error_word) {
+  double *zd = scratch;
+  float *z = (float *)(zd + n), *tmp = (float *)zd; /* p, and (once zd is spent) a float of room per logit */
   for (size_t i = 0; i < n; i++) {
     float v = x32 ? x32[i] : ortep_f16_to_f32(x16[i]);
     if (!isfinite(v)) {
       cpu_latch(error_word, ORTEP_ERROR_ARGMAX_NOT_FINITE);
       return 0;
     }
-    z[i] = v;
+    zd[i] = v;
   }
   if (p->repetition_penalty != 1.0f && history)
     for (uint32_t h = 0; h < p->n_history; h++) {
       int32_t id = history[h];
-      if (id >= 0 && (size_t)id < n) z[id] = ortep__penalise(x32 ? x32[id] : ortep_f16_to_f32(x16[id]), p->repetition_penalty);
+      if (id >= 0 && (size_t)id < n)
+        zd[id] = ortep__penalise(x32 ? x32[id] : ortep_f16_to_f32(x16[id]), (double)p->repetition_penalty);
     }
-  float mx = -INFINITY;
+  double mx = -INFINITY;
   for (size_t i = 0; i < n; i++) {
-    z[i] = z[i] / p->temperature;
-    mx = z[i] > mx ? z[i] : mx;
+    zd[i] = zd[i] / (double)p->temperature;
+    mx = zd[i] > mx ? zd[i] : mx;
   }
+  for (size_t i = 0; i < n; i++) z[i] = (float)exp(zd[i] - mx);
   float zk = -INFINITY;
   if (p->top_k > 0 && p->top_k < n) {
     memcpy(tmp, z, n * sizeof *tmp);
     zk = kth_largest(tmp, n, p->top_k);
   }
   for (size_t i = 0; i < n; i++) {
-    float q = z[i] >= zk ? expf(z[i] - mx) : 0.0f;
+    float q = z[i] >= zk ? z[i] : 0.0f;
     z[i] = q >= p->min_p ? q : 0.0f; /* min-p against the largest, whose q is 1 */
   }
   float mass = 0.0f;
@@ -736,6 +739,10 @@ uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, cons
       if (z[i] < t) z[i] = 0.0f;
       mass += z[i];
     }
+  }
+  if (!(mass > 0.0f) || !isfinite(mass)) { /* cannot happen (sampling.h); guarded all the same */
+    cpu_latch(error_word, ORTEP_ERROR_SAMPLE_NOT_FINITE);
+    return 0;
   }
   float target = ortep__sample_uniform(p) * mass, cum = 0.0f;
   size_t last = 0;

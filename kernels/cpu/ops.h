@@ -131,9 +131,9 @@ void ortep__cpu_gqa_chunk_heads(const float *q, const float *k_cache, const floa
                                 size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
                                 float scale, float *scores, float *out, size_t h0, size_t h1);
 /* The sampler (kernels/sampling.h) over n logits (f32 x32 or f16 x16):
- * returns the token; scratch: 2 n floats. */
+ * returns the token; scratch: ORTEP__SAMPLE_SCRATCH_BYTES(n), 8-aligned. */
 uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, const ortep__sample_params *p,
-                           const int32_t *history, float *scratch, uint32_t *error_word);
+                           const int32_t *history, void *scratch, uint32_t *error_word);
 /* Softmax over rows of n. */
 void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y);
 /* Index of the first maximum of x[n] skipping NaN; 0 (and the bit) when all are NaN. */

@@ -22,6 +22,7 @@
 
 #include "../../runtime/internal.h"
 #include "../opset.h"
+#include "../sampling.h"
 #include "module.h"
 #include "ops.h"
 #include "ortep/cuda_ep.h"
@@ -51,7 +52,7 @@ typedef struct cuda_ep {
    * everything. */
   void *scores;
   size_t scores_bytes;
-  void *sample_scratch; /* the sampler's float per logit, from its first call */
+  void *sample_scratch; /* the sampler's ORTEP__SAMPLE_SCRATCH_BYTES(vocabulary), from its first call */
   size_t sample_bytes;
   void **old_scores;
   size_t *old_scores_bytes;
@@ -557,20 +558,21 @@ static ortep_status cuda_argmax(ortep_ep *ep, const void *logits, size_t n, orte
   return rc ? cuda_fail((cudaError_t)rc, "device argmax") : ORTEP_OK;
 }
 
-/* The sampler (kernels/sampling.h): one block; its scratch (a float per
- * logit) is carved at the first call and reused. Never run on a GPU so far. */
+/* The sampler (kernels/sampling.h): one block; its scratch (a double and a
+ * float per logit) is carved at the first call and reused. Never run on a
+ * GPU so far. */
 static ortep_status cuda_sample(ortep_ep *ep, const void *logits, size_t n, ortep_dtype dtype, const void *params,
                                 const int32_t *history, ortep_buffer *result) {
   cuda_ep *e = self_of(ep);
   if (e->capturing)
     return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: sampling is not recorded into a device graph", CUDA_EP_NAME);
-  if (n > SIZE_MAX / sizeof(float)) return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: %zu logits", CUDA_EP_NAME, n);
-  if (e->sample_bytes < n * sizeof(float)) {
+  if (n > SIZE_MAX / 16) return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: %zu logits", CUDA_EP_NAME, n);
+  if (e->sample_bytes < ORTEP__SAMPLE_SCRATCH_BYTES(n)) {
     void *p;
-    ortep_status st = ortep_allocator_allocate(e->pool, n * sizeof(float), 256, &p);
+    ortep_status st = ortep_allocator_allocate(e->pool, ORTEP__SAMPLE_SCRATCH_BYTES(n), 256, &p);
     if (st != ORTEP_OK) return ortep__wrap(st, "%s: the sampler's scratch", CUDA_EP_NAME);
     if (e->sample_scratch) ortep_allocator_deallocate(e->pool, e->sample_scratch, e->sample_bytes, 256);
-    e->sample_scratch = p, e->sample_bytes = n * sizeof(float);
+    e->sample_scratch = p, e->sample_bytes = ORTEP__SAMPLE_SCRATCH_BYTES(n);
   }
   int rc = ortep__cu_sample(logits, dtype == ORTEP_DTYPE_F16, n, params, history, e->sample_scratch, result->ptr,
                             e->err, e->stream);

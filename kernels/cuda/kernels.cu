@@ -15,7 +15,13 @@
 /* ortep_dtype values (dtype.h): keep in step. */
 enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
 /* error_word.h bits */
-enum { BIT_GATHER = 1u, BIT_ROTARY = 2u, BIT_KV = 4u, BIT_ARGMAX = 8u /* a logit was NaN or infinite */ };
+enum {
+  BIT_GATHER = 1u,
+  BIT_ROTARY = 2u,
+  BIT_KV = 4u,
+  BIT_ARGMAX = 8u,  /* a logit was NaN or infinite */
+  BIT_SAMPLE = 16u, /* the sampler's distribution was not finite (error_word.h) */
+};
 
 __device__ __forceinline__ float ld(const void *p, int dt, size_t i) {
   if (dt == DT_F16) return __half2float(((const __half *)p)[i]);
@@ -54,6 +60,22 @@ __device__ float block_max(float v) {
   __syncthreads();
   float t = (threadIdx.x < (blockDim.x >> 5)) ? part[threadIdx.x] : -INFINITY;
   if (warp == 0) t = warp_max(t);
+  if (threadIdx.x == 0) part[0] = t;
+  __syncthreads();
+  return part[0];
+}
+
+/* The same over doubles (the sampler's largest z). */
+__device__ double block_max_d(double v) {
+  __shared__ double part[32];
+  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  double t = (threadIdx.x < (blockDim.x >> 5)) ? part[threadIdx.x] : -INFINITY;
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1) t = fmax(t, __shfl_xor_sync(0xffffffffu, t, o));
   if (threadIdx.x == 0) part[0] = t;
   __syncthreads();
   return part[0];
@@ -607,14 +629,16 @@ __device__ float z_load(const void *x, int f16, size_t i) {
   return f16 ? __half2float(((const __half *)x)[i]) : ((const float *)x)[i];
 }
 __global__ void k_sample(const void *logits, int f16, size_t n, const ortep__sample_params *pp, const int32_t *history,
-                         float *z, uint32_t *result, uint32_t *err) {
+                         void *scratch, uint32_t *result, uint32_t *err) {
   __shared__ float range_sum[SAMPLE_THREADS];
   const ortep__sample_params p = *pp;
+  double *zd = (double *)scratch;   /* steps 2-3 in double (kernels/sampling.h) */
+  float *z = (float *)(zd + n);     /* p from step 4 on */
   float bad = 0.0f;
   for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
     float v = z_load(logits, f16, i);
     if (!isfinite(v)) bad = 1.0f;
-    z[i] = v;
+    zd[i] = v;
   }
   if (block_max(bad) > 0.0f) { /* block_max's barriers order the writes above too */
     if (threadIdx.x == 0) {
@@ -627,15 +651,18 @@ __global__ void k_sample(const void *logits, int f16, size_t n, const ortep__sam
   if (p.repetition_penalty != 1.0f && history)
     for (uint32_t h = threadIdx.x; h < p.n_history; h += blockDim.x) {
       int32_t id = history[h];
-      if (id >= 0 && (size_t)id < n) z[id] = ortep__penalise(z_load(logits, f16, (size_t)id), p.repetition_penalty);
+      if (id >= 0 && (size_t)id < n)
+        zd[id] = ortep__penalise((double)z_load(logits, f16, (size_t)id), (double)p.repetition_penalty);
     }
   __syncthreads();
-  float mx = -INFINITY;
+  double mxd = -INFINITY;
   for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
-    z[i] = z[i] / p.temperature;
-    mx = fmaxf(mx, z[i]);
+    zd[i] = zd[i] / (double)p.temperature;
+    mxd = fmax(mxd, zd[i]);
   }
-  mx = block_max(mx);
+  mxd = block_max_d(mxd);
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) z[i] = (float)exp(zd[i] - mxd);
+  __syncthreads();
   float zk = -INFINITY;
   if (p.top_k > 0 && p.top_k < n) { /* the largest key with at least k values at or above it */
     uint32_t lo = 0, hi = 0xFFFFFFFFu;
@@ -649,7 +676,7 @@ __global__ void k_sample(const void *logits, int f16, size_t n, const ortep__sam
   }
   float mass = 0.0f;
   for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
-    float q = z[i] >= zk ? expf(z[i] - mx) : 0.0f;
+    float q = z[i] >= zk ? z[i] : 0.0f;
     z[i] = q >= p.min_p ? q : 0.0f;
     mass += z[i];
   }
@@ -670,6 +697,14 @@ __global__ void k_sample(const void *logits, int f16, size_t n, const ortep__sam
       mass += z[i];
     }
     mass = block_sum(mass);
+  }
+  if (!(mass > 0.0f) || !isfinite(mass)) { /* cannot happen (sampling.h); guarded all the same */
+    if (threadIdx.x == 0) {
+      atomicOr(err, BIT_SAMPLE);
+      result[0] = 0;
+      result[1] = *err;
+    }
+    return;
   }
   /* the draw: contiguous ranges, their sums scanned, then one range walked */
   size_t per = (n + blockDim.x - 1) / blockDim.x, b = threadIdx.x * per, e = b + per < n ? b + per : n;
@@ -700,7 +735,7 @@ __global__ void k_sample(const void *logits, int f16, size_t n, const ortep__sam
 }
 
 extern "C" int ortep__cu_sample(const void *logits, int f16, size_t n, const void *params, const int32_t *history,
-                                float *scratch, void *result, uint32_t *err, void *stream) {
+                                void *scratch, void *result, uint32_t *err, void *stream) {
   k_sample<<<1, SAMPLE_THREADS, 0, (cudaStream_t)stream>>>(logits, f16, n, (const ortep__sample_params *)params,
                                                           history, scratch, (uint32_t *)result, err);
   return launched();

@@ -56,7 +56,7 @@ int ortep__cu_gqa(const float *q, const float *k, const float *v, float *kc, flo
 /* The sampler (kernels/sampling.h) in one block: result[0] the token,
  * result[1] *err; scratch: n floats of device memory. */
 int ortep__cu_sample(const void *logits, int f16, size_t n, const void *params, const int32_t *history,
-                     float *scratch, void *result, uint32_t *err, void *stream);
+                     void *scratch, void *result, uint32_t *err, void *stream);
 int ortep__cu_softmax(const float *x, size_t rows, size_t n, float *y, void *stream);
 int ortep__cu_argmax_rows(const float *x, size_t rows, size_t n, int64_t *out, uint32_t *err, void *stream);
 /* result[0] = the first maximum among the finite logits, result[1] = *err
