@@ -104,7 +104,7 @@ ortep_status ortep_governor_charge(ortep_governor *g, ortep_tier tier, uint64_t 
       char b1[32], b2[32], b3[32];
       return ortep__fail(ORTEP_E_BUDGET_EXCEEDED,
                          "%s budget %s: %s in use, %s refused; raise ortep.%s.budget_bytes "
-                         "(ortep_governor_configure) or lower the request (e.g. max_seq_len)",
+                         "(ortep_governor_configure) or ask for less",
                          ortep_tier_name(tier), ortep__format_bytes(budget, b1, sizeof b1),
                          ortep__format_bytes(cur, b2, sizeof b2), ortep__format_bytes(bytes, b3, sizeof b3),
                          ortep_tier_name(tier));

@@ -445,7 +445,19 @@ ortep_status ortep_decoder_step(ortep_decoder *d, int32_t token, int32_t positio
   ortep_status st = enter(d, "ortep_decoder_step");
   if (st != ORTEP_OK) return st;
   d->sampling = false; /* a single step answers with its argmax */
-  return leave(d, step(d, token, position, next));
+  int32_t t = 0;
+  st = step(d, token, position, &t);
+  /* The step moves the sequence (decode.h): the position follows it, and
+   * its argmax is the pending token, replacing whatever was pending, so
+   * greedy and sampled generation both continue from the step's logits. */
+  d->have_next = st == ORTEP_OK;
+  d->fed = true;
+  if (st == ORTEP_OK) {
+    d->pos = (size_t)position + 1;
+    d->next = t;
+    if (next) *next = t;
+  }
+  return leave(d, st);
 }
 
 /* Runs the token generate emitted last, if it has not been run yet. */
@@ -570,9 +582,9 @@ static ortep_status prefill(ortep_decoder *d, const int32_t *tokens, size_t n, i
   size_t pending = d->have_next && !d->fed; /* the last generated token goes in first */
   if (n > d->max_seq || d->pos + pending > d->max_seq - n) /* no overflow for any n */
     return ortep__fail(ORTEP_E_OUT_OF_RANGE,
-                       "a prompt of %zu tokens at position %zu does not fit max_seq_len %zu; shorten it or open the "
+                       "a prompt of %zu token%s at position %zu does not fit max_seq_len %zu; shorten it or open the "
                        "decoder with a larger max_seq_len",
-                       n, d->pos + pending, d->max_seq);
+                       n, n == 1 ? "" : "s", d->pos + pending, d->max_seq);
   ortep_status st = pending ? feed_emitted(d, 0) : ORTEP_OK;
   if (st != ORTEP_OK) return st;
   int32_t t = 0;
@@ -602,6 +614,7 @@ static bool in_ids(int32_t t, const int32_t *ids, size_t n) {
 static ortep_status generate_ex(ortep_decoder *d, const ortep_generate_options *o, ortep_token_callback cb, void *user,
                                 ortep_generate_result *r) {
   *r = (ortep_generate_result){0, ORTEP_STOP_MAX_TOKENS, -1};
+  if (d->failed) return refuse_failed(d);
   if (!d->have_next)
     return ortep__fail(ORTEP_E_STATE, "ortep_decoder_generate_ex: nothing to continue from; prefill a prompt first");
   if (o->n_stop_tokens && !o->stop_tokens)
@@ -648,6 +661,7 @@ ortep_status ortep_decoder_generate_ex(ortep_decoder *d, const ortep_generate_op
 
 static ortep_status generate(ortep_decoder *d, size_t max_tokens, ortep_token_callback cb, void *user,
                              size_t *generated) {
+  if (d->failed) return refuse_failed(d);
   if (!d->have_next)
     return ortep__fail(ORTEP_E_STATE, "ortep_decoder_generate: nothing to continue from; prefill a prompt first");
   ortep_status cst = choose_draw(d, NULL); /* greedy */

@@ -214,7 +214,10 @@ static ortep_status read_weights(ortep_model *m, const char *path) {
   st = ortep_ep_allocate(m->host, len ? len : 1, 64, &m->copy);
   if (st != ORTEP_OK) {
     close(fd);
-    return ortep__wrap(st, "reading the weights of %s into memory (ortep.weights = read)", path);
+    return ortep__wrap(st,
+                       "reading the weights of %s into memory (ortep.weights = read copies the whole file; "
+                       "ortep.weights = map, the default, maps it and charges nothing)",
+                       path);
   }
   size_t got = 0;
   while (got < len) {

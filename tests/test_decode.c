@@ -305,7 +305,7 @@ START_TEST(steady_state_steps_allocate_nothing) {
   long hooks0 = atomic_load(&test_hook_calls);
   int32_t tok;
   for (int i = 0; i < 30; i++)
-    ck_assert_ok(ortep_decoder_step(d, 11, (int32_t)ortep_decoder_position(d) + i, &tok));
+    ck_assert_ok(ortep_decoder_step(d, 11, (int32_t)ortep_decoder_position(d), &tok)); /* a step moves it */
   ck_assert(ortep_ep_allocation_counts(ortep_decoder_ep(d), &a1, &f1));
   ck_assert_uint_eq(a1, a0);
   ck_assert_uint_eq(f1, f0);
@@ -796,6 +796,70 @@ END_TEST
 static void setup(void) { test_model_dir(g_dir, sizeof g_dir, "tiny", ORTEP_DTYPE_F32); }
 static void teardown(void) { test_model_dir_remove(g_dir); }
 
+
+static bool collect_ids(int32_t t, size_t i, void *user) {
+  ((int32_t *)user)[i] = t;
+  return true;
+}
+
+/* A step after a prefill moves the sequence (decode.h): its argmax is the
+ * pending token and the position follows it, so greedy and sampled
+ * generation both continue from the step's logits, exactly as after a
+ * prefill that ended with the step's token. (Sampled generation once drew
+ * from the stray step's logits while greedy emitted the prefill's token.) */
+START_TEST(a_step_after_prefill_moves_the_sequence) {
+  const ortep_decoder_options tok_by_tok = {.max_seq_len = 64, .prefill_chunk = 1}; /* bitwise-equal logits */
+  const ortep_sampling samp = {.temperature = 0.8f, .top_p = 0.9f, .repetition_penalty = 1.2f, .seed = 77};
+  for (int sampled = 0; sampled < 2; sampled++) {
+    ortep_decoder *a = open_with(&tok_by_tok), *b = open_with(&tok_by_tok);
+    const int32_t with_77[] = {5, 17, 2, 99, 77};
+    int32_t next_a, next_b, ta[8], tb[8];
+    ck_assert_ok(ortep_decoder_prefill(a, prompt, 4, NULL));
+    ck_assert_ok(ortep_decoder_step(a, 77, 4, &next_a));
+    ck_assert_uint_eq(ortep_decoder_position(a), 5);
+    ck_assert_ok(ortep_decoder_prefill(b, with_77, 5, &next_b));
+    ck_assert_int_eq(next_a, next_b);
+    ortep_generate_options o = {.max_tokens = 8, .ignore_eos = true, .sampling = sampled ? &samp : NULL};
+    ortep_generate_result ra, rb;
+    ck_assert_ok(ortep_decoder_generate_ex(a, &o, collect_ids, ta, &ra));
+    ck_assert_ok(ortep_decoder_generate_ex(b, &o, collect_ids, tb, &rb));
+    ck_assert_uint_eq(ra.generated, 8);
+    ck_assert_mem_eq(ta, tb, sizeof ta);
+    if (!sampled) ck_assert_int_eq(ta[0], next_a); /* greedy emits the step's argmax first */
+    /* a stray position: the sequence jumps there */
+    ck_assert_ok(ortep_decoder_step(a, 77, 40, &next_a));
+    ck_assert_uint_eq(ortep_decoder_position(a), 41);
+    o.max_tokens = 1;
+    ck_assert_ok(ortep_decoder_generate_ex(a, &o, collect_ids, ta, &ra));
+    if (!sampled) ck_assert_int_eq(ta[0], next_a);
+    ck_assert_uint_eq(ortep_decoder_position(a), 41);
+    ortep_decoder_close(a);
+    ortep_decoder_close(b);
+  }
+}
+END_TEST
+
+/* After a prefill that failed on the device, generating says to reset (not
+ * to prefill, which would be refused too). */
+START_TEST(generate_after_a_failed_prefill_points_to_reset) {
+  ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = 32});
+  const int32_t bad[] = {5, 100000, 2};
+  ck_assert_status(ortep_decoder_prefill(d, bad, 3, NULL), ORTEP_E_DEVICE_VALIDATION);
+  ortep_generate_options o = {.max_tokens = 2};
+  ck_assert_status(ortep_decoder_generate_ex(d, &o, NULL, NULL, NULL), ORTEP_E_STATE);
+  ck_assert_error_mentions("call ortep_decoder_reset");
+  ck_assert_status(ortep_decoder_generate(d, 2, NULL, NULL, NULL), ORTEP_E_STATE);
+  ck_assert_error_mentions("call ortep_decoder_reset");
+  ck_assert_ok(ortep_decoder_reset(d));
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
+  ck_assert_ok(ortep_decoder_generate_ex(d, &o, NULL, NULL, NULL));
+  static const int32_t forty[40];
+  ck_assert_status(ortep_decoder_prefill(d, forty, 40, NULL), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_error_mentions("a prompt of 40 tokens");
+  ortep_decoder_close(d);
+}
+END_TEST
+
 int main(void) {
   /* ORTEP_CPU_SIMD (ctest's decode_*_simd runs) naming a set this CPU lacks:
    * nothing to test here. */
@@ -824,6 +888,8 @@ int main(void) {
   tcase_add_loop_test(tc, position_past_the_cache_fails_with_the_position_bit, 0, 2);
   tcase_add_loop_test(tc, steady_state_steps_allocate_nothing, 0, 2);
   tcase_add_test(tc, open_errors_are_clear);
+  tcase_add_test(tc, a_step_after_prefill_moves_the_sequence);
+  tcase_add_test(tc, generate_after_a_failed_prefill_points_to_reset);
   tcase_add_test(tc, generation_stops_at_eos_stop_ids_limits_and_a_full_cache);
   tcase_add_test(tc, logits_are_bitwise_equal_for_every_thread_count);
   tcase_add_test(tc, weights_read_into_memory_survive_truncation);

@@ -1,5 +1,6 @@
 /*
- * decode.h: greedy decoding of a LLaMA / Qwen2 model, one token per step.
+ * decode.h: decoding a LLaMA / Qwen2 model, one token per step: greedy
+ * (device argmax) or sampled (the device sampler, ortep_sampling).
  *
  * Per step: the token id and its position are written into fixed input
  * buffers; the decode-step graph runs (eager) or replays (graph: segments and
@@ -18,7 +19,8 @@
  *   ortep_decoder *d;
  *   ortep_decoder_open("models/tiny", NULL, &d);
  *   int32_t prompt[] = {1, 2, 3};
- *   ortep_decoder_prefill(d, prompt, 3);
+ *   int32_t next;
+ *   ortep_decoder_prefill(d, prompt, 3, &next);
  *   ortep_decoder_generate(d, 16, print_token, NULL, NULL);
  *   ortep_decoder_close(d);
  */
@@ -135,8 +137,13 @@ typedef struct ortep_generate_result {
 ORTEP_API ortep_status ortep_decoder_generate_ex(ortep_decoder *decoder, const ortep_generate_options *options,
                                                  ortep_token_callback cb, void *user, ortep_generate_result *result);
 
-/* One step: token at position; *next receives the argmax. The position is
- * not checked on the host: the device error word is the check. */
+/* One step: token at position; *next (may be NULL) receives the argmax. The
+ * position is not checked on the host: the device error word is the check.
+ * A step moves the sequence: afterwards the decoder's position is
+ * position + 1 and the pending next token is the step's argmax, replacing
+ * whatever a prefill or generate left pending; a later generate emits it
+ * first (greedy), or draws it again from the step's logits (sampled): both
+ * continue from the step. */
 ORTEP_API ortep_status ortep_decoder_step(ortep_decoder *decoder, int32_t token, int32_t position, int32_t *next);
 
 /* Starts over: position 0, error word cleared. Captured graphs are kept
