@@ -96,11 +96,32 @@ void ortep_decoder_close(ortep_decoder *d) {
 #define LAYOUT_KEY "ortep.weights_layout"
 #define AUTO_CHUNK 256 /* prefill_chunk 0: chunks of 256, 128, 64, ..., 2 */
 
+/* Every key must belong to a component that reads it: ortep.* (the decoder
+ * and the governor), cpu.* and cuda.* (the EPs, whether or not this machine
+ * has a GPU, so one config serves both). A key of no namespace is a typo or
+ * another program's, and silently ignoring it would hide that. */
+static ortep_status check_namespaces(const ortep_config *c) {
+  static const char *const spaces[] = {"ortep.", "cpu.", "cuda."};
+  for (size_t i = 0; i < ortep_config_count(c); i++) {
+    const char *k = ortep_config_key(c, i);
+    bool known = false;
+    for (size_t j = 0; j < sizeof spaces / sizeof *spaces; j++) known = known || !strncmp(k, spaces[j], strlen(spaces[j]));
+    if (!known)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                         "config key '%s': no component reads it; the namespaces are ortep.* (the decoder and the "
+                         "memory budgets), cpu.* (the CPU EP) and cuda.* (the CUDA EP)",
+                         k);
+  }
+  return ORTEP_OK;
+}
+
 static ortep_status apply_governor_config(ortep_governor *g, const ortep_config *c) {
+  ortep_status st = check_namespaces(c);
+  if (st != ORTEP_OK) return st;
   for (size_t i = 0; i < ortep_config_count(c); i++) {
     const char *k = ortep_config_key(c, i);
     if (strncmp(k, "ortep.", 6) != 0 || !strcmp(k, WEIGHTS_KEY) || !strcmp(k, LAYOUT_KEY)) continue;
-    ortep_status st = ortep_governor_configure(g, k, ortep_config_get(c, k));
+    st = ortep_governor_configure(g, k, ortep_config_get(c, k));
     if (st != ORTEP_OK) /* the governor names its own keys; the decoder's two besides */
       return ortep__wrap(st, "decoder config (ortep.* keys: %s, %s and the governor's)", WEIGHTS_KEY, LAYOUT_KEY);
   }

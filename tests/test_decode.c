@@ -6,6 +6,9 @@
 #include <pthread.h>
 
 #include "reference_llama.h"
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "testutil.h"
 
 static char g_dir[64];
@@ -785,6 +788,29 @@ START_TEST(open_errors_are_clear) {
   ck_assert_status(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &d), ORTEP_E_BUDGET_EXCEEDED);
   ck_assert_error_mentions("ortep.host.budget_bytes");
   ortep_config_destroy(c);
+  /* a key no component reads (a typo, another program's) is refused naming the namespaces */
+  const char *stray[] = {"foo.bar", "ortepp.x", "cpus.threads"};
+  for (size_t i = 0; i < 3; i++) {
+    ck_assert_ok(ortep_config_create(&c));
+    ck_assert_ok(ortep_config_set(c, stray[i], "1"));
+    ck_assert_status(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &d),
+                     ORTEP_E_INVALID_ARGUMENT);
+    ck_assert_error_mentions(stray[i]);
+    ck_assert_error_mentions("the namespaces are ortep.*");
+    ortep_config_destroy(c);
+  }
+  ck_assert_ok(ortep_config_create(&c)); /* cuda.* is known on a machine without a GPU too */
+  ck_assert_ok(ortep_config_set(c, "cuda.device_id", "0"));
+  ck_assert_ok(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &d));
+  ortep_decoder_close(d);
+  ortep_config_destroy(c);
+  /* a path that is not a directory says what it is */
+  char fifo[96];
+  snprintf(fifo, sizeof fifo, "%s/fifo", g_dir);
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  ck_assert_status(ortep_decoder_open(fifo, NULL, &d), ORTEP_E_IO);
+  ck_assert_error_mentions("is a FIFO, not a directory");
+  unlink(fifo);
   d = open_with(NULL);
   ck_assert_status(ortep_decoder_generate(d, 1, NULL, NULL, NULL), ORTEP_E_STATE);
   ck_assert_error_mentions("prefill a prompt first");
