@@ -10,15 +10,19 @@
  * generate streams the text as it is produced (whole characters only) to
  * stdout, and prints the prompt and generated token counts, the time to first
  * token and tokens/s to stderr at the end. Usage errors exit 2, other
- * failures 1.
+ * failures 1, and so does output that could not be written (a full disk, a
+ * closed pipe or stdout): generation stops at the first failed write.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ortep/ortep.h"
 
@@ -134,6 +138,42 @@ static int parse_number(const char *cmd, const char *opt, const char *arg, doubl
   return 0;
 }
 
+/* A whole number in [lo, hi], parsed as one (strtoull: no rounding through a
+ * double, so every seed up to 2^64 - 1 is its own); digits only: no sign,
+ * no space, no fraction, no exponent. */
+static int parse_whole(const char *cmd, const char *opt, const char *arg, uint64_t lo, uint64_t hi, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = arg[0] >= '0' && arg[0] <= '9' ? strtoull(arg, &end, 10) : 0;
+  if (arg[0] < '0' || arg[0] > '9' || errno || *end || v < lo || v > hi)
+    return usage_error(cmd, "%s '%s' is not a whole number in [%" PRIu64 ", %" PRIu64 "]", opt, arg, lo, hi);
+  *out = (uint64_t)v;
+  return 0;
+}
+
+/* Whether everything written to stdout so far reached it; a failed or short
+ * write (a full disk, a closed stdout, a pipe whose reader left with SIGPIPE
+ * ignored) is reported once, with the reason, and the command fails. */
+static int output_failed(const char *cmd) {
+  errno = 0;
+  int flushed = fflush(stdout), e = errno;
+  if (flushed == 0 && !ferror(stdout)) return 0;
+  fprintf(stderr, "ortep %s: cannot write the output: %s\n", cmd, strerror(e ? e : EIO));
+  return 1;
+}
+
+/* The model's config.json (the vocabulary and context sizes), when dir has
+ * one: 0, or 1 with the reason printed. *have is false when there is none. */
+static int model_config(const char *cmd, const char *dir, bool required, ortep_model_config *c, bool *have) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  *have = false;
+  if (!required && access(path, F_OK) != 0) return 0; /* a tokenizer-only directory */
+  if (ortep_model_config_read(dir, c) != ORTEP_OK) return fail(cmd);
+  *have = true;
+  return 0;
+}
+
 /* "1,2,3" or "1 2 3" into ids. */
 static int parse_ids(const char *cmd, const char *arg, int32_t **ids, size_t *n) {
   size_t cap = 16;
@@ -162,17 +202,29 @@ static int parse_ids(const char *cmd, const char *arg, int32_t **ids, size_t *n)
   return 0;
 }
 
-static char *read_stdin(size_t *len) {
+/* All of stdin, NUL-terminated; NULL with the reason printed when it cannot
+ * be read (a directory, a closed descriptor: an error, not an empty text). */
+static char *read_stdin(const char *cmd, size_t *len) {
   size_t cap = 1 << 16;
-  char *buf = malloc(cap);
+  char *buf = malloc(cap + 1);
   *len = 0;
+  errno = 0;
   for (size_t got; buf && (got = fread(buf + *len, 1, cap - *len, stdin)) > 0;) {
     *len += got;
     if (*len == cap) {
-      char *more = realloc(buf, cap *= 2);
+      char *more = realloc(buf, (cap *= 2) + 1);
       if (!more) free(buf);
       buf = more;
     }
+  }
+  if (!buf) {
+    fprintf(stderr, "ortep %s: out of memory reading stdin\n", cmd);
+  } else if (ferror(stdin)) {
+    fprintf(stderr, "ortep %s: cannot read stdin: %s\n", cmd, strerror(errno ? errno : EIO));
+    free(buf);
+    buf = NULL;
+  } else {
+    buf[*len] = '\0';
   }
   return buf;
 }
@@ -182,7 +234,8 @@ typedef struct stream {
   ortep_detokenizer *detok; /* NULL: print ids */
   size_t n;
   double first_at;
-  bool failed;
+  bool failed;       /* the detokenizer failed (ortep_last_error says why) */
+  bool write_failed; /* stdout did not take the text: stop generating */
 } stream;
 
 static bool on_token(int32_t token, size_t index, void *user) {
@@ -199,8 +252,8 @@ static bool on_token(int32_t token, size_t index, void *user) {
     }
     fwrite(text, 1, len, stdout);
   }
-  fflush(stdout);
-  return true;
+  if (fflush(stdout) != 0 || ferror(stdout)) s->write_failed = true;
+  return !s->write_failed;
 }
 
 static const char *reason_name(ortep_stop_reason r) {
@@ -209,17 +262,21 @@ static const char *reason_name(ortep_stop_reason r) {
     case ORTEP_STOP_EOS: return "end-of-sequence token";
     case ORTEP_STOP_STOP_TOKEN: return "stop token";
     case ORTEP_STOP_CALLBACK: return "stopped";
-    case ORTEP_STOP_CACHE_FULL: return "KV cache full";
+    case ORTEP_STOP_CACHE_FULL: return "the model's context is full";
   }
   return "?";
 }
 
-static int cmd_generate(int argc, char **argv) {
+typedef struct gen_args {
+  source src;
+  const char *prompt, *prompt_ids, *ep;
+  uint64_t max_tokens, top_k, seed;
+  double temperature, top_p, min_p, penalty;
+  bool ignore_eos;
+} gen_args;
+
+static int parse_generate(int argc, char **argv, gen_args *a) {
   static const char *cmd = "generate";
-  source src = {0};
-  const char *prompt = NULL, *prompt_ids = NULL, *ep = "auto";
-  double max_tokens = 128, temperature = 0, top_k = 0, top_p = 1, min_p = 0, penalty = 1, seed = 0;
-  bool ignore_eos = false;
   static const struct option lo[] = {
       {"model", required_argument, 0, 'm'},        {"preset", required_argument, 0, 'p'},
       {"dtype", required_argument, 0, 'd'},        {"prompt", required_argument, 0, 'P'},
@@ -229,91 +286,128 @@ static int cmd_generate(int argc, char **argv) {
       {"repetition-penalty", required_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
       {"ep", required_argument, 0, 'e'},           {"ignore-eos", no_argument, 0, 'E'},
       {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+  *a = (gen_args){.ep = "auto", .max_tokens = 128, .top_p = 1, .penalty = 1};
   int c, rc = 0;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1 && !rc) {
     switch (c) {
-      case 'm': src.model = optarg; break;
-      case 'p': src.preset = optarg; break;
-      case 'd': src.dtype = optarg; break;
-      case 'P': prompt = optarg; break;
-      case 'I': prompt_ids = optarg; break;
-      case 'n': rc = parse_number(cmd, "--max-tokens", optarg, 1, 1e7, &max_tokens); break;
-      case 't': rc = parse_number(cmd, "--temperature", optarg, 0, 100, &temperature); break;
-      case 'k': rc = parse_number(cmd, "--top-k", optarg, 0, 1e9, &top_k); break;
-      case 'u': rc = parse_number(cmd, "--top-p", optarg, 0, 1, &top_p); break;
-      case 'M': rc = parse_number(cmd, "--min-p", optarg, 0, 0.999999, &min_p); break;
-      case 'r': rc = parse_number(cmd, "--repetition-penalty", optarg, 0, 100, &penalty); break;
-      case 's': rc = parse_number(cmd, "--seed", optarg, 0, 18446744073709551615.0, &seed); break;
-      case 'e': ep = optarg; break;
-      case 'E': ignore_eos = true; break;
-      case 'h': fputs(generate_usage, stdout); return 0;
+      case 'm': a->src.model = optarg; break;
+      case 'p': a->src.preset = optarg; break;
+      case 'd': a->src.dtype = optarg; break;
+      case 'P': a->prompt = optarg; break;
+      case 'I': a->prompt_ids = optarg; break;
+      case 'n': rc = parse_whole(cmd, "--max-tokens", optarg, 1, 10000000, &a->max_tokens); break;
+      case 't': rc = parse_number(cmd, "--temperature", optarg, 0, 100, &a->temperature); break;
+      case 'k': rc = parse_whole(cmd, "--top-k", optarg, 0, UINT32_MAX, &a->top_k); break;
+      case 'u': rc = parse_number(cmd, "--top-p", optarg, 0, 1, &a->top_p); break;
+      case 'M': rc = parse_number(cmd, "--min-p", optarg, 0, 0.999999, &a->min_p); break;
+      case 'r': rc = parse_number(cmd, "--repetition-penalty", optarg, 0, 100, &a->penalty); break;
+      case 's': rc = parse_whole(cmd, "--seed", optarg, 0, UINT64_MAX, &a->seed); break;
+      case 'e': a->ep = optarg; break;
+      case 'E': a->ignore_eos = true; break;
+      case 'h': fputs(generate_usage, stdout); return -1;
       case ':': return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
       default: return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
     }
   }
   if (rc) return rc;
   if (optind < argc) return usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-  if (!prompt == !prompt_ids) return usage_error(cmd, "give exactly one of --prompt TEXT and --prompt-ids IDS");
-  if (top_k != (double)(uint32_t)top_k) return usage_error(cmd, "--top-k must be a whole number");
-  if ((rc = resolve(cmd, &src)) != 0) return rc;
-  ortep_tokenizer *tok = NULL;
-  ortep_detokenizer *detok = NULL;
-  int32_t *ids = NULL;
-  size_t n = 0;
-  if (prompt) {
-    if (ortep_tokenizer_open(src.dir, &tok) != ORTEP_OK) {
-      fprintf(stderr,
-              "ortep generate: %s\n(the model has no usable tokenizer.json: give the prompt as token ids with "
-              "--prompt-ids)\n",
-              ortep_last_error());
+  if (!a->prompt == !a->prompt_ids) return usage_error(cmd, "give exactly one of --prompt TEXT and --prompt-ids IDS");
+  return resolve(cmd, &a->src);
+}
+
+/* The prompt's ids, from the text (through the model's tokenizer, checked
+ * against its vocabulary; *detok then streams the output) or from
+ * --prompt-ids (each checked against the vocabulary here, so a bad id is a
+ * usage error, not a failed prefill). */
+static int prompt_tokens(const gen_args *a, const ortep_model_config *c, ortep_tokenizer **tok,
+                         ortep_detokenizer **detok, int32_t **ids, size_t *n) {
+  static const char *cmd = "generate";
+  if (a->prompt) {
+    if (ortep_tokenizer_open_for_vocab(a->src.dir, (size_t)c->vocab_size, tok) != ORTEP_OK) {
+      fprintf(stderr, "ortep generate: %s\n%s", ortep_last_error(),
+              ortep_last_status() == ORTEP_E_INVALID_ARGUMENT
+                  ? ""
+                  : "(the model has no usable tokenizer.json: give the prompt as token ids with --prompt-ids)\n");
       return 1;
     }
-    if (ortep_tokenizer_encode(tok, prompt, strlen(prompt), true, &ids, &n) != ORTEP_OK ||
-        ortep_detokenizer_create(tok, true, &detok) != ORTEP_OK) {
-      rc = fail(cmd);
-      goto out;
-    }
-    if (n == 0) {
-      rc = usage_error(cmd, "the prompt gives no tokens; give some text");
-      goto out;
-    }
-  } else if ((rc = parse_ids(cmd, prompt_ids, &ids, &n)) != 0) {
-    goto out;
-  } else if (n == 0) {
-    rc = usage_error(cmd, "--prompt-ids is empty");
-    goto out;
+    if (ortep_tokenizer_encode(*tok, a->prompt, strlen(a->prompt), true, ids, n) != ORTEP_OK ||
+        ortep_detokenizer_create(*tok, true, detok) != ORTEP_OK)
+      return fail(cmd);
+    return *n ? 0 : usage_error(cmd, "the prompt gives no tokens; give some text");
   }
+  int rc = parse_ids(cmd, a->prompt_ids, ids, n);
+  if (rc) return rc;
+  if (*n == 0) return usage_error(cmd, "--prompt-ids is empty");
+  for (size_t i = 0; i < *n; i++)
+    if ((*ids)[i] >= c->vocab_size)
+      return usage_error(cmd, "--prompt-ids: id %d (number %zu) is outside the model's vocabulary (ids 0 to %" PRId64 ")",
+                         (*ids)[i], i + 1, c->vocab_size - 1);
+  return 0;
+}
+
+/* The KV cache holds exactly what the request needs: the prompt and every
+ * token but the last (which is emitted, never run), up to the model's
+ * context; past that, generation ends when the context is full. */
+static int context_for(const ortep_model_config *c, size_t n, uint64_t max_tokens, size_t *max_seq) {
+  size_t limit = (size_t)c->max_position_embeddings;
+  if (n > limit)
+    return usage_error("generate",
+                       "the prompt has %zu tokens but the model's context holds %zu positions; shorten the prompt", n,
+                       limit);
+  uint64_t need = (uint64_t)n + max_tokens - 1;
+  *max_seq = need < limit ? (size_t)need : limit;
+  return 0;
+}
+
+static int cmd_generate(int argc, char **argv) {
+  static const char *cmd = "generate";
+  gen_args a;
+  int rc = parse_generate(argc, argv, &a);
+  if (rc) return rc < 0 ? 0 : rc;
+  ortep_model_config c;
+  bool have;
+  if ((rc = model_config(cmd, a.src.dir, true, &c, &have)) != 0) return rc;
+  ortep_tokenizer *tok = NULL;
+  ortep_detokenizer *detok = NULL;
   ortep_decoder *d = NULL;
-  ortep_decoder_options o = {.ep = ep, .max_seq_len = n + (size_t)max_tokens + 1};
+  int32_t *ids = NULL;
+  size_t n = 0, max_seq = 0;
+  if ((rc = prompt_tokens(&a, &c, &tok, &detok, &ids, &n)) != 0 || (rc = context_for(&c, n, a.max_tokens, &max_seq)))
+    goto out;
+  ortep_decoder_options o = {.ep = a.ep, .max_seq_len = max_seq};
   double t0 = now_s();
-  int32_t first;
-  if (ortep_decoder_open(src.dir, &o, &d) != ORTEP_OK) {
+  if (ortep_decoder_open(a.src.dir, &o, &d) != ORTEP_OK) {
     rc = ortep_last_status() == ORTEP_E_INVALID_ARGUMENT && strstr(ortep_last_error(), "EP") ? usage_error(cmd, "%s", ortep_last_error()) : fail(cmd);
     goto out;
   }
   double t_open = now_s();
-  stream s = {detok, 0, 0, false};
-  ortep_sampling sampling = {(float)temperature, (uint32_t)top_k, (float)top_p, (float)min_p, (float)penalty,
-                             (uint64_t)seed};
-  ortep_generate_options g = {.max_tokens = (size_t)max_tokens, .ignore_eos = ignore_eos, .sampling = &sampling};
+  stream s = {detok, 0, 0, false, false};
+  ortep_sampling sampling = {(float)a.temperature, (uint32_t)a.top_k, (float)a.top_p, (float)a.min_p,
+                             (float)a.penalty, a.seed};
+  ortep_generate_options g = {.max_tokens = (size_t)a.max_tokens, .ignore_eos = a.ignore_eos, .sampling = &sampling};
   ortep_generate_result r = {0};
-  if (ortep_decoder_prefill(d, ids, n, &first) != ORTEP_OK ||
-      ortep_decoder_generate_ex(d, &g, on_token, &s, &r) != ORTEP_OK || s.failed) {
+  if (ortep_decoder_prefill(d, ids, n, NULL) != ORTEP_OK || ortep_decoder_generate_ex(d, &g, on_token, &s, &r) != ORTEP_OK ||
+      s.failed) {
     rc = fail(cmd);
-  } else {
-    const char *rest;
-    size_t len;
-    if (detok && ortep_detokenizer_flush(detok, &rest, &len) == ORTEP_OK) fwrite(rest, 1, len, stdout);
-    printf("\n");
-    fflush(stdout);
-    double end = now_s();
-    fprintf(stderr, "\n[%zu prompt tokens, %zu generated (%s); load %.2f s; time to first token %.1f ms; %.1f tokens/s; ep %s]\n",
-            n, r.generated, reason_name(r.reason), t_open - t0, s.n ? (s.first_at - t_open) * 1e3 : 0.0,
-            s.n > 1 ? (double)(s.n - 1) / (end - s.first_at) : 0.0, ortep_ep_name(ortep_decoder_ep(d)));
+    goto out;
   }
-  ortep_decoder_close(d);
+  const char *rest;
+  size_t len;
+  if (!s.write_failed && detok && ortep_detokenizer_flush(detok, &rest, &len) == ORTEP_OK) fwrite(rest, 1, len, stdout);
+  printf("\n");
+  if ((rc = output_failed(cmd)) != 0) {
+    fprintf(stderr, "ortep generate: generation stopped at the failed write, after %zu token%s\n", r.generated,
+            r.generated == 1 ? "" : "s");
+    goto out;
+  }
+  double end = now_s();
+  fprintf(stderr, "\n[%zu prompt token%s, %zu generated (%s); load %.2f s; time to first token %.1f ms; %.1f tokens/s; ep %s]\n",
+          n, n == 1 ? "" : "s", r.generated, reason_name(r.reason), t_open - t0,
+          s.n ? (s.first_at - t_open) * 1e3 : 0.0, s.n > 1 ? (double)(s.n - 1) / (end - s.first_at) : 0.0,
+          ortep_ep_name(ortep_decoder_ep(d)));
 out:
+  ortep_decoder_close(d);
   free(ids);
   ortep_detokenizer_destroy(detok);
   ortep_tokenizer_close(tok);
@@ -321,6 +415,16 @@ out:
 }
 
 /* --- tokenize / detokenize ------------------------------------------------------------ */
+/* The tokenizer of dir, checked against the model's vocabulary when dir has
+ * a config.json (a tokenizer-only directory is fine for these two). */
+static int open_tokenizer(const char *cmd, const char *dir, ortep_tokenizer **t) {
+  ortep_model_config c;
+  bool have;
+  int rc = model_config(cmd, dir, false, &c, &have);
+  if (rc) return rc;
+  return ortep_tokenizer_open_for_vocab(dir, have ? (size_t)c.vocab_size : 0, t) == ORTEP_OK ? 0 : fail(cmd);
+}
+
 static int cmd_tokenize(int argc, char **argv) {
   static const char *cmd = "tokenize";
   source src = {0};
@@ -347,15 +451,13 @@ static int cmd_tokenize(int argc, char **argv) {
   }
   if (optind < argc) return usage_error(cmd, "unexpected argument '%s' (give the text with --text)", argv[optind]);
   int rc = resolve(cmd, &src);
-  if (rc) return rc;
-  ortep_tokenizer *t;
-  if (ortep_tokenizer_open(src.dir, &t) != ORTEP_OK) return fail(cmd);
+  ortep_tokenizer *t = NULL;
+  if (rc || (rc = open_tokenizer(cmd, src.dir, &t)) != 0) return rc;
   size_t len = 0;
   char *owned = NULL;
   if (!text) {
-    if (!(owned = read_stdin(&len))) {
+    if (!(owned = read_stdin(cmd, &len))) {
       ortep_tokenizer_close(t);
-      fprintf(stderr, "ortep tokenize: cannot read stdin\n");
       return 1;
     }
     text = owned;
@@ -367,18 +469,27 @@ static int cmd_tokenize(int argc, char **argv) {
   if (ortep_tokenizer_encode(t, text, len, special, &ids, &n) != ORTEP_OK) {
     rc = fail(cmd);
   } else {
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && !ferror(stdout); i++) {
       if (per_token)
         printf("%d\t%s\n", ids[i], ortep_tokenizer_token(t, ids[i]));
       else
         printf("%s%d", i ? " " : "", ids[i]);
     }
     if (!per_token) printf("\n");
+    rc = output_failed(cmd);
     free(ids);
   }
   free(owned);
   ortep_tokenizer_close(t);
   return rc;
+}
+
+/* Whether arg is a negative whole number ("-3"): an id, not an option. */
+static bool negative_number(const char *arg) {
+  if (arg[0] != '-' || arg[1] < '0' || arg[1] > '9') return false;
+  for (const char *p = arg + 1; *p; p++)
+    if (*p < '0' || *p > '9') return false;
+  return true;
 }
 
 static int cmd_detokenize(int argc, char **argv) {
@@ -390,7 +501,7 @@ static int cmd_detokenize(int argc, char **argv) {
                                      {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
   int c;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "+:h", lo, NULL)) != -1) { /* "+": the ids start the operands */
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) { /* options anywhere, before or after the ids */
     switch (c) {
       case 'm': src.model = optarg; break;
       case 'p': src.preset = optarg; break;
@@ -398,7 +509,10 @@ static int cmd_detokenize(int argc, char **argv) {
       case 'S': skip = true; break;
       case 'h': fputs(detokenize_usage, stdout); return 0;
       case ':': return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
-      default: return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+      default:
+        if (negative_number(argv[optind - 1]))
+          return usage_error(cmd, "'%s' is not a token id (a whole number >= 0)", argv[optind - 1]);
+        return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
     }
   }
   int rc = resolve(cmd, &src);
@@ -412,24 +526,22 @@ static int cmd_detokenize(int argc, char **argv) {
     if ((joined = malloc(cap))) {
       joined[0] = '\0';
       for (int i = optind; i < argc; i++) strcat(strcat(joined, argv[i]), " ");
+    } else {
+      fprintf(stderr, "ortep detokenize: out of memory\n");
     }
   } else {
-    joined = read_stdin(&len);
-    if (joined) joined[len < 1 ? 0 : len - (joined[len - 1] == '\n')] = '\0';
+    joined = read_stdin(cmd, &len);
   }
-  if (!joined) {
-    fprintf(stderr, "ortep detokenize: cannot read the ids\n");
-    return 1;
-  }
+  if (!joined) return 1;
   int32_t *ids = NULL;
   size_t n = 0;
   rc = parse_ids(cmd, joined, &ids, &n);
   free(joined);
   if (rc) return rc;
-  ortep_tokenizer *t;
-  if (ortep_tokenizer_open(src.dir, &t) != ORTEP_OK) {
+  ortep_tokenizer *t = NULL;
+  if ((rc = open_tokenizer(cmd, src.dir, &t)) != 0) {
     free(ids);
-    return fail(cmd);
+    return rc;
   }
   char *text;
   size_t tl;
@@ -438,6 +550,7 @@ static int cmd_detokenize(int argc, char **argv) {
   } else {
     fwrite(text, 1, tl, stdout);
     printf("\n");
+    rc = output_failed(cmd);
     free(text);
   }
   free(ids);
@@ -445,11 +558,7 @@ static int cmd_detokenize(int argc, char **argv) {
   return rc;
 }
 
-int main(int argc, char **argv) {
-  if (argc < 2) {
-    fputs(usage, stderr);
-    return USAGE_EXIT;
-  }
+static int run_command(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
     fputs(usage, stdout);
@@ -465,4 +574,20 @@ int main(int argc, char **argv) {
   fprintf(stderr, "ortep: unknown command '%s'; the commands are: generate, tokenize, detokenize\n", cmd);
   fputs(usage, stderr);
   return USAGE_EXIT;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage, stderr);
+    return USAGE_EXIT;
+  }
+  int rc = run_command(argc, argv);
+  /* what is still buffered, and the close, can fail too (help text into a
+   * full disk): the exit status says so */
+  errno = 0;
+  if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0) {
+    if (rc == 0) fprintf(stderr, "ortep %s: cannot write the output: %s\n", argv[1], strerror(errno ? errno : EIO));
+    return rc ? rc : 1;
+  }
+  return rc;
 }

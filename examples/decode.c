@@ -1,6 +1,7 @@
 /* decode.c: open a model, prefill a prompt, generate greedily, print the
  * token ids. Usage: ortep-example-decode MODEL_DIR [TOKEN ...] */
 #include <ortep/ortep.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -17,8 +18,20 @@ int main(int argc, char **argv) {
   }
   int32_t prompt[64] = {1, 2, 3};
   size_t n = 3;
+  if (argc > 66) {
+    fprintf(stderr, "at most 64 prompt tokens\n");
+    return 2;
+  }
   if (argc > 2)
-    for (n = 0; n + 2 < (size_t)argc && n < 64; n++) prompt[n] = (int32_t)atoi(argv[n + 2]);
+    for (n = 0; n + 2 < (size_t)argc; n++) {
+      char *end;
+      long v = strtol(argv[n + 2], &end, 10);
+      if (end == argv[n + 2] || *end || v < 0 || v > INT32_MAX) {
+        fprintf(stderr, "TOKEN '%s' is not a token id (a whole number >= 0)\n", argv[n + 2]);
+        return 2;
+      }
+      prompt[n] = (int32_t)v;
+    }
 
   ortep_decoder *d = NULL;
   ortep_decoder_options opts = {.ep = "auto", .max_seq_len = 256}; /* graph mode by default */

@@ -5,6 +5,7 @@
  *
  *   ortep-example-generate MODEL_DIR "Once upon a time" [TEMPERATURE [SEED]]
  */
+#include <errno.h>
 #include <ortep/ortep.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,13 +21,24 @@ static bool print_piece(int32_t token, size_t index, void *user) {
   return true;
 }
 
+/* A whole argument or nothing: "abc" or "0.8x" is an error, not 0. */
+static int parse_args(int argc, char **argv, ortep_sampling *s) {
+  char *end = NULL;
+  errno = 0;
+  if (argc > 3 && (s->temperature = strtof(argv[3], &end), errno || end == argv[3] || *end || !(s->temperature >= 0)))
+    return fprintf(stderr, "TEMPERATURE '%s' is not a number >= 0 (0: greedy)\n", argv[3]), 2;
+  if (argc > 4 && (argv[4][0] < '0' || argv[4][0] > '9' || (s->seed = strtoull(argv[4], &end, 10), errno || *end)))
+    return fprintf(stderr, "SEED '%s' is not a whole number in [0, 2^64 - 1]\n", argv[4]), 2;
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc < 3) {
+  if (argc < 3 || argc > 5) {
     fprintf(stderr, "usage: %s MODEL_DIR PROMPT [TEMPERATURE [SEED]]\n", argv[0]);
     return 2;
   }
-  ortep_sampling sampling = {.temperature = argc > 3 ? strtof(argv[3], NULL) : 0.8f, .top_p = 0.95f,
-                             .seed = argc > 4 ? strtoull(argv[4], NULL, 10) : 0};
+  ortep_sampling sampling = {.temperature = 0.8f, .top_p = 0.95f};
+  if (parse_args(argc, argv, &sampling)) return 2;
   ortep_generate_options options = {.max_tokens = 32, .sampling = &sampling};
   ortep_tokenizer *tok = NULL;
   ortep_detokenizer *stream = NULL;

@@ -3,7 +3,10 @@
  * stderr; the same seed gives the same text; tokenize and detokenize
  * round-trip; a model without tokenizer.json is refused with a pointer to
  * --prompt-ids, which then works with ids in and out. */
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -30,6 +33,51 @@ static int ortep(const char *args, const char *in) {
   return WEXITSTATUS(st);
 }
 
+/* Runs ortep with args and shell redirections redir of its own (">/dev/full",
+ * "<&-"); its stderr into g_err. Returns the exit code. */
+static int ortep_redirected(const char *args, const char *redir) {
+  char cmd[4096], path[128];
+  snprintf(cmd, sizeof cmd, "env XDG_CACHE_HOME=%s/cache %s %s %s 2>%s/err.txt", g_tmp, ORTEP_CLI_PATH, args, redir,
+           g_tmp);
+  int st = system(cmd);
+  ck_assert_msg(WIFEXITED(st), "ortep did not exit normally: %s", cmd);
+  snprintf(path, sizeof path, "%s/err.txt", g_tmp);
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
+  g_err[n] = '\0';
+  if (f) fclose(f);
+  return WEXITSTATUS(st);
+}
+
+/* Runs ortep with its stdout a pipe whose reader has already gone and
+ * SIGPIPE ignored: every write fails with EPIPE, deterministically. */
+static int ortep_into_a_closed_pipe(const char *args) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "exec env XDG_CACHE_HOME=%s/cache %s %s 2>%s/err.txt", g_tmp, ORTEP_CLI_PATH, args, g_tmp);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  close(fds[0]); /* no reader, ever */
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    signal(SIGPIPE, SIG_IGN); /* inherited across exec */
+    dup2(fds[1], 1);
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st));
+  char path[128];
+  snprintf(path, sizeof path, "%s/err.txt", g_tmp);
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
+  g_err[n] = '\0';
+  if (f) fclose(f);
+  return WEXITSTATUS(st);
+}
+
 static void setup(void) {
   snprintf(g_tmp, sizeof g_tmp, "/tmp/ortep-cli-test-XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(g_tmp));
@@ -49,7 +97,7 @@ START_TEST(usage_errors_exit_2_and_name_the_argument) {
       {"generate --preset tiny", "--prompt TEXT and --prompt-ids"},
       {"generate --preset tiny --prompt hi --temperature -1", "--temperature '-1'"},
       {"generate --preset tiny --prompt hi --top-p 2", "--top-p '2'"},
-      {"generate --preset tiny --prompt hi --top-k 1.5", "--top-k must be a whole number"},
+      {"generate --preset tiny --prompt hi --top-k 1.5", "--top-k '1.5' is not a whole number"},
       {"generate --preset tiny --prompt hi --frobnicate", "unknown option '--frobnicate'"},
       {"generate --preset huge --prompt hi", "unknown preset 'huge'"},
       {"generate --prompt hi", "--model DIR or --preset NAME"},
@@ -118,6 +166,164 @@ START_TEST(a_model_without_a_tokenizer_takes_ids) {
 }
 END_TEST
 
+
+/* Hostile and careless input, round 3 (the probe's classes 1-5 and 11). */
+
+/* 1: a valid temperature or penalty gives a valid distribution; 1e-40 once
+ * overflowed and printed "0 0 0 0 0 0 0 0". */
+START_TEST(tiny_sampling_parameters_draw_real_tokens) {
+  const char *base = "generate --ep cpu --preset tiny --prompt-ids 1,2,3 --max-tokens 8";
+  static char greedy[sizeof g_out], args[256];
+  ck_assert_msg(ortep(base, NULL) == 0, "%s", g_err);
+  memcpy(greedy, g_out, sizeof greedy);
+  const char *extra[] = {"--temperature 1e-40", "--temperature 1e-38", "--temperature 1 --repetition-penalty 1e-40"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(args, sizeof args, "%s %s", base, extra[i]);
+    ck_assert_msg(ortep(args, NULL) == 0, "%s: %s", extra[i], g_err);
+    ck_assert_msg(strcmp(g_out, "0 0 0 0 0 0 0 0\n") != 0, "%s drew id 0 every time", extra[i]);
+    if (i < 2) ck_assert_msg(!strcmp(g_out, greedy), "%s: '%s' is not the greedy '%s'", extra[i], g_out, greedy);
+  }
+}
+END_TEST
+
+/* 2: integer options are parsed as integers: every seed up to 2^64 - 1 is
+ * its own, and fractions, signs and values past the range are exit 2 naming
+ * the option and the range. */
+START_TEST(integer_options_are_parsed_as_integers) {
+  const char *base = "generate --ep cpu --preset tiny --prompt-ids 1,2,3 --max-tokens 12 --temperature 1";
+  static char a[sizeof g_out], args[256];
+  const char *pairs[][2] = {{"18446744073709551615", "0"}, {"9007199254740993", "9007199254740992"}};
+  for (int i = 0; i < 2; i++) {
+    snprintf(args, sizeof args, "%s --seed %s", base, pairs[i][0]);
+    ck_assert_msg(ortep(args, NULL) == 0, "%s", g_err);
+    memcpy(a, g_out, sizeof a);
+    snprintf(args, sizeof args, "%s --seed %s", base, pairs[i][1]);
+    ck_assert_msg(ortep(args, NULL) == 0, "%s", g_err);
+    ck_assert_msg(strcmp(a, g_out) != 0, "seeds %s and %s drew the same text", pairs[i][0], pairs[i][1]);
+  }
+  struct {
+    const char *opt, *needle;
+  } bad[] = {
+      {"--seed 18446744073709551616", "--seed '18446744073709551616' is not a whole number in [0, 18446744073709551615]"},
+      {"--seed 1.5", "--seed '1.5' is not a whole number"},
+      {"--seed -1", "--seed '-1' is not a whole number"},
+      {"--seed ' 7'", "--seed ' 7' is not a whole number"},
+      {"--max-tokens 1.5", "--max-tokens '1.5' is not a whole number in [1, 10000000]"},
+      {"--max-tokens 1e3", "--max-tokens '1e3' is not a whole number"},
+      {"--max-tokens 0", "--max-tokens '0'"},
+      {"--top-k 2.5", "--top-k '2.5' is not a whole number in [0, 4294967295]"},
+      {"--top-k 4294967296", "--top-k '4294967296'"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    snprintf(args, sizeof args, "generate --ep cpu --preset tiny --prompt-ids 1 %s", bad[i].opt);
+    ck_assert_msg(ortep(args, NULL) == 2, "%s did not exit 2", bad[i].opt);
+    ck_assert_msg(strstr(g_err, bad[i].needle), "%s: '%s' lacks '%s'", bad[i].opt, g_err, bad[i].needle);
+  }
+}
+END_TEST
+
+/* 3: output that could not be written is a failure, not "8 generated":
+ * a full disk, a closed stdout, a pipe whose reader is gone (SIGPIPE
+ * ignored: generation stops at the first failed write). */
+START_TEST(lost_output_fails_the_command) {
+  const char *cmds[] = {"generate --ep cpu --preset tiny --prompt-ids 1,2,3 --max-tokens 8",
+                        "generate --ep cpu --preset tiny --prompt Hello --max-tokens 8", "tokenize --preset tiny --text hi",
+                        "detokenize --preset tiny 72 105", "generate --help"};
+  const char *redirs[] = {">/dev/full", ">&-"};
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
+    for (int r = 0; r < 2; r++) {
+      ck_assert_msg(ortep_redirected(cmds[i], redirs[r]) == 1, "'%s %s' did not exit 1: %s", cmds[i], redirs[r], g_err);
+      ck_assert_msg(strstr(g_err, "cannot write the output"), "'%s %s': %s", cmds[i], redirs[r], g_err);
+      ck_assert_msg(!strstr(g_err, "generated ("), "'%s %s' reported success: %s", cmds[i], redirs[r], g_err);
+    }
+  ck_assert_int_eq(ortep_into_a_closed_pipe("generate --ep cpu --preset tiny --prompt-ids 1,2 --max-tokens 400 "
+                                            "--ignore-eos"), 1);
+  ck_assert_msg(strstr(g_err, "Broken pipe") && strstr(g_err, "stopped at the failed write, after 1 token\n"), "%s",
+                g_err);
+  ck_assert_int_eq(ortep_into_a_closed_pipe("tokenize --preset tiny --text hello"), 1);
+  ck_assert_msg(strstr(g_err, "Broken pipe"), "%s", g_err);
+}
+END_TEST
+
+/* 4: stdin that cannot be read (a directory, a closed descriptor) is an
+ * error, not an empty text. */
+START_TEST(unreadable_input_is_an_error) {
+  const char *cmds[] = {"tokenize --preset tiny", "detokenize --preset tiny"};
+  const char *redirs[] = {"</ >/dev/null", "<&- >/dev/null"};
+  for (int i = 0; i < 2; i++)
+    for (int r = 0; r < 2; r++) {
+      ck_assert_msg(ortep_redirected(cmds[i], redirs[r]) == 1, "'%s %s' did not exit 1", cmds[i], redirs[r]);
+      ck_assert_msg(strstr(g_err, "cannot read stdin"), "'%s %s': %s", cmds[i], redirs[r], g_err);
+    }
+}
+END_TEST
+
+/* 5: the cache is sized from the request: 2 + 510 fits the tiny preset's
+ * 512 positions exactly; more generates until the context is full and says
+ * so; a prompt longer than the context is refused naming both. */
+START_TEST(the_context_is_sized_from_the_request) {
+  ck_assert_msg(ortep("generate --ep cpu --preset tiny --prompt-ids 1,2 --max-tokens 510 --ignore-eos", NULL) == 0, "%s",
+                g_err);
+  ck_assert_msg(strstr(g_err, "510 generated (--max-tokens reached)"), "%s", g_err);
+  ck_assert_msg(ortep("generate --ep cpu --preset tiny --prompt-ids 1,2 --max-tokens 600 --ignore-eos", NULL) == 0, "%s",
+                g_err);
+  ck_assert_msg(strstr(g_err, "511 generated (the model's context is full)"), "%s", g_err);
+  static char args[8192];
+  int w = snprintf(args, sizeof args, "generate --ep cpu --preset tiny --prompt-ids ");
+  for (int i = 0; i < 513; i++) w += snprintf(args + w, sizeof args - (size_t)w, "%s7", i ? "," : "");
+  ck_assert_int_eq(ortep(args, NULL), 2);
+  ck_assert_msg(strstr(g_err, "the prompt has 513 tokens but the model's context holds 512 positions"), "%s", g_err);
+  ck_assert_msg(!strstr(g_err, "max_seq_len"), "names an option the CLI lacks: %s", g_err);
+}
+END_TEST
+
+/* 6 (the program's side): the tokenizer is checked against the model's
+ * vocabulary: a larger one is refused naming both; a smaller one (a padded
+ * model vocabulary) generates, ids without a token adding no text. */
+START_TEST(tokenizer_and_model_must_agree) {
+  char dir[128], cmd[1024], args[512];
+  snprintf(dir, sizeof dir, "%s/model", g_tmp);
+  ck_assert_ok(ortep_model_write_synthetic(dir, "tiny", ORTEP_DTYPE_F32, 1));
+  snprintf(cmd, sizeof cmd, "cp %s/bytelevel_tokenizer.json %s/tokenizer.json", ORTEP_TEST_DATA, dir);
+  ck_assert_int_eq(system(cmd), 0); /* 268 ids beside a vocabulary of 512 */
+  snprintf(args, sizeof args, "generate --ep cpu --model %s --prompt hello --max-tokens 40 --ignore-eos", dir);
+  ck_assert_msg(ortep(args, NULL) == 0, "%s", g_err);
+  ck_assert_msg(strstr(g_err, "40 generated"), "%s", g_err);
+  snprintf(args, sizeof args, "detokenize --model %s 259 400 264", dir);
+  ck_assert_msg(ortep(args, NULL) == 0, "%s", g_err);
+  ck_assert_str_eq(g_out, "hello world\n");
+  snprintf(cmd, sizeof cmd, "sed -i 's/\"vocab_size\":[[:space:]]*512/\"vocab_size\": 200/' %s/config.json", dir);
+  ck_assert_int_eq(system(cmd), 0); /* now the tokenizer is the larger */
+  snprintf(args, sizeof args, "tokenize --model %s --text hello", dir);
+  ck_assert_int_eq(ortep(args, NULL), 1);
+  ck_assert_msg(strstr(g_err, "268 token ids but the model's vocabulary has 200"), "%s", g_err);
+  snprintf(args, sizeof args, "generate --ep cpu --model %s --prompt hello", dir);
+  ck_assert_int_eq(ortep(args, NULL), 1);
+  ck_assert_msg(strstr(g_err, "268 token ids but the model's vocabulary has 200"), "%s", g_err);
+}
+END_TEST
+
+/* 11: messages that send a program's user the right way. */
+START_TEST(messages_speak_to_the_programs_user) {
+  ck_assert_int_eq(ortep("generate --ep cpu --preset tiny --prompt-ids 1,600", NULL), 2);
+  ck_assert_msg(strstr(g_err, "id 600 (number 2) is outside the model's vocabulary (ids 0 to 511)"), "%s", g_err);
+  ck_assert_msg(!strstr(g_err, "ortep_decoder_reset"), "an API call named to a program's user: %s", g_err);
+  char fifo[96], args[256];
+  snprintf(fifo, sizeof fifo, "%s/fifo", g_tmp);
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  snprintf(args, sizeof args, "generate --ep cpu --model %s --prompt-ids 1", fifo);
+  ck_assert_int_eq(ortep(args, NULL), 1);
+  ck_assert_msg(strstr(g_err, "is a FIFO, not a directory"), "%s", g_err);
+  ck_assert_msg(ortep("generate --ep cpu --preset tiny --prompt-ids 1 --max-tokens 2", NULL) == 0, "%s", g_err);
+  ck_assert_msg(strstr(g_err, "[1 prompt token, 2 generated"), "%s", g_err);
+  /* options after the ids are options */
+  ck_assert_msg(ortep("detokenize --preset tiny 72 105 511 --skip-special", NULL) == 0, "%s", g_err);
+  ck_assert_str_eq(g_out, "Hi\n");
+  ck_assert_int_eq(ortep("detokenize --preset tiny 72 --bogus", NULL), 2);
+  ck_assert_msg(strstr(g_err, "unknown option '--bogus'"), "%s", g_err);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("core");
@@ -127,6 +333,13 @@ int main(void) {
   tcase_add_test(tc, generate_streams_text_and_sampling_is_reproducible);
   tcase_add_test(tc, tokenize_and_detokenize_round_trip);
   tcase_add_test(tc, a_model_without_a_tokenizer_takes_ids);
+  tcase_add_test(tc, tiny_sampling_parameters_draw_real_tokens);
+  tcase_add_test(tc, integer_options_are_parsed_as_integers);
+  tcase_add_test(tc, lost_output_fails_the_command);
+  tcase_add_test(tc, unreadable_input_is_an_error);
+  tcase_add_test(tc, the_context_is_sized_from_the_request);
+  tcase_add_test(tc, tokenizer_and_model_must_agree);
+  tcase_add_test(tc, messages_speak_to_the_programs_user);
   suite_add_tcase(s, tc);
   return test_run(s);
 }
