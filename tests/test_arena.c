@@ -334,7 +334,6 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("arena");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, carves_are_aligned_disjoint_and_grow_by_chunks);
   tcase_add_test(tc, mark_rewind_reset_reuse_memory_without_new_chunks);
   tcase_add_test(tc, debug_builds_fill_new_and_released_memory);

@@ -328,7 +328,6 @@ int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("core");
   tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, usage_errors_exit_2_and_name_the_argument);
   tcase_add_test(tc, generate_streams_text_and_sampling_is_reproducible);
   tcase_add_test(tc, tokenize_and_detokenize_round_trip);

@@ -902,7 +902,6 @@ int main(void) {
   }
   Suite *s = suite_create("decode");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, eager_and_replay_agree_bitwise);
   tcase_add_test(tc, eager_and_replay_agree_with_attention_as_seams);

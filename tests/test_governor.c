@@ -139,7 +139,6 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("governor");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, refused_charge_changes_no_counter);
   tcase_add_test(tc, refund_more_than_charged_is_refused);
   tcase_add_test(tc, configure_by_setting_name);

@@ -1,5 +1,8 @@
-/* test_misuse.c: every public entry point called with NULL, zero, huge and
- * mismatched arguments, from a table. Each call must return a clear error
+/* test_misuse.c: the public entry points of every module (allocators,
+ * governor, arena, slab, planner, buffers, tensors, EPs, config, graphs,
+ * sessions, models, decoders, tokenizers) called with NULL, zero, huge and
+ * mismatched arguments, from a table (one or more calls per entry point that
+ * takes a pointer or a size, not every one of the API's functions). Each call must return a clear error
  * status with a message (or, for the calls documented to accept it, do
  * nothing) and never crash. ASan and UBSan check the "never crash" part. */
 #include "testutil.h"
@@ -110,6 +113,18 @@ M(decoder_prefill_null, return ortep_decoder_prefill(NULL, NULL, 1, NULL);)
 M(decoder_generate_null, return ortep_decoder_generate(NULL, 1, NULL, NULL, NULL);)
 M(decoder_logits_null, return ortep_decoder_logits(NULL, NULL, 1);)
 M(replace_hooks_null, return ortep_replace_allocator(NULL, NULL, NULL, NULL);)
+M(tokenizer_open_null, ortep_tokenizer *t; return ortep_tokenizer_open(NULL, &t);)
+M(tokenizer_open_dir, ortep_tokenizer *t; return ortep_tokenizer_open("/nonexistent-ortep", &t);)
+M(tokenizer_open_json_null, ortep_tokenizer *t; return ortep_tokenizer_open_json(NULL, 5, &t);)
+M(tokenizer_open_json_garbage, ortep_tokenizer *t; return ortep_tokenizer_open_json("{]", 2, &t);)
+M(tokenizer_vocab_null_out, return ortep_tokenizer_open_for_vocab("/tmp", 10, NULL);)
+M(tokenizer_encode_null, int32_t *ids; size_t n; return ortep_tokenizer_encode(NULL, "a", 1, true, &ids, &n);)
+M(tokenizer_decode_null, char *t; size_t n; return ortep_tokenizer_decode(NULL, NULL, 0, false, &t, &n);)
+M(tokenizer_token_id_null, int32_t id; return ortep_tokenizer_token_id(NULL, "a", &id);)
+M(detokenizer_create_null, ortep_detokenizer *d; return ortep_detokenizer_create(NULL, false, &d);)
+M(detokenizer_push_null, const char *t; size_t n; return ortep_detokenizer_push(NULL, 1, &t, &n);)
+M(detokenizer_flush_null, const char *t; size_t n; return ortep_detokenizer_flush(NULL, &t, &n);)
+M(model_config_read_fifo_dir, ortep_model_config c; return ortep_model_config_read("/dev/null", &c);)
 
 static const misuse table[] = {
 #define R(n) {#n, n},
@@ -129,6 +144,9 @@ static const misuse table[] = {
     R(session_null_graph) R(session_run_null) R(session_write_null) R(safetensors_null) R(safetensors_dir)
     R(config_parse_null) R(config_parse_empty) R(model_null) R(synthetic_bad_dtype) R(decoder_null_dir)
     R(decoder_step_null) R(decoder_prefill_null) R(decoder_generate_null) R(decoder_logits_null) R(replace_hooks_null)
+    R(tokenizer_open_null) R(tokenizer_open_dir) R(tokenizer_open_json_null) R(tokenizer_open_json_garbage)
+    R(tokenizer_vocab_null_out) R(tokenizer_encode_null) R(tokenizer_decode_null) R(tokenizer_token_id_null)
+    R(detokenizer_create_null) R(detokenizer_push_null) R(detokenizer_flush_null) R(model_config_read_fifo_dir)
 #undef R
 };
 

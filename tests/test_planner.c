@@ -103,7 +103,6 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("planner");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, disjoint_lifetimes_share_memory);
   tcase_add_test(tc, alignment_and_zero_sizes);
   tcase_add_test(tc, verify_catches_overlap_and_misalignment);

@@ -336,7 +336,6 @@ int main(void) {
   Suite *s = suite_create("sampling");
   TCase *tc = tcase_create("core");
   tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, philox_matches_its_known_answers);
   tcase_add_test(tc, draws_follow_the_softmax);
   tcase_add_test(tc, top_k_top_p_and_min_p_truncate_exactly);

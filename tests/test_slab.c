@@ -268,7 +268,6 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("slab");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, objects_are_aligned_distinct_and_counted);
   tcase_add_test(tc, bad_parameters_are_refused);
   tcase_add_test(tc, debug_builds_detect_double_and_foreign_frees);

@@ -142,7 +142,6 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("trace");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, decode_in_graph_mode_with_a_forced_seam);
   suite_add_tcase(s, tc);
   return test_run(s);
