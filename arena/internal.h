@@ -7,7 +7,7 @@
 
 #include <stdatomic.h>
 
-#include "../runtime/internal.h"
+#include "runtime/internal.h"
 /* the memory layer's public headers; nothing of kernels/ or graph/ */
 #include "ortep/allocator.h"
 #include "ortep/arena.h"

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../graph/bench_api.h"
+#include "graph/bench_api.h"
 #include "bench.h"
 #if !ORTEP_SYSTEM_ALLOCATOR
 #include <mimalloc.h>

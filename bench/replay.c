@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../graph/bench_api.h"
+#include "graph/bench_api.h"
 #include "bench.h"
 
 static const char replay_usage[] =

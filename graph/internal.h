@@ -2,9 +2,9 @@
 #ifndef ORTEP_GRAPH_INTERNAL_H
 #define ORTEP_GRAPH_INTERNAL_H
 
-#include "../runtime/internal.h"
-#include "../runtime/strmap.h"
-/* graph/ is the top layer of the library: it may use every public header */
+#include "runtime/internal.h"
+#include "runtime/strmap.h"
+/* the executor uses the public headers of the layers below and its own */
 #include "ortep/ortep.h"
 
 /* An ortep_allocator drawing from an EP's allocate/deallocate, so the memory
@@ -12,9 +12,6 @@
  * the EP's device, so host-side debug fills never touch device memory. */
 ortep_status ortep__ep_allocator_create(ortep_ep *ep, ortep_allocator **out);
 
-/* A whole regular file into memory (ortep__malloc'd), refusing one larger
- * than limit bytes ("... is not <what>"). */
-ortep_status ortep__read_file(const char *path, size_t limit, const char *what, char **out, size_t *len);
 
 /* ortep_session_run with its trace calls compiled out, for ortep-bench
  * replay's "tracing compiled in vs out" comparison. */

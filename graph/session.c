@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../runtime/trace.h"
+#include "runtime/trace.h"
 #include "internal.h"
 #include "ortep/session.h"
 #include "ortep/tensor.h"

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runtime/internal.h"
+#include "runtime/internal.h"
 #include "cuda/module.h"
 #include "ortep/cuda_ep.h"
 

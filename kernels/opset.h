@@ -9,7 +9,7 @@
 #ifndef ORTEP_KERNELS_OPSET_H
 #define ORTEP_KERNELS_OPSET_H
 
-#include "../runtime/internal.h"
+#include "runtime/internal.h"
 
 typedef enum ortep__op_kind {
   ORTEP__OP_GATHER,
@@ -32,7 +32,7 @@ typedef enum ortep__op_kind {
  * and on the CPU EP only, blocked: [N/4, K/16, 4, 16], element [q, b, r, c]
  * = W[4q + r, 16b + c]. Four consecutive rows' 16-column pieces lie one
  * after another, so a kernel computing four outputs at once streams one run
- * of memory instead of four (graph/model.c repacks into it; the CUDA EP
+ * of memory instead of four (llm/model.c repacks into it; the CUDA EP
  * refuses it). All of a node's weights are in one layout; ortep:Embedding
  * looks tokens up in a table stored so (a tied embedding). */
 #define ORTEP__LINEAR_ROWS 4

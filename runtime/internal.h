@@ -9,9 +9,10 @@
 #include <assert.h>
 #include <stdarg.h>
 
-/* The runtime layer's own public headers, and nothing above it: a runtime
- * file that reached for an allocator, an EP implementation, the executor or
- * a model would not compile (layers point one way: DESIGN.md). */
+/* The runtime layer's own public headers, and nothing above it. Its include
+ * path holds runtime/ alone (cmake/layers.cmake), so a runtime file that
+ * reached for an allocator, an EP implementation, the executor or a model
+ * would not compile; the layering test proves it. */
 #include "ortep/buffer.h"
 #include "ortep/device.h"
 #include "ortep/dtype.h"
@@ -53,12 +54,15 @@ bool ortep__grow(void **arr, size_t *cap, size_t need, size_t elem);
  * open() and read() forever) or a device is refused at once, naming the path.
  * On success *fd is open (the caller closes it) and *size is the file's. */
 ortep_status ortep__open_regular(const char *path, int *fd, size_t *size);
+/* A whole regular file into memory (ortep__malloc'd), refusing one larger
+ * than limit bytes ("... is not <what>"). */
+ortep_status ortep__read_file(const char *path, size_t limit, const char *what, char **out, size_t *len);
 
 /* The position of e (one of st's entries) in st: 0 .. count - 1. */
 size_t ortep__safetensors_index(const ortep_safetensors *st, const ortep_safetensors_entry *e);
 /* Drops the resident pages wholly inside entry e of a mapped file (st from
  * ortep_safetensors_open) from this process, for a caller that holds the
- * bytes elsewhere now (graph/model.c's repacked weights): advice
+ * bytes elsewhere now (llm/model.c's repacked weights): advice
  * (MADV_DONTNEED), and a later read would fault them back in from the file.
  * Nothing happens for bytes that are the caller's (ortep_safetensors_parse). */
 void ortep__safetensors_release(const ortep_safetensors *st, const ortep_safetensors_entry *e);

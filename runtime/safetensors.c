@@ -341,16 +341,3 @@ ortep_status ortep_safetensors_write_stream(const char *path, const ortep_safete
   return ORTEP_OK;
 }
 
-ortep_status ortep__open_regular(const char *path, int *fd, size_t *size) {
-  *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (*fd < 0) return ortep__fail(ORTEP_E_IO, "cannot open %s: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(*fd);
-    *fd = -1;
-    return ortep__fail(ORTEP_E_IO, "%s is not a regular file (a FIFO, device or directory); point it at the file itself",
-                       path);
-  }
-  *size = (size_t)sb.st_size;
-  return ORTEP_OK;
-}

@@ -631,7 +631,7 @@ START_TEST(linear_over_many_rows_matches_row_by_row) {
 }
 END_TEST
 
-/* Weights in the blocked layout ([N/4, K/16, 4, 16], graph/model.c's
+/* Weights in the blocked layout ([N/4, K/16, 4, 16], llm/model.c's
  * repacking) give the Linear of the row-major weights they came from: over
  * several rows (prefill: the rows gathered back out of their blocks for
  * sgemm) bitwise; over one row (decode: four rows at a time, in another

@@ -535,7 +535,7 @@ START_TEST(weights_read_into_memory_survive_truncation) {
 END_TEST
 
 /* ortep.weights_layout: on the CPU the 16-bit projections are blocked by
- * default (graph/model.c); the tokens are those of row_major and the logits
+ * default (llm/model.c); the tokens are those of row_major and the logits
  * within float rounding of them (the four-row dot products sum in another
  * order), and mapped or read into memory give bitwise the same logits (the
  * same repacked values, the same kernels). Unknown values and keys are

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../opset.h"
+#include "kernels/opset.h"
 #include "internal.h"
 
 typedef struct cpu_kernel {

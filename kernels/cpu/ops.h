@@ -8,8 +8,8 @@
 #ifndef ORTEP_KERNELS_CPU_OPS_H
 #define ORTEP_KERNELS_CPU_OPS_H
 
-#include "../../runtime/internal.h"
-#include "../sampling.h"
+#include "runtime/internal.h"
+#include "kernels/sampling.h"
 
 /* A weight operand: data of one float dtype. */
 typedef struct cpu_weights {

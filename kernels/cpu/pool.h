@@ -11,7 +11,7 @@
 #ifndef ORTEP_KERNELS_CPU_POOL_H
 #define ORTEP_KERNELS_CPU_POOL_H
 
-#include "../../runtime/internal.h"
+#include "runtime/internal.h"
 
 #define ORTEP__CPU_POOL_MIN_WORK ((size_t)1 << 16)
 

@@ -20,9 +20,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "../../runtime/internal.h"
-#include "../opset.h"
-#include "../sampling.h"
+#include "runtime/internal.h"
+#include "kernels/opset.h"
+#include "kernels/sampling.h"
 #include "module.h"
 #include "ops.h"
 #include "ortep/cuda_ep.h"

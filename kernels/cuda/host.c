@@ -8,7 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "../../runtime/internal.h"
+#include "runtime/internal.h"
 #include "ortep/cuda_ep.h"
 #include "module.h"
 

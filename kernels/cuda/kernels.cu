@@ -9,7 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "../sampling.h"
+#include "kernels/sampling.h"
 #include "ops.h"
 
 /* ortep_dtype values (dtype.h): keep in step. */

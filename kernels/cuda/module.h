@@ -16,8 +16,8 @@
 #ifndef ORTEP_KERNELS_CUDA_MODULE_H
 #define ORTEP_KERNELS_CUDA_MODULE_H
 
-#include "../../arena/internal.h" /* ortep__cuda_pool_create */
-#include "../opset.h"
+#include "arena/internal.h" /* ortep__cuda_pool_create */
+#include "kernels/opset.h"
 #include "ortep/cuda_ep.h"
 
 #define ORTEP__CUDA_MODULE_ABI 3

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../runtime/trace.h"
+#include "runtime/trace.h"
 #include "internal.h"
 #include "llama.h"
 #include "ortep/cpu_ep.h"
@@ -735,11 +735,6 @@ ortep_status ortep_decoder_logits(ortep_decoder *d, float *dst, size_t n) {
                                 "ortep_decoder_logits: no logits to read: no step has succeeded since the decoder was "
                                 "opened or reset (or the last step failed); run a step or a prefill first"));
   return leave(d, ortep_session_read(d->session, ORTEP_OUTPUT_LOGITS, dst, n * sizeof *dst));
-}
-
-const char *ortep_decoder_kv_name(size_t layer, bool value, char *buf, size_t len) {
-  if (buf && len) snprintf(buf, len, "%s.%zu", value ? "past_value" : "past_key", layer);
-  return buf;
 }
 
 size_t ortep_decoder_position(const ortep_decoder *d) { return d ? d->pos : 0; }

@@ -160,6 +160,13 @@ static void last_row_index(builder *b) {
     ortep_tensor_release(t);
 }
 
+/* The KV caches are the graph's values, so the builder names them
+ * (decode.h documents the names for users of the session). */
+const char *ortep_decoder_kv_name(size_t layer, bool value, char *buf, size_t len) {
+  if (buf && len) snprintf(buf, len, "%s.%zu", value ? "past_value" : "past_key", layer);
+  return buf;
+}
+
 ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max_seq, size_t tokens,
                                 ortep_graph **out) {
   const ortep_model_config *c = ortep_model_get_config(m);

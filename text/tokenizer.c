@@ -24,7 +24,8 @@
 #include <sys/stat.h>
 #include <utf8proc.h>
 
-#include "internal.h"
+#include "runtime/internal.h"
+#include "runtime/strmap.h" /* ortep__strdup */
 #include "ortep/tokenizer.h"
 
 #define TOKENIZER_LIMIT ((size_t)256 << 20)

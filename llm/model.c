@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../kernels/opset.h"
+#include "kernels/opset.h"
 #include "internal.h"
 #include "ortep/model.h"
 
@@ -173,36 +173,6 @@ ortep_status ortep_model_config_parse(const char *json, size_t len, ortep_model_
   return st;
 }
 
-ortep_status ortep__read_file(const char *path, size_t limit, const char *what, char **out, size_t *len) {
-  int fd;
-  size_t size;
-  ortep_status st = ortep__open_regular(path, &fd, &size);
-  if (st != ORTEP_OK) return st;
-  if (size > limit) {
-    close(fd);
-    return ortep__fail(ORTEP_E_FORMAT, "%s is larger than %zu MiB; it is not %s", path, limit >> 20, what);
-  }
-  char *buf = ortep__malloc(size ? size : 1);
-  if (!buf) {
-    close(fd);
-    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory to read %s", path);
-  }
-  size_t got = 0;
-  while (got < size) {
-    ssize_t r = read(fd, buf + got, size - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break; /* shrank under us: parse what is there */
-    got += (size_t)r;
-  }
-  int err = got < size && errno != 0 ? errno : 0;
-  close(fd);
-  if (err) {
-    ortep__free(buf);
-    return ortep__fail(ORTEP_E_IO, "reading %s failed: %s", path, strerror(err));
-  }
-  *out = buf, *len = got;
-  return ORTEP_OK;
-}
 
 /* READ mode: the whole file into memory from the host EP (charged to its
  * governor), then parsed in place; the file is closed before this returns. */
@@ -366,7 +336,7 @@ static ortep_status block_weights(ortep_model *m) {
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory to repack the weights into the blocked layout");
   }
   for (size_t i = 0; i < count; i++) m->blocked_of[i] = SIZE_MAX;
-  /* the nodes of a layer, as graph/llama.c builds them */
+  /* the nodes of a layer, as llm/llama.c builds them */
   static const char *const nodes[][ORTEP__LINEAR_GROUPS] = {
       {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"},
       {"self_attn.o_proj.weight"},
