@@ -179,6 +179,7 @@ static inline void carve(ortep_arena *a, size_t pad, size_t bytes, void **out) {
   ARENA_UNPOISON(a, *out, bytes);
   a->offset += pad + bytes;
   size_t used = a->spent + a->offset;
+  ortep__assert(used <= a->reserved); /* spent counts only whole chunks before cur */
   if (used > a->high_water) a->high_water = used;
   a->carves++;
 }
@@ -291,6 +292,7 @@ ortep_status ortep_arena_rewind(ortep_arena *a, ortep_arena_mark m) {
   a->cur = m.chunk;
   a->offset = m.offset;
   a->spent = m.used - m.offset;
+  ortep__assert(a->nchunks == 0 || a->offset <= a->chunks[a->cur].size);
   return ORTEP_OK;
 }
 

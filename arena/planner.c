@@ -147,6 +147,7 @@ static size_t place_all(const ortep_plan_tensor *t, size_t n, const size_t *orde
       best = top;
       ortep__align_up(top, align, &best);
     }
+    ortep__assert(best % align == 0);
     offsets[i] = best;
     if (best + t[i].size > total) total = best + t[i].size;
     /* Insert into the offset-sorted list. */
@@ -185,6 +186,7 @@ ortep_status ortep_plan_memory(const ortep_plan_tensor *t, size_t n, size_t *off
   }
   ortep__free(order), ortep__free(placed), ortep__free(trial);
   summary->total = best_total;
+  ortep__assert(best_total >= summary->lower_bound); /* no plan beats the bound (ortep_plan_bounds) */
   ortep__assert_expensive(ortep_plan_verify(t, n, offsets, best_total) == ORTEP_OK);
   return ORTEP_OK;
 }

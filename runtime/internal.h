@@ -81,12 +81,20 @@ static inline bool ortep__align_up(size_t x, size_t align, size_t *out) {
   return true;
 }
 
-/* Assertion levels (SQLite / mimalloc style): ortep__assert guards internal
- * invariants in every build with assert(); ortep__assert_expensive only in
- * debug builds. Bad input is never asserted: it returns a status. */
-#define ortep__assert(x) assert(x)
+/* Assertion levels (SQLite's ALWAYS, mimalloc's internal checks): the
+ * invariants of the library's own bookkeeping (a carve inside its chunk, a
+ * plan no smaller than its lower bound, a position inside the cache the
+ * host checked) are checked in every build, Release included: CMake's
+ * -DNDEBUG does not turn ortep__assert off, because each check is a compare
+ * and a branch, and a broken invariant means memory is about to be
+ * corrupted. A failure is a bug in ortep, never bad input (bad input
+ * returns a status): it prints the expression and the place and aborts.
+ * ortep__assert_expensive (a whole-plan verification, say) runs only in
+ * Debug builds (ORTEP_DEBUG). */
+__attribute__((noreturn, cold)) void ortep__assert_fail(const char *expr, const char *file, int line);
+#define ortep__assert(x) ((x) ? (void)0 : ortep__assert_fail(#x, __FILE__, __LINE__))
 #if defined(ORTEP_DEBUG)
-#define ortep__assert_expensive(x) assert(x)
+#define ortep__assert_expensive(x) ortep__assert(x)
 #else
 #define ortep__assert_expensive(x) ((void)0)
 #endif

@@ -4,6 +4,7 @@
  * concurrent failures on different threads never mix their texts.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -101,4 +102,10 @@ uint64_t ortep__now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void ortep__assert_fail(const char *expr, const char *file, int line) {
+  fprintf(stderr, "ortep: internal invariant failed: %s (%s:%d); this is a bug in ortep, please report it\n", expr,
+          file, line);
+  abort();
 }

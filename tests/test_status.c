@@ -2,6 +2,9 @@
  * the small-object hook, version information. */
 #include <pthread.h>
 
+#include <signal.h>
+
+#include "runtime/internal.h"
 #include "testutil.h"
 
 START_TEST(every_status_has_a_distinct_name_and_description) {
@@ -84,6 +87,15 @@ START_TEST(version_is_reported) {
 }
 END_TEST
 
+/* An internal invariant is checked in every build type (runtime/internal.h:
+ * -DNDEBUG does not turn ortep__assert off): a broken one aborts (Check
+ * expects SIGABRT from this test's forked child). */
+static volatile int g_broken = 1;
+START_TEST(a_broken_invariant_aborts_in_every_build) {
+  ortep__assert(g_broken == 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("status");
   TCase *tc = tcase_create("core");
@@ -92,6 +104,9 @@ int main(void) {
   tcase_add_test(tc, devices_and_tiers);
   tcase_add_test(tc, small_object_hook_is_used_and_can_fail);
   tcase_add_test(tc, version_is_reported);
+  const char *fork = getenv("CK_FORK");
+  if (!fork || strcmp(fork, "no") != 0) /* a signal test needs Check's fork (Valgrind runs without) */
+    tcase_add_test_raise_signal(tc, a_broken_invariant_aborts_in_every_build, SIGABRT);
   suite_add_tcase(s, tc);
   return test_run(s);
 }
