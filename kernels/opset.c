@@ -443,6 +443,33 @@ static bool check_linear(ctx *c) {
   return true;
 }
 
+/* ortep:SelectToken, the last node of a step: inputs [logits f32 [..., V],
+ * token_ids i32 [1, T], positions i32 [1, T], params i32 [9] (the sampler's
+ * parameter block, kernels/sampling.h), history i32 [capacity]], output
+ * result i32 [2]. It writes the step's tokens into the history at their
+ * positions, then draws the token at the last position + 1: the argmax when
+ * params' temperature is 0, else the sampler (its counter that position, its
+ * history every token before it); result = (token, the EP's error word as
+ * it stands after the step). The one thing the host reads per step. */
+static bool check_select(ctx *c) {
+  if (!common(c, 5, 5, true)) return false;
+  size_t v = last_dim(&c->shapes[0]), t = numel(&c->shapes[1]);
+  if (numel(&c->shapes[0]) != v || v == 0)
+    return refuse(c, "the logits must be one row [..., V] of f32 (the last position's); got %zu values",
+                  numel(&c->shapes[0]));
+  if (c->dtypes[1] != ORTEP_DTYPE_I32 || c->dtypes[2] != ORTEP_DTYPE_I32 || t == 0 || numel(&c->shapes[2]) != t)
+    return refuse(c, "token_ids and positions must be i32 with one entry per token of the step");
+  if (c->dtypes[3] != ORTEP_DTYPE_I32 || numel(&c->shapes[3]) != 9)
+    return refuse(c, "params must be the sampler's block of 9 i32 words (kernels/sampling.h)");
+  if (c->dtypes[4] != ORTEP_DTYPE_I32 || numel(&c->shapes[4]) == 0)
+    return refuse(c, "the history must be i32 [capacity]: one token id per position");
+  if (c->k) {
+    c->k->kind = ORTEP__OP_SELECT;
+    c->k->p.sel.n = v, c->k->p.sel.tokens = t, c->k->p.sel.cap = numel(&c->shapes[4]);
+  }
+  return true;
+}
+
 static bool check_noop(ctx *c) {
   if (!common(c, 0, 64, false)) return false;
   if (c->k) c->k->kind = ORTEP__OP_NOOP;
@@ -452,7 +479,7 @@ static bool check_noop(ctx *c) {
 static const char supported_list[] =
     "Gather, MatMul, Gemm, Add, Mul, Sigmoid, Softmax, ArgMax, SimplifiedLayerNormalization, ortep:SiLUMul, "
     "com.microsoft:FusedMatMul, com.microsoft:SkipSimplifiedLayerNormalization, com.microsoft:RotaryEmbedding, "
-    "com.microsoft:GroupQueryAttention, ortep:Linear, ortep:Embedding, ortep:Noop";
+    "com.microsoft:GroupQueryAttention, ortep:Linear, ortep:Embedding, ortep:SelectToken, ortep:Noop";
 
 static bool check(ctx *c) {
   const char *op = ortep_node_op_type(c->node), *dom = ortep_node_domain(c->node);
@@ -476,6 +503,7 @@ static bool check(ctx *c) {
   if (own && !strcmp(op, "Noop")) return check_noop(c);
   if (own && !strcmp(op, "Linear")) return check_linear(c);
   if (own && !strcmp(op, "Embedding")) return check_embedding(c);
+  if (own && !strcmp(op, "SelectToken")) return check_select(c);
   return refuse(c, "the op %s%s%s is not implemented; %s supports %s. Rewrite the model with these ops or "
                 "register an EP that has it",
                 *dom ? dom : "", *dom ? ":" : "", op, c->ep, supported_list);

@@ -25,6 +25,7 @@ typedef enum ortep__op_kind {
   ORTEP__OP_ARGMAX,
   ORTEP__OP_NOOP,
   ORTEP__OP_LINEAR,
+  ORTEP__OP_SELECT,
 } ortep__op_kind;
 
 #define ORTEP__LINEAR_GROUPS 3
@@ -49,6 +50,8 @@ typedef struct ortep__op_params {
     struct { size_t tokens, heads, hd, rot, max_pos; bool inter, pos64; ortep_dtype cdt; } rot;
     struct { size_t tokens, heads, kv, hd, cap; float scale; } gqa;
     struct { size_t rows, n; } sm;
+    /* ortep:SelectToken: the vocabulary, the step's tokens, the history's capacity */
+    struct { size_t n, tokens, cap; } sel;
     /* ortep:Linear: y_g = x W_g^T (+ b_g) for up to 3 groups sharing x; or
      * gate_up: y_0 = SiLU(x W_0^T + b_0) * (x W_1^T + b_1); residual adds an
      * f32 value to y_0 (a single group). blocked: every W_g is in the

@@ -38,29 +38,29 @@ struct ortep_decoder {
   ortep_model *model;
   /* graph 0: the decode step; 1..n_graphs-1: prefill chunks of tokens[g]
    * tokens, largest first */
-  ortep_graph *graphs[ORTEP__MAX_BUCKETS + 1];
+  /* then the redraw graph (llama.h), index n_graphs in the session */
+  ortep_graph *graphs[ORTEP__MAX_BUCKETS + 2];
   size_t tokens[ORTEP__MAX_BUCKETS + 1];
   size_t n_graphs;
   ortep_session *session;
-  ortep_buffer result;
-  void *logits;
-  /* every graph's token-id and position inputs, resolved once at open */
-  ortep_ep *in_ep[ORTEP__MAX_BUCKETS + 1][2];
-  ortep_buffer in_buf[ORTEP__MAX_BUCKETS + 1][2];
+  /* every graph's token-id and position inputs (session values) */
+  char in_name[ORTEP__MAX_BUCKETS + 1][2][64];
   int32_t *positions; /* host staging for a chunk's positions (the largest bucket) */
-  /* Sampling: the parameter block and the token history (for the
-   * repetition penalty) in the logits EP's memory; seq is the host copy of
-   * every token fed, history_synced how much of it the device has. */
-  ortep_buffer params, history;
-  int32_t *seq;
-  size_t history_synced;
+  /* Token selection is the graphs' last node (ortep:SelectToken): sampling
+   * is its parameter block, a session value written only when the choice
+   * changes (dev_sp is what the device holds); the token history lives on
+   * the device too, written by the node. last_token is the last token fed
+   * (at pos - 1), for a redraw. */
   bool sampling;            /* the draw after a step samples (else argmax) */
-  ortep_sample_params sp;   /* its parameters (position and n_history set per draw) */
+  ortep_sample_params sp;   /* its parameters (temperature 0: argmax) */
+  ortep_sample_params dev_sp;
+  bool dev_sp_valid;
   bool next_sampled;        /* next was drawn by the sampler with next_sp (else by argmax) */
   ortep_sample_params next_sp;
-  /* The other EPs with an error word (mixed placement): read at each step's
-   * sync and ORed into the argmax EP's word, so a bad index on any EP fails
-   * the step. The decoder registers at most a GPU and the CPU EP. */
+  int32_t last_token;
+  /* The other EPs that run nodes of the step (mixed placement): their error
+   * words are read at the sync and ORed into the result's, so a bad index on
+   * any EP fails the step. None when one EP runs everything, the usual case. */
   ortep_ep *watch[2];
   size_t n_watch;
   size_t vocab, max_seq, pos;
@@ -80,11 +80,7 @@ struct ortep_decoder {
 void ortep_decoder_close(ortep_decoder *d) {
   if (!d) return;
   ortep_session_destroy(d->session); /* graphs reset before arenas go */
-  if (d->result.ptr) ortep_ep_deallocate(d->ep, &d->result);
-  if (d->params.ptr) ortep_ep_deallocate(d->ep, &d->params);
-  if (d->history.ptr) ortep_ep_deallocate(d->ep, &d->history);
-  ortep__free(d->seq);
-  for (size_t g = 0; g < d->n_graphs; g++) ortep_graph_destroy(d->graphs[g]);
+  for (size_t g = 0; g <= d->n_graphs; g++) ortep_graph_destroy(d->graphs[g]);
   ortep__free(d->positions);
   ortep_model_close(d->model);
   ortep_ep_registry_destroy(d->registry);
@@ -206,6 +202,144 @@ static ortep_status reset_error_words(ortep_decoder *d) {
   return ORTEP_OK;
 }
 
+/* The parameter block the graphs' SelectToken reads: d->sp when sampling,
+ * else zeros (temperature 0: the argmax). Written only when it changes, so
+ * a run of steps with one choice writes it once. */
+static ortep_status write_params(ortep_decoder *d) {
+  ortep_sample_params want = d->sampling ? d->sp : (ortep_sample_params){0};
+  if (d->dev_sp_valid && !memcmp(&want, &d->dev_sp, sizeof want)) return ORTEP_OK;
+  ortep_status st = ortep_session_write(d->session, ORTEP_INPUT_SAMPLE_PARAMS, &want, sizeof want);
+  d->dev_sp_valid = st == ORTEP_OK;
+  if (st == ORTEP_OK) d->dev_sp = want;
+  return st;
+}
+
+/* Open, step 1: the governor (the caller's, or a private one with the
+ * default host budget) and the decoder's config applied to it. */
+static ortep_status open_governor(ortep_decoder *d, const ortep_decoder_options *o) {
+  ortep_status st;
+  if (o->governor) {
+    d->governor = o->governor;
+  } else {
+    if ((st = ortep_governor_create(&d->governor)) != ORTEP_OK) return st;
+    d->owns_governor = true;
+    if ((st = ortep_governor_set_budget(d->governor, ORTEP_TIER_HOST, default_host_budget())) != ORTEP_OK) return st;
+  }
+  return apply_governor_config(d->governor, o->config);
+}
+
+/* Step 2: the EPs: the GPU first when wanted and usable (placement prefers
+ * its lower cost), then the CPU EP, the host EP that owns initializers.
+ * *cpu is the CPU EP, owned by the registry from here on. */
+static ortep_status open_eps(ortep_decoder *d, const ortep_decoder_options *o, const char *want, ortep_ep **cpu) {
+  ortep_status st;
+  *cpu = NULL;
+  if ((st = ortep_ep_registry_create(&d->registry)) != ORTEP_OK ||
+      (st = o->host_allocator ? ortep_cpu_ep_create_with_allocator(o->host_allocator, cpu)
+                              : ortep_cpu_ep_create(d->governor, cpu)) != ORTEP_OK)
+    return st;
+  if (strcmp(want, "cpu") != 0) {
+    char why[256] = "";
+    if (ortep_cuda_available(why, sizeof why)) {
+      ortep_ep *gpu = NULL;
+      if ((st = ortep_cuda_ep_create(d->governor, &gpu)) != ORTEP_OK || (st = register_ep(d, gpu, o->config)) != ORTEP_OK) {
+        ortep_ep_destroy(*cpu);
+        return st;
+      }
+    } else if (!strcmp(want, "cuda")) {
+      ortep_ep_destroy(*cpu);
+      return ortep__fail(ORTEP_E_NO_DEVICE, "ep \"cuda\" was asked for, but %s; use ep \"cpu\" or \"auto\"", why);
+    }
+  }
+  return register_ep(d, *cpu, o->config);
+}
+
+/* Step 3: the model, mapped or read (ortep.weights), its 16-bit projections
+ * in the CPU EP's blocked layout when the CPU runs the step
+ * (ortep.weights_layout). */
+static ortep_status open_weights(ortep_decoder *d, const char *dir, const ortep_config *config, ortep_ep *cpu) {
+  const char *wm = ortep_config_get(config, WEIGHTS_KEY);
+  if (wm && strcmp(wm, "map") && strcmp(wm, "read"))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s = '%s': use map (the default: zero-copy) or read (a private copy)",
+                       WEIGHTS_KEY, wm);
+  const char *lm = ortep_config_get(config, LAYOUT_KEY);
+  bool on_cpu = ortep_ep_registry_count(d->registry) == 1;
+  if (lm && strcmp(lm, "auto") && strcmp(lm, "blocked") && strcmp(lm, "row_major"))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "%s = '%s': use auto (the default: blocked when the CPU runs the step), blocked or row_major",
+                       LAYOUT_KEY, lm);
+  if (lm && !strcmp(lm, "blocked") && !on_cpu)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "%s = blocked is the CPU EP's layout, but the step runs on the GPU; use auto or row_major, or "
+                       "ep \"cpu\"", LAYOUT_KEY);
+  bool blocked = lm ? strcmp(lm, "row_major") != 0 && on_cpu : on_cpu;
+  ortep_model_options mo = {wm && !strcmp(wm, "read") ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu,
+                            blocked ? ORTEP_WEIGHTS_BLOCKED : ORTEP_WEIGHTS_ROW_MAJOR};
+  return ortep_model_open_with(dir, &mo, &d->model);
+}
+
+/* Step 4: the cache's capacity and the chunk sizes: prefill_chunk (or 256),
+ * then halves down to 2, so a prompt is cut into at most one chunk of each
+ * size below the largest and at most one token goes alone; then whether it
+ * all fits the host budget. */
+static ortep_status size_steps(ortep_decoder *d, const ortep_decoder_options *o) {
+  const ortep_model_config *c = ortep_model_get_config(d->model);
+  size_t limit = (size_t)c->max_position_embeddings;
+  d->max_seq = o->max_seq_len ? o->max_seq_len : (limit < 1024 ? limit : 1024);
+  if (d->max_seq > limit || d->max_seq > INT32_MAX)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "max_seq_len %zu exceeds the model's max_position_embeddings %zu",
+                       d->max_seq, limit);
+  d->vocab = (size_t)c->vocab_size;
+  size_t top = o->prefill_chunk ? o->prefill_chunk : AUTO_CHUNK;
+  if (top > d->max_seq) top = d->max_seq;
+  d->tokens[d->n_graphs++] = 1;
+  for (size_t t = top; t >= 2 && d->n_graphs <= ORTEP__MAX_BUCKETS; t /= 2) d->tokens[d->n_graphs++] = t;
+  return check_size(d, c, ortep_ep_registry_count(d->registry) == 1);
+}
+
+/* Step 5: the graphs (the decode step, the prefill chunks, the redraw) and
+ * one session over them, and the names of every graph's inputs. */
+static ortep_status open_session(ortep_decoder *d, const ortep_decoder_options *o, ortep_ep *cpu) {
+  ortep_status st;
+  for (size_t g = 0; g < d->n_graphs; g++) {
+    if ((st = ortep__llama_build(d->model, cpu, d->max_seq, d->tokens[g], &d->graphs[g])) != ORTEP_OK) return st;
+    ortep__llama_input_names(d->tokens[g], d->in_name[g][0], d->in_name[g][1], sizeof d->in_name[g][0]);
+  }
+  if ((st = ortep__llama_build_redraw(d->model, d->max_seq, &d->graphs[d->n_graphs])) != ORTEP_OK) return st;
+  if (d->n_graphs > 1 && !(d->positions = ortep__malloc(d->tokens[1] * sizeof *d->positions)))
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for %zu prefill positions", d->tokens[1]);
+  ortep_session_options so = {o->eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH, o->forced_seams, o->seam_every, o->profile};
+  return ortep_session_create_multi((const ortep_graph *const *)d->graphs, d->n_graphs + 1, d->registry, &so,
+                                    &d->session);
+}
+
+/* Whether any node of the decoder's graphs runs on ep. */
+static bool runs_nodes(const ortep_decoder *d, const ortep_ep *ep) {
+  for (size_t g = 0; g <= d->n_graphs; g++)
+    for (size_t i = 0; i < ortep_graph_node_count(d->graphs[g]); i++)
+      if (ortep_session_node_ep(d->session, ortep_node_name(ortep_graph_node(d->graphs[g], (ortep_node_id)i))) == ep)
+        return true;
+  return false;
+}
+
+/* Step 6: the state a step starts from: greedy parameters on the device,
+ * zeroed KV caches, the other EPs whose words the sync must fold in, clean
+ * error words. */
+static ortep_status prime_state(ortep_decoder *d) {
+  ortep_status st = ortep_session_value(d->session, ORTEP_OUTPUT_RESULT, &d->ep, NULL, NULL);
+  if (st == ORTEP_OK) st = write_params(d);
+  const ortep_model_config *c = ortep_model_get_config(d->model);
+  char name[64];
+  for (size_t l = 0; st == ORTEP_OK && l < (size_t)c->num_hidden_layers; l++)
+    for (int v = 0; st == ORTEP_OK && v < 2; v++) st = zero_value(d, ortep_decoder_kv_name(l, v, name, sizeof name));
+  for (uint32_t i = 0; st == ORTEP_OK && i < ortep_ep_registry_count(d->registry); i++) {
+    ortep_ep *ep = ortep_ep_registry_get(d->registry, i);
+    if (ep != d->ep && ortep_ep_error_word_ptr(ep) && runs_nodes(d, ep) && d->n_watch < sizeof d->watch / sizeof *d->watch)
+      d->watch[d->n_watch++] = ep;
+  }
+  return st == ORTEP_OK ? reset_error_words(d) : st;
+}
+
 ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *options, ortep_decoder **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_open: out is NULL");
   *out = NULL;
@@ -218,134 +352,19 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   if (!d) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the decoder");
   atomic_flag_clear(&d->busy);
   d->fed = true;
-  ortep_status st;
   ortep_ep *cpu = NULL;
-  if (o.governor) {
-    d->governor = o.governor;
-  } else {
-    if ((st = ortep_governor_create(&d->governor)) != ORTEP_OK) goto fail;
-    d->owns_governor = true;
-    if ((st = ortep_governor_set_budget(d->governor, ORTEP_TIER_HOST, default_host_budget())) != ORTEP_OK) goto fail;
+  ortep_status st = open_governor(d, &o);
+  if (st == ORTEP_OK) st = open_eps(d, &o, want, &cpu);
+  if (st == ORTEP_OK) st = open_weights(d, dir, o.config, cpu);
+  if (st == ORTEP_OK) st = size_steps(d, &o);
+  if (st == ORTEP_OK) st = open_session(d, &o, cpu);
+  if (st == ORTEP_OK) st = prime_state(d);
+  if (st != ORTEP_OK) {
+    ortep_decoder_close(d);
+    return st;
   }
-  if ((st = apply_governor_config(d->governor, o.config)) != ORTEP_OK ||
-      (st = ortep_ep_registry_create(&d->registry)) != ORTEP_OK ||
-      (st = o.host_allocator ? ortep_cpu_ep_create_with_allocator(o.host_allocator, &cpu)
-                             : ortep_cpu_ep_create(d->governor, &cpu)) != ORTEP_OK)
-    goto fail;
-  /* The GPU first when wanted and usable: placement prefers its lower cost;
-   * the CPU EP is registered too, as the host EP that owns initializers. */
-  if (strcmp(want, "cpu") != 0) {
-    char why[256] = "";
-    if (ortep_cuda_available(why, sizeof why)) {
-      ortep_ep *gpu = NULL;
-      if ((st = ortep_cuda_ep_create(d->governor, &gpu)) != ORTEP_OK ||
-          (st = register_ep(d, gpu, o.config)) != ORTEP_OK) {
-        ortep_ep_destroy(cpu);
-        goto fail;
-      }
-    } else if (!strcmp(want, "cuda")) {
-      ortep_ep_destroy(cpu);
-      st = ortep__fail(ORTEP_E_NO_DEVICE, "ep \"cuda\" was asked for, but %s; use ep \"cpu\" or \"auto\"", why);
-      goto fail;
-    }
-  }
-  if ((st = register_ep(d, cpu, o.config)) != ORTEP_OK) goto fail;
-  const char *wm = ortep_config_get(o.config, WEIGHTS_KEY);
-  if (wm && strcmp(wm, "map") && strcmp(wm, "read")) {
-    st = ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s = '%s': use map (the default: zero-copy) or read (a private copy)",
-                     WEIGHTS_KEY, wm);
-    goto fail;
-  }
-  /* the CPU EP's blocked projection weights when it runs the step (no GPU
-   * registered), unless the config says otherwise */
-  const char *lm = ortep_config_get(o.config, LAYOUT_KEY);
-  bool on_cpu = ortep_ep_registry_count(d->registry) == 1;
-  if (lm && strcmp(lm, "auto") && strcmp(lm, "blocked") && strcmp(lm, "row_major")) {
-    st = ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                     "%s = '%s': use auto (the default: blocked when the CPU runs the step), blocked or row_major",
-                     LAYOUT_KEY, lm);
-    goto fail;
-  }
-  if (lm && !strcmp(lm, "blocked") && !on_cpu) {
-    st = ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                     "%s = blocked is the CPU EP's layout, but the step runs on the GPU; use auto or row_major, or "
-                     "ep \"cpu\"", LAYOUT_KEY);
-    goto fail;
-  }
-  bool blocked = lm ? strcmp(lm, "row_major") != 0 && on_cpu : on_cpu;
-  ortep_model_options mo = {wm && !strcmp(wm, "read") ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu,
-                            blocked ? ORTEP_WEIGHTS_BLOCKED : ORTEP_WEIGHTS_ROW_MAJOR};
-  if ((st = ortep_model_open_with(dir, &mo, &d->model)) != ORTEP_OK) goto fail;
-  const ortep_model_config *c = ortep_model_get_config(d->model);
-  size_t limit = (size_t)c->max_position_embeddings;
-  d->max_seq = o.max_seq_len ? o.max_seq_len : (limit < 1024 ? limit : 1024);
-  if (d->max_seq > limit || d->max_seq > INT32_MAX) {
-    st = ortep__fail(ORTEP_E_INVALID_ARGUMENT, "max_seq_len %zu exceeds the model's max_position_embeddings %zu",
-                     d->max_seq, limit);
-    goto fail;
-  }
-  d->vocab = (size_t)c->vocab_size;
-  /* the chunk sizes: prefill_chunk (or 256), then halves, down to 2: a
-   * prompt is cut into at most one chunk of each size below the largest,
-   * and at most one token goes alone */
-  size_t top = o.prefill_chunk ? o.prefill_chunk : AUTO_CHUNK;
-  if (top > d->max_seq) top = d->max_seq;
-  d->tokens[d->n_graphs++] = 1;
-  for (size_t t = top; t >= 2 && d->n_graphs <= ORTEP__MAX_BUCKETS; t /= 2) d->tokens[d->n_graphs++] = t;
-  if ((st = check_size(d, c, ortep_ep_registry_count(d->registry) == 1)) != ORTEP_OK) goto fail;
-  for (size_t g = 0; g < d->n_graphs; g++)
-    if ((st = ortep__llama_build(d->model, cpu, d->max_seq, d->tokens[g], &d->graphs[g])) != ORTEP_OK) goto fail;
-  if (d->n_graphs > 1 && !(d->positions = ortep__malloc(d->tokens[1] * sizeof *d->positions))) {
-    st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for %zu prefill positions", d->tokens[1]);
-    goto fail;
-  }
-  ortep_session_options so = {o.eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH, o.forced_seams, o.seam_every, o.profile};
-  if ((st = ortep_session_create_multi((const ortep_graph *const *)d->graphs, d->n_graphs, d->registry, &so,
-                                       &d->session)) != ORTEP_OK)
-    goto fail;
-  for (size_t g = 0; g < d->n_graphs; g++) {
-    char names[2][64];
-    ortep__llama_input_names(d->tokens[g], names[0], names[1], sizeof names[0]);
-    for (int i = 0; i < 2; i++) {
-      void *p;
-      size_t bytes;
-      if ((st = ortep_session_value(d->session, names[i], &d->in_ep[g][i], &p, &bytes)) != ORTEP_OK) goto fail;
-      if ((st = ortep_buffer_wrap_borrowed_mut(p, ortep_ep_device(d->in_ep[g][i]), bytes, 1, &d->in_buf[g][i])) !=
-          ORTEP_OK)
-        goto fail;
-    }
-  }
-  /* argmax and the per-step read happen on the EP that holds the logits */
-  if ((st = ortep_session_value(d->session, ORTEP_OUTPUT_LOGITS, &d->ep, NULL, NULL)) != ORTEP_OK) goto fail;
-  if ((st = ortep_ep_allocate(d->ep, 8, 8, &d->result)) != ORTEP_OK) {
-    ortep__wrap(st, "decoder: the 8-byte argmax result buffer");
-    goto fail;
-  }
-  if ((st = ortep_session_value(d->session, ORTEP_OUTPUT_LOGITS, NULL, &d->logits, NULL)) != ORTEP_OK) goto fail;
-  if ((st = ortep_ep_allocate(d->ep, 64, 64, &d->params)) != ORTEP_OK ||
-      (st = ortep_ep_allocate(d->ep, d->max_seq * sizeof(int32_t), 64, &d->history)) != ORTEP_OK) {
-    ortep__wrap(st, "decoder: the sampler's parameters and token history");
-    goto fail;
-  }
-  if (!(d->seq = ortep__malloc(d->max_seq * sizeof *d->seq))) {
-    st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for the token history (%zu ids)", d->max_seq);
-    goto fail;
-  }
-  char name[64];
-  for (size_t l = 0; l < (size_t)c->num_hidden_layers; l++)
-    for (int v = 0; v < 2; v++)
-      if ((st = zero_value(d, ortep_decoder_kv_name(l, v, name, sizeof name))) != ORTEP_OK) goto fail;
-  for (uint32_t i = 0; i < ortep_ep_registry_count(d->registry); i++) {
-    ortep_ep *ep = ortep_ep_registry_get(d->registry, i);
-    if (ep != d->ep && ortep_ep_error_word_ptr(ep) && d->n_watch < sizeof d->watch / sizeof *d->watch)
-      d->watch[d->n_watch++] = ep;
-  }
-  if ((st = reset_error_words(d)) != ORTEP_OK) goto fail;
   *out = d;
   return ORTEP_OK;
-fail:
-  ortep_decoder_close(d);
-  return st;
 }
 
 /* Entry guard of every call that touches the decoder's state: the contract
@@ -372,54 +391,33 @@ static ortep_status refuse_failed(const ortep_decoder *d) {
 }
 
 /* Graph g over n = tokens[g] tokens at position..position + n - 1: the ids
- * and positions uploaded, the graph run or replayed. No sync. */
+ * and positions written, the graph run or replayed (its last node selects
+ * the next token on the device). No sync. */
 static ortep_status launch(ortep_decoder *d, size_t g, const int32_t *ids, int32_t position) {
   size_t n = d->tokens[g];
   const int32_t *pos = &position;
-  if (position >= 0 && (size_t)position <= d->max_seq - n) { /* the history; a bad position fails on the device */
-    memcpy(d->seq + position, ids, n * sizeof *ids);
-    if (d->history_synced > (size_t)position) d->history_synced = (size_t)position;
-  }
   if (n > 1) {
     for (size_t i = 0; i < n; i++) d->positions[i] = position + (int32_t)i;
     pos = d->positions;
   }
-  ortep_status st = ortep_ep_copy_from_host(d->in_ep[g][0], ids, n * sizeof *ids, &d->in_buf[g][0]);
-  if (st == ORTEP_OK) st = ortep_ep_copy_from_host(d->in_ep[g][1], pos, n * sizeof *pos, &d->in_buf[g][1]);
+  d->last_token = ids[n - 1];
+  ortep_status st = write_params(d);
+  if (st == ORTEP_OK) st = ortep_session_write(d->session, d->in_name[g][0], ids, n * sizeof *ids);
+  if (st == ORTEP_OK) st = ortep_session_write(d->session, d->in_name[g][1], pos, n * sizeof *pos);
   if (st == ORTEP_OK) st = ortep_session_run_graph(d->session, g);
   return st;
 }
 
-/* The one sync: device argmax of the logits, one 8-byte read of (token,
- * error word), the other EPs' words ORed in. A set bit fails the decoder
- * (what: the positions and tokens that ran, for the message). */
-/* The device draw of the next token from the logits: argmax, or the sampler
- * with d->sp for a token at position draw_pos (its counter; the history is
- * every token before it, uploaded as far as the device lacks it). */
-static ortep_status draw(ortep_decoder *d, size_t draw_pos) {
-  if (!d->sampling) return ortep_ep_device_argmax(d->ep, d->logits, d->vocab, ORTEP_DTYPE_F32, &d->result);
-  ortep_status st = ORTEP_OK;
-  size_t have = draw_pos < d->max_seq ? draw_pos : d->max_seq;
-  if (d->sp.repetition_penalty != 1.0f && d->history_synced < have) {
-    st = ortep_ep_copy_from_host_at(d->ep, d->seq + d->history_synced, (have - d->history_synced) * sizeof *d->seq,
-                                    &d->history, d->history_synced * sizeof *d->seq);
-    if (st == ORTEP_OK) d->history_synced = have;
-  }
-  d->sp.position = (uint32_t)draw_pos;
-  d->sp.n_history = (uint32_t)have;
-  if (st == ORTEP_OK) st = ortep_ep_copy_from_host(d->ep, &d->sp, sizeof d->sp, &d->params);
-  if (st == ORTEP_OK)
-    st = ortep_ep_device_sample(d->ep, d->logits, d->vocab, ORTEP_DTYPE_F32, d->params.ptr, d->history.ptr, &d->result);
-  return st;
-}
-
-static ortep_status finish(ortep_decoder *d, uint64_t t0, size_t draw_pos, int32_t *next, const char *what) {
+/* The one sync: an 8-byte read of the (token, error word) the graph's last
+ * node wrote, the words of other EPs that ran nodes ORed in (none when one
+ * EP runs the step). A set bit fails the decoder (what: the positions and
+ * tokens that ran, for the message). */
+static ortep_status finish(ortep_decoder *d, uint64_t t0, int32_t *next, const char *what) {
   uint32_t pair[2] = {0, 0};
   ortep__trace_push(ORTEP__TRACE_SYNC, d->steps);
-  ortep_status st = draw(d, draw_pos);
   d->launch_ns += ortep__now_ns() - t0;
-  if (st == ORTEP_OK) st = ortep_ep_copy_to_host(d->ep, &d->result, pair, sizeof pair); /* the one sync */
-  for (size_t i = 0; st == ORTEP_OK && i < d->n_watch; i++) { /* one more read per other EP */
+  ortep_status st = ortep_session_read(d->session, ORTEP_OUTPUT_RESULT, pair, sizeof pair); /* the one sync */
+  for (size_t i = 0; st == ORTEP_OK && i < d->n_watch; i++) { /* mixed placement only */
     uint32_t bits = 0;
     st = ortep_ep_check_error_word(d->watch[i], &bits);
     pair[1] |= bits;
@@ -454,7 +452,7 @@ static ortep_status step(ortep_decoder *d, int32_t token, int32_t position, int3
   if (st == ORTEP_OK) {
     char what[96];
     snprintf(what, sizeof what, "step at position %d (token %d)", position, token);
-    st = finish(d, t0, (size_t)(uint32_t)position + 1, next, what);
+    st = finish(d, t0, next, what);
   }
   d->steps++;
   ortep__trace_pop();
@@ -539,13 +537,21 @@ static bool same_draw(const ortep_sample_params *a, const ortep_sample_params *b
 }
 
 /* A pending next token (its step ran, it was not emitted) chosen another way
- * than the draw now asked for is drawn again from the same logits. */
+ * than the draw now asked for is drawn again from the same logits: the
+ * redraw graph, one SelectToken over the session's logits, given the last
+ * token fed and its position. */
 static ortep_status redraw_pending(ortep_decoder *d) {
-  if (!d->have_next || !d->fed || !d->logits_valid) return ORTEP_OK;
+  if (!d->have_next || !d->fed || !d->logits_valid || d->pos == 0) return ORTEP_OK;
   if (d->next_sampled == d->sampling && (!d->sampling || same_draw(&d->next_sp, &d->sp))) return ORTEP_OK;
   char what[96];
   snprintf(what, sizeof what, "drawing the token at position %zu again", d->pos);
-  return finish(d, ortep__now_ns(), d->pos, &d->next, what);
+  uint64_t t0 = ortep__now_ns();
+  int32_t position = (int32_t)d->pos - 1;
+  ortep_status st = write_params(d);
+  if (st == ORTEP_OK) st = ortep_session_write(d->session, ORTEP_REDRAW_TOKEN, &d->last_token, sizeof d->last_token);
+  if (st == ORTEP_OK) st = ortep_session_write(d->session, ORTEP_REDRAW_POSITION, &position, sizeof position);
+  if (st == ORTEP_OK) st = ortep_session_run_graph(d->session, d->n_graphs);
+  return st == ORTEP_OK ? finish(d, t0, &d->next, what) : st;
 }
 
 /* The prompt in chunks (the decoder's buckets, largest first, greedily),
@@ -584,7 +590,7 @@ static ortep_status run_prompt(ortep_decoder *d, const int32_t *tokens, size_t n
                  tokens[k], first + k, d->vocab);
         break;
       }
-    if ((st = finish(d, t0, d->pos, next, what)) != ORTEP_OK) {
+    if ((st = finish(d, t0, next, what)) != ORTEP_OK) {
       d->pos = first; /* nothing of the prompt counts: the decoder needs a reset */
       return st;
     }
@@ -716,7 +722,6 @@ ortep_status ortep_decoder_reset(ortep_decoder *d) {
    * request re-captures nothing. */
   st = reset_error_words(d);
   d->pos = 0;
-  d->history_synced = 0;
   d->have_next = false;
   d->fed = true;
   d->failed = false;

@@ -20,6 +20,14 @@
  *     g   = SiLU(y Wg^T) * (y Wu^T)            (one ortep:Linear, gate_up=1)
  *     h   = g Wd^T + h'                        (ortep:Linear with the residual)
  *   logits = RMSNorm(h) Wlm^T                  (lm_head, or embed when tied)
+ *   result = SelectToken(logits, token_id, position, sample.params, sample.history)
+ *
+ * The last node selects the next token on the EP that holds the logits
+ * (ortep:SelectToken: argmax, or the sampler when the parameters ask), and
+ * writes the step's tokens into the token history the sampler's repetition
+ * penalty reads; its 8-byte result (token, error word) is what the host
+ * reads per step. The parameters and the history are graph inputs like the
+ * KV caches: persistent, shared by every graph of the session.
  *
  * Fusing the projections that share an input into one node reads the
  * activation once and costs one launch instead of up to six (on the GPU,
@@ -160,6 +168,39 @@ static void last_row_index(builder *b) {
     ortep_tensor_release(t);
 }
 
+/* The last node: the token drawn from the logits (ortep:SelectToken), with
+ * the sampler's parameters and the token history as persistent inputs and
+ * the 8-byte result as an output. */
+static void select_token(builder *b, const char *logits, const char *tokens, const char *positions, size_t max_seq) {
+  ortep_shape params = {1, {ORTEP__SAMPLE_PARAM_WORDS}}, hist = {1, {(int64_t)max_seq}}, res = {1, {2}};
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_input(b->g, ORTEP_INPUT_SAMPLE_PARAMS, ORTEP_DTYPE_I32, &params);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_input(b->g, ORTEP_INPUT_HISTORY, ORTEP_DTYPE_I32, &hist);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_value(b->g, ORTEP_OUTPUT_RESULT, ORTEP_DTYPE_I32, &res);
+  node(b, "SelectToken", ORTEP_DOMAIN_ORTEP, "select_token",
+       (const char *[]){logits, tokens, positions, ORTEP_INPUT_SAMPLE_PARAMS, ORTEP_INPUT_HISTORY}, 5,
+       (const char *[]){ORTEP_OUTPUT_RESULT}, 1);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_output(b->g, ORTEP_OUTPUT_RESULT);
+}
+
+ortep_status ortep__llama_build_redraw(const ortep_model *m, size_t max_seq, ortep_graph **out) {
+  const ortep_model_config *c = ortep_model_get_config(m);
+  builder b = {NULL, m, NULL, 1, ORTEP_OK};
+  *out = NULL;
+  if ((b.st = ortep_graph_create(&b.g)) != ORTEP_OK) return b.st;
+  ortep_graph_set_opset(b.g, ORTEP_DOMAIN_ORTEP, 1);
+  ortep_shape one = {2, {1, 1}}, logits = {3, {1, 1, c->vocab_size}};
+  b.st = ortep_graph_add_input(b.g, ORTEP_OUTPUT_LOGITS, ORTEP_DTYPE_F32, &logits);
+  if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, ORTEP_REDRAW_TOKEN, ORTEP_DTYPE_I32, &one);
+  if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, ORTEP_REDRAW_POSITION, ORTEP_DTYPE_I32, &one);
+  select_token(&b, ORTEP_OUTPUT_LOGITS, ORTEP_REDRAW_TOKEN, ORTEP_REDRAW_POSITION, max_seq);
+  if (b.st != ORTEP_OK) {
+    ortep_graph_destroy(b.g);
+    return ortep__wrap(b.st, "building the graph that draws the pending token again");
+  }
+  *out = b.g;
+  return ORTEP_OK;
+}
+
 /* The KV caches are the graph's values, so the builder names them
  * (decode.h documents the names for users of the session). */
 const char *ortep_decoder_kv_name(size_t layer, bool value, char *buf, size_t len) {
@@ -267,6 +308,7 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   linear(&b, "lm_head", "final",
          (const char *[]){c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}, NULL, 1,
          (const char *[]){ORTEP_OUTPUT_LOGITS}, (int64_t[]){V}, false, NULL);
+  select_token(&b, ORTEP_OUTPUT_LOGITS, tok_in, pos_in, (size_t)S);
   if (b.st == ORTEP_OK) b.st = ortep_graph_add_output(b.g, ORTEP_OUTPUT_LOGITS);
   if (b.st != ORTEP_OK) {
     ortep_graph_destroy(b.g);

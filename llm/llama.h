@@ -7,6 +7,16 @@
 #define ORTEP_INPUT_TOKEN "token_id"
 #define ORTEP_INPUT_POSITION "position"
 #define ORTEP_OUTPUT_LOGITS "logits"
+/* ortep:SelectToken's values (llama.c): the sampler's parameter block
+ * (kernels/sampling.h, 9 words; temperature 0: argmax), the token history
+ * (one id per position), the (token, error word) result */
+#define ORTEP_INPUT_SAMPLE_PARAMS "sample.params"
+#define ORTEP_INPUT_HISTORY "sample.history"
+#define ORTEP_OUTPUT_RESULT "select.result"
+#define ORTEP__SAMPLE_PARAM_WORDS 9
+/* the redraw graph's inputs: the last token fed and its position */
+#define ORTEP_REDRAW_TOKEN "redraw.token_id"
+#define ORTEP_REDRAW_POSITION "redraw.position"
 
 /* The graph of one step over `tokens` consecutive tokens (1: a decode step;
  * more: a prefill chunk) with KV caches of max_seq positions; its logits are
@@ -15,6 +25,10 @@
  * tensors. */
 ortep_status ortep__llama_build(const ortep_model *model, ortep_ep *host, size_t max_seq, size_t tokens,
                                 ortep_graph **out);
+/* The graph that draws the pending token again from the logits (a new
+ * sampling choice for a token whose step ran): one ortep:SelectToken over
+ * the session's logits, parameters and history. */
+ortep_status ortep__llama_build_redraw(const ortep_model *model, size_t max_seq, ortep_graph **out);
 /* The names of the graph's token-id and position inputs ([1, tokens] i32):
  * ORTEP_INPUT_TOKEN / ORTEP_INPUT_POSITION for one token, with ".<tokens>"
  * appended for a chunk, so the graphs of one session keep them apart. */

@@ -15,6 +15,7 @@ typedef struct cpu_kernel {
   ortep__op_params op;
   ortep__cpu_pool *pool; /* the EP's workers (NULL: run inline) */
   float *xperm;          /* a blocked bf16 Linear over one row: x as its kernel reads it (k floats) */
+  void *sample_scratch;  /* ortep:SelectToken: the sampler's, made with the kernel, never during a step */
 } cpu_kernel;
 
 /* ortep:Linear over the pool: every output row is one item, computed whole
@@ -183,6 +184,16 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
         ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(p->m, p->groups, p->n, p->gate_up), per, linear_task, &j);
       break;
     }
+    case ORTEP__OP_SELECT: {
+      const __typeof__(k->op.p.sel) *p = &k->op.p.sel;
+      ortep__sample_params sp;
+      memcpy(&sp, in[3], sizeof sp);
+      int32_t token = (int32_t)ortep__cpu_select(in[0], p->n, in[1], in[2], p->tokens, &sp, (int32_t *)(uintptr_t)in[4],
+                                                 p->cap, k->sample_scratch, ew);
+      ((int32_t *)out[0])[0] = token;
+      ((int32_t *)out[0])[1] = (int32_t)__atomic_load_n(ew, __ATOMIC_RELAXED); /* the step's word, read with its token */
+      break;
+    }
     case ORTEP__OP_NOOP:
       break;
   }
@@ -203,6 +214,7 @@ static ortep_status cpu_record(ortep_kernel *self, const ortep_kernel_io *io) {
 static void cpu_destroy(ortep_kernel *self) {
   cpu_kernel *k = (cpu_kernel *)self;
   ortep__free(k->xperm);
+  ortep__free(k->sample_scratch);
   ortep__free(k);
 }
 
@@ -238,6 +250,11 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   if (bf16 && !(k->xperm = ortep__malloc(lin->k * sizeof *k->xperm))) {
     ortep__free(k);
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu activations", CPU_EP_NAME, lin->k);
+  }
+  if (k->op.kind == ORTEP__OP_SELECT && !(k->sample_scratch = ortep__malloc(ORTEP__SAMPLE_SCRATCH_BYTES(k->op.p.sel.n)))) {
+    ortep__free(k);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for the sampler's scratch (%zu logits)", CPU_EP_NAME,
+                       k->op.p.sel.n);
   }
   k->pool = pool;
   snprintf(k->name, sizeof k->name, "cpu.%s", ortep_node_op_type(node));

@@ -134,6 +134,10 @@ void ortep__cpu_gqa_chunk_heads(const float *q, const float *k_cache, const floa
  * returns the token; scratch: ORTEP__SAMPLE_SCRATCH_BYTES(n), 8-aligned. */
 uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, const ortep__sample_params *p,
                            const int32_t *history, void *scratch, uint32_t *error_word);
+/* ortep:SelectToken (opset.c) over n f32 logits; scratch as the sampler's. */
+uint32_t ortep__cpu_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions,
+                           size_t t, const ortep__sample_params *params, int32_t *history, size_t cap, void *scratch,
+                           uint32_t *error_word);
 /* Softmax over rows of n. */
 void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y);
 /* Index of the first maximum of x[n] skipping NaN; 0 (and the bit) when all are NaN. */

@@ -256,7 +256,7 @@ typedef struct cuda_kernel {
   char name[64];
   ortep__op_params op;
   cuda_ep *ep;
-  void *scratch; /* the 16-bit copy of a GEMM input (attention uses the EP's scores) */
+  void *scratch; /* the 16-bit copy of a GEMM input, or the sampler's (attention uses the EP's scores) */
   size_t scratch_bytes;
 } cuda_kernel;
 
@@ -364,6 +364,10 @@ static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
       rc = ortep__cu_linear(&a, s);
       break;
     }
+    case ORTEP__OP_SELECT:
+      rc = ortep__cu_select(in[0], o->p.sel.n, in[1], in[2], o->p.sel.tokens, in[3], (int32_t *)(uintptr_t)in[4],
+                            o->p.sel.cap, k->scratch, out[0], err, s);
+      break;
     case ORTEP__OP_NOOP:
       rc = ortep__cu_noop(s);
       break;
@@ -419,6 +423,7 @@ static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const 
     return st;
   }
   if (k->op.kind == ORTEP__OP_GEMM && k->op.p.gemm.bdt != ORTEP_DTYPE_F32 && k->op.p.gemm.m > 1) k->scratch_bytes = k->op.p.gemm.m * k->op.p.gemm.k * 2;
+  if (k->op.kind == ORTEP__OP_SELECT) k->scratch_bytes = ORTEP__SAMPLE_SCRATCH_BYTES(k->op.p.sel.n);
   if (k->scratch_bytes && (st = ortep_allocator_allocate(e->pool, k->scratch_bytes, 256, &k->scratch)) != ORTEP_OK) {
     ortep__free(k);
     return ortep__wrap(st, "%s: scratch for %s", CUDA_EP_NAME, ortep_node_name(node));

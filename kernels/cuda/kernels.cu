@@ -628,10 +628,11 @@ extern "C" int ortep__cu_noop(void *stream) {
 __device__ float z_load(const void *x, int f16, size_t i) {
   return f16 ? __half2float(((const __half *)x)[i]) : ((const float *)x)[i];
 }
-__global__ void k_sample(const void *logits, int f16, size_t n, const ortep__sample_params *pp, const int32_t *history,
-                         void *scratch, uint32_t *result, uint32_t *err) {
+/* The sampler in one block of SAMPLE_THREADS (every thread calls it), with
+ * its parameters p already in registers; result[0..1] = (token, word). */
+__device__ void sample_block(const void *logits, int f16, size_t n, const ortep__sample_params p,
+                             const int32_t *history, void *scratch, uint32_t *result, uint32_t *err) {
   __shared__ float range_sum[SAMPLE_THREADS];
-  const ortep__sample_params p = *pp;
   double *zd = (double *)scratch;   /* steps 2-3 in double (kernels/sampling.h) */
   float *z = (float *)(zd + n);     /* p from step 4 on */
   float bad = 0.0f;
@@ -732,6 +733,49 @@ __global__ void k_sample(const void *logits, int f16, size_t n, const ortep__sam
     result[0] = (uint32_t)pick;
     result[1] = *err;
   }
+}
+
+__global__ void k_sample(const void *logits, int f16, size_t n, const ortep__sample_params *pp, const int32_t *history,
+                         void *scratch, uint32_t *result, uint32_t *err) {
+  sample_block(logits, f16, n, *pp, history, scratch, result, err);
+}
+
+/* ortep:SelectToken (kernels/opset.c) in one block: the step's tokens into
+ * the history, then the argmax (temperature 0) or the sampler at the last
+ * position + 1. Capturable: everything it reads is device memory, so a
+ * replay sees new parameters without a re-capture. Never run on a GPU so
+ * far. */
+__global__ void k_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions, size_t t,
+                         const ortep__sample_params *pp, int32_t *history, size_t cap, void *scratch,
+                         uint32_t *result, uint32_t *err) {
+  for (size_t i = threadIdx.x; i < t; i += blockDim.x)
+    if (positions[i] >= 0 && (size_t)positions[i] < cap) history[positions[i]] = tokens[i];
+  __syncthreads();
+  ortep__sample_params p = *pp;
+  if (p.temperature == 0.0f) {
+    bool bad = false;
+    best b = block_best(scan(logits, n, 0, &bad));
+    bad = __syncthreads_or(bad);
+    if (threadIdx.x == 0) {
+      if (bad) atomicOr(err, BIT_ARGMAX);
+      result[0] = b.i == ~0ull ? 0u : (uint32_t)b.i;
+      result[1] = *(volatile uint32_t *)err;
+    }
+    return;
+  }
+  long long draw = (long long)positions[t - 1] + 1;
+  p.position = draw > 0 ? (uint32_t)draw : 0u;
+  p.n_history = draw <= 0 ? 0u : (size_t)draw < cap ? (uint32_t)draw : (uint32_t)cap;
+  sample_block(logits, 0, n, p, history, scratch, result, err);
+}
+
+extern "C" int ortep__cu_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions,
+                                size_t t, const void *params, int32_t *history, size_t cap, void *scratch, void *result,
+                                uint32_t *err, void *stream) {
+  k_select<<<1, SAMPLE_THREADS, 0, (cudaStream_t)stream>>>(logits, n, tokens, positions, t,
+                                                          (const ortep__sample_params *)params, history, cap, scratch,
+                                                          (uint32_t *)result, err);
+  return launched();
 }
 
 extern "C" int ortep__cu_sample(const void *logits, int f16, size_t n, const void *params, const int32_t *history,

@@ -57,6 +57,12 @@ int ortep__cu_gqa(const float *q, const float *k, const float *v, float *kc, flo
  * result[1] *err; scratch: n floats of device memory. */
 int ortep__cu_sample(const void *logits, int f16, size_t n, const void *params, const int32_t *history,
                      void *scratch, void *result, uint32_t *err, void *stream);
+/* ortep:SelectToken (kernels/opset.c): history writes, then argmax or the
+ * sampler; scratch ORTEP__SAMPLE_SCRATCH_BYTES(n); result[0..1] = (token,
+ * word). */
+int ortep__cu_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions, size_t t,
+                     const void *params, int32_t *history, size_t cap, void *scratch, void *result, uint32_t *err,
+                     void *stream);
 int ortep__cu_softmax(const float *x, size_t rows, size_t n, float *y, void *stream);
 int ortep__cu_argmax_rows(const float *x, size_t rows, size_t n, int64_t *out, uint32_t *err, void *stream);
 /* result[0] = the first maximum among the finite logits, result[1] = *err
