@@ -53,19 +53,6 @@ int bench_next_option(const char *cmd, int argc, char **argv, const struct optio
 /* Parses a positive integer option; on error prints a usage error. */
 int bench_parse_count(const char *cmd, const char *opt, const char *arg, long min, long max, long *out);
 
-/* The cached synthetic model of preset/dtype (~/.cache/ortep/models or
- * $XDG_CACHE_HOME/ortep/models), written on first use; out receives its
- * directory. 0, or 1 with the reason on stderr. */
-int bench_preset_dir(const char *cmd, const char *preset, const char *dtype, char *out, size_t len);
-/* Whether name is one of the synthetic presets (ortep_model_write_synthetic). */
-int bench_is_preset(const char *name);
-#define BENCH_PRESETS "tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b"
-/* The model options decode and prefill share (--model / --preset, --ep,
- * --dtype, --weights, --layout; NULL: not given): -1 when they are fine
- * (*preset defaults to tiny), else the usage error's exit code. */
-int bench_check_model_options(const char *cmd, const char *model, const char **preset, const char *ep,
-                              const char *dtype, const char *weights, const char *layout);
-
 int bench_alloc_main(int argc, char **argv);
 int bench_prefill_main(int argc, char **argv);
 int bench_decode_main(int argc, char **argv);

@@ -170,41 +170,5 @@ int bench_parse_count(const char *cmd, const char *opt, const char *arg, long mi
   return 0;
 }
 
-int bench_preset_dir(const char *cmd, const char *preset, const char *dtype, char *out, size_t len) {
-  ortep_dtype dt;
-  if (ortep_dtype_parse(dtype, &dt) != ORTEP_OK) {
-    fprintf(stderr, "ortep-bench %s: %s\n", cmd, ortep_last_error());
-    return 1;
-  }
-  fprintf(stderr, "ortep-bench %s: the synthetic %s preset (%s), written to the cache on first use\n", cmd, preset,
-          dtype);
-  if (ortep_model_synthetic_cached(preset, dt, out, len, NULL) != ORTEP_OK) {
-    fprintf(stderr, "ortep-bench %s: %s\n", cmd, ortep_last_error());
-    return 1;
-  }
-  return 0;
-}
 
-int bench_is_preset(const char *name) {
-  static const char *const names[] = {"tiny", "tiny-llama", "tiny-wide-heads", "small", "qwen2.5-0.5b"};
-  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-    if (!strcmp(name, names[i])) return 1;
-  return 0;
-}
 
-int bench_check_model_options(const char *cmd, const char *model, const char **preset, const char *ep,
-                              const char *dtype, const char *weights, const char *layout) {
-  if (model && *preset) return bench_usage_error(cmd, "--model and --preset exclude each other; give one");
-  if (strcmp(ep, "auto") && strcmp(ep, "cpu") && strcmp(ep, "cuda"))
-    return bench_usage_error(cmd, "--ep '%s' is not one of auto, cpu, cuda", ep);
-  if (strcmp(dtype, "f32") && strcmp(dtype, "f16") && strcmp(dtype, "bf16"))
-    return bench_usage_error(cmd, "--dtype '%s' is not one of f32, f16, bf16", dtype);
-  if (weights && strcmp(weights, "map") && strcmp(weights, "read"))
-    return bench_usage_error(cmd, "--weights '%s' is not one of map, read", weights);
-  if (layout && strcmp(layout, "auto") && strcmp(layout, "blocked") && strcmp(layout, "row_major"))
-    return bench_usage_error(cmd, "--layout '%s' is not one of auto, blocked, row_major", layout);
-  if (!*preset) *preset = "tiny";
-  if (!model && !bench_is_preset(*preset))
-    return bench_usage_error(cmd, "--preset '%s' is not one of " BENCH_PRESETS, *preset);
-  return -1;
-}

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "model_options.h"
 
 typedef struct mode_def {
   const char *name;
@@ -59,11 +60,7 @@ static const char decode_usage[] =
     "arguments: the synthetic tiny preset (written to ~/.cache/ortep/models the first\n"
     "time), EP auto (CUDA when a device is present, else CPU), all modes.\n"
     "\n"
-    "  --model DIR      a model directory (config.json + model.safetensors)\n"
-    "  --preset NAME    a synthetic preset: tiny (default), tiny-llama, tiny-wide-heads, small,\n"
-    "                   qwen2.5-0.5b\n"
-    "  --dtype D        weight dtype of the synthetic preset: f32 (default), f16, bf16\n"
-    "  --ep E           auto (default), cpu, cuda\n"
+    TOOL_MODEL_HELP
     "  --mode M         eager, graph, segmented (graph with --seam ops as eager seams), or all (default)\n"
     "  --seam OPS       op types or node names run as seams in segmented mode (default GroupQueryAttention)\n"
     "  --prompt-len P   prompt tokens (default 16)\n"
@@ -71,11 +68,6 @@ static const char decode_usage[] =
     "  --warmup W       untimed tokens before the runs (default 8)\n"
     "  --runs R         timed runs per mode (default 5)\n"
     "  --profile        also time every node of an eager run and print the time per token by op type\n"
-    "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"
-    "  --weights W      map (default: the file's pages, which the kernel may evict under memory\n"
-    "                   pressure) or read (a private copy in memory: steadier figures)\n"
-    "  --layout L       the projection weights' layout (ortep.weights_layout): auto (default: the CPU\n"
-    "                   EP's blocked one when it runs the step), blocked or row_major\n"
     "  --json FILE      also write the figures as JSON\n"
     "  --explain        print each mode's plan (node -> EP, segment or seam, offsets)\n"
     "  -h, --help       this text\n";
@@ -483,8 +475,9 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
 
 /* --- the command: parse, prepare, run, compare, report ------------------------ */
 typedef struct decode_opts {
-  const char *model, *preset, *ep, *dtype, *seams, *json_path, *weights, *layout;
-  long plen, tokens, warmup, runs, threads;
+  tool_model m; /* --model/--preset, --dtype, --ep, --threads, --weights, --layout */
+  const char *seams, *json_path;
+  long plen, tokens, warmup, runs;
   bool explain, profile, want[NMODES];
 } decode_opts;
 
@@ -511,25 +504,23 @@ typedef struct decode_run {
 
 /* -1: go on; otherwise the exit code (help: 0, usage errors: 2). */
 static int parse(int argc, char **argv, decode_opts *o) {
-  *o = (decode_opts){.ep = "auto", .dtype = "f32", .seams = "GroupQueryAttention", .plen = 16, .tokens = 64,
-                     .warmup = 8, .runs = 5};
+  *o = (decode_opts){.m = {.prog = "ortep-bench", .cmd = "decode"}, .seams = "GroupQueryAttention", .plen = 16,
+                     .tokens = 64, .warmup = 8, .runs = 5};
   const char *mode = "all";
-  static const struct option lo[] = {{"model", required_argument, 0, 'm'},  {"preset", required_argument, 0, 'p'},
-                                     {"ep", required_argument, 0, 'e'},     {"dtype", required_argument, 0, 'd'},
+  static const struct option lo[] = {TOOL_MODEL_LONG_OPTIONS,
                                      {"mode", required_argument, 0, 'M'},   {"seam", required_argument, 0, 's'},
                                      {"prompt-len", required_argument, 0, 'P'}, {"tokens", required_argument, 0, 'n'},
                                      {"warmup", required_argument, 0, 'w'}, {"runs", required_argument, 0, 'r'},
                                      {"json", required_argument, 0, 'j'},   {"explain", no_argument, 0, 'x'},
-                                     {"threads", required_argument, 0, 'T'}, {"profile", no_argument, 0, 'F'},
-                                     {"weights", required_argument, 0, 'W'}, {"layout", required_argument, 0, 'L'},
-                                     {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+                                     {"profile", no_argument, 0, 'F'},      {"help", no_argument, 0, 'h'},
+                                     {0, 0, 0, 0}};
   int c, rc = 0;
   while ((c = bench_next_option("decode", argc, argv, lo, decode_usage, &rc)) >= 0) {
+    if (tool_model_option(&o->m, c, optarg, &rc)) {
+      if (rc) return rc;
+      continue;
+    }
     switch (c) {
-      case 'm': o->model = optarg; break;
-      case 'p': o->preset = optarg; break;
-      case 'e': o->ep = optarg; break;
-      case 'd': o->dtype = optarg; break;
       case 'M': mode = optarg; break;
       case 's': o->seams = optarg; break;
       case 'P': rc = bench_parse_count("decode", "--prompt-len", optarg, 1, 100000, &o->plen); break;
@@ -538,16 +529,12 @@ static int parse(int argc, char **argv, decode_opts *o) {
       case 'r': rc = bench_parse_count("decode", "--runs", optarg, 1, 10000, &o->runs); break;
       case 'j': o->json_path = optarg; break;
       case 'x': o->explain = true; break;
-      case 'T': rc = bench_parse_count("decode", "--threads", optarg, 1, 1024, &o->threads); break;
-      case 'W': o->weights = optarg; break;
-      case 'L': o->layout = optarg; break;
       case 'F': o->profile = true; break;
     }
     if (rc) return rc;
   }
   if (c == BENCH_OPTIONS_EXIT) return rc;
-  if ((rc = bench_check_model_options("decode", o->model, &o->preset, o->ep, o->dtype, o->weights, o->layout)) >= 0)
-    return rc;
+  if ((rc = tool_model_check(&o->m, true)) != 0) return rc;
   bool all = !strcmp(mode, "all"), found = all;
   for (int i = 0; i < NMODES; i++) {
     o->want[i] = all || !strcmp(mode, modes[i].name);
@@ -559,11 +546,10 @@ static int parse(int argc, char **argv, decode_opts *o) {
 
 /* The model (written the first time for a preset), its sizes, the prompt and
  * the --json file: -1 to go on, else the exit code. */
-static int prepare(const decode_opts *o, decode_run *r) {
-  if (o->model)
-    snprintf(r->dir, sizeof r->dir, "%s", o->model);
-  else if (bench_preset_dir("decode", o->preset, o->dtype, r->dir, sizeof r->dir))
-    return 1;
+static int prepare(decode_opts *o, decode_run *r) {
+  int rc = tool_model_resolve(&o->m, true);
+  if (rc) return rc;
+  snprintf(r->dir, sizeof r->dir, "%s", o->m.dir);
   ortep_model *mdl;
   if (ortep_model_open(r->dir, &mdl) != ORTEP_OK) {
     fprintf(stderr, "ortep-bench decode: %s\n", ortep_last_error());
@@ -598,32 +584,21 @@ static int run_all(const decode_opts *o, decode_run *r) {
   bench_print_header("decode");
   printf("model %s (%s, hidden %lld, %lld layers, vocab %lld, %.1f MiB of weights); prompt %ld, %ld tokens x %ld runs, "
          "warm-up %ld\n",
-         o->model ? o->model : o->preset, r->cfg.arch == ORTEP_ARCH_QWEN2 ? "qwen2" : "llama",
+         o->m.model ? o->m.model : o->m.preset, r->cfg.arch == ORTEP_ARCH_QWEN2 ? "qwen2" : "llama",
          (long long)r->cfg.hidden_size, (long long)r->cfg.num_hidden_layers, (long long)r->cfg.vocab_size,
          (double)r->weight_bytes / 1048576.0, o->plen, o->tokens, o->runs, o->warmup);
   ortep_config *config = NULL;
-  if (o->threads || o->weights || o->layout) {
-    char v[32];
-    snprintf(v, sizeof v, "%ld", o->threads);
-    if (ortep_config_create(&config) != ORTEP_OK ||
-        (o->threads && ortep_config_set(config, "cpu.threads", v) != ORTEP_OK) ||
-        (o->weights && ortep_config_set(config, "ortep.weights", o->weights) != ORTEP_OK) ||
-        (o->layout && ortep_config_set(config, "ortep.weights_layout", o->layout) != ORTEP_OK)) {
-      fprintf(stderr, "ortep-bench decode: %s\n", ortep_last_error());
-      ortep_config_destroy(config);
-      return 1;
-    }
-  }
+  if (tool_model_config(&o->m, &config)) return 1;
   bool progress = isatty(2);
   int rc = 0;
   read_bench before = {0};
   for (int i = 0; i < NMODES && !rc; i++)
     if (o->want[i])
-      rc = run_mode(r->dir, &modes[i], o->ep, o->seams, config, r->prompt, (size_t)o->plen, o->tokens, o->warmup,
+      rc = run_mode(r->dir, &modes[i], o->m.ep, o->seams, config, r->prompt, (size_t)o->plen, o->tokens, o->warmup,
                     o->runs, o->explain, progress, &before, r->read_per_token, &r->res[i], r->ep_used,
                     sizeof r->ep_used, &r->threads_used, &r->simd_used, &r->blocked);
   read_close(&before);
-  if (o->profile && !rc) rc = profile_run(r->dir, o->ep, config, r->prompt, (size_t)o->plen, o->tokens, &r->prof);
+  if (o->profile && !rc) rc = profile_run(r->dir, o->m.ep, config, r->prompt, (size_t)o->plen, o->tokens, &r->prof);
   ortep_config_destroy(config);
   return rc;
 }
@@ -782,10 +757,10 @@ static cJSON *report_json(const decode_opts *o, decode_run *r) {
   cJSON_AddItemToObject(root, "machine", bench_machine_json());
   cJSON_AddItemToObject(root, "build", bench_build_json());
   cJSON_AddStringToObject(root, "ep", r->ep_used);
-  cJSON_AddStringToObject(root, "model", o->model ? o->model : o->preset);
-  cJSON_AddStringToObject(root, "model_kind", o->model ? "path" : "preset");
-  cJSON_AddStringToObject(root, "dtype", o->model ? "file" : o->dtype);
-  cJSON_AddStringToObject(root, "weights", o->weights ? o->weights : "map");
+  cJSON_AddStringToObject(root, "model", o->m.model ? o->m.model : o->m.preset);
+  cJSON_AddStringToObject(root, "model_kind", o->m.model ? "path" : "preset");
+  cJSON_AddStringToObject(root, "dtype", o->m.model ? "file" : o->m.dtype);
+  cJSON_AddStringToObject(root, "weights", o->m.weights ? o->m.weights : "map");
   cJSON_AddNumberToObject(root, "weight_bytes", (double)r->weight_bytes);
   cJSON_AddNumberToObject(root, "prompt_len", (double)o->plen);
   cJSON_AddNumberToObject(root, "tokens", (double)o->tokens);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "model_options.h"
 
 void openblas_set_num_threads(int num_threads);
 
@@ -33,29 +34,21 @@ static const char prefill_usage[] =
     "Time to the first token of a prompt (the whole ortep_decoder_prefill call), token by\n"
     "token vs in chunks, side by side for each prompt length, in graph mode.\n"
     "\n"
-    "  --model DIR      a model directory (config.json + model.safetensors)\n"
-    "  --preset NAME    a synthetic preset: tiny (default), tiny-llama, tiny-wide-heads, small,\n"
-    "                   qwen2.5-0.5b\n"
-    "  --dtype D        weight dtype of the synthetic preset: f32 (default), f16, bf16\n"
-    "  --ep E           auto (default), cpu, cuda\n"
+    TOOL_MODEL_HELP
     "  --lengths L,...  prompt lengths (default 16,128,512)\n"
     "  --chunk N        the largest prefill chunk (prefill_chunk; default 0: 256, 128, ..., 2)\n"
     "  --runs R         timed prefills per length and way (default 3; the median is reported)\n"
-    "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"
-    "  --weights W      map (default: the file's pages, which the kernel may evict under memory\n"
-    "                   pressure) or read (a private copy in memory: steadier figures)\n"
-    "  --layout L       the projection weights' layout (ortep.weights_layout): auto (default: the CPU\n"
-    "                   EP's blocked one when it runs the step), blocked or row_major\n"
     "  --profile        also prefill the longest prompt once more in eager mode with every node\n"
     "                   timed, and print where its time goes by op type (all chunk graphs together)\n"
     "  --json FILE      also write the figures as JSON\n"
     "  -h, --help       this text\n";
 
 typedef struct prefill_opts {
-  const char *model, *preset, *ep, *dtype, *json_path, *weights, *layout;
+  tool_model m; /* --model/--preset, --dtype, --ep, --threads, --weights, --layout */
+  const char *json_path;
   long lengths[MAX_LENGTHS];
   size_t n_lengths;
-  long chunk, runs, threads;
+  long chunk, runs;
   bool profile;
 } prefill_opts;
 
@@ -77,34 +70,26 @@ static int parse_lengths(const char *arg, prefill_opts *o) {
 }
 
 static int parse(int argc, char **argv, prefill_opts *o) {
-  *o = (prefill_opts){.ep = "auto", .dtype = "f32", .lengths = {16, 128, 512}, .n_lengths = 3, .runs = 3};
-  static const struct option lo[] = {{"model", required_argument, 0, 'm'},   {"preset", required_argument, 0, 'p'},
-                                     {"ep", required_argument, 0, 'e'},      {"dtype", required_argument, 0, 'd'},
+  *o = (prefill_opts){.m = {.prog = "ortep-bench", .cmd = "prefill"}, .lengths = {16, 128, 512}, .n_lengths = 3,
+                      .runs = 3};
+  static const struct option lo[] = {TOOL_MODEL_LONG_OPTIONS,
                                      {"lengths", required_argument, 0, 'L'}, {"chunk", required_argument, 0, 'c'},
-                                     {"runs", required_argument, 0, 'r'},    {"threads", required_argument, 0, 'T'},
-                                     {"json", required_argument, 0, 'j'},    {"weights", required_argument, 0, 'W'},
+                                     {"runs", required_argument, 0, 'r'},    {"json", required_argument, 0, 'j'},
                                      {"profile", no_argument, 0, 'F'},       {"help", no_argument, 0, 'h'},
-                                     {"layout", required_argument, 0, 'Y'},  {0, 0, 0, 0}};
+                                     {0, 0, 0, 0}};
   int c, rc = 0;
   while ((c = bench_next_option("prefill", argc, argv, lo, prefill_usage, &rc)) >= 0) {
-    switch (c) {
-      case 'm': o->model = optarg; break;
-      case 'p': o->preset = optarg; break;
-      case 'e': o->ep = optarg; break;
-      case 'd': o->dtype = optarg; break;
-      case 'L': rc = parse_lengths(optarg, o); break;
-      case 'c': rc = bench_parse_count("prefill", "--chunk", optarg, 2, 1000000, &o->chunk); break;
-      case 'r': rc = bench_parse_count("prefill", "--runs", optarg, 1, 10000, &o->runs); break;
-      case 'T': rc = bench_parse_count("prefill", "--threads", optarg, 1, 1024, &o->threads); break;
-      case 'j': o->json_path = optarg; break;
-      case 'W': o->weights = optarg; break;
-      case 'Y': o->layout = optarg; break;
-      case 'F': o->profile = true; break;
-    }
+    if (!tool_model_option(&o->m, c, optarg, &rc)) switch (c) {
+        case 'L': rc = parse_lengths(optarg, o); break;
+        case 'c': rc = bench_parse_count("prefill", "--chunk", optarg, 2, 1000000, &o->chunk); break;
+        case 'r': rc = bench_parse_count("prefill", "--runs", optarg, 1, 10000, &o->runs); break;
+        case 'j': o->json_path = optarg; break;
+        case 'F': o->profile = true; break;
+      }
     if (rc) return rc;
   }
   if (c == BENCH_OPTIONS_EXIT) return rc;
-  return bench_check_model_options("prefill", o->model, &o->preset, o->ep, o->dtype, o->weights, o->layout);
+  return tool_model_check(&o->m, true) ? 2 : -1;
 }
 
 /* Best-of-10 GFLOP/s of an OpenBLAS sgemm [m, k] x [k, n] on `threads`
@@ -145,7 +130,7 @@ static double prefill_flops(const ortep_model_config *c, double L) {
  * session by op type, largest first, on stdout and into json. */
 static int profile_prefill(const char *dir, const prefill_opts *o, const ortep_config *cfg, const int32_t *prompt,
                            size_t L, cJSON *root) {
-  ortep_decoder_options opt = {.ep = o->ep, .max_seq_len = L + 1, .config = cfg, .prefill_chunk = (size_t)o->chunk,
+  ortep_decoder_options opt = {.ep = o->m.ep, .max_seq_len = L + 1, .config = cfg, .prefill_chunk = (size_t)o->chunk,
                                .eager = true, .profile = true};
   ortep_decoder *d;
   if (ortep_decoder_open(dir, &opt, &d) != ORTEP_OK || ortep_decoder_prefill(d, prompt, L, NULL) != ORTEP_OK ||
@@ -209,7 +194,7 @@ typedef struct way {
 
 static int open_way(const char *dir, const prefill_opts *o, const ortep_config *cfg, size_t max_seq, size_t chunk,
                     way *w) {
-  ortep_decoder_options opt = {.ep = o->ep, .max_seq_len = max_seq, .config = cfg, .prefill_chunk = chunk};
+  ortep_decoder_options opt = {.ep = o->m.ep, .max_seq_len = max_seq, .config = cfg, .prefill_chunk = chunk};
   if (ortep_decoder_open(dir, &opt, &w->d) != ORTEP_OK) {
     if (ortep_last_status() == ORTEP_E_INVALID_ARGUMENT) /* e.g. an unknown ORTEP_CPU_SIMD: as decode says it */
       return bench_usage_error("prefill", "%s", ortep_last_error());
@@ -237,153 +222,179 @@ fail:
   return 1;
 }
 
-int bench_prefill_main(int argc, char **argv) {
+/* Everything one run of the command holds. */
+typedef struct prefill_run {
   prefill_opts o;
-  int rc = parse(argc, argv, &o);
-  if (rc >= 0) return rc;
-  FILE *json = NULL;
-  if (o.json_path && !(json = bench_json_open(o.json_path))) return 1;
-  char dir[4096];
-  if (o.model)
-    snprintf(dir, sizeof dir, "%s", o.model);
-  else if (bench_preset_dir("prefill", o.preset, o.dtype, dir, sizeof dir)) {
-    if (json) fclose(json);
-    return 1;
-  }
-  ortep_model *model;
-  if (ortep_model_open(dir, &model) != ORTEP_OK) {
+  FILE *json;
+  ortep_model_config mc;
+  ortep_config *cfg;
+  int32_t *prompt;
+  long longest;
+  size_t V;
+  way w[2]; /* 0: token by token, 1: chunked */
+  const char *ep, *simd;
+  bool cpu;
+  size_t threads, top;
+  double gemm;
+} prefill_run;
+
+/* The model's sizes, the config and the prompt: 0, or the exit code. */
+static int prepare(prefill_run *r) {
+  prefill_opts *o = &r->o;
+  int rc = tool_model_resolve(&o->m, true);
+  if (rc) return rc;
+  if (ortep_model_config_read(o->m.dir, &r->mc) != ORTEP_OK) {
     fprintf(stderr, "ortep-bench prefill: %s\n", ortep_last_error());
-    if (json) fclose(json);
     return 1;
   }
-  ortep_model_config mc = *ortep_model_get_config(model);
-  ortep_model_close(model);
-  long longest = 0;
-  for (size_t i = 0; i < o.n_lengths; i++) longest = o.lengths[i] > longest ? o.lengths[i] : longest;
-  if (longest + 1 > mc.max_position_embeddings) {
-    if (json) fclose(json);
+  for (size_t i = 0; i < o->n_lengths; i++) r->longest = o->lengths[i] > r->longest ? o->lengths[i] : r->longest;
+  if (r->longest + 1 > r->mc.max_position_embeddings)
     return bench_usage_error("prefill", "--lengths: %ld tokens do not fit the model's max_position_embeddings %lld",
-                             longest, (long long)mc.max_position_embeddings);
+                             r->longest, (long long)r->mc.max_position_embeddings);
+  if (tool_model_config(&o->m, &r->cfg)) return 1;
+  r->V = (size_t)r->mc.vocab_size;
+  r->prompt = malloc((size_t)r->longest * sizeof *r->prompt);
+  r->w[0].logits = malloc(r->V * sizeof(float));
+  r->w[1].logits = malloc(r->V * sizeof(float));
+  if (!r->prompt || !r->w[0].logits || !r->w[1].logits) {
+    fprintf(stderr, "ortep-bench prefill: no memory for the prompt and logits\n");
+    return 1;
   }
-  ortep_config *cfg = NULL;
-  char tv[32];
-  if (o.threads || o.weights || o.layout) {
-    snprintf(tv, sizeof tv, "%ld", o.threads);
-    if (ortep_config_create(&cfg) != ORTEP_OK || (o.threads && ortep_config_set(cfg, "cpu.threads", tv) != ORTEP_OK) ||
-        (o.weights && ortep_config_set(cfg, "ortep.weights", o.weights) != ORTEP_OK) ||
-        (o.layout && ortep_config_set(cfg, "ortep.weights_layout", o.layout) != ORTEP_OK)) {
-      fprintf(stderr, "ortep-bench prefill: %s\n", ortep_last_error());
-      ortep_config_destroy(cfg);
-      if (json) fclose(json);
-      return 1;
-    }
+  for (long i = 0; i < r->longest; i++) r->prompt[i] = (int32_t)((i * 7919 + 13) % (long)r->V);
+  return 0;
+}
+
+/* The two decoders, what they run on, and the machine's sgemm rate. */
+static int open_ways(prefill_run *r) {
+  size_t max_seq = (size_t)r->longest + 1;
+  int rc = open_way(r->o.m.dir, &r->o, r->cfg, max_seq, 1, &r->w[0]);
+  if (!rc) rc = open_way(r->o.m.dir, &r->o, r->cfg, max_seq, (size_t)r->o.chunk, &r->w[1]);
+  if (rc) return rc;
+  ortep_ep *ep = ortep_decoder_ep(r->w[1].d);
+  r->ep = ortep_ep_name(ep);
+  r->cpu = !strcmp(r->ep, "cpu_ep");
+  r->threads = r->cpu ? ortep_cpu_ep_threads(ep) : 0;
+  r->simd = r->cpu ? ortep_cpu_ep_simd(ep) : NULL;
+  r->top = ortep_decoder_graph_tokens(r->w[1].d, 1);
+  if (r->cpu)
+    r->gemm = gemm_gflops(r->top ? r->top : 1, (size_t)r->mc.hidden_size, (size_t)r->mc.intermediate_size, r->threads);
+  return 0;
+}
+
+static void print_head(const prefill_run *r) {
+  printf("model %s, ep %s", r->o.m.model ? r->o.m.model : r->o.m.preset, r->ep);
+  if (r->cpu)
+    printf(", %zu threads (%s dot products), sgemm [%zu x %lld] x [%lld x %lld]: %.1f GFLOP/s", r->threads, r->simd,
+           r->top ? r->top : 1, (long long)r->mc.hidden_size, (long long)r->mc.hidden_size,
+           (long long)r->mc.intermediate_size, r->gemm);
+  printf("\nchunk sizes:");
+  for (size_t g = 1; ortep_decoder_graph_tokens(r->w[1].d, g); g++) printf(" %zu", ortep_decoder_graph_tokens(r->w[1].d, g));
+  printf("; median of %ld prefills each, graph mode\n\n", r->o.runs);
+  printf("%8s %14s %10s %14s %10s %8s %9s %9s %6s %12s\n", "prompt", "by-token ms", "tok/s", "chunked ms", "tok/s",
+         "speedup", "GFLOP/s", "of sgemm", "same", "max rel diff");
+}
+
+/* One prompt length, both ways: a line of the table and a row of the JSON. */
+static int measure_length(prefill_run *r, size_t L, cJSON *rows) {
+  way *w = r->w;
+  int rc = 0;
+  /* warm-up: captures the chunk graphs this length uses (and the decode step) */
+  for (int k = 0; k < 2 && !rc; k++) rc = time_prefill(&w[k], r->prompt, k ? L : (L < 8 ? L : 8), 1);
+  for (int k = 0; k < 2 && !rc; k++) rc = time_prefill(&w[k], r->prompt, L, r->o.runs);
+  if (rc) return rc;
+  double diff = 0;
+  for (size_t i = 0; i < r->V; i++) {
+    double d = fabs((double)w[0].logits[i] - w[1].logits[i]) / (1.0 + fabs((double)w[0].logits[i]));
+    diff = d > diff ? d : diff;
   }
-  size_t max_seq = (size_t)longest + 1, V = (size_t)mc.vocab_size;
-  way w[2] = {{0}, {0}}; /* 0: token by token, 1: chunked */
-  int32_t *prompt = malloc((size_t)longest * sizeof *prompt);
-  w[0].logits = malloc(V * sizeof(float));
-  w[1].logits = malloc(V * sizeof(float));
-  rc = !prompt || !w[0].logits || !w[1].logits;
-  if (rc) fprintf(stderr, "ortep-bench prefill: no memory for the prompt and logits\n");
-  for (long i = 0; !rc && i < longest; i++) prompt[i] = (int32_t)((i * 7919 + 13) % (long)V);
-  if (!rc) rc = open_way(dir, &o, cfg, max_seq, 1, &w[0]);
-  if (!rc) rc = open_way(dir, &o, cfg, max_seq, (size_t)o.chunk, &w[1]);
-  const char *ep = rc ? "?" : ortep_ep_name(ortep_decoder_ep(w[1].d));
-  bool cpu = !rc && !strcmp(ep, "cpu_ep");
-  size_t threads = cpu ? ortep_cpu_ep_threads(ortep_decoder_ep(w[1].d)) : 0;
-  const char *simd = cpu ? ortep_cpu_ep_simd(ortep_decoder_ep(w[1].d)) : NULL;
-  size_t top = rc ? 0 : ortep_decoder_graph_tokens(w[1].d, 1);
-  double gemm = 0;
-  if (!rc && cpu) gemm = gemm_gflops(top ? top : 1, (size_t)mc.hidden_size, (size_t)mc.intermediate_size, threads);
+  bool same = w[0].next == w[1].next;
+  double gf = prefill_flops(&r->mc, (double)L) / (w[1].ms * 1e6);
+  printf("%8zu %14.2f %10.1f %14.2f %10.1f %7.1fx %9.1f %8.0f%% %6s %12.2e\n", L, w[0].ms, (double)L / w[0].ms * 1e3,
+         w[1].ms, (double)L / w[1].ms * 1e3, w[0].ms / w[1].ms, gf, r->gemm > 0 ? 100.0 * gf / r->gemm : 0.0,
+         same ? "yes" : "NO", diff);
+  cJSON *row = cJSON_CreateObject();
+  cJSON_AddNumberToObject(row, "prompt_tokens", (double)L);
+  cJSON_AddNumberToObject(row, "by_token_ms", w[0].ms);
+  cJSON_AddNumberToObject(row, "chunked_ms", w[1].ms);
+  cJSON_AddNumberToObject(row, "by_token_tokens_per_s", (double)L / w[0].ms * 1e3);
+  cJSON_AddNumberToObject(row, "chunked_tokens_per_s", (double)L / w[1].ms * 1e3);
+  cJSON_AddNumberToObject(row, "speedup", w[0].ms / w[1].ms);
+  cJSON_AddNumberToObject(row, "chunked_gflops", gf);
+  if (r->gemm > 0) cJSON_AddNumberToObject(row, "fraction_of_sgemm", gf / r->gemm);
+  cJSON_AddBoolToObject(row, "same_next_token", same);
+  cJSON_AddNumberToObject(row, "max_rel_logit_diff", diff);
+  cJSON_AddItemToArray(rows, row);
+  return 0;
+}
+
+/* Each chunk size's graph: captured once at first use, replayed after. */
+static void print_graphs(const prefill_run *r) {
+  ortep_session *ss = ortep_decoder_session(r->w[1].d);
+  printf("\nchunk graphs (size: runs, captures):");
+  for (size_t g = 1; ortep_decoder_graph_tokens(r->w[1].d, g); g++) {
+    ortep_session_stats st;
+    ortep_session_get_graph_stats(ss, g, &st);
+    printf(" %zu: %llu, %llu;", ortep_decoder_graph_tokens(r->w[1].d, g), (unsigned long long)st.steps,
+           (unsigned long long)st.captures);
+  }
+  printf("\n");
+}
+
+/* The JSON report (root takes rows). */
+static int write_json(prefill_run *r, cJSON *root, cJSON *rows) {
+  const prefill_opts *o = &r->o;
+  cJSON_AddItemToObject(root, "machine", bench_machine_json());
+  cJSON_AddItemToObject(root, "build", bench_build_json());
+  cJSON_AddStringToObject(root, "model", o->m.model ? o->m.model : o->m.preset);
+  cJSON_AddStringToObject(root, "dtype", o->m.dtype);
+  cJSON_AddStringToObject(root, "ep", r->ep);
+  cJSON_AddStringToObject(root, "weights", o->m.weights ? o->m.weights : "map");
+  cJSON_AddStringToObject(root, "weights_layout", ortep_decoder_blocked_weights(r->w[1].d) ? "blocked" : "row_major");
+  cJSON_AddNumberToObject(root, "threads", (double)r->threads);
+  if (r->simd) cJSON_AddStringToObject(root, "cpu_simd", r->simd);
+  cJSON *sizes = cJSON_AddArrayToObject(root, "chunk_sizes"), *graphs = cJSON_AddArrayToObject(root, "chunk_graphs");
+  for (size_t g = 1; ortep_decoder_graph_tokens(r->w[1].d, g); g++) {
+    ortep_session_stats st;
+    ortep_session_get_graph_stats(ortep_decoder_session(r->w[1].d), g, &st);
+    cJSON_AddItemToArray(sizes, cJSON_CreateNumber((double)ortep_decoder_graph_tokens(r->w[1].d, g)));
+    cJSON *one = cJSON_CreateObject();
+    cJSON_AddNumberToObject(one, "tokens", (double)ortep_decoder_graph_tokens(r->w[1].d, g));
+    cJSON_AddNumberToObject(one, "runs", (double)st.steps);
+    cJSON_AddNumberToObject(one, "captures", (double)st.captures);
+    cJSON_AddItemToArray(graphs, one);
+  }
+  if (r->gemm > 0) cJSON_AddNumberToObject(root, "sgemm_gflops", r->gemm);
+  cJSON_AddItemToObject(root, "results", rows);
+  int rc = bench_json_finish(r->json, o->json_path, root);
+  r->json = NULL;
+  return rc;
+}
+
+int bench_prefill_main(int argc, char **argv) {
+  prefill_run r = {0};
+  int rc = parse(argc, argv, &r.o);
+  if (rc >= 0) return rc;
+  rc = r.o.json_path && !(r.json = bench_json_open(r.o.json_path)); /* an unwritable --json fails first */
+  if (!rc) rc = prepare(&r);
+  if (!rc) rc = open_ways(&r);
   bench_print_header("prefill");
-  if (!rc) {
-    printf("model %s, ep %s", o.model ? o.model : o.preset, ep);
-    if (cpu) printf(", %zu threads (%s dot products), sgemm [%zu x %lld] x [%lld x %lld]: %.1f GFLOP/s", threads, simd,
-                    top ? top : 1,
-                    (long long)mc.hidden_size, (long long)mc.hidden_size, (long long)mc.intermediate_size, gemm);
-    printf("\nchunk sizes:");
-    for (size_t g = 1; ortep_decoder_graph_tokens(w[1].d, g); g++) printf(" %zu", ortep_decoder_graph_tokens(w[1].d, g));
-    printf("; median of %ld prefills each, graph mode\n\n", o.runs);
-    printf("%8s %14s %10s %14s %10s %8s %9s %9s %6s %12s\n", "prompt", "by-token ms", "tok/s", "chunked ms", "tok/s",
-           "speedup", "GFLOP/s", "of sgemm", "same", "max rel diff");
-  }
+  if (!rc) print_head(&r);
   cJSON *root = cJSON_CreateObject(), *rows = cJSON_CreateArray();
-  for (size_t li = 0; !rc && li < o.n_lengths; li++) {
-    size_t L = (size_t)o.lengths[li];
-    /* warm-up: captures the chunk graphs this length uses (and the decode step) */
-    for (int k = 0; k < 2 && !rc; k++) rc = time_prefill(&w[k], prompt, k ? L : (L < 8 ? L : 8), 1);
-    for (int k = 0; k < 2 && !rc; k++) rc = time_prefill(&w[k], prompt, L, o.runs);
-    if (rc) break;
-    double diff = 0;
-    for (size_t i = 0; i < V; i++) {
-      double d = fabs((double)w[0].logits[i] - w[1].logits[i]) / (1.0 + fabs((double)w[0].logits[i]));
-      diff = d > diff ? d : diff;
-    }
-    bool same = w[0].next == w[1].next;
-    double gf = prefill_flops(&mc, (double)L) / (w[1].ms * 1e6);
-    printf("%8zu %14.2f %10.1f %14.2f %10.1f %7.1fx %9.1f %8.0f%% %6s %12.2e\n", L, w[0].ms, (double)L / w[0].ms * 1e3,
-           w[1].ms, (double)L / w[1].ms * 1e3, w[0].ms / w[1].ms, gf, gemm > 0 ? 100.0 * gf / gemm : 0.0,
-           same ? "yes" : "NO", diff);
-    cJSON *row = cJSON_CreateObject();
-    cJSON_AddNumberToObject(row, "prompt_tokens", (double)L);
-    cJSON_AddNumberToObject(row, "by_token_ms", w[0].ms);
-    cJSON_AddNumberToObject(row, "chunked_ms", w[1].ms);
-    cJSON_AddNumberToObject(row, "by_token_tokens_per_s", (double)L / w[0].ms * 1e3);
-    cJSON_AddNumberToObject(row, "chunked_tokens_per_s", (double)L / w[1].ms * 1e3);
-    cJSON_AddNumberToObject(row, "speedup", w[0].ms / w[1].ms);
-    cJSON_AddNumberToObject(row, "chunked_gflops", gf);
-    if (gemm > 0) cJSON_AddNumberToObject(row, "fraction_of_sgemm", gf / gemm);
-    cJSON_AddBoolToObject(row, "same_next_token", same);
-    cJSON_AddNumberToObject(row, "max_rel_logit_diff", diff);
-    cJSON_AddItemToArray(rows, row);
-  }
-  if (!rc) { /* each chunk size's graph: captured once at first use, replayed after */
-    ortep_session *ss = ortep_decoder_session(w[1].d);
-    printf("\nchunk graphs (size: runs, captures):");
-    for (size_t g = 1; ortep_decoder_graph_tokens(w[1].d, g); g++) {
-      ortep_session_stats st;
-      ortep_session_get_graph_stats(ss, g, &st);
-      printf(" %zu: %llu, %llu;", ortep_decoder_graph_tokens(w[1].d, g), (unsigned long long)st.steps,
-             (unsigned long long)st.captures);
-    }
-    printf("\n");
-  }
-  if (!rc && o.profile) rc = profile_prefill(dir, &o, cfg, prompt, (size_t)longest, root);
-  if (!rc && json) {
-    cJSON_AddItemToObject(root, "machine", bench_machine_json());
-    cJSON_AddItemToObject(root, "build", bench_build_json());
-    cJSON_AddStringToObject(root, "model", o.model ? o.model : o.preset);
-    cJSON_AddStringToObject(root, "dtype", o.dtype);
-    cJSON_AddStringToObject(root, "ep", ep);
-    cJSON_AddStringToObject(root, "weights", o.weights ? o.weights : "map");
-    cJSON_AddStringToObject(root, "weights_layout", ortep_decoder_blocked_weights(w[1].d) ? "blocked" : "row_major");
-    cJSON_AddNumberToObject(root, "threads", (double)threads);
-    if (simd) cJSON_AddStringToObject(root, "cpu_simd", simd);
-    cJSON *sizes = cJSON_AddArrayToObject(root, "chunk_sizes"), *graphs = cJSON_AddArrayToObject(root, "chunk_graphs");
-    for (size_t g = 1; ortep_decoder_graph_tokens(w[1].d, g); g++) {
-      ortep_session_stats st;
-      ortep_session_get_graph_stats(ortep_decoder_session(w[1].d), g, &st);
-      cJSON_AddItemToArray(sizes, cJSON_CreateNumber((double)ortep_decoder_graph_tokens(w[1].d, g)));
-      cJSON *one = cJSON_CreateObject();
-      cJSON_AddNumberToObject(one, "tokens", (double)ortep_decoder_graph_tokens(w[1].d, g));
-      cJSON_AddNumberToObject(one, "runs", (double)st.steps);
-      cJSON_AddNumberToObject(one, "captures", (double)st.captures);
-      cJSON_AddItemToArray(graphs, one);
-    }
-    if (gemm > 0) cJSON_AddNumberToObject(root, "sgemm_gflops", gemm);
-    cJSON_AddItemToObject(root, "results", rows);
+  for (size_t li = 0; !rc && li < r.o.n_lengths; li++) rc = measure_length(&r, (size_t)r.o.lengths[li], rows);
+  if (!rc) print_graphs(&r);
+  if (!rc && r.o.profile) rc = profile_prefill(r.o.m.dir, &r.o, r.cfg, r.prompt, (size_t)r.longest, root);
+  if (!rc && r.json) {
+    rc = write_json(&r, root, rows);
     rows = NULL;
-    rc = bench_json_finish(json, o.json_path, root);
-    json = NULL;
   }
-  if (json) fclose(json);
+  if (r.json) fclose(r.json);
   cJSON_Delete(rows);
   cJSON_Delete(root);
   for (int k = 0; k < 2; k++) {
-    ortep_decoder_close(w[k].d);
-    free(w[k].logits);
+    ortep_decoder_close(r.w[k].d);
+    free(r.w[k].logits);
   }
-  free(prompt);
-  ortep_config_destroy(cfg);
+  free(r.prompt);
+  ortep_config_destroy(r.cfg);
   return rc;
 }

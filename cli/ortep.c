@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "model_options.h"
 #include "ortep/ortep.h"
 
 #define USAGE_EXIT 2
@@ -43,11 +44,9 @@ static const char generate_usage[] =
     "\n"
     "Generates from the prompt and streams the text to stdout; the counts, the time to first\n"
     "token and tokens/s go to stderr at the end. Greedy unless --temperature is above 0.\n"
+    "A preset's weights are random: its text is gibberish.\n"
     "\n"
-    "  --model DIR            a model directory (config.json, model.safetensors, tokenizer.json)\n"
-    "  --preset NAME          a synthetic preset (random weights: the text is gibberish): tiny,\n"
-    "                         tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b\n"
-    "  --dtype D              the preset's weight dtype: f32 (default), f16, bf16\n"
+    TOOL_MODEL_HELP
     "  --prompt TEXT          the prompt, tokenized with the model's tokenizer.json\n"
     "  --prompt-ids IDS       the prompt as token ids (comma-separated), for a model without a\n"
     "                         tokenizer.json; the output is then ids too\n"
@@ -59,7 +58,6 @@ static const char generate_usage[] =
     "  --min-p M              keep tokens at least M x the most likely's probability (0: off)\n"
     "  --repetition-penalty R > 1 discourages tokens already in the text (1: off)\n"
     "  --seed S               the sampler's seed (default 0): the same seed, the same text\n"
-    "  --ep E                 auto (default: CUDA when a GPU is present), cpu, cuda\n"
     "  --ignore-eos           do not stop at the end-of-sequence token\n"
     "  -h, --help             this text\n";
 
@@ -68,7 +66,7 @@ static const char tokenize_usage[] =
     "\n"
     "Prints the token ids of TEXT (or of stdin when --text is not given), space-separated.\n"
     "\n"
-    "  --model DIR / --preset NAME   where tokenizer.json is\n"
+    TOOL_MODEL_HELP
     "  --text TEXT                   the text (default: all of stdin)\n"
     "  --tokens                      one line per token: id, then the token's string\n"
     "  --no-special                  do not add the tokenizer's special tokens (e.g. BOS)\n"
@@ -79,7 +77,7 @@ static const char detokenize_usage[] =
     "\n"
     "Prints the text of the token ids (arguments, or whitespace-separated on stdin).\n"
     "\n"
-    "  --model DIR / --preset NAME   where tokenizer.json is\n"
+    TOOL_MODEL_HELP
     "  --skip-special                leave special tokens out\n"
     "  -h, --help                    this text\n";
 
@@ -103,29 +101,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* --model / --preset / --dtype: the model directory. */
-typedef struct source {
-  const char *model, *preset, *dtype;
-  char dir[4096];
-} source;
-
-static int resolve(const char *cmd, source *s) {
-  if (s->model && s->preset) return usage_error(cmd, "--model and --preset exclude each other; give one");
-  if (!s->model && !s->preset) return usage_error(cmd, "give --model DIR or --preset NAME");
-  if (s->model) {
-    snprintf(s->dir, sizeof s->dir, "%s", s->model);
-    return 0;
-  }
-  ortep_dtype dt;
-  if (ortep_dtype_parse(s->dtype ? s->dtype : "f32", &dt) != ORTEP_OK || !ortep_dtype_is_float(dt))
-    return usage_error(cmd, "--dtype '%s' is not one of f32, f16, bf16", s->dtype);
-  if (ortep_model_synthetic_cached(s->preset, dt, s->dir, sizeof s->dir, NULL) != ORTEP_OK) {
-    if (ortep_last_status() == ORTEP_E_INVALID_ARGUMENT) return usage_error(cmd, "%s", ortep_last_error());
-    return fail(cmd);
-  }
-  return 0;
 }
 
 static int parse_number(const char *cmd, const char *opt, const char *arg, double lo, double hi, double *out) {
@@ -268,8 +243,8 @@ static const char *reason_name(ortep_stop_reason r) {
 }
 
 typedef struct gen_args {
-  source src;
-  const char *prompt, *prompt_ids, *ep;
+  tool_model src;
+  const char *prompt, *prompt_ids;
   uint64_t max_tokens, top_k, seed;
   double temperature, top_p, min_p, penalty;
   bool ignore_eos;
@@ -277,23 +252,25 @@ typedef struct gen_args {
 
 static int parse_generate(int argc, char **argv, gen_args *a) {
   static const char *cmd = "generate";
-  static const struct option lo[] = {
-      {"model", required_argument, 0, 'm'},        {"preset", required_argument, 0, 'p'},
-      {"dtype", required_argument, 0, 'd'},        {"prompt", required_argument, 0, 'P'},
-      {"prompt-ids", required_argument, 0, 'I'},   {"max-tokens", required_argument, 0, 'n'},
-      {"temperature", required_argument, 0, 't'},  {"top-k", required_argument, 0, 'k'},
-      {"top-p", required_argument, 0, 'u'},        {"min-p", required_argument, 0, 'M'},
-      {"repetition-penalty", required_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
-      {"ep", required_argument, 0, 'e'},           {"ignore-eos", no_argument, 0, 'E'},
-      {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
-  *a = (gen_args){.ep = "auto", .max_tokens = 128, .top_p = 1, .penalty = 1};
+  static const struct option lo[] = {TOOL_MODEL_LONG_OPTIONS,
+                                     {"prompt", required_argument, 0, 'P'},
+                                     {"prompt-ids", required_argument, 0, 'I'},
+                                     {"max-tokens", required_argument, 0, 'n'},
+                                     {"temperature", required_argument, 0, 't'},
+                                     {"top-k", required_argument, 0, 'k'},
+                                     {"top-p", required_argument, 0, 'u'},
+                                     {"min-p", required_argument, 0, 'M'},
+                                     {"repetition-penalty", required_argument, 0, 'r'},
+                                     {"seed", required_argument, 0, 's'},
+                                     {"ignore-eos", no_argument, 0, 'E'},
+                                     {"help", no_argument, 0, 'h'},
+                                     {0, 0, 0, 0}};
+  *a = (gen_args){.src = {.prog = "ortep", .cmd = cmd}, .max_tokens = 128, .top_p = 1, .penalty = 1};
   int c, rc = 0;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1 && !rc) {
+    if (tool_model_option(&a->src, c, optarg, &rc)) continue;
     switch (c) {
-      case 'm': a->src.model = optarg; break;
-      case 'p': a->src.preset = optarg; break;
-      case 'd': a->src.dtype = optarg; break;
       case 'P': a->prompt = optarg; break;
       case 'I': a->prompt_ids = optarg; break;
       case 'n': rc = parse_whole(cmd, "--max-tokens", optarg, 1, 10000000, &a->max_tokens); break;
@@ -303,7 +280,6 @@ static int parse_generate(int argc, char **argv, gen_args *a) {
       case 'M': rc = parse_number(cmd, "--min-p", optarg, 0, 0.999999, &a->min_p); break;
       case 'r': rc = parse_number(cmd, "--repetition-penalty", optarg, 0, 100, &a->penalty); break;
       case 's': rc = parse_whole(cmd, "--seed", optarg, 0, UINT64_MAX, &a->seed); break;
-      case 'e': a->ep = optarg; break;
       case 'E': a->ignore_eos = true; break;
       case 'h': fputs(generate_usage, stdout); return -1;
       case ':': return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
@@ -312,8 +288,9 @@ static int parse_generate(int argc, char **argv, gen_args *a) {
   }
   if (rc) return rc;
   if (optind < argc) return usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if ((rc = tool_model_check(&a->src, false)) != 0) return rc;
   if (!a->prompt == !a->prompt_ids) return usage_error(cmd, "give exactly one of --prompt TEXT and --prompt-ids IDS");
-  return resolve(cmd, &a->src);
+  return tool_model_resolve(&a->src, false);
 }
 
 /* The prompt's ids, from the text (through the model's tokenizer, checked
@@ -371,11 +348,13 @@ static int cmd_generate(int argc, char **argv) {
   ortep_tokenizer *tok = NULL;
   ortep_detokenizer *detok = NULL;
   ortep_decoder *d = NULL;
+  ortep_config *config = NULL;
   int32_t *ids = NULL;
   size_t n = 0, max_seq = 0;
   if ((rc = prompt_tokens(&a, &c, &tok, &detok, &ids, &n)) != 0 || (rc = context_for(&c, n, a.max_tokens, &max_seq)))
     goto out;
-  ortep_decoder_options o = {.ep = a.ep, .max_seq_len = max_seq};
+  if ((rc = tool_model_config(&a.src, &config)) != 0) goto out;
+  ortep_decoder_options o = {.ep = a.src.ep, .max_seq_len = max_seq, .config = config};
   double t0 = now_s();
   if (ortep_decoder_open(a.src.dir, &o, &d) != ORTEP_OK) {
     rc = ortep_last_status() == ORTEP_E_INVALID_ARGUMENT && strstr(ortep_last_error(), "EP") ? usage_error(cmd, "%s", ortep_last_error()) : fail(cmd);
@@ -408,6 +387,7 @@ static int cmd_generate(int argc, char **argv) {
           ortep_ep_name(ortep_decoder_ep(d)));
 out:
   ortep_decoder_close(d);
+  ortep_config_destroy(config);
   free(ids);
   ortep_detokenizer_destroy(detok);
   ortep_tokenizer_close(tok);
@@ -427,20 +407,20 @@ static int open_tokenizer(const char *cmd, const char *dir, ortep_tokenizer **t)
 
 static int cmd_tokenize(int argc, char **argv) {
   static const char *cmd = "tokenize";
-  source src = {0};
+  tool_model src = {.prog = "ortep", .cmd = cmd};
   const char *text = NULL;
   bool per_token = false, special = true;
-  static const struct option lo[] = {{"model", required_argument, 0, 'm'}, {"preset", required_argument, 0, 'p'},
-                                     {"dtype", required_argument, 0, 'd'}, {"text", required_argument, 0, 'T'},
-                                     {"tokens", no_argument, 0, 'k'},      {"no-special", no_argument, 0, 'N'},
-                                     {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
-  int c;
+  static const struct option lo[] = {TOOL_MODEL_LONG_OPTIONS,          {"text", required_argument, 0, 'T'},
+                                     {"tokens", no_argument, 0, 'k'},  {"no-special", no_argument, 0, 'N'},
+                                     {"help", no_argument, 0, 'h'},    {0, 0, 0, 0}};
+  int c, rc = 0;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+    if (tool_model_option(&src, c, optarg, &rc)) {
+      if (rc) return rc;
+      continue;
+    }
     switch (c) {
-      case 'm': src.model = optarg; break;
-      case 'p': src.preset = optarg; break;
-      case 'd': src.dtype = optarg; break;
       case 'T': text = optarg; break;
       case 'k': per_token = true; break;
       case 'N': special = false; break;
@@ -450,7 +430,7 @@ static int cmd_tokenize(int argc, char **argv) {
     }
   }
   if (optind < argc) return usage_error(cmd, "unexpected argument '%s' (give the text with --text)", argv[optind]);
-  int rc = resolve(cmd, &src);
+  if ((rc = tool_model_check(&src, false)) == 0) rc = tool_model_resolve(&src, false);
   ortep_tokenizer *t = NULL;
   if (rc || (rc = open_tokenizer(cmd, src.dir, &t)) != 0) return rc;
   size_t len = 0;
@@ -494,18 +474,18 @@ static bool negative_number(const char *arg) {
 
 static int cmd_detokenize(int argc, char **argv) {
   static const char *cmd = "detokenize";
-  source src = {0};
+  tool_model src = {.prog = "ortep", .cmd = cmd};
   bool skip = false;
-  static const struct option lo[] = {{"model", required_argument, 0, 'm'}, {"preset", required_argument, 0, 'p'},
-                                     {"dtype", required_argument, 0, 'd'}, {"skip-special", no_argument, 0, 'S'},
-                                     {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
-  int c;
+  static const struct option lo[] = {TOOL_MODEL_LONG_OPTIONS, {"skip-special", no_argument, 0, 'S'},
+                                     {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  int c, rc = 0;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) { /* options anywhere, before or after the ids */
+    if (tool_model_option(&src, c, optarg, &rc)) {
+      if (rc) return rc;
+      continue;
+    }
     switch (c) {
-      case 'm': src.model = optarg; break;
-      case 'p': src.preset = optarg; break;
-      case 'd': src.dtype = optarg; break;
       case 'S': skip = true; break;
       case 'h': fputs(detokenize_usage, stdout); return 0;
       case ':': return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
@@ -515,8 +495,7 @@ static int cmd_detokenize(int argc, char **argv) {
         return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
     }
   }
-  int rc = resolve(cmd, &src);
-  if (rc) return rc;
+  if ((rc = tool_model_check(&src, false)) != 0 || (rc = tool_model_resolve(&src, false)) != 0) return rc;
   /* the ids: the arguments, else stdin */
   size_t len = 0;
   char *joined = NULL;

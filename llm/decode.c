@@ -1,16 +1,16 @@
 /*
- * decode.c: greedy decoding (decode.h). Everything a step touches is set up
- * at open: the session (planned arenas, kernels, bindings), the 8-byte
- * argmax result buffer on the EP, and the addresses of the token, position
- * and logits values. A step is then two 4-byte uploads, a run or replay, a
- * device argmax and one 8-byte read: no allocation.
+ * decode.c: the decoder (decode.h). Everything a step touches is set up at
+ * open: one session (planned arenas, kernels, bindings) over the step graphs,
+ * whose last node selects the token on the device (llama.c). A step is then
+ * two 4-byte writes of session values, a run or replay, and one 8-byte read
+ * of (token, error word): no allocation and no other call.
  *
  * Prefill runs the prompt in chunks: the session holds the decode graph
  * (graph 0, one token) and one graph per chunk size (bucket: 256, 128, 64,
  * ..., 2 tokens by default), all over the same KV caches and logits and one
  * planned arena. A prompt is cut greedily into the largest buckets that fit, the
- * rest goes token by token; only the last chunk's logits are read, with one
- * argmax and one 8-byte read (error word included) for the whole prompt.
+ * rest goes token by token; only the last chunk's draw is read, with one
+ * 8-byte read (error word included) for the whole prompt.
  */
 #include <math.h>
 #include <stdatomic.h>

@@ -5,7 +5,7 @@
 #  2. Each layer's include path admits the layers below it and refuses the
 #     ones above: a downward include compiles, an upward one fails with
 #     "No such file" (so it failed for that reason and no other).
-foreach(folder runtime arena kernels graph llm text bench cli)
+foreach(folder runtime arena kernels graph llm text tools bench cli)
   file(GLOB_RECURSE files ${SRC}/${folder}/*.c ${SRC}/${folder}/*.h ${SRC}/${folder}/*.cu)
   foreach(f ${files})
     file(STRINGS ${f} hits REGEX "^[ \t]*#[ \t]*include[ \t]*\"\\.\\./")

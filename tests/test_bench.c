@@ -71,6 +71,8 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
       {"prefill --ep cpu --lengths 600", "max_position_embeddings 512"},
       {"decode --layout diagonal", "--layout 'diagonal' is not one of auto, blocked, row_major"},
       {"prefill --layout rows", "--layout 'rows' is not one of auto, blocked, row_major"},
+      {"decode --threads 0", "--threads '0' is not a whole number in [1, 1024]"},
+      {"prefill --threads 2000", "--threads '2000'"},
       {"tokenizer --added 10,0", "--added '0'"},         {"tokenizer --text-bytes 1.5", "--text-bytes '1.5'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -104,6 +104,11 @@ START_TEST(usage_errors_exit_2_and_name_the_argument) {
       {"generate --preset tiny --prompt-ids 1,x", "'x' is not a token id"},
       {"tokenize --preset tiny stray", "unexpected argument 'stray'"},
       {"detokenize --preset tiny 5 -3", "'-3' is not a token id"},
+      /* the model and EP options are ortep-bench's, spelt and refused alike (tools/model_options.c) */
+      {"generate --preset tiny --prompt hi --threads 0", "--threads '0' is not a whole number in [1, 1024]"},
+      {"tokenize --preset tiny --layout rows", "--layout 'rows' is not one of auto, blocked, row_major"},
+      {"generate --preset tiny --prompt hi --weights copy", "--weights 'copy' is not one of map, read"},
+      {"generate --preset tiny --prompt hi --ep tpu", "--ep 'tpu' is not one of auto, cpu, cuda"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     ck_assert_msg(ortep(cases[i].args, NULL) == 2, "'%s' did not exit 2: %s", cases[i].args, g_err);
@@ -316,6 +321,8 @@ START_TEST(messages_speak_to_the_programs_user) {
   ck_assert_msg(strstr(g_err, "is a FIFO, not a directory"), "%s", g_err);
   ck_assert_msg(ortep("generate --ep cpu --preset tiny --prompt-ids 1 --max-tokens 2", NULL) == 0, "%s", g_err);
   ck_assert_msg(strstr(g_err, "[1 prompt token, 2 generated"), "%s", g_err);
+  ck_assert_msg(ortep("generate --ep cpu --preset tiny --prompt-ids 1,2 --max-tokens 3 --threads 1 --weights read "
+                      "--layout row_major", NULL) == 0, "%s", g_err);
   /* options after the ids are options */
   ck_assert_msg(ortep("detokenize --preset tiny 72 105 511 --skip-special", NULL) == 0, "%s", g_err);
   ck_assert_str_eq(g_out, "Hi\n");

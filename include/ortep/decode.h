@@ -4,8 +4,10 @@
  *
  * Per step: the token id and its position are written into fixed input
  * buffers; the decode-step graph runs (eager) or replays (graph: segments and
- * seams); device argmax writes (token id, error word) into one 8-byte result;
- * one 8-byte read brings both to the host; a non-zero error word fails the
+ * seams); its last node, ortep:SelectToken, writes the step's tokens into the
+ * device's token history and (token id, error word) into one 8-byte result,
+ * the argmax or the sampler's draw as the parameters on the device say; one
+ * 8-byte read brings both to the host; a non-zero error word fails the
  * step with ORTEP_E_DEVICE_VALIDATION naming the bits, the token is not
  * emitted and the captured graph is invalidated. After warm-up a step makes
  * no allocation. The KV cache (capacity max_seq_len per layer) lives in the
@@ -169,7 +171,8 @@ ORTEP_API const char *ortep_decoder_kv_name(size_t layer, bool value, char *buf,
 ORTEP_API uint32_t ortep_decoder_last_error_bits(const ortep_decoder *decoder);
 ORTEP_API ortep_session *ortep_decoder_session(ortep_decoder *decoder);
 /* The tokens per step of the session's graph `graph` (0: the decode step, 1;
- * then the prefill chunk sizes, largest first); 0 past the last graph. Its
+ * then the prefill chunk sizes, largest first); 0 past the last of them (the
+ * session's last graph draws a pending token again and runs no tokens). Its
  * stats (captures per chunk size): ortep_session_get_graph_stats. */
 ORTEP_API size_t ortep_decoder_graph_tokens(const ortep_decoder *decoder, size_t graph);
 ORTEP_API ortep_ep *ortep_decoder_ep(ortep_decoder *decoder);

@@ -5,8 +5,9 @@
  * of range ORs that index's bit into the word and skips the access (writing a
  * defined value instead: zeros), so no kernel ever reads or writes out of
  * bounds. The word latches: reading it does not clear it; only an explicit
- * reset does. Device argmax writes (token id, error word) as two native-endian
- * u32 into one 8-byte result, so the one host sync per decoded token reads
+ * reset does. The step graph's last node (ortep:SelectToken), like device
+ * argmax, writes (token id, error word) as two native-endian u32 into one
+ * 8-byte result, so the one host sync per decoded token reads
  * both, and a non-zero word fails the step before its token is used.
  *
  * Every bit:

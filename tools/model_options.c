@@ -1,0 +1,102 @@
+/*
+ * model_options.c: the options every ortep program takes to name a model
+ * (model_options.h).
+ */
+#include "model_options.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tool_usage_error(const tool_model *m, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s %s: ", m->prog, m->cmd);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\nRun '%s %s --help' for the options.\n", m->prog, m->cmd);
+  return 2;
+}
+
+static int one_of(const tool_model *m, const char *opt, const char *v, const char *const *names, size_t n,
+                  const char *list) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(v, names[i])) return 0;
+  return tool_usage_error(m, "%s '%s' is not one of %s", opt, v, list);
+}
+
+bool tool_model_option(tool_model *m, int c, const char *arg, int *rc) {
+  *rc = 0;
+  switch (c) {
+    case TOOL_OPT_MODEL: m->model = arg; return true;
+    case TOOL_OPT_PRESET: m->preset = arg; return true;
+    case TOOL_OPT_DTYPE: m->dtype = arg; return true;
+    case TOOL_OPT_EP: m->ep = arg; return true;
+    case TOOL_OPT_WEIGHTS: m->weights = arg; return true;
+    case TOOL_OPT_LAYOUT: m->layout = arg; return true;
+    case TOOL_OPT_THREADS: {
+      char *end;
+      errno = 0;
+      long v = arg[0] >= '0' && arg[0] <= '9' ? strtol(arg, &end, 10) : 0;
+      if (arg[0] < '0' || arg[0] > '9' || errno || *end || v < 1 || v > 1024)
+        *rc = tool_usage_error(m, "--threads '%s' is not a whole number in [1, 1024]", arg);
+      else
+        m->threads = v;
+      return true;
+    }
+    default: return false;
+  }
+}
+
+int tool_model_check(tool_model *m, bool default_preset) {
+  static const char *const eps[] = {"auto", "cpu", "cuda"}, *const dtypes[] = {"f32", "f16", "bf16"};
+  static const char *const weights[] = {"map", "read"}, *const layouts[] = {"auto", "blocked", "row_major"};
+  if (m->model && m->preset) return tool_usage_error(m, "--model and --preset exclude each other; give one");
+  if (!m->model && !m->preset) {
+    if (!default_preset) return tool_usage_error(m, "give --model DIR or --preset NAME");
+    m->preset = "tiny";
+  }
+  if (!m->ep) m->ep = "auto";
+  if (!m->dtype) m->dtype = "f32";
+  int rc = one_of(m, "--ep", m->ep, eps, 3, "auto, cpu, cuda");
+  if (!rc) rc = one_of(m, "--dtype", m->dtype, dtypes, 3, "f32, f16, bf16");
+  if (!rc && m->weights) rc = one_of(m, "--weights", m->weights, weights, 2, "map, read");
+  if (!rc && m->layout) rc = one_of(m, "--layout", m->layout, layouts, 3, "auto, blocked, row_major");
+  return rc;
+}
+
+int tool_model_resolve(tool_model *m, bool announce) {
+  if (m->model) {
+    snprintf(m->dir, sizeof m->dir, "%s", m->model);
+    return 0;
+  }
+  ortep_dtype dt;
+  ortep_dtype_parse(m->dtype, &dt); /* checked by tool_model_check */
+  if (announce)
+    fprintf(stderr, "%s %s: the synthetic %s preset (%s), written to the cache on first use\n", m->prog, m->cmd,
+            m->preset, m->dtype);
+  if (ortep_model_synthetic_cached(m->preset, dt, m->dir, sizeof m->dir, NULL) == ORTEP_OK) return 0;
+  if (ortep_last_status() == ORTEP_E_INVALID_ARGUMENT) /* an unknown preset */
+    return tool_usage_error(m, "--preset '%s': %s", m->preset, ortep_last_error());
+  fprintf(stderr, "%s %s: %s\n", m->prog, m->cmd, ortep_last_error());
+  return 1;
+}
+
+int tool_model_config(const tool_model *m, ortep_config **out) {
+  *out = NULL;
+  if (!m->threads && !m->weights && !m->layout) return 0;
+  char threads[24];
+  snprintf(threads, sizeof threads, "%ld", m->threads);
+  ortep_config *c = NULL;
+  if (ortep_config_create(&c) != ORTEP_OK || (m->threads && ortep_config_set(c, "cpu.threads", threads) != ORTEP_OK) ||
+      (m->weights && ortep_config_set(c, "ortep.weights", m->weights) != ORTEP_OK) ||
+      (m->layout && ortep_config_set(c, "ortep.weights_layout", m->layout) != ORTEP_OK)) {
+    fprintf(stderr, "%s %s: %s\n", m->prog, m->cmd, ortep_last_error());
+    ortep_config_destroy(c);
+    return 1;
+  }
+  *out = c;
+  return 0;
+}

@@ -1,0 +1,63 @@
+/*
+ * model_options.h: the options every ortep program takes to name a model and
+ * how to run it (ortep generate/tokenize/detokenize, ortep-bench decode and
+ * prefill): one table, one set of checks, one way to turn them into the
+ * decoder's config, so a flag is spelt and refused the same everywhere.
+ * Programs use the public API only; this is their shared plumbing, not the
+ * library's.
+ */
+#ifndef ORTEP_TOOLS_MODEL_OPTIONS_H
+#define ORTEP_TOOLS_MODEL_OPTIONS_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ortep/ortep.h"
+
+typedef struct tool_model {
+  const char *prog, *cmd;  /* "ortep", "generate": for messages */
+  const char *model, *preset, *dtype, *ep, *weights, *layout;
+  long threads;            /* 0: the CPU EP's default */
+  char dir[4096];          /* the model directory, once resolved */
+} tool_model;
+
+/* getopt_long values of the shared options: above any short option, so a
+ * program's own table cannot collide with them. */
+enum { TOOL_OPT_MODEL = 0x100, TOOL_OPT_PRESET, TOOL_OPT_DTYPE, TOOL_OPT_EP, TOOL_OPT_THREADS, TOOL_OPT_WEIGHTS,
+       TOOL_OPT_LAYOUT };
+#define TOOL_MODEL_LONG_OPTIONS                                                                             \
+  {"model", required_argument, 0, TOOL_OPT_MODEL}, {"preset", required_argument, 0, TOOL_OPT_PRESET},      \
+      {"dtype", required_argument, 0, TOOL_OPT_DTYPE}, {"ep", required_argument, 0, TOOL_OPT_EP},          \
+      {"threads", required_argument, 0, TOOL_OPT_THREADS}, {"weights", required_argument, 0, TOOL_OPT_WEIGHTS}, \
+      {"layout", required_argument, 0, TOOL_OPT_LAYOUT}
+#define TOOL_PRESETS "tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b"
+/* The help lines of the shared options, for a program's usage text. */
+#define TOOL_MODEL_HELP                                                                                     \
+  "  --model DIR      a model directory (config.json + model.safetensors [+ tokenizer.json])\n"            \
+  "  --preset NAME    a synthetic preset (random weights): " TOOL_PRESETS "\n"                             \
+  "  --dtype D        the preset's weight dtype: f32 (default), f16, bf16\n"                               \
+  "  --ep E           auto (default: CUDA when a GPU is present), cpu, cuda\n"                             \
+  "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"      \
+  "  --weights W      map (default: the file's pages, zero-copy) or read (a private copy in memory)\n"     \
+  "  --layout L       the projection weights' layout (ortep.weights_layout): auto (default: the CPU\n"     \
+  "                   EP's blocked layout when the CPU runs the step), blocked, row_major\n"
+
+/* Prints "<prog> <cmd>: <message>" and the hint to --help; returns 2. */
+int tool_usage_error(const tool_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* When c is one of the shared options, takes arg into m and returns true
+ * (*rc: 0, or a usage error's exit code); else false. */
+bool tool_model_option(tool_model *m, int c, const char *arg, int *rc);
+/* Checks the options once all are in: --model xor --preset (without either:
+ * the tiny preset when default_preset, else a usage error), known names.
+ * 0 when fine, else the usage error's exit code (2). */
+int tool_model_check(tool_model *m, bool default_preset);
+/* The model directory into m->dir: --model as given, or the preset's cached
+ * copy (written on first use; announce says so on stderr). 0, 1 (a failure,
+ * printed) or 2 (a usage error). */
+int tool_model_resolve(tool_model *m, bool announce);
+/* The decoder's config for --threads, --weights, --layout (*out NULL when
+ * none is given; the caller destroys it). 0, or 1 with the reason printed. */
+int tool_model_config(const tool_model *m, ortep_config **out);
+
+#endif
