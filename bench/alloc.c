@@ -297,15 +297,230 @@ typedef struct result {
   bool ok;
 } result;
 
+enum { ARENA, SLAB, MIMALLOC, MALLOC, NCONT };
+enum { NRANDOM = 200 }; /* random planner workloads */
+
+/* Everything the command measures, built once; the table and the JSON are
+ * both printed from it. */
+typedef struct alloc_figures {
+  long runs;
+  pattern pats[2];
+  const char *names[NCONT], *why_not[NCONT];
+  result res[2][NCONT];
+  bool planned; /* the planner figures below are valid */
+  plan_figures decode_plan;
+  double random_median, random_worst;
+} alloc_figures;
+
+/* The contenders and what they allocate from. */
+typedef struct alloc_env {
+  ortep_allocator *host;
+  ortep_arena *arena;
+  ortep_slab *caches[SLAB_CLASSES];
+  libc_fns libc;
+  void *libc_handle;
+  contender cont[NCONT];
+} alloc_env;
+
+static void env_close(alloc_env *e) {
+  for (size_t i = 0; i < SLAB_CLASSES; i++) ortep_slab_destroy(e->caches[i]);
+  ortep_arena_destroy(e->arena);
+  ortep_allocator_destroy(e->host);
+  if (e->libc_handle) dlclose(e->libc_handle);
+}
+
+static int env_open(alloc_env *e) {
+  *e = (alloc_env){0};
+  bool ok = ortep_host_allocator_create(NULL, &e->host) == ORTEP_OK &&
+            ortep_arena_create(e->host, &(ortep_arena_options){.chunk_bytes = 64 << 20}, &e->arena) == ORTEP_OK;
+  for (size_t i = 0; ok && i < SLAB_CLASSES; i++) {
+    size_t obj = (size_t)64 << i;
+    ok = ortep_slab_create(e->host, obj, ALIGN, obj >= (64 << 10) ? 1 : (64 << 10) / obj, &e->caches[i]) == ORTEP_OK;
+  }
+  if (!ok) {
+    fprintf(stderr, "ortep-bench alloc: %s\n", ortep_last_error());
+    env_close(e);
+    return 1;
+  }
+  if ((e->libc_handle = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD))) {
+    e->libc.memalign = (int (*)(void **, size_t, size_t))dlsym(e->libc_handle, "posix_memalign");
+    e->libc.free = (void (*)(void *))dlsym(e->libc_handle, "free");
+  }
+  contender cont[NCONT] = {
+      {"arena", true, NULL, run_arena, e->arena},
+      {"slab", true, NULL, run_slab, e->caches},
+#if !ORTEP_SYSTEM_ALLOCATOR
+      {"mimalloc", true, NULL, run_mimalloc, NULL},
+#else
+      {"mimalloc", false, "this build uses the system allocator (ORTEP_SYSTEM_ALLOCATOR)", NULL, NULL},
+#endif
+      {"malloc", e->libc.memalign && e->libc.free, "glibc's posix_memalign/free not found through dlsym", run_malloc,
+       &e->libc},
+  };
+  memcpy(e->cont, cont, sizeof cont);
+  return 0;
+}
+
+/* One pattern: every contender warmed once (arena chunks, slab pages,
+ * allocator heaps), then the timed runs interleaved so drift hits all alike. */
+static void measure_pattern(alloc_env *e, const pattern *p, long runs, void **ptrs, double *samples, result *res) {
+  static double all[NCONT][1000];
+  for (int ci = 0; ci < NCONT; ci++)
+    if (e->cont[ci].available && e->cont[ci].run(&e->cont[ci], p, ptrs) < 0) e->cont[ci].available = false;
+  for (long r = 0; r < runs; r++)
+    for (int ci = 0; ci < NCONT; ci++)
+      if (e->cont[ci].available) all[ci][r] = e->cont[ci].run(&e->cont[ci], p, ptrs) / (double)p->ops;
+  for (int ci = 0; ci < NCONT; ci++) {
+    if (!e->cont[ci].available) continue;
+    memcpy(samples, all[ci], (size_t)runs * sizeof *samples);
+    res[ci] = (result){bench_median(samples, (size_t)runs), bench_min(samples, (size_t)runs),
+                       bench_max(samples, (size_t)runs), true};
+  }
+}
+
+/* The planner on the decode step of the 0.5B shape and on random workloads. */
+static int measure_planner(alloc_figures *f) {
+  plan_builder dec = decode_lifetimes();
+  double ratios[NRANDOM];
+  int rc = plan(dec.t, dec.n, &f->decode_plan) || random_plans(NRANDOM, 0x51a7, ratios);
+  free(dec.t);
+  if (rc) return 1;
+  f->random_median = bench_median(ratios, NRANDOM);
+  f->random_worst = bench_max(ratios, NRANDOM);
+  f->planned = true;
+  return 0;
+}
+
+static int measure_all(alloc_figures *f, long steps, long k) {
+  static const char *const names[NCONT] = {"arena", "slab", "mimalloc", "malloc"};
+  for (int ci = 0; ci < NCONT; ci++) f->names[ci] = names[ci], f->why_not[ci] = "not measured";
+  alloc_env e;
+  if (env_open(&e)) return 1;
+  f->pats[0] = make_pattern("decode", (size_t)steps, (size_t)k, false, 0xdec0de);
+  f->pats[1] = make_pattern("random", (size_t)steps, (size_t)k, true, 0x7a9d0);
+  f->pats[0].description = "per step K tensors of fixed log-uniform sizes 64 B..4 MiB, carved then all released";
+  f->pats[1].description = "per step 16..2K tensors of random sizes 16 B..64 KiB, released in random order";
+  void **ptrs = malloc((2 * (size_t)k + 16) * sizeof *ptrs);
+  double *samples = malloc((size_t)f->runs * sizeof *samples);
+  for (int pi = 0; ptrs && samples && pi < 2; pi++) measure_pattern(&e, &f->pats[pi], f->runs, ptrs, samples, f->res[pi]);
+  for (int ci = 0; ci < NCONT; ci++) f->why_not[ci] = e.cont[ci].why_not ? e.cont[ci].why_not : "failed";
+  int rc = ptrs && samples ? 0 : 1;
+  if (rc) fprintf(stderr, "ortep-bench alloc: out of memory\n");
+  free(ptrs);
+  free(samples);
+  env_close(&e);
+  return rc || measure_planner(f);
+}
+
+/* How many times faster than contender `than` (0: not measured). */
+static double faster(const alloc_figures *f, int pi, int ci, int than) {
+  return f->res[pi][ci].ok && f->res[pi][than].ok ? f->res[pi][than].median / f->res[pi][ci].median : 0;
+}
+
+static void print_pattern(const alloc_figures *f, int pi) {
+  const pattern *p = &f->pats[pi];
+  printf("\n%s pattern: %s\n  (%zu steps, %zu allocations per run, align %d, %ld runs)\n", p->name, p->description,
+         p->nsteps, p->ops, ALIGN, f->runs);
+  printf("  %-10s %14s %10s %10s %14s %14s\n", "allocator", "ns/op median", "min", "max", "mimalloc/this",
+         "malloc/this");
+  for (int ci = 0; ci < NCONT; ci++) {
+    const result *r = &f->res[pi][ci];
+    if (!r->ok) {
+      printf("  %-10s %14s  (%s)\n", f->names[ci], "n/a", f->why_not[ci]);
+      continue;
+    }
+    char a[32] = "n/a", b[32] = "n/a";
+    if (faster(f, pi, ci, MIMALLOC)) snprintf(a, sizeof a, "%.2fx", faster(f, pi, ci, MIMALLOC));
+    if (faster(f, pi, ci, MALLOC)) snprintf(b, sizeof b, "%.2fx", faster(f, pi, ci, MALLOC));
+    printf("  %-10s %14.2f %10.2f %10.2f %14s %14s\n", f->names[ci], r->median, r->min, r->max, a, b);
+  }
+}
+
+static double plan_ratio(const plan_figures *p) {
+  return p->lower_bound ? (double)p->total / (double)p->lower_bound : 1.0;
+}
+
+static void print_figures(const alloc_figures *f) {
+  for (int pi = 0; pi < 2; pi++) print_pattern(f, pi);
+  printf("  (mimalloc/this: how many times faster than mimalloc; above 1 is faster)\n");
+  double xm = faster(f, 0, ARENA, MIMALLOC), xl = faster(f, 0, ARENA, MALLOC);
+  if (xm) printf("\ntarget: arena >= 5x faster than mimalloc on the decode pattern: %.1fx — %s\n", xm, xm >= 5 ? "met" : "NOT met");
+  if (xl) printf("target: arena >= 10x faster than glibc malloc on the decode pattern: %.1fx — %s\n", xl, xl >= 10 ? "met" : "NOT met");
+  if (!f->planned) return;
+  const plan_figures *d = &f->decode_plan;
+  char t1[32], t2[32], t3[32];
+  printf("\nplanner, decode step with Qwen2.5-0.5B shapes (%zu activations, f32, context 1024):\n", d->tensors);
+  printf("  block %s, lower bound %s, naive sum %s: %.3fx the lower bound, %.1fx smaller than naive\n",
+         ortep__format_bytes(d->total, t1, sizeof t1), ortep__format_bytes(d->lower_bound, t2, sizeof t2),
+         ortep__format_bytes(d->naive_sum, t3, sizeof t3), plan_ratio(d), (double)d->naive_sum / (double)d->total);
+  printf("planner, %d random workloads (50..450 tensors): total / lower bound median %.3fx, worst %.3fx\n", NRANDOM,
+         f->random_median, f->random_worst);
+  printf("target: decode <= 1.05x the lower bound: %s; random <= 1.10x (median): %s\n",
+         plan_ratio(d) <= 1.05 ? "met" : "NOT met", f->random_median <= 1.10 ? "met" : "NOT met");
+}
+
+static cJSON *pattern_json(const alloc_figures *f, int pi) {
+  const pattern *p = &f->pats[pi];
+  cJSON *jp = cJSON_CreateObject();
+  cJSON_AddStringToObject(jp, "name", p->name);
+  cJSON_AddStringToObject(jp, "description", p->description);
+  cJSON_AddNumberToObject(jp, "steps", (double)p->nsteps);
+  cJSON_AddNumberToObject(jp, "allocations_per_run", (double)p->ops);
+  cJSON_AddNumberToObject(jp, "runs", (double)f->runs);
+  cJSON *jr = cJSON_AddArrayToObject(jp, "results");
+  for (int ci = 0; ci < NCONT; ci++) {
+    const result *r = &f->res[pi][ci];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "allocator", f->names[ci]);
+    if (!r->ok) {
+      cJSON_AddNullToObject(o, "ns_per_op_median");
+      cJSON_AddStringToObject(o, "unavailable", f->why_not[ci]);
+    } else {
+      cJSON_AddNumberToObject(o, "ns_per_op_median", r->median);
+      cJSON_AddNumberToObject(o, "ns_per_op_min", r->min);
+      cJSON_AddNumberToObject(o, "ns_per_op_max", r->max);
+      if (faster(f, pi, ci, MIMALLOC)) cJSON_AddNumberToObject(o, "speedup_vs_mimalloc", faster(f, pi, ci, MIMALLOC));
+      if (faster(f, pi, ci, MALLOC)) cJSON_AddNumberToObject(o, "speedup_vs_malloc", faster(f, pi, ci, MALLOC));
+    }
+    cJSON_AddItemToArray(jr, o);
+  }
+  return jp;
+}
+
+static cJSON *figures_json(const alloc_figures *f) {
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "command", "alloc");
+  cJSON_AddItemToObject(root, "machine", bench_machine_json());
+  cJSON_AddItemToObject(root, "build", bench_build_json());
+  cJSON *jpats = cJSON_AddArrayToObject(root, "patterns");
+  for (int pi = 0; pi < 2; pi++) cJSON_AddItemToArray(jpats, pattern_json(f, pi));
+  cJSON *jt = cJSON_AddObjectToObject(root, "targets");
+  double xm = faster(f, 0, ARENA, MIMALLOC), xl = faster(f, 0, ARENA, MALLOC);
+  if (xm) cJSON_AddBoolToObject(jt, "arena_5x_mimalloc", xm >= 5);
+  if (xl) cJSON_AddBoolToObject(jt, "arena_10x_malloc", xl >= 10);
+  if (!f->planned) return root;
+  const plan_figures *d = &f->decode_plan;
+  cJSON *jpl = cJSON_AddObjectToObject(root, "planner"), *jd = cJSON_AddObjectToObject(jpl, "decode");
+  cJSON_AddNumberToObject(jd, "tensors", (double)d->tensors);
+  cJSON_AddNumberToObject(jd, "total_bytes", (double)d->total);
+  cJSON_AddNumberToObject(jd, "lower_bound_bytes", (double)d->lower_bound);
+  cJSON_AddNumberToObject(jd, "naive_sum_bytes", (double)d->naive_sum);
+  cJSON_AddNumberToObject(jd, "ratio_to_lower_bound", plan_ratio(d));
+  cJSON *jrw = cJSON_AddObjectToObject(jpl, "random");
+  cJSON_AddNumberToObject(jrw, "workloads", NRANDOM);
+  cJSON_AddNumberToObject(jrw, "median_ratio_to_lower_bound", f->random_median);
+  cJSON_AddNumberToObject(jrw, "worst_ratio_to_lower_bound", f->random_worst);
+  cJSON_AddBoolToObject(jt, "planner_decode_1_05", plan_ratio(d) <= 1.05);
+  cJSON_AddBoolToObject(jt, "planner_random_1_10", f->random_median <= 1.10);
+  return root;
+}
+
 int bench_alloc_main(int argc, char **argv) {
   long runs = 7, steps = 200, k = 64;
   const char *json_path = NULL;
-  static const struct option longopts[] = {{"runs", required_argument, 0, 'r'},
-                                           {"steps", required_argument, 0, 's'},
-                                           {"tensors", required_argument, 0, 'k'},
-                                           {"json", required_argument, 0, 'j'},
-                                           {"help", no_argument, 0, 'h'},
-                                           {0, 0, 0, 0}};
+  static const struct option longopts[] = {{"runs", required_argument, 0, 'r'},   {"steps", required_argument, 0, 's'},
+                                           {"tensors", required_argument, 0, 'k'}, {"json", required_argument, 0, 'j'},
+                                           {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   int c, rc = 0;
   while ((c = bench_next_option("alloc", argc, argv, longopts, alloc_usage, &rc)) >= 0) {
     switch (c) {
@@ -319,178 +534,13 @@ int bench_alloc_main(int argc, char **argv) {
   if (c == BENCH_OPTIONS_EXIT) return rc;
   FILE *json = NULL; /* created now: an unwritable --json fails before the run */
   if (json_path && !(json = bench_json_open(json_path))) return 1;
-
-  ortep_allocator *host;
-  if (ortep_host_allocator_create(NULL, &host) != ORTEP_OK) {
-    fprintf(stderr, "ortep-bench alloc: %s\n", ortep_last_error());
-    if (json) fclose(json);
-    return 1;
-  }
-  ortep_arena *arena;
-  ortep_slab *caches[SLAB_CLASSES] = {0};
-  if (ortep_arena_create(host, &(ortep_arena_options){.chunk_bytes = 64 << 20}, &arena) != ORTEP_OK) {
-    fprintf(stderr, "ortep-bench alloc: %s\n", ortep_last_error());
-    if (json) fclose(json);
-    return 1;
-  }
-  for (size_t i = 0; i < SLAB_CLASSES; i++) {
-    size_t obj = (size_t)64 << i;
-    if (ortep_slab_create(host, obj, ALIGN, obj >= (64 << 10) ? 1 : (64 << 10) / obj, &caches[i]) != ORTEP_OK) {
-      fprintf(stderr, "ortep-bench alloc: %s\n", ortep_last_error());
-      if (json) fclose(json);
-    return 1;
-    }
-  }
-  libc_fns libc = {0};
-  void *libc_handle = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
-  if (libc_handle) {
-    libc.memalign = (int (*)(void **, size_t, size_t))dlsym(libc_handle, "posix_memalign");
-    libc.free = (void (*)(void *))dlsym(libc_handle, "free");
-  }
-  enum { ARENA, SLAB, MIMALLOC, MALLOC, NCONT };
-  contender cont[NCONT] = {
-      {"arena", true, NULL, run_arena, arena},
-      {"slab", true, NULL, run_slab, caches},
-#if !ORTEP_SYSTEM_ALLOCATOR
-      {"mimalloc", true, NULL, run_mimalloc, NULL},
-#else
-      {"mimalloc", false, "this build uses the system allocator (ORTEP_SYSTEM_ALLOCATOR)", NULL, NULL},
-#endif
-      {"malloc", libc.memalign && libc.free, "glibc's posix_memalign/free not found through dlsym", run_malloc,
-       &libc},
-  };
-
-  pattern pats[2] = {make_pattern("decode", (size_t)steps, (size_t)k, false, 0xdec0de),
-                     make_pattern("random", (size_t)steps, (size_t)k, true, 0x7a9d0)};
-  pats[0].description = "per step K tensors of fixed log-uniform sizes 64 B..4 MiB, carved then all released";
-  pats[1].description = "per step 16..2K tensors of random sizes 16 B..64 KiB, released in random order";
-  size_t max_n = 2 * (size_t)k + 16;
-  void **ptrs = malloc(max_n * sizeof *ptrs);
-  double *samples = malloc((size_t)runs * sizeof *samples);
-  result res[2][NCONT] = {{{0}}};
-
+  alloc_figures f = {.runs = runs};
+  int exit_code = measure_all(&f, steps, k);
   bench_print_header("alloc");
-  cJSON *root = cJSON_CreateObject();
-  cJSON_AddStringToObject(root, "command", "alloc");
-  cJSON_AddItemToObject(root, "machine", bench_machine_json());
-  cJSON_AddItemToObject(root, "build", bench_build_json());
-  cJSON *jpats = cJSON_AddArrayToObject(root, "patterns");
-  int exit_code = 0;
-
-  for (int pi = 0; pi < 2; pi++) {
-    pattern *p = &pats[pi];
-    /* Warm every contender once (arena chunks, slab pages, allocator heaps),
-     * then interleave the timed runs so drift hits all of them alike. */
-    for (int ci = 0; ci < NCONT; ci++)
-      if (cont[ci].available && cont[ci].run(&cont[ci], p, ptrs) < 0) cont[ci].available = false;
-    double all[NCONT][1000];
-    for (long r = 0; r < runs; r++)
-      for (int ci = 0; ci < NCONT; ci++)
-        if (cont[ci].available) all[ci][r] = cont[ci].run(&cont[ci], p, ptrs) / (double)p->ops;
-    for (int ci = 0; ci < NCONT; ci++) {
-      if (!cont[ci].available) continue;
-      memcpy(samples, all[ci], (size_t)runs * sizeof *samples);
-      res[pi][ci] = (result){bench_median(samples, (size_t)runs), bench_min(samples, (size_t)runs),
-                             bench_max(samples, (size_t)runs), true};
-    }
-    printf("\n%s pattern: %s\n  (%zu steps, %zu allocations per run, align %d, %ld runs)\n", p->name, p->description,
-           p->nsteps, p->ops, ALIGN, runs);
-    printf("  %-10s %14s %10s %10s %14s %14s\n", "allocator", "ns/op median", "min", "max", "mimalloc/this",
-           "malloc/this");
-    cJSON *jp = cJSON_CreateObject();
-    cJSON_AddStringToObject(jp, "name", p->name);
-    cJSON_AddStringToObject(jp, "description", p->description);
-    cJSON_AddNumberToObject(jp, "steps", (double)p->nsteps);
-    cJSON_AddNumberToObject(jp, "allocations_per_run", (double)p->ops);
-    cJSON_AddNumberToObject(jp, "runs", (double)runs);
-    cJSON *jr = cJSON_AddArrayToObject(jp, "results");
-    for (int ci = 0; ci < NCONT; ci++) {
-      cJSON *o = cJSON_CreateObject();
-      cJSON_AddStringToObject(o, "allocator", cont[ci].name);
-      if (!res[pi][ci].ok) {
-        printf("  %-10s %14s  (%s)\n", cont[ci].name, "n/a", cont[ci].why_not ? cont[ci].why_not : "failed");
-        cJSON_AddNullToObject(o, "ns_per_op_median");
-        cJSON_AddStringToObject(o, "unavailable", cont[ci].why_not ? cont[ci].why_not : "failed");
-        cJSON_AddItemToArray(jr, o);
-        continue;
-      }
-      double m = res[pi][ci].median;
-      double vs_mi = res[pi][MIMALLOC].ok ? res[pi][MIMALLOC].median / m : 0;
-      double vs_ma = res[pi][MALLOC].ok ? res[pi][MALLOC].median / m : 0;
-      char a[32] = "n/a", b[32] = "n/a";
-      if (vs_mi) snprintf(a, sizeof a, "%.2fx", vs_mi);
-      if (vs_ma) snprintf(b, sizeof b, "%.2fx", vs_ma);
-      printf("  %-10s %14.2f %10.2f %10.2f %14s %14s\n", cont[ci].name, m, res[pi][ci].min, res[pi][ci].max, a, b);
-      cJSON_AddNumberToObject(o, "ns_per_op_median", m);
-      cJSON_AddNumberToObject(o, "ns_per_op_min", res[pi][ci].min);
-      cJSON_AddNumberToObject(o, "ns_per_op_max", res[pi][ci].max);
-      if (vs_mi) cJSON_AddNumberToObject(o, "speedup_vs_mimalloc", vs_mi);
-      if (vs_ma) cJSON_AddNumberToObject(o, "speedup_vs_malloc", vs_ma);
-      cJSON_AddItemToArray(jr, o);
-    }
-    cJSON_AddItemToArray(jpats, jp);
-  }
-  printf("  (mimalloc/this: how many times faster than mimalloc; above 1 is faster)\n");
-
-  /* Targets on the decode pattern. */
-  cJSON *jt = cJSON_AddObjectToObject(root, "targets");
-  if (res[0][ARENA].ok && res[0][MIMALLOC].ok) {
-    double x = res[0][MIMALLOC].median / res[0][ARENA].median;
-    printf("\ntarget: arena >= 5x faster than mimalloc on the decode pattern: %.1fx — %s\n", x,
-           x >= 5 ? "met" : "NOT met");
-    cJSON_AddBoolToObject(jt, "arena_5x_mimalloc", x >= 5);
-  }
-  if (res[0][ARENA].ok && res[0][MALLOC].ok) {
-    double x = res[0][MALLOC].median / res[0][ARENA].median;
-    printf("target: arena >= 10x faster than glibc malloc on the decode pattern: %.1fx — %s\n", x,
-           x >= 10 ? "met" : "NOT met");
-    cJSON_AddBoolToObject(jt, "arena_10x_malloc", x >= 10);
-  }
-
-  /* The planner. */
-  plan_builder dec = decode_lifetimes();
-  plan_figures df;
-  enum { NRANDOM = 200 };
-  double ratios[NRANDOM];
-  if (plan(dec.t, dec.n, &df) || random_plans(NRANDOM, 0x51a7, ratios)) {
-    exit_code = 1;
-  } else {
-    char t1[32], t2[32], t3[32];
-    double dr = df.lower_bound ? (double)df.total / (double)df.lower_bound : 1.0;
-    printf("\nplanner, decode step with Qwen2.5-0.5B shapes (%zu activations, f32, context 1024):\n", df.tensors);
-    printf("  block %s, lower bound %s, naive sum %s: %.3fx the lower bound, %.1fx smaller than naive\n",
-           ortep__format_bytes(df.total, t1, sizeof t1), ortep__format_bytes(df.lower_bound, t2, sizeof t2),
-           ortep__format_bytes(df.naive_sum, t3, sizeof t3), dr, (double)df.naive_sum / (double)df.total);
-    double worst = bench_max(ratios, NRANDOM);
-    double med = bench_median(ratios, NRANDOM);
-    printf("planner, %d random workloads (50..450 tensors): total / lower bound median %.3fx, worst %.3fx\n", NRANDOM,
-           med, worst);
-    printf("target: decode <= 1.05x the lower bound: %s; random <= 1.10x (median): %s\n", dr <= 1.05 ? "met" : "NOT met",
-           med <= 1.10 ? "met" : "NOT met");
-    cJSON *jpl = cJSON_AddObjectToObject(root, "planner");
-    cJSON *jd = cJSON_AddObjectToObject(jpl, "decode");
-    cJSON_AddNumberToObject(jd, "tensors", (double)df.tensors);
-    cJSON_AddNumberToObject(jd, "total_bytes", (double)df.total);
-    cJSON_AddNumberToObject(jd, "lower_bound_bytes", (double)df.lower_bound);
-    cJSON_AddNumberToObject(jd, "naive_sum_bytes", (double)df.naive_sum);
-    cJSON_AddNumberToObject(jd, "ratio_to_lower_bound", dr);
-    cJSON *jrw = cJSON_AddObjectToObject(jpl, "random");
-    cJSON_AddNumberToObject(jrw, "workloads", NRANDOM);
-    cJSON_AddNumberToObject(jrw, "median_ratio_to_lower_bound", med);
-    cJSON_AddNumberToObject(jrw, "worst_ratio_to_lower_bound", worst);
-    cJSON_AddBoolToObject(jt, "planner_decode_1_05", dr <= 1.05);
-    cJSON_AddBoolToObject(jt, "planner_random_1_10", med <= 1.10);
-  }
-  free(dec.t);
-
+  print_figures(&f);
+  cJSON *root = figures_json(&f);
   if (json && bench_json_finish(json, json_path, root)) exit_code = 1;
   cJSON_Delete(root);
-  free(ptrs);
-  free(samples);
-  for (int pi = 0; pi < 2; pi++) free_pattern(&pats[pi]);
-  for (size_t i = 0; i < SLAB_CLASSES; i++) ortep_slab_destroy(caches[i]);
-  ortep_arena_destroy(arena);
-  ortep_allocator_destroy(host);
-  if (libc_handle) dlclose(libc_handle);
+  for (int pi = 0; pi < 2; pi++) free_pattern(&f.pats[pi]);
   return exit_code;
 }

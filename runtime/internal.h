@@ -89,8 +89,10 @@ static inline bool ortep__align_up(size_t x, size_t align, size_t *out) {
  * and a branch, and a broken invariant means memory is about to be
  * corrupted. A failure is a bug in ortep, never bad input (bad input
  * returns a status): it prints the expression and the place and aborts.
- * ortep__assert_expensive (a whole-plan verification, say) runs only in
- * Debug builds (ORTEP_DEBUG). */
+ * ortep__assert_expensive runs only in Debug builds (ORTEP_DEBUG): a check
+ * that costs more than what it guards (a whole-plan verification), or one
+ * on a path of a few nanoseconds that the line before it already proves
+ * (the arena's carve). */
 __attribute__((noreturn, cold)) void ortep__assert_fail(const char *expr, const char *file, int line);
 #define ortep__assert(x) ((x) ? (void)0 : ortep__assert_fail(#x, __FILE__, __LINE__))
 #if defined(ORTEP_DEBUG)
