@@ -750,63 +750,41 @@ static void report_table(const decode_opts *o, const decode_run *r) {
   if (r->prof) print_profile(r->prof, o->tokens);
 }
 
-static cJSON *report_json(const decode_opts *o, decode_run *r) {
-  const mode_result *res = r->res;
-  cJSON *root = cJSON_CreateObject();
-  cJSON_AddStringToObject(root, "command", "decode");
-  cJSON_AddItemToObject(root, "machine", bench_machine_json());
-  cJSON_AddItemToObject(root, "build", bench_build_json());
-  cJSON_AddStringToObject(root, "ep", r->ep_used);
-  cJSON_AddStringToObject(root, "model", o->m.model ? o->m.model : o->m.preset);
-  cJSON_AddStringToObject(root, "model_kind", o->m.model ? "path" : "preset");
-  cJSON_AddStringToObject(root, "dtype", o->m.model ? "file" : o->m.dtype);
-  cJSON_AddStringToObject(root, "weights", o->m.weights ? o->m.weights : "map");
-  cJSON_AddNumberToObject(root, "weight_bytes", (double)r->weight_bytes);
-  cJSON_AddNumberToObject(root, "prompt_len", (double)o->plen);
-  cJSON_AddNumberToObject(root, "tokens", (double)o->tokens);
-  cJSON_AddNumberToObject(root, "warmup", (double)o->warmup);
-  cJSON_AddNumberToObject(root, "runs", (double)o->runs);
-  cJSON *jp = cJSON_AddArrayToObject(root, "prompt_token_ids");
-  for (long i = 0; i < o->plen; i++) cJSON_AddItemToArray(jp, cJSON_CreateNumber(r->prompt[i]));
-  cJSON *jm = cJSON_AddObjectToObject(root, "modes");
-  for (int i = 0; i < NMODES; i++) {
-    if (!res[i].ran) continue;
-    cJSON *m = cJSON_AddObjectToObject(jm, modes[i].name);
-    cJSON_AddNumberToObject(m, "tokens_per_s", res[i].tok_s);
-    cJSON_AddNumberToObject(m, "ttft_ms", res[i].ttft_ms);
-    cJSON_AddNumberToObject(m, "prefill_tokens_per_s", (double)o->plen / res[i].ttft_ms * 1e3);
-    cJSON_AddNumberToObject(m, "weight_bytes_per_s", res[i].tok_s * (double)r->read_per_token);
-    if (res[i].frac > 0) {
-      cJSON_AddNumberToObject(m, "read_before_runs_bytes_per_s", res[i].read_bw);
-      cJSON_AddNumberToObject(m, "fraction_of_read_before_runs", res[i].frac);
-    }
-    cJSON_AddNumberToObject(m, "latency_p50_us", res[i].p50);
-    cJSON_AddNumberToObject(m, "latency_p90_us", res[i].p90);
-    cJSON_AddNumberToObject(m, "latency_p99_us", res[i].p99);
-    cJSON_AddNumberToObject(m, "latency_max_us", res[i].max_us);
-    cJSON_AddNumberToObject(m, "host_cpu_us_per_token", res[i].cpu_us);
-    cJSON_AddNumberToObject(m, "host_launch_us_per_token", res[i].launch_us);
-    cJSON_AddNumberToObject(m, "kernels_per_token", (double)res[i].kernels);
-    cJSON_AddNumberToObject(m, "graph_kernel_nodes", (double)res[i].graph_kernels);
-    cJSON_AddNumberToObject(m, "segments", (double)res[i].segments);
-    cJSON_AddNumberToObject(m, "seams", (double)res[i].seams);
-    cJSON *js = cJSON_AddArrayToObject(m, "seam_reasons");
-    for (size_t k = 0; k < res[i].nseams; k++) cJSON_AddItemToArray(js, cJSON_CreateString(res[i].seam_text[k]));
-    cJSON_AddNumberToObject(m, "allocations_per_step", res[i].allocs_per_step);
-    cJSON_AddNumberToObject(m, "planned_arena_bytes", (double)res[i].planned);
-    cJSON_AddNumberToObject(m, "lower_bound_bytes", (double)res[i].lower_bound);
-    cJSON_AddNumberToObject(m, "naive_sum_bytes", (double)res[i].naive);
-    cJSON_AddNumberToObject(m, "kv_cache_bytes", (double)res[i].kv_bytes);
-    cJSON *jt = cJSON_AddArrayToObject(m, "token_ids");
-    for (size_t t = 0; t < res[i].ntokens; t++) cJSON_AddItemToArray(jt, cJSON_CreateNumber(res[i].tokens[t]));
+/* One mode's figures. */
+static void mode_json(cJSON *jm, int i, const mode_result *res, const decode_opts *o, const decode_run *r) {
+  cJSON *m = cJSON_AddObjectToObject(jm, modes[i].name);
+  cJSON_AddNumberToObject(m, "tokens_per_s", res->tok_s);
+  cJSON_AddNumberToObject(m, "ttft_ms", res->ttft_ms);
+  cJSON_AddNumberToObject(m, "prefill_tokens_per_s", (double)o->plen / res->ttft_ms * 1e3);
+  cJSON_AddNumberToObject(m, "weight_bytes_per_s", res->tok_s * (double)r->read_per_token);
+  if (res->frac > 0) {
+    cJSON_AddNumberToObject(m, "read_before_runs_bytes_per_s", res->read_bw);
+    cJSON_AddNumberToObject(m, "fraction_of_read_before_runs", res->frac);
   }
-  if (res[MODE_EAGER].ran && res[MODE_GRAPH].ran)
-    cJSON_AddNumberToObject(root, "speedup_graph_over_eager", res[MODE_GRAPH].tok_s / res[MODE_EAGER].tok_s);
-  if (res[MODE_EAGER].ran && res[MODE_SEGMENTED].ran)
-    cJSON_AddNumberToObject(root, "speedup_segmented_over_eager", res[MODE_SEGMENTED].tok_s / res[MODE_EAGER].tok_s);
-  cJSON_AddBoolToObject(root, "tokens_agree", r->agree);
-  if (r->simd_used) cJSON_AddStringToObject(root, "cpu_simd", r->simd_used);
-  cJSON_AddStringToObject(root, "weights_layout", r->blocked ? "blocked" : "row_major");
+  cJSON_AddNumberToObject(m, "latency_p50_us", res->p50);
+  cJSON_AddNumberToObject(m, "latency_p90_us", res->p90);
+  cJSON_AddNumberToObject(m, "latency_p99_us", res->p99);
+  cJSON_AddNumberToObject(m, "latency_max_us", res->max_us);
+  cJSON_AddNumberToObject(m, "host_cpu_us_per_token", res->cpu_us);
+  cJSON_AddNumberToObject(m, "host_launch_us_per_token", res->launch_us);
+  cJSON_AddNumberToObject(m, "kernels_per_token", (double)res->kernels);
+  cJSON_AddNumberToObject(m, "graph_kernel_nodes", (double)res->graph_kernels);
+  cJSON_AddNumberToObject(m, "segments", (double)res->segments);
+  cJSON_AddNumberToObject(m, "seams", (double)res->seams);
+  cJSON *js = cJSON_AddArrayToObject(m, "seam_reasons");
+  for (size_t k = 0; k < res->nseams; k++) cJSON_AddItemToArray(js, cJSON_CreateString(res->seam_text[k]));
+  cJSON_AddNumberToObject(m, "allocations_per_step", res->allocs_per_step);
+  cJSON_AddNumberToObject(m, "planned_arena_bytes", (double)res->planned);
+  cJSON_AddNumberToObject(m, "lower_bound_bytes", (double)res->lower_bound);
+  cJSON_AddNumberToObject(m, "naive_sum_bytes", (double)res->naive);
+  cJSON_AddNumberToObject(m, "kv_cache_bytes", (double)res->kv_bytes);
+  cJSON *jt = cJSON_AddArrayToObject(m, "token_ids");
+  for (size_t t = 0; t < res->ntokens; t++) cJSON_AddItemToArray(jt, cJSON_CreateNumber(res->tokens[t]));
+}
+
+/* The bandwidth bound of the best mode and the Linear kernel beside it. */
+static void bound_json(cJSON *root, const decode_run *r) {
+  const mode_result *res = r->res;
   const mode_result *best = &res[best_mode(r)];
   if (best->frac > 0 || r->bw > 0) {
     double bound = best->frac > 0 ? best->read_bw : r->bw;
@@ -833,6 +811,39 @@ static cJSON *report_json(const decode_opts *o, decode_run *r) {
       if (binding(r)) cJSON_AddNumberToObject(l, "decode_fraction_of_kernel", decode_over_kernel(r));
     }
   }
+}
+
+static cJSON *report_json(const decode_opts *o, decode_run *r) {
+  const mode_result *res = r->res;
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "command", "decode");
+  cJSON_AddItemToObject(root, "machine", bench_machine_json());
+  cJSON_AddItemToObject(root, "build", bench_build_json());
+  cJSON_AddStringToObject(root, "ep", r->ep_used);
+  cJSON_AddStringToObject(root, "model", o->m.model ? o->m.model : o->m.preset);
+  cJSON_AddStringToObject(root, "model_kind", o->m.model ? "path" : "preset");
+  cJSON_AddStringToObject(root, "dtype", o->m.model ? "file" : o->m.dtype);
+  cJSON_AddStringToObject(root, "weights", o->m.weights ? o->m.weights : "map");
+  cJSON_AddNumberToObject(root, "weight_bytes", (double)r->weight_bytes);
+  cJSON_AddNumberToObject(root, "prompt_len", (double)o->plen);
+  cJSON_AddNumberToObject(root, "tokens", (double)o->tokens);
+  cJSON_AddNumberToObject(root, "warmup", (double)o->warmup);
+  cJSON_AddNumberToObject(root, "runs", (double)o->runs);
+  cJSON *jp = cJSON_AddArrayToObject(root, "prompt_token_ids");
+  for (long i = 0; i < o->plen; i++) cJSON_AddItemToArray(jp, cJSON_CreateNumber(r->prompt[i]));
+  cJSON *jm = cJSON_AddObjectToObject(root, "modes");
+  for (int i = 0; i < NMODES; i++) {
+    if (!res[i].ran) continue;
+    mode_json(jm, i, &res[i], o, r);
+  }
+  if (res[MODE_EAGER].ran && res[MODE_GRAPH].ran)
+    cJSON_AddNumberToObject(root, "speedup_graph_over_eager", res[MODE_GRAPH].tok_s / res[MODE_EAGER].tok_s);
+  if (res[MODE_EAGER].ran && res[MODE_SEGMENTED].ran)
+    cJSON_AddNumberToObject(root, "speedup_segmented_over_eager", res[MODE_SEGMENTED].tok_s / res[MODE_EAGER].tok_s);
+  cJSON_AddBoolToObject(root, "tokens_agree", r->agree);
+  if (r->simd_used) cJSON_AddStringToObject(root, "cpu_simd", r->simd_used);
+  cJSON_AddStringToObject(root, "weights_layout", r->blocked ? "blocked" : "row_major");
+  bound_json(root, r);
   if (r->prof) cJSON_AddItemToObject(root, "profile_us_per_token", r->prof), r->prof = NULL;
   return root;
 }

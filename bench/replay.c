@@ -42,6 +42,62 @@ static ortep_status build_chain(ortep_graph *g, long n) {
   return st == ORTEP_OK ? ortep_graph_add_output(g, b) : st;
 }
 
+/* ns per node of each mode, traced (as shipped) and untraced, the median
+ * over runs; the variants alternate which goes first. */
+static int measure(ortep_session *const s[2], long nodes, long runs, long iters, double ns[2][2]) {
+  int exit_code = 0;
+  double *samples[2][2];
+  for (int m = 0; m < 2; m++)
+    for (int t = 0; t < 2; t++) samples[m][t] = malloc((size_t)runs * sizeof(double));
+  for (long r = 0; r < runs && !exit_code; r++)
+    for (int m = 0; m < 2; m++)
+      for (int k = 0; k < 2; k++) {
+        int t = (int)((r + k) % 2);
+        double t0 = bench_now_ns();
+        for (long i = 0; i < iters; i++)
+          if ((t ? ortep_session_run(s[m]) : ortep__session_run_untraced(s[m])) != ORTEP_OK) exit_code = 1;
+        samples[m][t][r] = (bench_now_ns() - t0) / (double)(iters * nodes);
+      }
+  for (int m = 0; m < 2; m++)
+    for (int t = 0; t < 2; t++) {
+      if (!exit_code) ns[m][t] = bench_median(samples[m][t], (size_t)runs);
+      free(samples[m][t]);
+    }
+  if (exit_code) fprintf(stderr, "ortep-bench replay: %s\n", ortep_last_error());
+  return exit_code;
+}
+
+/* The table, and the JSON when json is open (closed here). */
+static int report(long nodes, long runs, long iters, double ns[2][2], FILE *json, const char *json_path) {
+  int exit_code = 0;
+  bench_print_header("replay");
+  printf("a chain of %ld ortep:Noop nodes on cpu_ep, %ld steps x %ld runs\n", nodes, iters, runs);
+  printf("  %-10s %16s %18s %12s\n", "mode", "ns/node traced", "ns/node untraced", "tracing");
+  for (int m = 0; m < 2; m++)
+    printf("  %-10s %16.2f %18.2f %+11.1f%%\n", m ? "replay" : "eager", ns[m][1], ns[m][0],
+           100.0 * (ns[m][1] / ns[m][0] - 1.0));
+  printf("  replay over eager: %.2fx less overhead per node (same run)\n", ns[0][1] / ns[1][1]);
+  printf("  tracing: NVTX %s in this build, no tool attached%s\n", ORTEP_HAVE_NVTX ? "compiled in" : "not available",
+         getenv("NVTX_INJECTION64_PATH") ? " (NVTX_INJECTION64_PATH is set: a tool IS attached)" : "");
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "command", "replay");
+  cJSON_AddItemToObject(root, "machine", bench_machine_json());
+  cJSON_AddItemToObject(root, "build", bench_build_json());
+  cJSON_AddStringToObject(root, "ep", "cpu_ep");
+  cJSON_AddNumberToObject(root, "nodes", (double)nodes);
+  cJSON_AddNumberToObject(root, "iters", (double)iters);
+  cJSON_AddNumberToObject(root, "runs", (double)runs);
+  cJSON_AddNumberToObject(root, "eager_ns_per_node", ns[0][1]);
+  cJSON_AddNumberToObject(root, "replay_ns_per_node", ns[1][1]);
+  cJSON_AddNumberToObject(root, "eager_untraced_ns_per_node", ns[0][0]);
+  cJSON_AddNumberToObject(root, "replay_untraced_ns_per_node", ns[1][0]);
+  cJSON_AddNumberToObject(root, "eager_over_replay", ns[0][1] / ns[1][1]);
+  cJSON_AddBoolToObject(root, "nvtx_compiled_in", ORTEP_HAVE_NVTX);
+  if (json && bench_json_finish(json, json_path, root)) exit_code = 1;
+  cJSON_Delete(root);
+  return exit_code;
+}
+
 int bench_replay_main(int argc, char **argv) {
   long nodes = 1000, runs = 9, iters = 200;
   const char *json_path = NULL;
@@ -77,52 +133,10 @@ int bench_replay_main(int argc, char **argv) {
   }
   /* ns[mode][traced]: mode 0 eager, 1 replay; traced 1 = as shipped */
   double ns[2][2] = {{0, 0}, {0, 0}};
+  if (!exit_code) exit_code = measure(s, nodes, runs, iters, ns);
   if (!exit_code) {
-    double *samples[2][2];
-    for (int m = 0; m < 2; m++)
-      for (int t = 0; t < 2; t++) samples[m][t] = malloc((size_t)runs * sizeof(double));
-    for (long r = 0; r < runs && !exit_code; r++)
-      for (int m = 0; m < 2; m++)
-        for (int k = 0; k < 2; k++) {
-          int t = (int)((r + k) % 2); /* alternate which variant goes first */
-          double t0 = bench_now_ns();
-          for (long i = 0; i < iters; i++)
-            if ((t ? ortep_session_run(s[m]) : ortep__session_run_untraced(s[m])) != ORTEP_OK) exit_code = 1;
-          samples[m][t][r] = (bench_now_ns() - t0) / (double)(iters * nodes);
-        }
-    for (int m = 0; m < 2; m++)
-      for (int t = 0; t < 2; t++) {
-        ns[m][t] = bench_median(samples[m][t], (size_t)runs);
-        free(samples[m][t]);
-      }
-  }
-  if (!exit_code) {
-    bench_print_header("replay");
-    printf("a chain of %ld ortep:Noop nodes on cpu_ep, %ld steps x %ld runs\n", nodes, iters, runs);
-    printf("  %-10s %16s %18s %12s\n", "mode", "ns/node traced", "ns/node untraced", "tracing");
-    for (int m = 0; m < 2; m++)
-      printf("  %-10s %16.2f %18.2f %+11.1f%%\n", m ? "replay" : "eager", ns[m][1], ns[m][0],
-             100.0 * (ns[m][1] / ns[m][0] - 1.0));
-    printf("  replay over eager: %.2fx less overhead per node (same run)\n", ns[0][1] / ns[1][1]);
-    printf("  tracing: NVTX %s in this build, no tool attached%s\n", ORTEP_HAVE_NVTX ? "compiled in" : "not available",
-           getenv("NVTX_INJECTION64_PATH") ? " (NVTX_INJECTION64_PATH is set: a tool IS attached)" : "");
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "command", "replay");
-    cJSON_AddItemToObject(root, "machine", bench_machine_json());
-    cJSON_AddItemToObject(root, "build", bench_build_json());
-    cJSON_AddStringToObject(root, "ep", "cpu_ep");
-    cJSON_AddNumberToObject(root, "nodes", (double)nodes);
-    cJSON_AddNumberToObject(root, "iters", (double)iters);
-    cJSON_AddNumberToObject(root, "runs", (double)runs);
-    cJSON_AddNumberToObject(root, "eager_ns_per_node", ns[0][1]);
-    cJSON_AddNumberToObject(root, "replay_ns_per_node", ns[1][1]);
-    cJSON_AddNumberToObject(root, "eager_untraced_ns_per_node", ns[0][0]);
-    cJSON_AddNumberToObject(root, "replay_untraced_ns_per_node", ns[1][0]);
-    cJSON_AddNumberToObject(root, "eager_over_replay", ns[0][1] / ns[1][1]);
-    cJSON_AddBoolToObject(root, "nvtx_compiled_in", ORTEP_HAVE_NVTX);
-    if (json && bench_json_finish(json, json_path, root)) exit_code = 1;
-    json = NULL;
-    cJSON_Delete(root);
+    exit_code = report(nodes, runs, iters, ns, json, json_path);
+    json = NULL; /* report wrote and closed it */
   }
   if (json) fclose(json); /* the run failed: no report */
   ortep_session_destroy(s[0]);

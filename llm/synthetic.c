@@ -131,10 +131,86 @@ static void utf8_put(char **at, unsigned cp) {
   else *o++ = (char)(0xC0 | (cp >> 6)), *o++ = (char)(0x80 | (cp & 0x3F));
   *at = o;
 }
-static ortep_status write_tokenizer(const char *path, int64_t vocab) {
+/* The merged strings, in id order from 256: strings over printable ASCII,
+ * shortest first, each a merge of (its prefix, its last character). */
+static ortep_status make_merges(const char (*chars)[3], char (*tok)[16], size_t n_merges, size_t *count) {
+  size_t n = 0, level_start = 0, level_end;
+  for (unsigned a = 32; a < 127 && n < n_merges; a++)
+    for (unsigned b = 32; b < 127 && n < n_merges; b++) {
+      size_t la = strlen(chars[a]);
+      memcpy(tok[n], chars[a], la);
+      memcpy(tok[n] + la, chars[b], strlen(chars[b]) + 1);
+      n++;
+    }
+  level_end = n;
+  while (n < n_merges) {
+    size_t from = level_start, to = level_end;
+    if (from == to) return ortep__fail(ORTEP_E_INTERNAL, "synthetic tokenizer: cannot make %zu merges", n_merges);
+    level_start = level_end;
+    for (size_t p = from; p < to && n < n_merges; p++)
+      for (unsigned b = 32; b < 127 && n < n_merges; b++) {
+        size_t lp = strlen(tok[p]), lc = strlen(chars[b]);
+        if (lp + lc >= sizeof tok[0]) break; /* never reached: 151k merges need 3 characters */
+        memcpy(tok[n], tok[p], lp);
+        memcpy(tok[n] + lp, chars[b], lc + 1);
+        n++;
+      }
+    level_end = n;
+  }
+  *count = n;
+  return ORTEP_OK;
+}
+
+/* Everything of tokenizer.json but the model: the special <|endoftext|>
+ * (the last id), NFC, the Qwen-style split then ByteLevel, its decoder. */
+static void add_pipeline(cJSON *root, int64_t vocab) {
   static const char split[] =
       "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
       "\\s+(?!\\S)|\\s+";
+  cJSON_AddStringToObject(root, "version", "1.0");
+  cJSON *added = cJSON_AddArrayToObject(root, "added_tokens"), *eot = cJSON_CreateObject();
+  cJSON_AddNumberToObject(eot, "id", (double)(vocab - 1));
+  cJSON_AddStringToObject(eot, "content", "<|endoftext|>");
+  cJSON_AddBoolToObject(eot, "normalized", false);
+  cJSON_AddBoolToObject(eot, "special", true);
+  cJSON_AddItemToArray(added, eot);
+  cJSON_AddItemToObject(cJSON_AddObjectToObject(root, "normalizer"), "type", cJSON_CreateString("NFC"));
+  cJSON *pre = cJSON_AddObjectToObject(root, "pre_tokenizer"), *list;
+  cJSON_AddStringToObject(pre, "type", "Sequence");
+  list = cJSON_AddArrayToObject(pre, "pretokenizers");
+  cJSON *sp = cJSON_CreateObject(), *bl = cJSON_CreateObject();
+  cJSON_AddStringToObject(sp, "type", "Split");
+  cJSON_AddStringToObject(cJSON_AddObjectToObject(sp, "pattern"), "Regex", split);
+  cJSON_AddStringToObject(sp, "behavior", "Isolated");
+  cJSON_AddBoolToObject(sp, "invert", false);
+  cJSON_AddStringToObject(bl, "type", "ByteLevel");
+  cJSON_AddBoolToObject(bl, "add_prefix_space", false);
+  cJSON_AddBoolToObject(bl, "use_regex", false);
+  cJSON_AddItemToArray(list, sp);
+  cJSON_AddItemToArray(list, bl);
+  cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "decoder"), "type", "ByteLevel");
+}
+
+/* The BPE model: the 256 byte characters, then the n merged strings. */
+static void add_model(cJSON *root, const char (*chars)[3], const char (*tok)[16], size_t n) {
+  cJSON *model = cJSON_AddObjectToObject(root, "model");
+  cJSON_AddStringToObject(model, "type", "BPE");
+  cJSON *v = cJSON_AddObjectToObject(model, "vocab"), *m = cJSON_AddArrayToObject(model, "merges");
+  for (unsigned b = 0; b < 256; b++) cJSON_AddNumberToObject(v, chars[b], b);
+  for (size_t i = 0; i < n; i++) {
+    cJSON_AddNumberToObject(v, tok[i], (double)(256 + i));
+    /* the prefix is the string without its last character (1 or 2 bytes) */
+    size_t len = strlen(tok[i]), last = ((unsigned char)tok[i][len - 1] & 0xC0) == 0x80 ? 2 : 1;
+    char prefix[16];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(len - last), tok[i]);
+    cJSON *pair = cJSON_CreateArray();
+    cJSON_AddItemToArray(pair, cJSON_CreateString(prefix));
+    cJSON_AddItemToArray(pair, cJSON_CreateString(tok[i] + len - last));
+    cJSON_AddItemToArray(m, pair);
+  }
+}
+
+static ortep_status write_tokenizer(const char *path, int64_t vocab) {
   if (vocab < 258) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "a synthetic tokenizer needs a vocabulary of >= 258");
   /* the byte characters of GPT-2's byte-level map */
   char chars[256][3];
@@ -147,76 +223,13 @@ static ortep_status write_tokenizer(const char *path, int64_t vocab) {
   }
   size_t n_merges = (size_t)vocab - 257, cap = 0, n = 0;
   char (*tok)[16] = NULL; /* merged strings in id order, from id 256 */
-  cJSON *root = cJSON_CreateObject(), *model = NULL, *v = NULL, *m = NULL;
+  cJSON *root = cJSON_CreateObject();
   ortep_status st = ORTEP_OK;
   if (!root || !ORTEP__GROW(tok, cap, n_merges + 1)) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "synthetic tokenizer: no memory");
-  /* strings over the alphabet of printable ASCII, shortest first: each is a
-   * merge of (its prefix, its last character) */
-  size_t level_start = 0, level_end = 0; /* the previous level's strings in tok[] (level 1: the characters) */
-  for (unsigned a = 32; st == ORTEP_OK && a < 127 && n < n_merges; a++)
-    for (unsigned b = 32; b < 127 && n < n_merges; b++) {
-      size_t la = strlen(chars[a]);
-      memcpy(tok[n], chars[a], la);
-      memcpy(tok[n] + la, chars[b], strlen(chars[b]) + 1);
-      n++;
-    }
-  level_end = n;
-  while (st == ORTEP_OK && n < n_merges) {
-    size_t from = level_start, to = level_end;
-    if (from == to) {
-      st = ortep__fail(ORTEP_E_INTERNAL, "synthetic tokenizer: cannot make %zu merges", n_merges);
-      break;
-    }
-    level_start = level_end;
-    for (size_t p = from; p < to && n < n_merges; p++)
-      for (unsigned b = 32; b < 127 && n < n_merges; b++) {
-        size_t lp = strlen(tok[p]), lc = strlen(chars[b]);
-        if (lp + lc >= sizeof tok[0]) break; /* never reached: 151k merges need 3 characters */
-        memcpy(tok[n], tok[p], lp);
-        memcpy(tok[n] + lp, chars[b], lc + 1);
-        n++;
-      }
-    level_end = n;
-  }
+  if (st == ORTEP_OK) st = make_merges((const char (*)[3])chars, tok, n_merges, &n);
   if (st == ORTEP_OK) {
-    cJSON_AddStringToObject(root, "version", "1.0");
-    cJSON *added = cJSON_AddArrayToObject(root, "added_tokens"), *eot = cJSON_CreateObject();
-    cJSON_AddNumberToObject(eot, "id", (double)(vocab - 1));
-    cJSON_AddStringToObject(eot, "content", "<|endoftext|>");
-    cJSON_AddBoolToObject(eot, "normalized", false);
-    cJSON_AddBoolToObject(eot, "special", true);
-    cJSON_AddItemToArray(added, eot);
-    cJSON_AddItemToObject(cJSON_AddObjectToObject(root, "normalizer"), "type", cJSON_CreateString("NFC"));
-    cJSON *pre = cJSON_AddObjectToObject(root, "pre_tokenizer"), *list;
-    cJSON_AddStringToObject(pre, "type", "Sequence");
-    list = cJSON_AddArrayToObject(pre, "pretokenizers");
-    cJSON *sp = cJSON_CreateObject(), *bl = cJSON_CreateObject();
-    cJSON_AddStringToObject(sp, "type", "Split");
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(sp, "pattern"), "Regex", split);
-    cJSON_AddStringToObject(sp, "behavior", "Isolated");
-    cJSON_AddBoolToObject(sp, "invert", false);
-    cJSON_AddStringToObject(bl, "type", "ByteLevel");
-    cJSON_AddBoolToObject(bl, "add_prefix_space", false);
-    cJSON_AddBoolToObject(bl, "use_regex", false);
-    cJSON_AddItemToArray(list, sp);
-    cJSON_AddItemToArray(list, bl);
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "decoder"), "type", "ByteLevel");
-    model = cJSON_AddObjectToObject(root, "model");
-    cJSON_AddStringToObject(model, "type", "BPE");
-    v = cJSON_AddObjectToObject(model, "vocab");
-    m = cJSON_AddArrayToObject(model, "merges");
-    for (unsigned b = 0; b < 256; b++) cJSON_AddNumberToObject(v, chars[b], b);
-    for (size_t i = 0; i < n; i++) {
-      cJSON_AddNumberToObject(v, tok[i], (double)(256 + i));
-      /* the prefix is the string without its last character (1 or 2 bytes) */
-      size_t len = strlen(tok[i]), last = ((unsigned char)tok[i][len - 1] & 0xC0) == 0x80 ? 2 : 1;
-      char prefix[16];
-      snprintf(prefix, sizeof prefix, "%.*s", (int)(len - last), tok[i]);
-      cJSON *pair = cJSON_CreateArray();
-      cJSON_AddItemToArray(pair, cJSON_CreateString(prefix));
-      cJSON_AddItemToArray(pair, cJSON_CreateString(tok[i] + len - last));
-      cJSON_AddItemToArray(m, pair);
-    }
+    add_pipeline(root, vocab);
+    add_model(root, (const char (*)[3])chars, (const char (*)[16])tok, n);
   }
   char *text = st == ORTEP_OK ? cJSON_PrintUnformatted(root) : NULL;
   if (st == ORTEP_OK && !text) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "synthetic tokenizer: no memory");

@@ -321,97 +321,82 @@ static bool is_graph_input(const ortep_graph *g, const char *name) {
   return false;
 }
 
-ortep_status ortep_graph_topo_order(const ortep_graph *g, ortep_node_id *order) {
-  if (!g || (g->n_nodes && !order)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_graph_topo_order: NULL argument");
-  size_t n = g->n_nodes;
-  ortep_status st = ORTEP_OK;
-  ortep__strmap producer = {0};
-  size_t total_edges = 0, *first = NULL;
-  uint32_t *edges = NULL;
-  uint32_t *indeg = ortep__calloc(n + 1, sizeof *indeg);
-  bool *done = ortep__calloc(n + 1, sizeof *done);
-  if (!indeg || !done) {
-    st = OOM("ordering");
-    goto out;
-  }
-  for (size_t i = 0; i < n; i++) {
+/* Every node output into producer (value -> node), refusing a value produced
+ * twice or produced and also a graph input or initializer. */
+static ortep_status index_producers(const ortep_graph *g, ortep__strmap *producer) {
+  for (size_t i = 0; i < g->n_nodes; i++) {
     const ortep_node *nd = g->nodes[i];
     for (size_t o = 0; o < nd->n_outputs; o++) {
       const char *v = nd->outputs[o];
       if (!*v) continue; /* an absent optional output */
       uint32_t other;
-      if (ortep__strmap_get(&producer, v, &other)) {
-        st = ortep__fail(ORTEP_E_INVALID_ARGUMENT, "node '%s' (op %s): output '%s' is also produced by node '%s'",
-                         nd->name, nd->op_type, v, g->nodes[other]->name);
-        goto out;
-      }
-      if (is_graph_input(g, v) || ortep_graph_initializer(g, v)) {
-        st = ortep__fail(ORTEP_E_INVALID_ARGUMENT, "node '%s' (op %s): output '%s' is also a graph %s", nd->name,
-                         nd->op_type, v, is_graph_input(g, v) ? "input" : "initializer");
-        goto out;
-      }
-      if (!ortep__strmap_put(&producer, v, (uint32_t)i)) {
-        st = OOM("ordering");
-        goto out;
-      }
+      if (ortep__strmap_get(producer, v, &other))
+        return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "node '%s' (op %s): output '%s' is also produced by node '%s'",
+                           nd->name, nd->op_type, v, g->nodes[other]->name);
+      if (is_graph_input(g, v) || ortep_graph_initializer(g, v))
+        return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "node '%s' (op %s): output '%s' is also a graph %s", nd->name,
+                           nd->op_type, v, is_graph_input(g, v) ? "input" : "initializer");
+      if (!ortep__strmap_put(producer, v, (uint32_t)i)) return OOM("ordering");
     }
   }
-  for (size_t i = 0; i < n; i++) {
+  return ORTEP_OK;
+}
+
+/* Each node's in-degree (inputs another node produces) and their total;
+ * a dangling input or graph output is refused. */
+static ortep_status count_inputs(const ortep_graph *g, const ortep__strmap *producer, uint32_t *indeg, size_t *edges) {
+  for (size_t i = 0; i < g->n_nodes; i++) {
     const ortep_node *nd = g->nodes[i];
     for (size_t k = 0; k < nd->n_inputs; k++) {
       const char *v = nd->inputs[k];
       if (!*v) continue; /* absent optional input */
-      uint32_t p;
-      if (ortep__strmap_get(&producer, v, &p)) {
+      if (ortep__strmap_get(producer, v, NULL)) {
         indeg[i]++;
-        total_edges++;
+        (*edges)++;
       } else if (!is_graph_input(g, v) && !ortep_graph_initializer(g, v)) {
-        st = ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                         "node '%s' (op %s): input %zu '%s' is dangling: no graph input, initializer or node "
-                         "produces it",
-                         nd->name, nd->op_type, k, v);
-        goto out;
+        return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                           "node '%s' (op %s): input %zu '%s' is dangling: no graph input, initializer or node "
+                           "produces it",
+                           nd->name, nd->op_type, k, v);
       }
     }
   }
   for (size_t i = 0; i < g->n_outputs; i++) {
     const char *v = g->outputs[i];
-    if (!ortep__strmap_get(&producer, v, NULL) && !is_graph_input(g, v) && !ortep_graph_initializer(g, v)) {
-      st = ortep__fail(ORTEP_E_INVALID_ARGUMENT, "graph output '%s' is produced by no node", v);
-      goto out;
-    }
+    if (!ortep__strmap_get(producer, v, NULL) && !is_graph_input(g, v) && !ortep_graph_initializer(g, v))
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "graph output '%s' is produced by no node", v);
   }
-  /* Consumer edges in CSR form: consumers of node p are
-   * edges[first[p] .. first[p + 1]). A node that reads one value twice gets
-   * two edges and two in-degree counts, which balance. */
-  first = ortep__calloc(n + 1, sizeof *first);
-  edges = ortep__calloc(total_edges + 1, sizeof *edges);
-  if (!first || !edges) {
-    st = OOM("ordering");
-    goto out;
-  }
+  return ORTEP_OK;
+}
+
+/* Consumer edges in CSR form: consumers of node p are edges[first[p] ..
+ * first[p + 1]). A node that reads one value twice gets two edges and two
+ * in-degree counts, which balance. first has n + 1 entries (zeroed). */
+static ortep_status consumer_edges(const ortep_graph *g, const ortep__strmap *producer, size_t *first,
+                                   uint32_t *edges) {
+  size_t n = g->n_nodes;
   for (size_t j = 0; j < n; j++)
     for (size_t k = 0; k < g->nodes[j]->n_inputs; k++) {
       uint32_t p;
-      if (*g->nodes[j]->inputs[k] && ortep__strmap_get(&producer, g->nodes[j]->inputs[k], &p)) first[p + 1]++;
+      if (*g->nodes[j]->inputs[k] && ortep__strmap_get(producer, g->nodes[j]->inputs[k], &p)) first[p + 1]++;
     }
   for (size_t p = 0; p < n; p++) first[p + 1] += first[p];
-  {
-    size_t *fill = ortep__calloc(n + 1, sizeof *fill);
-    if (!fill) {
-      st = OOM("ordering");
-      goto out;
+  size_t *fill = ortep__calloc(n + 1, sizeof *fill);
+  if (!fill) return OOM("ordering");
+  for (size_t j = 0; j < n; j++)
+    for (size_t k = 0; k < g->nodes[j]->n_inputs; k++) {
+      uint32_t p;
+      if (*g->nodes[j]->inputs[k] && ortep__strmap_get(producer, g->nodes[j]->inputs[k], &p))
+        edges[first[p] + fill[p]++] = (uint32_t)j;
     }
-    for (size_t j = 0; j < n; j++)
-      for (size_t k = 0; k < g->nodes[j]->n_inputs; k++) {
-        uint32_t p;
-        if (*g->nodes[j]->inputs[k] && ortep__strmap_get(&producer, g->nodes[j]->inputs[k], &p))
-          edges[first[p] + fill[p]++] = (uint32_t)j;
-      }
-    ortep__free(fill);
-  }
-  /* Kahn, always taking the lowest ready id so the order is stable. */
-  size_t emitted = 0;
+  ortep__free(fill);
+  return ORTEP_OK;
+}
+
+/* Kahn, always taking the lowest ready id so the order is stable. */
+static ortep_status kahn(const ortep_graph *g, uint32_t *indeg, bool *done, const size_t *first, const uint32_t *edges,
+                         ortep_node_id *order) {
+  size_t n = g->n_nodes, emitted = 0;
   while (emitted < n) {
     size_t i = 0;
     while (i < n && (done[i] || indeg[i])) i++;
@@ -420,13 +405,27 @@ ortep_status ortep_graph_topo_order(const ortep_graph *g, ortep_node_id *order) 
     order[emitted++] = (ortep_node_id)i;
     for (size_t e = first[i]; e < first[i + 1]; e++) indeg[edges[e]]--;
   }
-  if (emitted < n) {
-    size_t i = 0;
-    while (done[i]) i++;
-    st = ortep__fail(ORTEP_E_INVALID_ARGUMENT, "node '%s' (op %s) is on a cycle: the graph must be acyclic",
+  if (emitted == n) return ORTEP_OK;
+  size_t i = 0;
+  while (done[i]) i++;
+  return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "node '%s' (op %s) is on a cycle: the graph must be acyclic",
                      g->nodes[i]->name, g->nodes[i]->op_type);
+}
+
+ortep_status ortep_graph_topo_order(const ortep_graph *g, ortep_node_id *order) {
+  if (!g || (g->n_nodes && !order)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_graph_topo_order: NULL argument");
+  size_t n = g->n_nodes, total_edges = 0, *first = NULL;
+  ortep__strmap producer = {0};
+  uint32_t *edges = NULL, *indeg = ortep__calloc(n + 1, sizeof *indeg);
+  bool *done = ortep__calloc(n + 1, sizeof *done);
+  ortep_status st = indeg && done ? index_producers(g, &producer) : OOM("ordering");
+  if (st == ORTEP_OK) st = count_inputs(g, &producer, indeg, &total_edges);
+  if (st == ORTEP_OK) {
+    first = ortep__calloc(n + 1, sizeof *first);
+    edges = ortep__calloc(total_edges + 1, sizeof *edges);
+    st = first && edges ? consumer_edges(g, &producer, first, edges) : OOM("ordering");
   }
-out:
+  if (st == ORTEP_OK) st = kahn(g, indeg, done, first, edges, order);
   ortep__strmap_free(&producer);
   ortep__free(indeg);
   ortep__free(done);

@@ -416,16 +416,9 @@ static ortep_status set_token(ortep_tokenizer *t, const char *path, const char *
   return ORTEP_OK;
 }
 
-static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root) {
-  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-  const char *type = str_of(model, "type");
-  if (!type || strcmp(type, "BPE")) return bad(path, "model.type is not supported (only BPE is)", type);
-  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab"), *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-  const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-  if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) return bad(path, "model.vocab or model.merges is missing", NULL);
-  const char *prefix = str_of(model, "continuing_subword_prefix"), *suffix = str_of(model, "end_of_word_suffix");
-  if ((prefix && *prefix) || (suffix && *suffix))
-    return bad(path, "BPE with a continuing_subword_prefix or end_of_word_suffix is not supported", NULL);
+/* The vocabulary and the added tokens: every id's string and flags, and the
+ * added tokens' trie. */
+static ortep_status load_ids(ortep_tokenizer *t, const char *path, const cJSON *vocab, const cJSON *added) {
   /* ids: the largest id + 1 over the vocabulary and the added tokens */
   double top = -1, entries = 0;
   for (const cJSON *c = vocab->child; c; c = c->next, entries++)
@@ -468,17 +461,12 @@ static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root
     if ((st = set_token(t, path, content, id->valuedouble, f)) != ORTEP_OK) return st;
     trie_insert(t, (uint32_t)id->valuedouble);
   }
-  for (size_t i = 0; i < t->n; i++)
-    if (!t->tok[i]) { /* a hole in the ids: a token nobody can produce */
-      if (!(t->tok[i] = ortep__strdup(""))) return oom();
-    }
-  t->slot_cap = 16;
-  while (t->slot_cap < 2 * t->n) t->slot_cap *= 2;
-  if (!(t->slots = ortep__malloc(t->slot_cap * sizeof *t->slots))) return oom();
-  memset(t->slots, 0xff, t->slot_cap * sizeof *t->slots);
-  for (size_t i = 0; i < t->n; i++)
-    if (t->len[i]) index_id(t, (uint32_t)i);
-  /* merges: "a b" strings or ["a", "b"] pairs, rank = position */
+  return ORTEP_OK;
+}
+
+/* merges: "a b" strings or ["a", "b"] pairs, rank = position. */
+static ortep_status load_merges(ortep_tokenizer *t, const char *path, const cJSON *merges) {
+  ortep_status st;
   size_t n_merges = (size_t)cJSON_GetArraySize(merges);
   t->pair_cap = 16;
   while (t->pair_cap < 2 * n_merges + 2) t->pair_cap *= 2;
@@ -520,6 +508,32 @@ static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root
     if (e->key == UINT64_MAX) *e = (pair_entry){((uint64_t)ia << 32) | (uint32_t)ib, rank, (uint32_t)im};
   }
   ortep__free(joined.p);
+  return ORTEP_OK;
+}
+
+static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root) {
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+  const char *type = str_of(model, "type");
+  if (!type || strcmp(type, "BPE")) return bad(path, "model.type is not supported (only BPE is)", type);
+  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab"), *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+  const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+  if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) return bad(path, "model.vocab or model.merges is missing", NULL);
+  const char *prefix = str_of(model, "continuing_subword_prefix"), *suffix = str_of(model, "end_of_word_suffix");
+  if ((prefix && *prefix) || (suffix && *suffix))
+    return bad(path, "BPE with a continuing_subword_prefix or end_of_word_suffix is not supported", NULL);
+  ortep_status st = load_ids(t, path, vocab, added);
+  if (st != ORTEP_OK) return st;
+  for (size_t i = 0; i < t->n; i++)
+    if (!t->tok[i]) { /* a hole in the ids: a token nobody can produce */
+      if (!(t->tok[i] = ortep__strdup(""))) return oom();
+    }
+  t->slot_cap = 16;
+  while (t->slot_cap < 2 * t->n) t->slot_cap *= 2;
+  if (!(t->slots = ortep__malloc(t->slot_cap * sizeof *t->slots))) return oom();
+  memset(t->slots, 0xff, t->slot_cap * sizeof *t->slots);
+  for (size_t i = 0; i < t->n; i++)
+    if (t->len[i]) index_id(t, (uint32_t)i);
+  if ((st = load_merges(t, path, merges)) != ORTEP_OK) return st;
   t->byte_fallback = bool_of(model, "byte_fallback", false);
   t->fuse_unk = bool_of(model, "fuse_unk", false);
   t->ignore_merges = bool_of(model, "ignore_merges", false);

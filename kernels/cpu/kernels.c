@@ -103,6 +103,57 @@ void ortep__cpu_supports(const ortep_node *node, int64_t opset, const ortep_shap
 /* --- running ----------------------------------------------------------------- */
 static cpu_weights W(const void *p, ortep_dtype d) { return (cpu_weights){p, d}; }
 
+/* GroupQueryAttention: the chunk's K/V into the caches, then every (token,
+ * head) or every head (a chunk whose rows the same worker can share) on the
+ * pool. */
+static void run_gqa(cpu_kernel *k, const void *const *in, void *const *out, uint32_t *ew) {
+  const __typeof__(k->op.p.gqa) *g = &k->op.p.gqa;
+  float *kc = (float *)(uintptr_t)in[3], *vc = (float *)(uintptr_t)in[4];
+  const int32_t *pos = in[5];
+  ortep__cpu_gqa_write_kv(in[1], in[2], kc, vc, pos, g->tokens, g->heads, g->kv, g->hd, g->cap, out[0], ew);
+  gqa_job j = {g, in[0], kc, vc, pos, out[0], k->pool};
+  int32_t last = pos[g->tokens - 1]; /* the longest row: the work estimate only */
+  size_t span = last >= 0 && (size_t)last < g->cap ? (size_t)last + 1 : g->cap;
+  if (ortep__cpu_gqa_chunk_ok(pos, g->tokens, g->cap))
+    ortep__cpu_pool_for(k->pool, g->heads, g->tokens * span * g->hd * 4, gqa_chunk_task, &j);
+  else
+    ortep__cpu_pool_for(k->pool, g->tokens * g->heads, span * g->hd * 2, gqa_task, &j);
+}
+
+/* ortep:Linear: M > 1 through sgemm blocks, one blocked or row-major row
+ * through the dot products, on the pool. */
+static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
+  const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
+  /* x permuted for the bf16 blocked kernel once per run, not per item */
+  const float *xb = k->xperm ? ortep__cpu_blocked_x(in[0], p->k, k->xperm) : in[0];
+  linear_job j = {p, in[0], p->residual ? in[7] : NULL, xb, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
+  for (size_t g = 0; g < p->groups; g++) {
+    j.w[g] = W(in[1 + 2 * g], p->wdt[g]);
+    j.b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
+    if (!p->gate_up) j.y[g] = out[g];
+  }
+  size_t per = p->gate_up ? 2 * p->k : p->k;
+  if (p->m > 1)
+    ortep__cpu_pool_for(k->pool, ortep__cpu_linear_blocks(p->m, p->groups, p->n, p->gate_up),
+                        per * 128 * (p->m < 256 ? p->m : 256), linear_gemm_task, &j);
+  else if (p->blocked)
+    ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / 4, 4 * per,
+                        linear_blocked_task, &j);
+  else
+    ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(p->m, p->groups, p->n, p->gate_up), per, linear_task, &j);
+}
+
+/* ortep:SelectToken: the token and the step's error word, read together. */
+static void run_select(cpu_kernel *k, const void *const *in, void *const *out, uint32_t *ew) {
+  const __typeof__(k->op.p.sel) *p = &k->op.p.sel;
+  ortep__sample_params sp;
+  memcpy(&sp, in[3], sizeof sp);
+  int32_t token = (int32_t)ortep__cpu_select(in[0], p->n, in[1], in[2], p->tokens, &sp, (int32_t *)(uintptr_t)in[4],
+                                             p->cap, k->sample_scratch, ew);
+  ((int32_t *)out[0])[0] = token;
+  ((int32_t *)out[0])[1] = (int32_t)__atomic_load_n(ew, __ATOMIC_RELAXED); /* the step's word, read with its token */
+}
+
 static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
   cpu_kernel *k = (cpu_kernel *)self;
   const void *const *in = io->inputs;
@@ -142,20 +193,9 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       ortep__cpu_pool_for(k->pool, k->op.p.rot.tokens, 2 * k->op.p.rot.heads * k->op.p.rot.hd, rotary_task, &j);
       break;
     }
-    case ORTEP__OP_GQA: {
-      const __typeof__(k->op.p.gqa) *g = &k->op.p.gqa;
-      float *kc = (float *)(uintptr_t)in[3], *vc = (float *)(uintptr_t)in[4];
-      const int32_t *pos = in[5];
-      ortep__cpu_gqa_write_kv(in[1], in[2], kc, vc, pos, g->tokens, g->heads, g->kv, g->hd, g->cap, out[0], ew);
-      gqa_job j = {g, in[0], kc, vc, pos, out[0], k->pool};
-      int32_t last = pos[g->tokens - 1]; /* the longest row: the work estimate only */
-      size_t span = last >= 0 && (size_t)last < g->cap ? (size_t)last + 1 : g->cap;
-      if (ortep__cpu_gqa_chunk_ok(pos, g->tokens, g->cap))
-        ortep__cpu_pool_for(k->pool, g->heads, g->tokens * span * g->hd * 4, gqa_chunk_task, &j);
-      else
-        ortep__cpu_pool_for(k->pool, g->tokens * g->heads, span * g->hd * 2, gqa_task, &j);
+    case ORTEP__OP_GQA:
+      run_gqa(k, in, out, ew);
       break;
-    }
     case ORTEP__OP_SOFTMAX:
       ortep__cpu_softmax(in[0], k->op.p.sm.rows, k->op.p.sm.n, out[0]);
       break;
@@ -163,37 +203,12 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       for (size_t r = 0; r < k->op.p.sm.rows; r++)
         ((int64_t *)out[0])[r] = ortep__cpu_argmax_f32((const float *)in[0] + r * k->op.p.sm.n, k->op.p.sm.n, ew);
       break;
-    case ORTEP__OP_LINEAR: {
-      const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
-      /* x permuted for the bf16 blocked kernel once per run, not per item */
-      const float *xb = k->xperm ? ortep__cpu_blocked_x(in[0], p->k, k->xperm) : in[0];
-      linear_job j = {p, in[0], p->residual ? in[7] : NULL, xb, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
-      for (size_t g = 0; g < p->groups; g++) {
-        j.w[g] = W(in[1 + 2 * g], p->wdt[g]);
-        j.b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
-        if (!p->gate_up) j.y[g] = out[g];
-      }
-      size_t per = p->gate_up ? 2 * p->k : p->k;
-      if (p->m > 1)
-        ortep__cpu_pool_for(k->pool, ortep__cpu_linear_blocks(p->m, p->groups, p->n, p->gate_up),
-                            per * 128 * (p->m < 256 ? p->m : 256), linear_gemm_task, &j);
-      else if (p->blocked)
-        ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / 4, 4 * per,
-                            linear_blocked_task, &j);
-      else
-        ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(p->m, p->groups, p->n, p->gate_up), per, linear_task, &j);
+    case ORTEP__OP_LINEAR:
+      run_linear(k, in, out);
       break;
-    }
-    case ORTEP__OP_SELECT: {
-      const __typeof__(k->op.p.sel) *p = &k->op.p.sel;
-      ortep__sample_params sp;
-      memcpy(&sp, in[3], sizeof sp);
-      int32_t token = (int32_t)ortep__cpu_select(in[0], p->n, in[1], in[2], p->tokens, &sp, (int32_t *)(uintptr_t)in[4],
-                                                 p->cap, k->sample_scratch, ew);
-      ((int32_t *)out[0])[0] = token;
-      ((int32_t *)out[0])[1] = (int32_t)__atomic_load_n(ew, __ATOMIC_RELAXED); /* the step's word, read with its token */
+    case ORTEP__OP_SELECT:
+      run_select(k, in, out, ew);
       break;
-    }
     case ORTEP__OP_NOOP:
       break;
   }
