@@ -30,16 +30,16 @@
 #endif
 #if defined(ORTEP_ASAN)
 #include <sanitizer/asan_interface.h>
-#define ARENA_POISON(a, p, n) \
-  do {                         \
+#define ARENA_POISON(a, p, n)                                            \
+  do {                                                                   \
     if ((a)->host && !(a)->planned) ASAN_POISON_MEMORY_REGION((p), (n)); \
   } while (0)
-#define ARENA_UNPOISON(a, p, n) \
-  do {                           \
+#define ARENA_UNPOISON(a, p, n)                                            \
+  do {                                                                     \
     if ((a)->host && !(a)->planned) ASAN_UNPOISON_MEMORY_REGION((p), (n)); \
   } while (0)
 #else
-#define ARENA_POISON(a, p, n) ((void)0)
+#define ARENA_POISON(a, p, n)   ((void)0)
 #define ARENA_UNPOISON(a, p, n) ((void)0)
 #endif
 

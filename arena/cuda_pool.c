@@ -121,4 +121,3 @@ ortep_status ortep__cuda_pool_create(int device, void *stream, ortep_governor *g
   *out = &p->base;
   return ORTEP_OK;
 }
-

@@ -110,8 +110,7 @@ ortep_status ortep_governor_charge(ortep_governor *g, ortep_tier tier, uint64_t 
                          ortep_tier_name(tier));
     }
     next = cur + bytes;
-  } while (!atomic_compare_exchange_weak_explicit(&c->current, &cur, next, memory_order_relaxed,
-                                                  memory_order_relaxed));
+  } while (!atomic_compare_exchange_weak_explicit(&c->current, &cur, next, memory_order_relaxed, memory_order_relaxed));
   ortep__counters_note_alloc(c, bytes, next);
   return ORTEP_OK;
 }

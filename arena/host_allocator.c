@@ -131,8 +131,8 @@ ortep_status ortep_host_allocator_create(ortep_governor *governor, ortep_allocat
   *out = NULL;
   host_allocator *h = ortep__calloc(1, sizeof *h);
   if (!h)
-    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_host_allocator_create: no memory for the allocator object (%zu bytes)",
-                       sizeof *h);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY,
+                       "ortep_host_allocator_create: no memory for the allocator object (%zu bytes)", sizeof *h);
   h->base.vtable = &host_vtable;
   h->governor = governor;
   *out = &h->base;

@@ -27,8 +27,7 @@ typedef struct ortep__counters {
 static inline void ortep__counters_raise_peak(ortep__counters *c, uint64_t now) {
   uint64_t peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
   while (now > peak &&
-         !atomic_compare_exchange_weak_explicit(&c->peak, &peak, now, memory_order_relaxed, memory_order_relaxed)) {
-  }
+         !atomic_compare_exchange_weak_explicit(&c->peak, &peak, now, memory_order_relaxed, memory_order_relaxed)) {}
 }
 
 /* Record an allocation whose bytes are already added to current (the

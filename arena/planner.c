@@ -32,8 +32,8 @@ static ortep_status check_input(const char *who, const ortep_plan_tensor *t, siz
                          t[i].align);
     if (t[i].last_use < t[i].first_use)
       return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                         "%s: tensor %zu: last_use %u is before first_use %u; a lifetime is [first_use, last_use]",
-                         who, i, t[i].last_use, t[i].first_use);
+                         "%s: tensor %zu: last_use %u is before first_use %u; a lifetime is [first_use, last_use]", who,
+                         i, t[i].last_use, t[i].first_use);
     size_t r;
     if (!ortep__align_up(t[i].size, align_of(&t[i]), &r))
       return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: tensor %zu: size %zu overflows", who, i, t[i].size);
@@ -99,9 +99,7 @@ static int cmp_order(const void *pa, const void *pb) {
   const ortep_plan_tensor *x = &g_sort.t[a], *y = &g_sort.t[b];
   unsigned __int128 kx = 0, ky = 0;
   switch (g_sort.kind) {
-    case ORDER_SIZE:
-      kx = x->size, ky = y->size;
-      break;
+    case ORDER_SIZE: kx = x->size, ky = y->size; break;
     case ORDER_AREA:
       kx = (unsigned __int128)x->size * (x->last_use - x->first_use + 1u);
       ky = (unsigned __int128)y->size * (y->last_use - y->first_use + 1u);
@@ -110,8 +108,7 @@ static int cmp_order(const void *pa, const void *pb) {
       if (x->first_use != y->first_use) return x->first_use < y->first_use ? -1 : 1;
       kx = x->size, ky = y->size;
       break;
-    case ORDER_COUNT:
-      break;
+    case ORDER_COUNT: break;
   }
   if (kx != ky) return kx > ky ? -1 : 1;
   return a < b ? -1 : a > b;

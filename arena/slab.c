@@ -44,7 +44,8 @@ ortep_status ortep_slab_create(ortep_allocator *backing, size_t object_size, siz
   *out = NULL;
   if (!backing) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_slab_create: backing allocator is NULL");
   if (object_size == 0)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_slab_create: object_size is 0; a cache needs objects of at least 1 byte");
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "ortep_slab_create: object_size is 0; a cache needs objects of at least 1 byte");
   if (!ortep__is_pow2(align))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "ortep_slab_create: alignment %zu is not a power of two; use 1, 2, 4, ... (e.g. 16)", align);
@@ -170,8 +171,8 @@ ortep_status ortep_slab_free(ortep_slab *s, void *p) {
   if (!(pg->live[idx / 64] & bit)) {
     pthread_mutex_unlock(&s->lock);
     return ortep__fail(ORTEP_E_INVALID_POINTER,
-                       "ortep_slab_free: double free of object %p (object %zu of its page); it was already freed",
-                       p, idx);
+                       "ortep_slab_free: double free of object %p (object %zu of its page); it was already freed", p,
+                       idx);
   }
   pg->live[idx / 64] &= ~bit;
 #endif
@@ -225,7 +226,7 @@ void ortep_slab_get_stats(ortep_slab *s, ortep_slab_stats *out) {
     return;
   }
   pthread_mutex_lock(&s->lock);
-  *out = (ortep_slab_stats){s->stride, s->npages,        s->page_bytes, s->npages * s->per_page,
-                            s->live,   s->peak_live,     s->allocs,     s->frees};
+  *out = (ortep_slab_stats){s->stride, s->npages,    s->page_bytes, s->npages * s->per_page,
+                            s->live,   s->peak_live, s->allocs,     s->frees};
   pthread_mutex_unlock(&s->lock);
 }

@@ -347,15 +347,15 @@ static int env_open(alloc_env *e) {
     e->libc.free = (void (*)(void *))dlsym(e->libc_handle, "free");
   }
   contender cont[NCONT] = {
-      {"arena", true, NULL, run_arena, e->arena},
-      {"slab", true, NULL, run_slab, e->caches},
+    {"arena", true, NULL, run_arena, e->arena},
+    {"slab", true, NULL, run_slab, e->caches},
 #if !ORTEP_SYSTEM_ALLOCATOR
-      {"mimalloc", true, NULL, run_mimalloc, NULL},
+    {"mimalloc", true, NULL, run_mimalloc, NULL},
 #else
-      {"mimalloc", false, "this build uses the system allocator (ORTEP_SYSTEM_ALLOCATOR)", NULL, NULL},
+    {"mimalloc", false, "this build uses the system allocator (ORTEP_SYSTEM_ALLOCATOR)", NULL, NULL},
 #endif
-      {"malloc", e->libc.memalign && e->libc.free, "glibc's posix_memalign/free not found through dlsym", run_malloc,
-       &e->libc},
+    {"malloc", e->libc.memalign && e->libc.free, "glibc's posix_memalign/free not found through dlsym", run_malloc,
+     &e->libc},
   };
   memcpy(e->cont, cont, sizeof cont);
   return 0;
@@ -402,7 +402,8 @@ static int measure_all(alloc_figures *f, long steps, long k) {
   f->pats[1].description = "per step 16..2K tensors of random sizes 16 B..64 KiB, released in random order";
   void **ptrs = malloc((2 * (size_t)k + 16) * sizeof *ptrs);
   double *samples = malloc((size_t)f->runs * sizeof *samples);
-  for (int pi = 0; ptrs && samples && pi < 2; pi++) measure_pattern(&e, &f->pats[pi], f->runs, ptrs, samples, f->res[pi]);
+  for (int pi = 0; ptrs && samples && pi < 2; pi++)
+    measure_pattern(&e, &f->pats[pi], f->runs, ptrs, samples, f->res[pi]);
   for (int ci = 0; ci < NCONT; ci++) f->why_not[ci] = e.cont[ci].why_not ? e.cont[ci].why_not : "failed";
   int rc = ptrs && samples ? 0 : 1;
   if (rc) fprintf(stderr, "ortep-bench alloc: out of memory\n");
@@ -444,8 +445,12 @@ static void print_figures(const alloc_figures *f) {
   for (int pi = 0; pi < 2; pi++) print_pattern(f, pi);
   printf("  (mimalloc/this: how many times faster than mimalloc; above 1 is faster)\n");
   double xm = faster(f, 0, ARENA, MIMALLOC), xl = faster(f, 0, ARENA, MALLOC);
-  if (xm) printf("\ntarget: arena >= 5x faster than mimalloc on the decode pattern: %.1fx — %s\n", xm, xm >= 5 ? "met" : "NOT met");
-  if (xl) printf("target: arena >= 10x faster than glibc malloc on the decode pattern: %.1fx — %s\n", xl, xl >= 10 ? "met" : "NOT met");
+  if (xm)
+    printf("\ntarget: arena >= 5x faster than mimalloc on the decode pattern: %.1fx — %s\n", xm,
+           xm >= 5 ? "met" : "NOT met");
+  if (xl)
+    printf("target: arena >= 10x faster than glibc malloc on the decode pattern: %.1fx — %s\n", xl,
+           xl >= 10 ? "met" : "NOT met");
   if (!f->planned) return;
   const plan_figures *d = &f->decode_plan;
   char t1[32], t2[32], t3[32];
@@ -518,7 +523,7 @@ static cJSON *figures_json(const alloc_figures *f) {
 int bench_alloc_main(int argc, char **argv) {
   long runs = 7, steps = 200, k = 64;
   const char *json_path = NULL;
-  static const struct option longopts[] = {{"runs", required_argument, 0, 'r'},   {"steps", required_argument, 0, 's'},
+  static const struct option longopts[] = {{"runs", required_argument, 0, 'r'},    {"steps", required_argument, 0, 's'},
                                            {"tensors", required_argument, 0, 'k'}, {"json", required_argument, 0, 'j'},
                                            {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   int c, rc = 0;

@@ -93,8 +93,8 @@ void bench_print_header(const char *what) {
   char cpu[256];
   cpu_model(cpu, sizeof cpu);
   printf("ortep-bench %s — ortep %s (%s, %s build%s), %s, %ld cores\n", what, ortep_version(), ortep_git_revision(),
-         ORTEP_BUILD_TYPE, ortep_debug_checks_enabled() ? ", debug checks ON: figures are not representative" : "",
-         cpu, sysconf(_SC_NPROCESSORS_ONLN));
+         ORTEP_BUILD_TYPE, ortep_debug_checks_enabled() ? ", debug checks ON: figures are not representative" : "", cpu,
+         sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 FILE *bench_json_open(const char *path) {
@@ -152,11 +152,8 @@ int bench_next_option(const char *cmd, int argc, char **argv, const struct optio
     case ':':
       *exit_code = bench_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
       return BENCH_OPTIONS_EXIT;
-    case '?':
-      *exit_code = bench_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
-      return BENCH_OPTIONS_EXIT;
-    default:
-      return c;
+    case '?': *exit_code = bench_usage_error(cmd, "unknown option '%s'", argv[optind - 1]); return BENCH_OPTIONS_EXIT;
+    default: return c;
   }
 }
 
@@ -169,6 +166,3 @@ int bench_parse_count(const char *cmd, const char *opt, const char *arg, long mi
   *out = v;
   return 0;
 }
-
-
-

@@ -32,15 +32,16 @@ typedef struct mode_def {
 } mode_def;
 
 typedef enum mode_id { MODE_EAGER, MODE_GRAPH, MODE_SEGMENTED, NMODES } mode_id;
-static const mode_def modes[NMODES] = {
-    [MODE_EAGER] = {"eager", true, false}, [MODE_GRAPH] = {"graph", false, false}, [MODE_SEGMENTED] = {"segmented", false, true}};
+static const mode_def modes[NMODES] = {[MODE_EAGER] = {"eager", true, false},
+                                       [MODE_GRAPH] = {"graph", false, false},
+                                       [MODE_SEGMENTED] = {"segmented", false, true}};
 
 typedef struct mode_result {
   bool ran;
   double tok_s, p50, p90, p99, max_us, cpu_us;
   double read_bw, frac; /* the read before each run (median) and each run over it (median); 0: not measured */
-  double launch_us; /* host time per token up to the sync */
-  double ttft_ms;   /* time to first token: the prefill call (median of runs) */
+  double launch_us;     /* host time per token up to the sync */
+  double ttft_ms;       /* time to first token: the prefill call (median of runs) */
   size_t kernels, graph_kernels, segments, seams, planned, lower_bound, naive, kv_bytes;
   double allocs_per_step;
   int32_t *tokens;
@@ -59,8 +60,7 @@ static const char decode_usage[] =
     "Per-token decode latency of each execution mode, side by side in one run. With no\n"
     "arguments: the synthetic tiny preset (written to ~/.cache/ortep/models the first\n"
     "time), EP auto (CUDA when a device is present, else CPU), all modes.\n"
-    "\n"
-    TOOL_MODEL_HELP
+    "\n" TOOL_MODEL_HELP
     "  --mode M         eager, graph, segmented (graph with --seam ops as eager seams), or all (default)\n"
     "  --seam OPS       op types or node names run as seams in segmented mode (default GroupQueryAttention)\n"
     "  --prompt-len P   prompt tokens (default 16)\n"
@@ -135,7 +135,7 @@ static void *read_slice(void *arg) {
   return NULL;
 }
 
-#define BOUND_BYTES ((size_t)512 << 20)
+#define BOUND_BYTES  ((size_t)512 << 20)
 #define BOUND_PASSES 10
 
 /* Whether a token's weights outgrow the last-level cache, so that the read
@@ -280,10 +280,10 @@ static int cmp_op_time(const void *a, const void *b) {
   uint64_t x = ((const op_time *)a)->ns, y = ((const op_time *)b)->ns;
   return x < y ? 1 : x > y ? -1 : 0;
 }
-static int profile_run(const char *dir, const char *ep, const ortep_config *config, const int32_t *prompt,
-                       size_t plen, long tokens, cJSON **out) {
-  ortep_decoder_options o = {.ep = ep, .max_seq_len = plen + (size_t)tokens + 1, .eager = true, .config = config,
-                             .profile = true};
+static int profile_run(const char *dir, const char *ep, const ortep_config *config, const int32_t *prompt, size_t plen,
+                       long tokens, cJSON **out) {
+  ortep_decoder_options o = {
+      .ep = ep, .max_seq_len = plen + (size_t)tokens + 1, .eager = true, .config = config, .profile = true};
   ortep_decoder *d;
   int32_t next;
   if (ortep_decoder_open(dir, &o, &d) != ORTEP_OK || ortep_decoder_prefill(d, prompt, plen, &next) != ORTEP_OK) {
@@ -323,7 +323,8 @@ static int profile_run(const char *dir, const char *ep, const ortep_config *conf
   if (!rc) {
     qsort(ops, kinds, sizeof *ops, cmp_op_time);
     *out = cJSON_CreateObject();
-    for (size_t k = 0; k < kinds; k++) cJSON_AddNumberToObject(*out, ops[k].op, (double)ops[k].ns / 1e3 / (double)tokens);
+    for (size_t k = 0; k < kinds; k++)
+      cJSON_AddNumberToObject(*out, ops[k].op, (double)ops[k].ns / 1e3 / (double)tokens);
   }
   free(before), free(ops);
   ortep_decoder_close(d);
@@ -335,7 +336,8 @@ static void print_profile(const cJSON *prof, long tokens) {
   for (const cJSON *it = prof->child; it; it = it->next) total += it->valuedouble;
   printf("  profile (eager, %ld tokens, every node timed): time per token by op type\n", tokens);
   for (const cJSON *it = prof->child; it; it = it->next)
-    printf("    %-36s %10.1f us %6.1f%%\n", it->string, it->valuedouble, total > 0 ? 100.0 * it->valuedouble / total : 0);
+    printf("    %-36s %10.1f us %6.1f%%\n", it->string, it->valuedouble,
+           total > 0 ? 100.0 * it->valuedouble / total : 0);
 }
 
 /* One mode's runs. On the CPU EP, where the weights outgrow the cache, a
@@ -348,8 +350,11 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
                     const int32_t *prompt, size_t plen, long tokens, long warmup, long runs, bool explain,
                     bool progress, read_bench *before, size_t read_per_token, mode_result *r, char *ep_used,
                     size_t ep_used_len, size_t *threads_used, const char **simd_used, bool *blocked) {
-  ortep_decoder_options o = {.ep = ep, .max_seq_len = (size_t)(plen + (size_t)tokens + (size_t)warmup + 1),
-                             .eager = m->eager, .forced_seams = m->seams ? seams : NULL, .config = config};
+  ortep_decoder_options o = {.ep = ep,
+                             .max_seq_len = (size_t)(plen + (size_t)tokens + (size_t)warmup + 1),
+                             .eager = m->eager,
+                             .forced_seams = m->seams ? seams : NULL,
+                             .config = config};
   ortep_decoder *d;
   ortep_status ost = ortep_decoder_open(dir, &o, &d);
   if (ost == ORTEP_E_INVALID_ARGUMENT) /* e.g. a --seam that names nothing in the graph */
@@ -447,8 +452,8 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
     r->planned = st.planned_bytes, r->lower_bound = st.lower_bound_bytes, r->naive = st.naive_bytes;
     char n[64];
     size_t bytes;
-    for (size_t l = 0; ortep_session_value(s, ortep_decoder_kv_name(l, false, n, sizeof n), NULL, NULL, &bytes) == ORTEP_OK;
-         l++)
+    for (size_t l = 0;
+         ortep_session_value(s, ortep_decoder_kv_name(l, false, n, sizeof n), NULL, NULL, &bytes) == ORTEP_OK; l++)
       r->kv_bytes += 2 * bytes; /* a layer's key and value caches are the same size */
     r->nseams = ortep_session_seam_count(s);
     r->seam_text = calloc(r->nseams + 1, sizeof *r->seam_text);
@@ -457,8 +462,10 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
       const char *node, *op, *reason;
       ortep_session_seam(s, i, &node, &op, &reason);
       size_t len = strlen(node) + strlen(op) + strlen(reason) + 8;
-      if ((r->seam_text[i] = malloc(len))) snprintf(r->seam_text[i], len, "%s (%s): %s", node, op, reason);
-      else r->nseams = i; /* keep what fitted: the report lists fewer reasons */
+      if ((r->seam_text[i] = malloc(len)))
+        snprintf(r->seam_text[i], len, "%s (%s): %s", node, op, reason);
+      else
+        r->nseams = i; /* keep what fitted: the report lists fewer reasons */
     }
     if (explain) {
       char *plan;
@@ -504,15 +511,24 @@ typedef struct decode_run {
 
 /* -1: go on; otherwise the exit code (help: 0, usage errors: 2). */
 static int parse(int argc, char **argv, decode_opts *o) {
-  *o = (decode_opts){.m = {.prog = "ortep-bench", .cmd = "decode"}, .seams = "GroupQueryAttention", .plen = 16,
-                     .tokens = 64, .warmup = 8, .runs = 5};
+  *o = (decode_opts){.m = {.prog = "ortep-bench", .cmd = "decode"},
+                     .seams = "GroupQueryAttention",
+                     .plen = 16,
+                     .tokens = 64,
+                     .warmup = 8,
+                     .runs = 5};
   const char *mode = "all";
   static const struct option lo[] = {TOOL_MODEL_LONG_OPTIONS,
-                                     {"mode", required_argument, 0, 'M'},   {"seam", required_argument, 0, 's'},
-                                     {"prompt-len", required_argument, 0, 'P'}, {"tokens", required_argument, 0, 'n'},
-                                     {"warmup", required_argument, 0, 'w'}, {"runs", required_argument, 0, 'r'},
-                                     {"json", required_argument, 0, 'j'},   {"explain", no_argument, 0, 'x'},
-                                     {"profile", no_argument, 0, 'F'},      {"help", no_argument, 0, 'h'},
+                                     {"mode", required_argument, 0, 'M'},
+                                     {"seam", required_argument, 0, 's'},
+                                     {"prompt-len", required_argument, 0, 'P'},
+                                     {"tokens", required_argument, 0, 'n'},
+                                     {"warmup", required_argument, 0, 'w'},
+                                     {"runs", required_argument, 0, 'r'},
+                                     {"json", required_argument, 0, 'j'},
+                                     {"explain", no_argument, 0, 'x'},
+                                     {"profile", no_argument, 0, 'F'},
+                                     {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
   int c, rc = 0;
   while ((c = bench_next_option("decode", argc, argv, lo, decode_usage, &rc)) >= 0) {
@@ -563,8 +579,8 @@ static int prepare(decode_opts *o, decode_run *r) {
   const ortep_safetensors_entry *embed = ortep_model_tensor(mdl, "model.embed_tokens.weight");
   /* per token every weight is read once, except an untied embedding table,
    * of which one row is read */
-  r->read_per_token = r->weight_bytes -
-                      (r->cfg.tie_word_embeddings ? 0 : embed->size - embed->size / (size_t)r->cfg.vocab_size);
+  r->read_per_token =
+      r->weight_bytes - (r->cfg.tie_word_embeddings ? 0 : embed->size - embed->size / (size_t)r->cfg.vocab_size);
   ortep_model_close(mdl);
   if ((size_t)o->plen + (size_t)o->tokens + (size_t)o->warmup + 1 > (size_t)r->cfg.max_position_embeddings)
     return bench_usage_error("decode", "--prompt-len + --tokens + --warmup exceeds the model's %lld positions",
@@ -582,11 +598,12 @@ static int prepare(decode_opts *o, decode_run *r) {
 /* Every wanted mode, then the profile: 0 or the exit code of the failure. */
 static int run_all(const decode_opts *o, decode_run *r) {
   bench_print_header("decode");
-  printf("model %s (%s, hidden %lld, %lld layers, vocab %lld, %.1f MiB of weights); prompt %ld, %ld tokens x %ld runs, "
-         "warm-up %ld\n",
-         o->m.model ? o->m.model : o->m.preset, r->cfg.arch == ORTEP_ARCH_QWEN2 ? "qwen2" : "llama",
-         (long long)r->cfg.hidden_size, (long long)r->cfg.num_hidden_layers, (long long)r->cfg.vocab_size,
-         (double)r->weight_bytes / 1048576.0, o->plen, o->tokens, o->runs, o->warmup);
+  printf(
+      "model %s (%s, hidden %lld, %lld layers, vocab %lld, %.1f MiB of weights); prompt %ld, %ld tokens x %ld runs, "
+      "warm-up %ld\n",
+      o->m.model ? o->m.model : o->m.preset, r->cfg.arch == ORTEP_ARCH_QWEN2 ? "qwen2" : "llama",
+      (long long)r->cfg.hidden_size, (long long)r->cfg.num_hidden_layers, (long long)r->cfg.vocab_size,
+      (double)r->weight_bytes / 1048576.0, o->plen, o->tokens, o->runs, o->warmup);
   ortep_config *config = NULL;
   if (tool_model_config(&o->m, &config)) return 1;
   bool progress = isatty(2);
@@ -619,8 +636,8 @@ static bool compare(decode_run *r) {
     }
     for (size_t t = 0; t < res[i].ntokens; t++)
       if (res[i].tokens[t] != res[first].tokens[t]) {
-        fprintf(stderr, "ortep-bench decode: %s and %s disagree at generated token %zu (%d vs %d)\n",
-                modes[first].name, modes[i].name, t, res[first].tokens[t], res[i].tokens[t]);
+        fprintf(stderr, "ortep-bench decode: %s and %s disagree at generated token %zu (%d vs %d)\n", modes[first].name,
+                modes[i].name, t, res[first].tokens[t], res[i].tokens[t]);
         return false;
       }
   }
@@ -642,8 +659,8 @@ static void measure_bounds(decode_run *r) {
   read_bench rb;
   linear_bench lb = {0};
   bool read_ok = read_open(&rb, r->threads_used);
-  bool lin_ok = read_ok && r->has_wdtype &&
-                linear_open(&lb, r->threads_used, r->wdtype, (size_t)r->cfg.hidden_size, r->blocked);
+  bool lin_ok =
+      read_ok && r->has_wdtype && linear_open(&lb, r->threads_used, r->wdtype, (size_t)r->cfg.hidden_size, r->blocked);
   for (int pass = 0; pass < BOUND_PASSES && read_ok; pass++) {
     double bw = read_rate(&rb, BOUND_BYTES);
     if (bw > r->bw) r->bw = bw;
@@ -681,12 +698,12 @@ static void report_table(const decode_opts *o, const decode_run *r) {
   for (int i = 0; i < NMODES; i++)
     if (res[i].ran) printf("%14s", modes[i].name);
   printf("\n");
-#define ROW(label, fmt, expr)                          \
-  do {                                                 \
-    printf("  %-28s", label);                          \
-    for (int i = 0; i < NMODES; i++)                   \
-      if (res[i].ran) printf(fmt, expr);               \
-    printf("\n");                                      \
+#define ROW(label, fmt, expr)            \
+  do {                                   \
+    printf("  %-28s", label);            \
+    for (int i = 0; i < NMODES; i++)     \
+      if (res[i].ran) printf(fmt, expr); \
+    printf("\n");                        \
   } while (0)
   ROW("tokens/s (median of runs)", "%14.1f", res[i].tok_s);
   ROW("time to first token (ms)", "%14.2f", res[i].ttft_ms);
@@ -719,28 +736,31 @@ static void report_table(const decode_opts *o, const decode_run *r) {
   mode_id b = best_mode(r);
   double mib = (double)r->read_per_token / 1048576.0;
   if (res[b].frac > 0) {
-    printf("  weight-bandwidth bound: %.1f MiB read per token / %.1f GB/s (a %zu-thread streaming read of as many bytes "
-           "as each timed run, at least 512 MiB, right before it; median) = %.0f tokens/s at best; %s achieves %.0f%% "
-           "(median over its runs, each against the read before it)\n",
-           mib, res[b].read_bw / 1e9, r->threads_used, res[b].read_bw / (double)r->read_per_token, modes[b].name,
-           100.0 * res[b].frac);
+    printf(
+        "  weight-bandwidth bound: %.1f MiB read per token / %.1f GB/s (a %zu-thread streaming read of as many bytes "
+        "as each timed run, at least 512 MiB, right before it; median) = %.0f tokens/s at best; %s achieves %.0f%% "
+        "(median over its runs, each against the read before it)\n",
+        mib, res[b].read_bw / 1e9, r->threads_used, res[b].read_bw / (double)r->read_per_token, modes[b].name,
+        100.0 * res[b].frac);
     if (r->bw > 0)
       printf("  peak read: %.1f GB/s (best of 10 passes of 512 MiB after the runs); %s achieves %.0f%% of it\n",
              r->bw / 1e9, modes[b].name, 100.0 * res[b].tok_s * (double)r->read_per_token / r->bw);
   } else if (r->bw > 0) {
     double best_tps = r->bw / (double)r->read_per_token;
-    printf("  weight-bandwidth bound: %.1f MiB read per token / %.1f GB/s read with %zu threads = %.0f tokens/s at best; "
-           "%s achieves %.0f%%%s\n",
-           mib, r->bw / 1e9, r->threads_used, best_tps, modes[b].name, 100.0 * res[b].tok_s / best_tps,
-           binding(r) ? "" : " (the weights fit in cache, so the bound is not binding)");
+    printf(
+        "  weight-bandwidth bound: %.1f MiB read per token / %.1f GB/s read with %zu threads = %.0f tokens/s at best; "
+        "%s achieves %.0f%%%s\n",
+        mib, r->bw / 1e9, r->threads_used, best_tps, modes[b].name, 100.0 * res[b].tok_s / best_tps,
+        binding(r) ? "" : " (the weights fit in cache, so the bound is not binding)");
   }
   if (r->bw > 0 && r->kbw > 0) {
-    printf("  Linear kernel alone: [1, %lld] x [%zu, %lld]^T %s%s (%.0f MiB, %zu threads, best of 10) reads %.1f GB/s "
-           "= %.0f%% of the peak read",
-           (long long)r->cfg.hidden_size, r->krows, (long long)r->cfg.hidden_size, ortep_dtype_name(r->wdtype),
-           r->kblocked ? " blocked" : "",
-           (double)(r->krows * (size_t)r->cfg.hidden_size * ortep_dtype_size(r->wdtype)) / 1048576.0,
-           r->threads_used, r->kbw / 1e9, 100.0 * r->kbw / r->bw);
+    printf(
+        "  Linear kernel alone: [1, %lld] x [%zu, %lld]^T %s%s (%.0f MiB, %zu threads, best of 10) reads %.1f GB/s "
+        "= %.0f%% of the peak read",
+        (long long)r->cfg.hidden_size, r->krows, (long long)r->cfg.hidden_size, ortep_dtype_name(r->wdtype),
+        r->kblocked ? " blocked" : "",
+        (double)(r->krows * (size_t)r->cfg.hidden_size * ortep_dtype_size(r->wdtype)) / 1048576.0, r->threads_used,
+        r->kbw / 1e9, 100.0 * r->kbw / r->bw);
     if (binding(r))
       printf("; %s decode reaches %.0f%% of it%s\n", modes[b].name, 100.0 * decode_over_kernel(r),
              res[b].frac > 0 ? " (its fraction of the read before each run over the kernel's of the peak)" : "");

@@ -42,7 +42,8 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "prefill") == 0) return bench_prefill_main(argc - 1, argv + 1);
   if (strcmp(cmd, "replay") == 0) return bench_replay_main(argc - 1, argv + 1);
   if (strcmp(cmd, "tokenizer") == 0) return bench_tokenizer_main(argc - 1, argv + 1);
-  fprintf(stderr, "ortep-bench: unknown command '%s'; the commands are: decode, prefill, replay, tokenizer, alloc\n", cmd);
+  fprintf(stderr, "ortep-bench: unknown command '%s'; the commands are: decode, prefill, replay, tokenizer, alloc\n",
+          cmd);
   fputs(usage, stderr);
   return BENCH_EXIT_USAGE;
 }

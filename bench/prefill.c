@@ -33,8 +33,7 @@ static const char prefill_usage[] =
     "\n"
     "Time to the first token of a prompt (the whole ortep_decoder_prefill call), token by\n"
     "token vs in chunks, side by side for each prompt length, in graph mode.\n"
-    "\n"
-    TOOL_MODEL_HELP
+    "\n" TOOL_MODEL_HELP
     "  --lengths L,...  prompt lengths (default 16,128,512)\n"
     "  --chunk N        the largest prefill chunk (prefill_chunk; default 0: 256, 128, ..., 2)\n"
     "  --runs R         timed prefills per length and way (default 3; the median is reported)\n"
@@ -70,12 +69,15 @@ static int parse_lengths(const char *arg, prefill_opts *o) {
 }
 
 static int parse(int argc, char **argv, prefill_opts *o) {
-  *o = (prefill_opts){.m = {.prog = "ortep-bench", .cmd = "prefill"}, .lengths = {16, 128, 512}, .n_lengths = 3,
-                      .runs = 3};
+  *o = (prefill_opts){
+      .m = {.prog = "ortep-bench", .cmd = "prefill"}, .lengths = {16, 128, 512}, .n_lengths = 3, .runs = 3};
   static const struct option lo[] = {TOOL_MODEL_LONG_OPTIONS,
-                                     {"lengths", required_argument, 0, 'L'}, {"chunk", required_argument, 0, 'c'},
-                                     {"runs", required_argument, 0, 'r'},    {"json", required_argument, 0, 'j'},
-                                     {"profile", no_argument, 0, 'F'},       {"help", no_argument, 0, 'h'},
+                                     {"lengths", required_argument, 0, 'L'},
+                                     {"chunk", required_argument, 0, 'c'},
+                                     {"runs", required_argument, 0, 'r'},
+                                     {"json", required_argument, 0, 'j'},
+                                     {"profile", no_argument, 0, 'F'},
+                                     {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
   int c, rc = 0;
   while ((c = bench_next_option("prefill", argc, argv, lo, prefill_usage, &rc)) >= 0) {
@@ -103,8 +105,8 @@ static double gemm_gflops(size_t m, size_t k, size_t n, size_t threads) {
     openblas_set_num_threads((int)threads);
     for (int rep = 0; rep < 11; rep++) { /* the first warms up */
       double t0 = bench_now_ns();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a, (int)k, b, (int)n, 0.0f, c,
-                  (int)n);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a, (int)k, b, (int)n, 0.0f,
+                  c, (int)n);
       double g = 2.0 * (double)m * (double)k * (double)n / (bench_now_ns() - t0);
       if (rep && g > best) best = g;
     }
@@ -130,8 +132,12 @@ static double prefill_flops(const ortep_model_config *c, double L) {
  * session by op type, largest first, on stdout and into json. */
 static int profile_prefill(const char *dir, const prefill_opts *o, const ortep_config *cfg, const int32_t *prompt,
                            size_t L, cJSON *root) {
-  ortep_decoder_options opt = {.ep = o->m.ep, .max_seq_len = L + 1, .config = cfg, .prefill_chunk = (size_t)o->chunk,
-                               .eager = true, .profile = true};
+  ortep_decoder_options opt = {.ep = o->m.ep,
+                               .max_seq_len = L + 1,
+                               .config = cfg,
+                               .prefill_chunk = (size_t)o->chunk,
+                               .eager = true,
+                               .profile = true};
   ortep_decoder *d;
   if (ortep_decoder_open(dir, &opt, &d) != ORTEP_OK || ortep_decoder_prefill(d, prompt, L, NULL) != ORTEP_OK ||
       ortep_decoder_reset(d) != ORTEP_OK) {
@@ -288,7 +294,8 @@ static void print_head(const prefill_run *r) {
            r->top ? r->top : 1, (long long)r->mc.hidden_size, (long long)r->mc.hidden_size,
            (long long)r->mc.intermediate_size, r->gemm);
   printf("\nchunk sizes:");
-  for (size_t g = 1; ortep_decoder_graph_tokens(r->w[1].d, g); g++) printf(" %zu", ortep_decoder_graph_tokens(r->w[1].d, g));
+  for (size_t g = 1; ortep_decoder_graph_tokens(r->w[1].d, g); g++)
+    printf(" %zu", ortep_decoder_graph_tokens(r->w[1].d, g));
   printf("; median of %ld prefills each, graph mode\n\n", r->o.runs);
   printf("%8s %14s %10s %14s %10s %8s %9s %9s %6s %12s\n", "prompt", "by-token ms", "tok/s", "chunked ms", "tok/s",
          "speedup", "GFLOP/s", "of sgemm", "same", "max rel diff");

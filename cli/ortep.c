@@ -45,8 +45,7 @@ static const char generate_usage[] =
     "Generates from the prompt and streams the text to stdout; the counts, the time to first\n"
     "token and tokens/s go to stderr at the end. Greedy unless --temperature is above 0.\n"
     "A preset's weights are random: its text is gibberish.\n"
-    "\n"
-    TOOL_MODEL_HELP
+    "\n" TOOL_MODEL_HELP
     "  --prompt TEXT          the prompt, tokenized with the model's tokenizer.json\n"
     "  --prompt-ids IDS       the prompt as token ids (comma-separated), for a model without a\n"
     "                         tokenizer.json; the output is then ids too\n"
@@ -65,8 +64,7 @@ static const char tokenize_usage[] =
     "usage: ortep tokenize (--model DIR | --preset NAME) [--text TEXT] [--tokens] [--no-special]\n"
     "\n"
     "Prints the token ids of TEXT (or of stdin when --text is not given), space-separated.\n"
-    "\n"
-    TOOL_MODEL_HELP
+    "\n" TOOL_MODEL_HELP
     "  --text TEXT                   the text (default: all of stdin)\n"
     "  --tokens                      one line per token: id, then the token's string\n"
     "  --no-special                  do not add the tokenizer's special tokens (e.g. BOS)\n"
@@ -76,8 +74,7 @@ static const char detokenize_usage[] =
     "usage: ortep detokenize (--model DIR | --preset NAME) [--skip-special] ID...\n"
     "\n"
     "Prints the text of the token ids (arguments, or whitespace-separated on stdin).\n"
-    "\n"
-    TOOL_MODEL_HELP
+    "\n" TOOL_MODEL_HELP
     "  --skip-special                leave special tokens out\n"
     "  -h, --help                    this text\n";
 
@@ -318,7 +315,8 @@ static int prompt_tokens(const gen_args *a, const ortep_model_config *c, ortep_t
   if (*n == 0) return usage_error(cmd, "--prompt-ids is empty");
   for (size_t i = 0; i < *n; i++)
     if ((*ids)[i] >= c->vocab_size)
-      return usage_error(cmd, "--prompt-ids: id %d (number %zu) is outside the model's vocabulary (ids 0 to %" PRId64 ")",
+      return usage_error(cmd,
+                         "--prompt-ids: id %d (number %zu) is outside the model's vocabulary (ids 0 to %" PRId64 ")",
                          (*ids)[i], i + 1, c->vocab_size - 1);
   return 0;
 }
@@ -357,17 +355,19 @@ static int cmd_generate(int argc, char **argv) {
   ortep_decoder_options o = {.ep = a.src.ep, .max_seq_len = max_seq, .config = config};
   double t0 = now_s();
   if (ortep_decoder_open(a.src.dir, &o, &d) != ORTEP_OK) {
-    rc = ortep_last_status() == ORTEP_E_INVALID_ARGUMENT && strstr(ortep_last_error(), "EP") ? usage_error(cmd, "%s", ortep_last_error()) : fail(cmd);
+    rc = ortep_last_status() == ORTEP_E_INVALID_ARGUMENT && strstr(ortep_last_error(), "EP")
+             ? usage_error(cmd, "%s", ortep_last_error())
+             : fail(cmd);
     goto out;
   }
   double t_open = now_s();
   stream s = {detok, 0, 0, false, false};
-  ortep_sampling sampling = {(float)a.temperature, (uint32_t)a.top_k, (float)a.top_p, (float)a.min_p,
-                             (float)a.penalty, a.seed};
+  ortep_sampling sampling = {(float)a.temperature, (uint32_t)a.top_k, (float)a.top_p,
+                             (float)a.min_p,       (float)a.penalty,  a.seed};
   ortep_generate_options g = {.max_tokens = (size_t)a.max_tokens, .ignore_eos = a.ignore_eos, .sampling = &sampling};
   ortep_generate_result r = {0};
-  if (ortep_decoder_prefill(d, ids, n, NULL) != ORTEP_OK || ortep_decoder_generate_ex(d, &g, on_token, &s, &r) != ORTEP_OK ||
-      s.failed) {
+  if (ortep_decoder_prefill(d, ids, n, NULL) != ORTEP_OK ||
+      ortep_decoder_generate_ex(d, &g, on_token, &s, &r) != ORTEP_OK || s.failed) {
     rc = fail(cmd);
     goto out;
   }
@@ -381,10 +381,11 @@ static int cmd_generate(int argc, char **argv) {
     goto out;
   }
   double end = now_s();
-  fprintf(stderr, "\n[%zu prompt token%s, %zu generated (%s); load %.2f s; time to first token %.1f ms; %.1f tokens/s; ep %s]\n",
-          n, n == 1 ? "" : "s", r.generated, reason_name(r.reason), t_open - t0,
-          s.n ? (s.first_at - t_open) * 1e3 : 0.0, s.n > 1 ? (double)(s.n - 1) / (end - s.first_at) : 0.0,
-          ortep_ep_name(ortep_decoder_ep(d)));
+  fprintf(
+      stderr,
+      "\n[%zu prompt token%s, %zu generated (%s); load %.2f s; time to first token %.1f ms; %.1f tokens/s; ep %s]\n", n,
+      n == 1 ? "" : "s", r.generated, reason_name(r.reason), t_open - t0, s.n ? (s.first_at - t_open) * 1e3 : 0.0,
+      s.n > 1 ? (double)(s.n - 1) / (end - s.first_at) : 0.0, ortep_ep_name(ortep_decoder_ep(d)));
 out:
   ortep_decoder_close(d);
   ortep_config_destroy(config);
@@ -410,9 +411,9 @@ static int cmd_tokenize(int argc, char **argv) {
   tool_model src = {.prog = "ortep", .cmd = cmd};
   const char *text = NULL;
   bool per_token = false, special = true;
-  static const struct option lo[] = {TOOL_MODEL_LONG_OPTIONS,          {"text", required_argument, 0, 'T'},
-                                     {"tokens", no_argument, 0, 'k'},  {"no-special", no_argument, 0, 'N'},
-                                     {"help", no_argument, 0, 'h'},    {0, 0, 0, 0}};
+  static const struct option lo[] = {TOOL_MODEL_LONG_OPTIONS,         {"text", required_argument, 0, 'T'},
+                                     {"tokens", no_argument, 0, 'k'}, {"no-special", no_argument, 0, 'N'},
+                                     {"help", no_argument, 0, 'h'},   {0, 0, 0, 0}};
   int c, rc = 0;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
@@ -476,8 +477,8 @@ static int cmd_detokenize(int argc, char **argv) {
   static const char *cmd = "detokenize";
   tool_model src = {.prog = "ortep", .cmd = cmd};
   bool skip = false;
-  static const struct option lo[] = {TOOL_MODEL_LONG_OPTIONS, {"skip-special", no_argument, 0, 'S'},
-                                     {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  static const struct option lo[] = {
+      TOOL_MODEL_LONG_OPTIONS, {"skip-special", no_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   int c, rc = 0;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) { /* options anywhere, before or after the ids */

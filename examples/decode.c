@@ -36,8 +36,7 @@ int main(int argc, char **argv) {
   ortep_decoder *d = NULL;
   ortep_decoder_options opts = {.ep = "auto", .max_seq_len = 256}; /* graph mode by default */
   int rc = 0;
-  if (ortep_decoder_open(argv[1], &opts, &d) != ORTEP_OK ||
-      ortep_decoder_prefill(d, prompt, n, NULL) != ORTEP_OK ||
+  if (ortep_decoder_open(argv[1], &opts, &d) != ORTEP_OK || ortep_decoder_prefill(d, prompt, n, NULL) != ORTEP_OK ||
       ortep_decoder_generate(d, 16, print_token, NULL, NULL) != ORTEP_OK) {
     fprintf(stderr, "error: %s\n", ortep_last_error());
     rc = 1;

@@ -34,8 +34,7 @@ static ortep_device_key epa_device(const ortep_allocator *self) {
 static void epa_destroy(ortep_allocator *self) { ortep__free(self); }
 
 static const ortep_allocator_vtable epa_vtable = {
-    .name = "ep", .allocate = epa_allocate, .deallocate = epa_deallocate, .device = epa_device,
-    .destroy = epa_destroy};
+    .name = "ep", .allocate = epa_allocate, .deallocate = epa_deallocate, .device = epa_device, .destroy = epa_destroy};
 
 ortep_status ortep__ep_allocator_create(ortep_ep *ep, ortep_allocator **out) {
   ep_allocator *a = ortep__calloc(1, sizeof *a);

@@ -12,7 +12,6 @@
  * the EP's device, so host-side debug fills never touch device memory. */
 ortep_status ortep__ep_allocator_create(ortep_ep *ep, ortep_allocator **out);
 
-
 /* ortep_session_run with its trace calls compiled out, for ortep-bench
  * replay's "tracing compiled in vs out" comparison. */
 ortep_status ortep__session_run_untraced(ortep_session *session);

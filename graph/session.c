@@ -29,14 +29,14 @@
 #include "ortep/tensor.h"
 
 #define SLOT_ALIGN 256
-#define NONE UINT32_MAX
+#define NONE       UINT32_MAX
 /* The session's fixed limits, each with the message that names it. */
-#define MAX_NODE_INPUTS 64    /* shapes and dtypes of one node's inputs live on the stack */
-#define WHY_BYTES 2048        /* every EP's refusal of one node, joined with " | " */
-#define REASON_BYTES 200      /* why a step is a seam */
-#define LABEL_BYTES 160       /* "<op> <node>": the trace range of a seam */
-#define FALLBACK_BYTES 400    /* why GRAPH mode fell back to EAGER */
-#define OPS_LIST_BYTES 1024   /* the graph's op types, for a bad forced-seam name */
+#define MAX_NODE_INPUTS 64   /* shapes and dtypes of one node's inputs live on the stack */
+#define WHY_BYTES       2048 /* every EP's refusal of one node, joined with " | " */
+#define REASON_BYTES    200  /* why a step is a seam */
+#define LABEL_BYTES     160  /* "<op> <node>": the trace range of a seam */
+#define FALLBACK_BYTES  400  /* why GRAPH mode fell back to EAGER */
+#define OPS_LIST_BYTES  1024 /* the graph's op types, for a bad forced-seam name */
 
 typedef struct slot {
   const char *name;
@@ -101,7 +101,7 @@ typedef struct variant {
   size_t n_units;
   ortep_run_mode mode;
   bool captured;
-  bool warmed; /* one eager step has run: lazy set-up is done before any capture */
+  bool warmed;         /* one eager step has run: lazy set-up is done before any capture */
   size_t kernel_nodes; /* device kernels its live segments hold */
   char fallback[FALLBACK_BYTES];
   uint64_t n_run, captures, retries;
@@ -211,7 +211,8 @@ static bool in_list(const char *list, const char *item) {
 static const char *ep_name(const ortep_session *s, uint32_t ep) { return ortep_ep_name(s->eps[ep].ep); }
 
 /* --- placement --------------------------------------------------------------------- */
-static ortep_status node_signature(const ortep_graph *g, const ortep_node *n, ortep_shape *shapes, ortep_dtype *dtypes) {
+static ortep_status node_signature(const ortep_graph *g, const ortep_node *n, ortep_shape *shapes,
+                                   ortep_dtype *dtypes) {
   for (size_t i = 0; i < ortep_node_input_count(n); i++) {
     const char *v = ortep_node_input(n, i);
     if (!*v) {
@@ -321,8 +322,7 @@ static ortep_status slot_for(ortep_session *s, uint32_t gi, const char *v, uint3
       if (s->slots[i].bound && s->slots[i].ep == e && s->slots[i].src == p && s->slots[i].dtype == dt &&
           s->slots[i].bytes == ortep_tensor_size(init) && strcmp(s->slots[i].name, v) == 0)
         return *out = (uint32_t)i, ORTEP_OK;
-    if ((st = add_slot(s, gi, v, e, dt, ortep_tensor_size(init), 0, out)) != ORTEP_OK)
-      return st;
+    if ((st = add_slot(s, gi, v, e, dt, ortep_tensor_size(init), 0, out)) != ORTEP_OK) return st;
     slot *sl = &s->slots[*out];
     sl->bound = true;
     sl->src = p;
@@ -523,7 +523,8 @@ static ortep_status plan_memory(ortep_session *s) {
     size_t n = 0, any = 0;
     if ((st = plan_part(s, (uint32_t)e, 0, true, t, idx, off, &fixed, &n)) != ORTEP_OK) goto out;
     any += n;
-    size_t base = (fixed.total + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN, act = 0, act_lb = 0, naive = fixed.naive_sum;
+    size_t base = (fixed.total + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN, act = 0, act_lb = 0,
+           naive = fixed.naive_sum;
     for (size_t k = 0; k < n; k++) s->slots[idx[k]].offset = off[k];
     for (uint32_t gi = 0; gi < s->n_graphs; gi++) {
       if ((st = plan_part(s, (uint32_t)e, gi, false, t, idx, off, &part, &n)) != ORTEP_OK) goto out;
@@ -594,7 +595,8 @@ static ortep_status run_copy(ortep_session *s, const step *sp) {
 static ortep_status run_step(ortep_session *s, step *sp) {
   if (sp->kind == STEP_COPY) return run_copy(s, sp);
   ortep_status st = ortep_ep_run_kernel(s->eps[sp->ep].ep, sp->kernel, &sp->io);
-  if (st != ORTEP_OK) return ortep__wrap(st, "node '%s' (%s)", ortep_node_name(sp->node), ortep_kernel_name(sp->kernel));
+  if (st != ORTEP_OK)
+    return ortep__wrap(st, "node '%s' (%s)", ortep_node_name(sp->node), ortep_kernel_name(sp->kernel));
   return ORTEP_OK;
 }
 
@@ -879,9 +881,8 @@ static ortep_status add_graph(ortep_session *s, uint32_t gi) {
   return st;
 }
 
-ortep_status ortep_session_create_multi(const ortep_graph *const *graphs, size_t n_graphs,
-                                        ortep_ep_registry *registry, const ortep_session_options *options,
-                                        ortep_session **out) {
+ortep_status ortep_session_create_multi(const ortep_graph *const *graphs, size_t n_graphs, ortep_ep_registry *registry,
+                                        const ortep_session_options *options, ortep_session **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_create: out is NULL");
   *out = NULL;
   bool all = graphs && n_graphs > 0;
@@ -1096,44 +1097,44 @@ ortep_status ortep_session_format_plan(const ortep_session *s, char **text) {
   FILE *f = open_memstream(text, &len);
   if (!f) return oom("the plan text");
   for (size_t gi = 0; gi < s->n_graphs; gi++) {
-  const variant *var = &s->graphs[gi];
-  ortep_session_stats st;
-  ortep_session_get_graph_stats(s, gi, &st);
-  if (s->n_graphs > 1) fprintf(f, "%sgraph %zu of %zu: ", gi ? "\n" : "", gi, s->n_graphs);
-  fprintf(f, "plan: %zu nodes, %zu kernels and %zu copies per step, mode %s", st.nodes, st.kernels_per_step,
-          st.copies_per_step, var->mode == ORTEP_RUN_GRAPH ? "graph" : "eager");
-  if (var->mode == ORTEP_RUN_GRAPH) fprintf(f, ", %zu segments, %zu seams", st.segments, st.seams);
-  if (var->fallback[0]) fprintf(f, " (fell back to eager: %s)", var->fallback);
-  fprintf(f, "\n  %-4s %-34s %-30s %-8s %-12s %s\n", "#", "node", "op", "ep", "run", "outputs: name @ offset +bytes");
-  size_t segment_no = 0;
-  for (size_t u = 0; u < var->n_units; u++) {
-    const unit *un = &var->units[u];
-    if (u && var->units[u - 1].segment) segment_no++;
-    for (size_t i = 0; i < un->count; i++) {
-      size_t k = un->first + i;
-      const step *sp = &s->steps[k];
-      char run[48];
-      if (var->mode == ORTEP_RUN_EAGER)
-        snprintf(run, sizeof run, "eager");
-      else if (un->segment)
-        snprintf(run, sizeof run, "segment %zu", segment_no);
-      else
-        snprintf(run, sizeof run, "seam");
-      if (sp->kind == STEP_COPY) {
-        fprintf(f, "  %-4zu %-34s %-30s %-8s %-12s %s @ %zu +%zu", k, s->slots[sp->dst].name, "(copy)",
-                ep_name(s, sp->ep), run, s->slots[sp->dst].name, s->slots[sp->dst].offset, s->slots[sp->dst].bytes);
-      } else {
-        fprintf(f, "  %-4zu %-34s %-30s %-8s %-12s", k, ortep_node_name(sp->node), ortep_node_op_type(sp->node),
-                ep_name(s, sp->ep), run);
-        for (size_t j = 0; j < sp->n_out; j++)
-          if (sp->out[j] != NONE)
-            fprintf(f, "%s%s @ %zu +%zu", j ? ", " : "", s->slots[sp->out[j]].name, s->slots[sp->out[j]].offset,
-                    s->slots[sp->out[j]].bytes);
+    const variant *var = &s->graphs[gi];
+    ortep_session_stats st;
+    ortep_session_get_graph_stats(s, gi, &st);
+    if (s->n_graphs > 1) fprintf(f, "%sgraph %zu of %zu: ", gi ? "\n" : "", gi, s->n_graphs);
+    fprintf(f, "plan: %zu nodes, %zu kernels and %zu copies per step, mode %s", st.nodes, st.kernels_per_step,
+            st.copies_per_step, var->mode == ORTEP_RUN_GRAPH ? "graph" : "eager");
+    if (var->mode == ORTEP_RUN_GRAPH) fprintf(f, ", %zu segments, %zu seams", st.segments, st.seams);
+    if (var->fallback[0]) fprintf(f, " (fell back to eager: %s)", var->fallback);
+    fprintf(f, "\n  %-4s %-34s %-30s %-8s %-12s %s\n", "#", "node", "op", "ep", "run", "outputs: name @ offset +bytes");
+    size_t segment_no = 0;
+    for (size_t u = 0; u < var->n_units; u++) {
+      const unit *un = &var->units[u];
+      if (u && var->units[u - 1].segment) segment_no++;
+      for (size_t i = 0; i < un->count; i++) {
+        size_t k = un->first + i;
+        const step *sp = &s->steps[k];
+        char run[48];
+        if (var->mode == ORTEP_RUN_EAGER)
+          snprintf(run, sizeof run, "eager");
+        else if (un->segment)
+          snprintf(run, sizeof run, "segment %zu", segment_no);
+        else
+          snprintf(run, sizeof run, "seam");
+        if (sp->kind == STEP_COPY) {
+          fprintf(f, "  %-4zu %-34s %-30s %-8s %-12s %s @ %zu +%zu", k, s->slots[sp->dst].name, "(copy)",
+                  ep_name(s, sp->ep), run, s->slots[sp->dst].name, s->slots[sp->dst].offset, s->slots[sp->dst].bytes);
+        } else {
+          fprintf(f, "  %-4zu %-34s %-30s %-8s %-12s", k, ortep_node_name(sp->node), ortep_node_op_type(sp->node),
+                  ep_name(s, sp->ep), run);
+          for (size_t j = 0; j < sp->n_out; j++)
+            if (sp->out[j] != NONE)
+              fprintf(f, "%s%s @ %zu +%zu", j ? ", " : "", s->slots[sp->out[j]].name, s->slots[sp->out[j]].offset,
+                      s->slots[sp->out[j]].bytes);
+        }
+        if (var->mode == ORTEP_RUN_GRAPH && sp->seam) fprintf(f, "  [seam: %s]", sp->reason);
+        fputc('\n', f);
       }
-      if (var->mode == ORTEP_RUN_GRAPH && sp->seam) fprintf(f, "  [seam: %s]", sp->reason);
-      fputc('\n', f);
     }
-  }
   }
   char b1[32], b2[32], b3[32];
   for (size_t e = 0; e < s->n_eps; e++) {

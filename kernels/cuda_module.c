@@ -26,7 +26,7 @@
 #include "cuda/module.h"
 #include "ortep/cuda_ep.h"
 
-#define NO_CUDA_BUILD \
+#define NO_CUDA_BUILD                                                                                                \
   "this build of ortep has no CUDA EP (the CUDA Toolkit was not found at configure time); rebuild with the toolkit " \
   "installed, or use the CPU EP"
 

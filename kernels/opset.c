@@ -90,8 +90,7 @@ static bool check_gather(ctx *c) {
                   "it gathers rows: axis 0 of a 2-D table [rows, hidden], or axis rank-2 of [1, ..., rows, hidden]; "
                   "got axis %lld of a rank-%u input",
                   (long long)ortep_node_attr_int_or(c->node, "axis", 0), d->rank);
-  if (!is_w(c->dtypes[0]))
-    return refuse(c, "data must be f32/f16/bf16; got %s", dn(c->dtypes[0]));
+  if (!is_w(c->dtypes[0])) return refuse(c, "data must be f32/f16/bf16; got %s", dn(c->dtypes[0]));
   if (c->dtypes[1] != ORTEP_DTYPE_I32 && c->dtypes[1] != ORTEP_DTYPE_I64)
     return refuse(c, "indices must be i32 or i64, got %s", dn(c->dtypes[1]));
   if (c->k) {
@@ -110,8 +109,10 @@ static bool check_gather(ctx *c) {
  * blocked input, saying how to get one it takes. */
 static bool blocked_refused(ctx *c, const char *what) {
   if (!strcmp(c->ep, "cpu_ep")) return false;
-  return !refuse(c, "%s is in the CPU EP's blocked layout [N/4, K/16, 4, 16]; %s takes [N, K]: open the model with "
-                 "row-major weights (ortep.weights_layout = row_major)", what, c->ep);
+  return !refuse(c,
+                 "%s is in the CPU EP's blocked layout [N/4, K/16, 4, 16]; %s takes [N, K]: open the model with "
+                 "row-major weights (ortep.weights_layout = row_major)",
+                 what, c->ep);
 }
 
 /* ortep:Embedding: the token lookup out[n, H] = table[ids[n], :] over a
@@ -146,16 +147,20 @@ static bool check_embedding(ctx *c) {
 static bool check_matmul(ctx *c) {
   if (!common(c, 2, 2, true)) return false;
   if (c->shapes[0].rank < 1 || c->shapes[1].rank != 2 || !is_w(c->dtypes[1]))
-    return refuse(c, "it takes A f32 [..., K] and a 2-D f32/f16/bf16 weight B [K, N]; got A of rank %u, B %s of rank %u",
+    return refuse(c,
+                  "it takes A f32 [..., K] and a 2-D f32/f16/bf16 weight B [K, N]; got A of rank %u, B %s of rank %u",
                   c->shapes[0].rank, dn(c->dtypes[1]), c->shapes[1].rank);
   size_t k = last_dim(&c->shapes[0]);
   if ((size_t)c->shapes[1].dims[0] != k)
     return refuse(c, "A's last dimension %zu differs from B's first %lld", k, (long long)c->shapes[1].dims[0]);
   if (c->k) {
     c->k->kind = ORTEP__OP_GEMM;
-    c->k->p.gemm = (__typeof__(c->k->p.gemm)){.m = k ? numel(&c->shapes[0]) / k : 0, .k = k,
-                                          .n = (size_t)c->shapes[1].dims[1], .bdt = c->dtypes[1],
-                                          .alpha = 1.0f, .beta = 0.0f};
+    c->k->p.gemm = (__typeof__(c->k->p.gemm)){.m = k ? numel(&c->shapes[0]) / k : 0,
+                                              .k = k,
+                                              .n = (size_t)c->shapes[1].dims[1],
+                                              .bdt = c->dtypes[1],
+                                              .alpha = 1.0f,
+                                              .beta = 0.0f};
   }
   return true;
 }
@@ -175,8 +180,11 @@ static bool check_fused_matmul(ctx *c) {
   if (bk != k) return refuse(c, "A's last dimension %zu differs from B's K %zu (transB=%d)", k, bk, tb);
   if (c->k) {
     c->k->kind = ORTEP__OP_GEMM;
-    c->k->p.gemm = (__typeof__(c->k->p.gemm)){.m = k ? numel(&c->shapes[0]) / k : 0, .k = k, .n = n,
-                                              .bdt = c->dtypes[1], .trans_b = tb,
+    c->k->p.gemm = (__typeof__(c->k->p.gemm)){.m = k ? numel(&c->shapes[0]) / k : 0,
+                                              .k = k,
+                                              .n = n,
+                                              .bdt = c->dtypes[1],
+                                              .trans_b = tb,
                                               .alpha = ortep_node_attr_float_or(c->node, "alpha", 1.0f)};
   }
   return true;
@@ -204,10 +212,16 @@ static bool check_gemm(ctx *c) {
   }
   if (c->k) {
     c->k->kind = ORTEP__OP_GEMM;
-    c->k->p.gemm = (__typeof__(c->k->p.gemm)){.m = m, .k = k, .n = n, .c_rows = c_rows, .bdt = c->dtypes[1],
-                                          .cdt = has_c ? c->dtypes[2] : ORTEP_DTYPE_F32, .trans_b = tb,
-                                          .has_c = has_c, .alpha = ortep_node_attr_float_or(c->node, "alpha", 1.0f),
-                                          .beta = ortep_node_attr_float_or(c->node, "beta", 1.0f)};
+    c->k->p.gemm = (__typeof__(c->k->p.gemm)){.m = m,
+                                              .k = k,
+                                              .n = n,
+                                              .c_rows = c_rows,
+                                              .bdt = c->dtypes[1],
+                                              .cdt = has_c ? c->dtypes[2] : ORTEP_DTYPE_F32,
+                                              .trans_b = tb,
+                                              .has_c = has_c,
+                                              .alpha = ortep_node_attr_float_or(c->node, "alpha", 1.0f),
+                                              .beta = ortep_node_attr_float_or(c->node, "beta", 1.0f)};
   }
   return true;
 }
@@ -272,10 +286,14 @@ static bool check_rmsnorm(ctx *c, bool skip) {
     return refuse(c, "only output 0 is produced; leave the inv_std_var output empty");
   if (c->k) {
     c->k->kind = ORTEP__OP_RMSNORM;
-    c->k->p.norm = (__typeof__(c->k->p.norm)){.rows = h ? numel(x) / h : 0, .h = h,
-                                          .eps = ortep_node_attr_float_or(c->node, "epsilon", 1e-5f),
-                                          .sdt = c->dtypes[scale_i], .bdt = has_bias ? c->dtypes[3] : ORTEP_DTYPE_F32,
-                                          .skip = skip, .has_bias = has_bias, .has_sum = skip && out_present(c, 3)};
+    c->k->p.norm = (__typeof__(c->k->p.norm)){.rows = h ? numel(x) / h : 0,
+                                              .h = h,
+                                              .eps = ortep_node_attr_float_or(c->node, "epsilon", 1e-5f),
+                                              .sdt = c->dtypes[scale_i],
+                                              .bdt = has_bias ? c->dtypes[3] : ORTEP_DTYPE_F32,
+                                              .skip = skip,
+                                              .has_bias = has_bias,
+                                              .has_sum = skip && out_present(c, 3)};
   }
   return true;
 }
@@ -283,8 +301,7 @@ static bool check_rmsnorm(ctx *c, bool skip) {
 static bool check_rotary(ctx *c) {
   if (!common(c, 4, 4, true)) return false;
   const ortep_shape *x = &c->shapes[0];
-  if (x->rank != 3)
-    return refuse(c, "input must be [batch, seq, heads x head_dim] (rank 3), got rank %u", x->rank);
+  if (x->rank != 3) return refuse(c, "input must be [batch, seq, heads x head_dim] (rank 3), got rank %u", x->rank);
   int64_t heads;
   if (ortep_node_attr_int(c->node, "num_heads", &heads) != ORTEP_OK || heads <= 0)
     return refuse(c, "the num_heads attribute (> 0) is required for a rank-3 input");
@@ -306,10 +323,14 @@ static bool check_rotary(ctx *c) {
     return refuse(c, "cos_cache and sin_cache must have the same shape and dtype");
   if (c->k) {
     c->k->kind = ORTEP__OP_ROTARY;
-    c->k->p.rot = (__typeof__(c->k->p.rot)){.tokens = tokens, .heads = (size_t)heads, .hd = hd, .rot = rd,
-                                        .max_pos = (size_t)c->shapes[2].dims[0],
-                                        .inter = ortep_node_attr_int_or(c->node, "interleaved", 0) != 0,
-                                        .pos64 = c->dtypes[1] == ORTEP_DTYPE_I64, .cdt = c->dtypes[2]};
+    c->k->p.rot = (__typeof__(c->k->p.rot)){.tokens = tokens,
+                                            .heads = (size_t)heads,
+                                            .hd = hd,
+                                            .rot = rd,
+                                            .max_pos = (size_t)c->shapes[2].dims[0],
+                                            .inter = ortep_node_attr_int_or(c->node, "interleaved", 0) != 0,
+                                            .pos64 = c->dtypes[1] == ORTEP_DTYPE_I64,
+                                            .cdt = c->dtypes[2]};
   }
   return true;
 }
@@ -319,7 +340,8 @@ static bool check_gqa(ctx *c) {
   int64_t heads, kv;
   if (ortep_node_attr_int(c->node, "num_heads", &heads) != ORTEP_OK ||
       ortep_node_attr_int(c->node, "kv_num_heads", &kv) != ORTEP_OK || heads <= 0 || kv <= 0 || heads % kv)
-    return refuse(c, "the attributes num_heads and kv_num_heads (> 0, num_heads a multiple of kv_num_heads) are required");
+    return refuse(c,
+                  "the attributes num_heads and kv_num_heads (> 0, num_heads a multiple of kv_num_heads) are required");
   if (ortep_node_attr_int_or(c->node, "do_rotary", 0))
     return refuse(c, "do_rotary=1 is not supported; apply RotaryEmbedding nodes to q and k before attention");
   const ortep_shape *q = &c->shapes[0];
@@ -340,7 +362,8 @@ static bool check_gqa(ctx *c) {
     bool r3 = s->rank == 3 && (size_t)s->dims[0] == (size_t)kv && (size_t)s->dims[2] == hd;
     bool r4 = s->rank == 4 && s->dims[0] == 1 && (size_t)s->dims[1] == (size_t)kv && (size_t)s->dims[3] == hd;
     if (c->dtypes[i] != ORTEP_DTYPE_F32 || !(r3 || r4))
-      return refuse(c, "%s must be the f32 KV cache [kv_num_heads, capacity, head_dim] (or [1, kv, capacity, head_dim])",
+      return refuse(c,
+                    "%s must be the f32 KV cache [kv_num_heads, capacity, head_dim] (or [1, kv, capacity, head_dim])",
                     i == 3 ? "past_key" : "past_value");
     cap = (size_t)s->dims[r3 ? 1 : 2];
   }
@@ -356,8 +379,12 @@ static bool check_gqa(ctx *c) {
   if (c->k) {
     float scale = ortep_node_attr_float_or(c->node, "scale", 0.0f);
     c->k->kind = ORTEP__OP_GQA;
-    c->k->p.gqa = (__typeof__(c->k->p.gqa)){.tokens = tokens, .heads = (size_t)heads, .kv = (size_t)kv, .hd = hd, .cap = cap,
-                                        .scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)hd)};
+    c->k->p.gqa = (__typeof__(c->k->p.gqa)){.tokens = tokens,
+                                            .heads = (size_t)heads,
+                                            .kv = (size_t)kv,
+                                            .hd = hd,
+                                            .cap = cap,
+                                            .scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)hd)};
   }
   return true;
 }
@@ -411,8 +438,8 @@ static bool check_linear(ctx *c) {
                       g, k / ORTEP__LINEAR_COLS, k, dn(c->dtypes[wi]), (long long)ws->dims[0], (long long)ws->dims[1],
                       (long long)ws->dims[2], (long long)ws->dims[3]);
     } else if (ws->rank != 2 || !is_w(c->dtypes[wi]) || (size_t)ws->dims[1] != k) {
-      return refuse(c, "weight %zu must be f32/f16/bf16 [N, %zu] (the Hugging Face Linear layout); got %s of rank %u", g,
-                    k, dn(c->dtypes[wi]), ws->rank);
+      return refuse(c, "weight %zu must be f32/f16/bf16 [N, %zu] (the Hugging Face Linear layout); got %s of rank %u",
+                    g, k, dn(c->dtypes[wi]), ws->rank);
     }
     if (g && blocked != p.blocked)
       return refuse(c, "weight %zu is %s but weight 0 is %s; a node's weights must share one layout", g,
@@ -492,7 +519,8 @@ static bool check(ctx *c) {
   if (onnx && !strcmp(op, "Add")) return check_binary(c, ORTEP__OP_ADD);
   if (onnx && !strcmp(op, "Mul")) return check_binary(c, ORTEP__OP_MUL);
   if (onnx && !strcmp(op, "Sigmoid")) return check_unary(c, ORTEP__OP_SIGMOID);
-  if (onnx && !strcmp(op, "Softmax")) return check_last_axis(c, ORTEP__OP_SOFTMAX, c->opset >= 13 || c->opset == 0 ? -1 : 1);
+  if (onnx && !strcmp(op, "Softmax"))
+    return check_last_axis(c, ORTEP__OP_SOFTMAX, c->opset >= 13 || c->opset == 0 ? -1 : 1);
   if (onnx && !strcmp(op, "ArgMax")) return check_last_axis(c, ORTEP__OP_ARGMAX, 0);
   if ((onnx || ms) && !strcmp(op, "SimplifiedLayerNormalization")) return check_rmsnorm(c, false);
   if (ms && !strcmp(op, "SkipSimplifiedLayerNormalization")) return check_rmsnorm(c, true);
@@ -504,7 +532,8 @@ static bool check(ctx *c) {
   if (own && !strcmp(op, "Linear")) return check_linear(c);
   if (own && !strcmp(op, "Embedding")) return check_embedding(c);
   if (own && !strcmp(op, "SelectToken")) return check_select(c);
-  return refuse(c, "the op %s%s%s is not implemented; %s supports %s. Rewrite the model with these ops or "
+  return refuse(c,
+                "the op %s%s%s is not implemented; %s supports %s. Rewrite the model with these ops or "
                 "register an EP that has it",
                 *dom ? dom : "", *dom ? ":" : "", op, c->ep, supported_list);
 }

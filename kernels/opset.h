@@ -42,16 +42,46 @@ typedef enum ortep__op_kind {
 typedef struct ortep__op_params {
   ortep__op_kind kind;
   union {
-    struct { size_t rows, h, n; ortep_dtype tdt; bool idx64, blocked; } gather; /* blocked: ortep:Embedding's */
-    struct { size_t m, k, n, c_rows; ortep_dtype bdt, cdt; bool trans_b, has_c; float alpha, beta; } gemm;
-    struct { size_t n, nb; ortep_dtype bdt; } bin;
-    struct { size_t n; } un;
-    struct { size_t rows, h; float eps; ortep_dtype sdt, bdt; bool skip, has_bias, has_sum; } norm;
-    struct { size_t tokens, heads, hd, rot, max_pos; bool inter, pos64; ortep_dtype cdt; } rot;
-    struct { size_t tokens, heads, kv, hd, cap; float scale; } gqa;
-    struct { size_t rows, n; } sm;
+    struct {
+      size_t rows, h, n;
+      ortep_dtype tdt;
+      bool idx64, blocked;
+    } gather; /* blocked: ortep:Embedding's */
+    struct {
+      size_t m, k, n, c_rows;
+      ortep_dtype bdt, cdt;
+      bool trans_b, has_c;
+      float alpha, beta;
+    } gemm;
+    struct {
+      size_t n, nb;
+      ortep_dtype bdt;
+    } bin;
+    struct {
+      size_t n;
+    } un;
+    struct {
+      size_t rows, h;
+      float eps;
+      ortep_dtype sdt, bdt;
+      bool skip, has_bias, has_sum;
+    } norm;
+    struct {
+      size_t tokens, heads, hd, rot, max_pos;
+      bool inter, pos64;
+      ortep_dtype cdt;
+    } rot;
+    struct {
+      size_t tokens, heads, kv, hd, cap;
+      float scale;
+    } gqa;
+    struct {
+      size_t rows, n;
+    } sm;
     /* ortep:SelectToken: the vocabulary, the step's tokens, the history's capacity */
-    struct { size_t n, tokens, cap; } sel;
+    struct {
+      size_t n, tokens, cap;
+    } sel;
     /* ortep:Linear: y_g = x W_g^T (+ b_g) for up to 3 groups sharing x; or
      * gate_up: y_0 = SiLU(x W_0^T + b_0) * (x W_1^T + b_1); residual adds an
      * f32 value to y_0 (a single group). blocked: every W_g is in the

@@ -49,8 +49,8 @@ typedef struct ortep__sample_params {
   float repetition_penalty; /* > 0; 1: off */
   uint32_t top_k;           /* 0: off */
   uint32_t seed_lo, seed_hi;
-  uint32_t position;        /* the counter: the position of the token being drawn */
-  uint32_t n_history;       /* ids in the history the penalty applies to */
+  uint32_t position;  /* the counter: the position of the token being drawn */
+  uint32_t n_history; /* ids in the history the penalty applies to */
 } ortep__sample_params;
 
 /* Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,

@@ -51,11 +51,11 @@ struct ortep_decoder {
    * changes (dev_sp is what the device holds); the token history lives on
    * the device too, written by the node. last_token is the last token fed
    * (at pos - 1), for a redraw. */
-  bool sampling;            /* the draw after a step samples (else argmax) */
-  ortep_sample_params sp;   /* its parameters (temperature 0: argmax) */
+  bool sampling;          /* the draw after a step samples (else argmax) */
+  ortep_sample_params sp; /* its parameters (temperature 0: argmax) */
   ortep_sample_params dev_sp;
   bool dev_sp_valid;
-  bool next_sampled;        /* next was drawn by the sampler with next_sp (else by argmax) */
+  bool next_sampled; /* next was drawn by the sampler with next_sp (else by argmax) */
   ortep_sample_params next_sp;
   int32_t last_token;
   /* The other EPs that run nodes of the step (mixed placement): their error
@@ -89,8 +89,8 @@ void ortep_decoder_close(ortep_decoder *d) {
 }
 
 #define WEIGHTS_KEY "ortep.weights"
-#define LAYOUT_KEY "ortep.weights_layout"
-#define AUTO_CHUNK 256 /* prefill_chunk 0: chunks of 256, 128, 64, ..., 2 */
+#define LAYOUT_KEY  "ortep.weights_layout"
+#define AUTO_CHUNK  256 /* prefill_chunk 0: chunks of 256, 128, 64, ..., 2 */
 
 /* Every key must belong to a component that reads it: ortep.* (the decoder
  * and the governor), cpu.* and cuda.* (the EPs, whether or not this machine
@@ -101,7 +101,8 @@ static ortep_status check_namespaces(const ortep_config *c) {
   for (size_t i = 0; i < ortep_config_count(c); i++) {
     const char *k = ortep_config_key(c, i);
     bool known = false;
-    for (size_t j = 0; j < sizeof spaces / sizeof *spaces; j++) known = known || !strncmp(k, spaces[j], strlen(spaces[j]));
+    for (size_t j = 0; j < sizeof spaces / sizeof *spaces; j++)
+      known = known || !strncmp(k, spaces[j], strlen(spaces[j]));
     if (!known)
       return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                          "config key '%s': no component reads it; the namespaces are ortep.* (the decoder and the "
@@ -175,8 +176,9 @@ static ortep_status check_size(ortep_decoder *d, const ortep_model_config *c, bo
                      "the decoder needs about %s of host memory (KV caches %s for max_seq_len %zu, activations up to "
                      "%s, rotary tables %s) but the host budget is %s with %s in use; lower max_seq_len, or raise "
                      "ortep.host.budget_bytes",
-                     ortep__format_bytes(need, b[0], 32), on_host ? ortep__format_bytes(kv_bytes, b[1], 32) : "0 B (on the GPU)",
-                     d->max_seq, on_host ? ortep__format_bytes(act, b[2], 32) : "0 B (on the GPU)",
+                     ortep__format_bytes(need, b[0], 32),
+                     on_host ? ortep__format_bytes(kv_bytes, b[1], 32) : "0 B (on the GPU)", d->max_seq,
+                     on_host ? ortep__format_bytes(act, b[2], 32) : "0 B (on the GPU)",
                      ortep__format_bytes(rope, b[3], 32), ortep__format_bytes(budget, b[4], 32),
                      ortep__format_bytes(used.current_bytes, b[5], 32));
 }
@@ -242,7 +244,8 @@ static ortep_status open_eps(ortep_decoder *d, const ortep_decoder_options *o, c
     char why[256] = "";
     if (ortep_cuda_available(why, sizeof why)) {
       ortep_ep *gpu = NULL;
-      if ((st = ortep_cuda_ep_create(d->governor, &gpu)) != ORTEP_OK || (st = register_ep(d, gpu, o->config)) != ORTEP_OK) {
+      if ((st = ortep_cuda_ep_create(d->governor, &gpu)) != ORTEP_OK ||
+          (st = register_ep(d, gpu, o->config)) != ORTEP_OK) {
         ortep_ep_destroy(*cpu);
         return st;
       }
@@ -271,7 +274,8 @@ static ortep_status open_weights(ortep_decoder *d, const char *dir, const ortep_
   if (lm && !strcmp(lm, "blocked") && !on_cpu)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "%s = blocked is the CPU EP's layout, but the step runs on the GPU; use auto or row_major, or "
-                       "ep \"cpu\"", LAYOUT_KEY);
+                       "ep \"cpu\"",
+                       LAYOUT_KEY);
   bool blocked = lm ? strcmp(lm, "row_major") != 0 && on_cpu : on_cpu;
   ortep_model_options mo = {wm && !strcmp(wm, "read") ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu,
                             blocked ? ORTEP_WEIGHTS_BLOCKED : ORTEP_WEIGHTS_ROW_MAJOR};
@@ -334,7 +338,8 @@ static ortep_status prime_state(ortep_decoder *d) {
     for (int v = 0; st == ORTEP_OK && v < 2; v++) st = zero_value(d, ortep_decoder_kv_name(l, v, name, sizeof name));
   for (uint32_t i = 0; st == ORTEP_OK && i < ortep_ep_registry_count(d->registry); i++) {
     ortep_ep *ep = ortep_ep_registry_get(d->registry, i);
-    if (ep != d->ep && ortep_ep_error_word_ptr(ep) && runs_nodes(d, ep) && d->n_watch < sizeof d->watch / sizeof *d->watch)
+    if (ep != d->ep && ortep_ep_error_word_ptr(ep) && runs_nodes(d, ep) &&
+        d->n_watch < sizeof d->watch / sizeof *d->watch)
       d->watch[d->n_watch++] = ep;
   }
   return st == ORTEP_OK ? reset_error_words(d) : st;
@@ -417,7 +422,7 @@ static ortep_status finish(ortep_decoder *d, uint64_t t0, int32_t *next, const c
   ortep__trace_push(ORTEP__TRACE_SYNC, d->steps);
   d->launch_ns += ortep__now_ns() - t0;
   ortep_status st = ortep_session_read(d->session, ORTEP_OUTPUT_RESULT, pair, sizeof pair); /* the one sync */
-  for (size_t i = 0; st == ORTEP_OK && i < d->n_watch; i++) { /* mixed placement only */
+  for (size_t i = 0; st == ORTEP_OK && i < d->n_watch; i++) {                               /* mixed placement only */
     uint32_t bits = 0;
     st = ortep_ep_check_error_word(d->watch[i], &bits);
     pair[1] |= bits;
@@ -514,11 +519,13 @@ static ortep_status choose_draw(ortep_decoder *d, const ortep_sampling *s) {
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "sampling.top_p = %g: use a value in (0, 1], or 0 or 1 for off",
                        (double)s->top_p);
   if (!(s->min_p >= 0.0f && s->min_p < 1.0f))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "sampling.min_p = %g: use a value in [0, 1) (0: off)", (double)s->min_p);
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "sampling.min_p = %g: use a value in [0, 1) (0: off)",
+                       (double)s->min_p);
   if (!(s->repetition_penalty >= 0.0f) || !isfinite(s->repetition_penalty))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                       "sampling.repetition_penalty = %g: use a finite value > 0 (1 or 0: off; > 1 discourages repeats)",
-                       (double)s->repetition_penalty);
+    return ortep__fail(
+        ORTEP_E_INVALID_ARGUMENT,
+        "sampling.repetition_penalty = %g: use a finite value > 0 (1 or 0: off; > 1 discourages repeats)",
+        (double)s->repetition_penalty);
   d->sampling = true;
   d->sp = (ortep_sample_params){.temperature = s->temperature,
                                 .top_p = s->top_p == 0.0f ? 1.0f : s->top_p,
@@ -568,7 +575,7 @@ static ortep_status run_prompt(ortep_decoder *d, const int32_t *tokens, size_t n
   while (st == ORTEP_OK && i < n) {
     size_t g = 1;
     while (g < d->n_graphs && d->tokens[g] > n - i) g++;
-    if (g == d->n_graphs) break; /* fewer left than the smallest chunk */
+    if (g == d->n_graphs) break;                        /* fewer left than the smallest chunk */
     ortep__assert(d->pos + d->tokens[g] <= d->max_seq); /* the prompt was checked to fit */
     ortep__trace_push(ORTEP__TRACE_DECODE_STEP, (uint64_t)d->pos);
     st = launch(d, g, tokens + i, (int32_t)d->pos);
@@ -605,7 +612,7 @@ static ortep_status run_prompt(ortep_decoder *d, const int32_t *tokens, size_t n
 
 static ortep_status prefill(ortep_decoder *d, const int32_t *tokens, size_t n, int32_t *next) {
   if (n == 0) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_prefill: the prompt is empty");
-  d->sampling = false; /* a prefill's next token is its argmax (generate_ex may draw it again) */
+  d->sampling = false;                      /* a prefill's next token is its argmax (generate_ex may draw it again) */
   size_t pending = d->have_next && !d->fed; /* the last generated token goes in first */
   if (n > d->max_seq || d->pos + pending > d->max_seq - n) /* no overflow for any n */
     return ortep__fail(ORTEP_E_OUT_OF_RANGE,
@@ -675,8 +682,8 @@ static ortep_status generate_ex(ortep_decoder *d, const ortep_generate_options *
   return ORTEP_OK;
 }
 
-ortep_status ortep_decoder_generate_ex(ortep_decoder *d, const ortep_generate_options *options,
-                                       ortep_token_callback cb, void *user, ortep_generate_result *result) {
+ortep_status ortep_decoder_generate_ex(ortep_decoder *d, const ortep_generate_options *options, ortep_token_callback cb,
+                                       void *user, ortep_generate_result *result) {
   ortep_generate_result scratch;
   ortep_generate_result *r = result ? result : &scratch;
   *r = (ortep_generate_result){0, ORTEP_STOP_MAX_TOKENS, -1};

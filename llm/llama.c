@@ -241,7 +241,7 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   for (int64_t l = 0; l < c->num_hidden_layers && !b.st; l++) {
     char n[11][96], w[12][128], nm[9][96];
 #define NAME(i, fmt) snprintf(n[i], sizeof n[i], "layers.%lld." fmt, (long long)l)
-#define W(i, fmt) snprintf(w[i], sizeof w[i], "model.layers.%lld." fmt, (long long)l)
+#define W(i, fmt)    snprintf(w[i], sizeof w[i], "model.layers.%lld." fmt, (long long)l)
 #define NODE(i, fmt) snprintf(nm[i], sizeof nm[i], "layers.%lld." fmt, (long long)l)
     NAME(0, "x"), NAME(1, "q"), NAME(2, "k"), NAME(3, "v"), NAME(4, "q_rot"), NAME(5, "k_rot");
     NAME(6, "attn"), NAME(7, "o"), NAME(8, "y"), NAME(9, "h_mid"), NAME(10, "mlp");
@@ -260,12 +260,11 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
     bool bias = c->attention_bias;
     value(&b, n[0], 1, 1, H);
     weight(&b, w[0]);
-    ortep_node_id id = node(&b, "SimplifiedLayerNormalization", "", nm[0], (const char *[]){h, w[0]}, 2,
-                            (const char *[]){n[0]}, 1);
+    ortep_node_id id =
+        node(&b, "SimplifiedLayerNormalization", "", nm[0], (const char *[]){h, w[0]}, 2, (const char *[]){n[0]}, 1);
     attr_f(&b, id, "epsilon", eps);
-    linear(&b, nm[1], n[0], (const char *[]){w[1], w[2], w[3]},
-           bias ? (const char *[]){w[9], w[10], w[11]} : NULL, 3, (const char *[]){n[1], n[2], n[3]},
-           (int64_t[]){NH * HD, KV * HD, KV * HD}, false, NULL);
+    linear(&b, nm[1], n[0], (const char *[]){w[1], w[2], w[3]}, bias ? (const char *[]){w[9], w[10], w[11]} : NULL, 3,
+           (const char *[]){n[1], n[2], n[3]}, (int64_t[]){NH * HD, KV * HD, KV * HD}, false, NULL);
     for (int r = 0; r < 2; r++) {
       value(&b, n[4 + r], 1, 1, (r ? KV : NH) * HD);
       id = node(&b, "RotaryEmbedding", ORTEP_DOMAIN_MS, nm[2 + r],
@@ -273,8 +272,8 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
       attr_i(&b, id, "num_heads", r ? KV : NH);
     }
     value(&b, n[6], 1, 1, NH * HD);
-    id = node(&b, "GroupQueryAttention", ORTEP_DOMAIN_MS, nm[4],
-              (const char *[]){n[4], n[5], n[3], ck, cv, pos_in}, 6, (const char *[]){n[6]}, 1);
+    id = node(&b, "GroupQueryAttention", ORTEP_DOMAIN_MS, nm[4], (const char *[]){n[4], n[5], n[3], ck, cv, pos_in}, 6,
+              (const char *[]){n[6]}, 1);
     attr_i(&b, id, "num_heads", NH);
     attr_i(&b, id, "kv_num_heads", KV);
     linear(&b, nm[5], n[6], (const char *[]){w[4]}, NULL, 1, (const char *[]){n[7]}, (int64_t[]){H}, false, NULL);
@@ -284,8 +283,7 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
     id = node(&b, "SkipSimplifiedLayerNormalization", ORTEP_DOMAIN_MS, nm[6], (const char *[]){n[7], h, w[5]}, 3,
               (const char *[]){n[8], "", "", n[9]}, 4);
     attr_f(&b, id, "epsilon", eps);
-    linear(&b, nm[7], n[8], (const char *[]){w[6], w[7]}, NULL, 2, (const char *[]){n[10]}, (int64_t[]){I}, true,
-           NULL);
+    linear(&b, nm[7], n[8], (const char *[]){w[6], w[7]}, NULL, 2, (const char *[]){n[10]}, (int64_t[]){I}, true, NULL);
     linear(&b, nm[8], n[10], (const char *[]){w[8]}, NULL, 1, (const char *[]){hn}, (int64_t[]){H}, false, n[9]);
     snprintf(h, sizeof h, "%s", hn);
 #undef NAME
@@ -296,14 +294,15 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
     last_row_index(&b);
     b.tokens = 1;
     value(&b, "h.last", 1, 1, H);
-    ortep_node_id g = node(&b, "Gather", "", "last_row", (const char *[]){h, "last_row"}, 2, (const char *[]){"h.last"}, 1);
+    ortep_node_id g =
+        node(&b, "Gather", "", "last_row", (const char *[]){h, "last_row"}, 2, (const char *[]){"h.last"}, 1);
     attr_i(&b, g, "axis", 1);
     snprintf(h, sizeof h, "h.last");
   }
   value(&b, "final", 1, 1, H);
   weight(&b, "model.norm.weight");
-  ortep_node_id id = node(&b, "SimplifiedLayerNormalization", "", "final_norm", (const char *[]){h, "model.norm.weight"},
-                          2, (const char *[]){"final"}, 1);
+  ortep_node_id id = node(&b, "SimplifiedLayerNormalization", "", "final_norm",
+                          (const char *[]){h, "model.norm.weight"}, 2, (const char *[]){"final"}, 1);
   attr_f(&b, id, "epsilon", eps);
   linear(&b, "lm_head", "final",
          (const char *[]){c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}, NULL, 1,

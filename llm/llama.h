@@ -4,18 +4,18 @@
 
 #include "ortep/model.h"
 
-#define ORTEP_INPUT_TOKEN "token_id"
+#define ORTEP_INPUT_TOKEN    "token_id"
 #define ORTEP_INPUT_POSITION "position"
-#define ORTEP_OUTPUT_LOGITS "logits"
+#define ORTEP_OUTPUT_LOGITS  "logits"
 /* ortep:SelectToken's values (llama.c): the sampler's parameter block
  * (kernels/sampling.h, 9 words; temperature 0: argmax), the token history
  * (one id per position), the (token, error word) result */
 #define ORTEP_INPUT_SAMPLE_PARAMS "sample.params"
-#define ORTEP_INPUT_HISTORY "sample.history"
-#define ORTEP_OUTPUT_RESULT "select.result"
+#define ORTEP_INPUT_HISTORY       "sample.history"
+#define ORTEP_OUTPUT_RESULT       "select.result"
 #define ORTEP__SAMPLE_PARAM_WORDS 9
 /* the redraw graph's inputs: the last token fed and its position */
-#define ORTEP_REDRAW_TOKEN "redraw.token_id"
+#define ORTEP_REDRAW_TOKEN    "redraw.token_id"
 #define ORTEP_REDRAW_POSITION "redraw.position"
 
 /* The graph of one step over `tokens` consecutive tokens (1: a decode step;

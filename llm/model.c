@@ -19,8 +19,8 @@
 struct ortep_model {
   ortep_model_config config;
   ortep_safetensors *weights;
-  ortep_ep *host;      /* READ mode: owns `copy`; BLOCKED in MAP mode: owns `packed` */
-  ortep_buffer copy;   /* READ mode: the file's bytes in host memory */
+  ortep_ep *host;    /* READ mode: owns `copy`; BLOCKED in MAP mode: owns `packed` */
+  ortep_buffer copy; /* READ mode: the file's bytes in host memory */
   /* BLOCKED: the repacked weights' entries (blocked shapes), indexed by
    * their position in `weights` through blocked_of (SIZE_MAX: as in the
    * file); in MAP mode packed[i] holds blocked[i]'s bytes */
@@ -90,9 +90,10 @@ static ortep_status parse_eos(const cJSON *root, const char *what, ortep_model_c
       return ortep__fail(ORTEP_E_FORMAT, "%s: 'eos_token_id' lists more than %d ids", what, ORTEP_MAX_EOS_TOKENS);
     if (!cJSON_IsNumber(one) || !(one->valuedouble >= 0 && one->valuedouble < (double)c->vocab_size) ||
         one->valuedouble != (double)(int32_t)one->valuedouble)
-      return ortep__fail(ORTEP_E_FORMAT,
-                         "%s: 'eos_token_id' must be a token id (an integer in [0, %lld), vocab_size) or a list of them",
-                         what, (long long)c->vocab_size);
+      return ortep__fail(
+          ORTEP_E_FORMAT,
+          "%s: 'eos_token_id' must be a token id (an integer in [0, %lld), vocab_size) or a list of them", what,
+          (long long)c->vocab_size);
     ids[n++] = (int32_t)one->valuedouble;
   }
   memcpy(c->eos_token_ids, ids, n * sizeof *ids);
@@ -115,9 +116,10 @@ static ortep_status parse_config(const cJSON *root, ortep_model_config *c) {
   else if (!type && !a0)
     return CFG_FAIL("missing required key 'model_type' (or 'architectures'); ortep runs \"llama\" and \"qwen2\"");
   else
-    return CFG_FAIL("model_type '%s' is not supported; ortep runs \"llama\" (LlamaForCausalLM) and \"qwen2\" "
-                    "(Qwen2ForCausalLM)",
-                    type ? type : a0);
+    return CFG_FAIL(
+        "model_type '%s' is not supported; ortep runs \"llama\" (LlamaForCausalLM) and \"qwen2\" "
+        "(Qwen2ForCausalLM)",
+        type ? type : a0);
   ortep_status st;
   if ((st = get_int(root, "hidden_size", true, 0, &c->hidden_size)) != ORTEP_OK ||
       (st = get_int(root, "intermediate_size", true, 0, &c->intermediate_size)) ||
@@ -134,28 +136,31 @@ static ortep_status parse_config(const cJSON *root, ortep_model_config *c) {
   if (c->hidden_size % c->num_attention_heads && !cJSON_GetObjectItemCaseSensitive(root, "head_dim"))
     return CFG_FAIL("hidden_size %lld is not a multiple of num_attention_heads %lld", (long long)c->hidden_size,
                     (long long)c->num_attention_heads);
-  if ((st = get_int(root, "head_dim", false, c->hidden_size / c->num_attention_heads, &c->head_dim)) != ORTEP_OK) return st;
+  if ((st = get_int(root, "head_dim", false, c->hidden_size / c->num_attention_heads, &c->head_dim)) != ORTEP_OK)
+    return st;
   if (c->head_dim % 2) return CFG_FAIL("head_dim %lld must be even for rotary embeddings", (long long)c->head_dim);
   if (c->num_attention_heads % c->num_key_value_heads)
     return CFG_FAIL("num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
                     (long long)c->num_attention_heads, (long long)c->num_key_value_heads);
-  if (c->vocab_size > INT32_MAX) return CFG_FAIL("vocab_size %lld exceeds what i32 token ids hold", (long long)c->vocab_size);
+  if (c->vocab_size > INT32_MAX)
+    return CFG_FAIL("vocab_size %lld exceeds what i32 token ids hold", (long long)c->vocab_size);
   /* Every size derived from the config below is a product of these; checked
    * here once, so later arithmetic on them cannot overflow. A tensor of
    * more than 2^40 elements (4 TiB in f32) is no model this runtime loads. */
   const int64_t lim = (int64_t)1 << 40;
   int64_t q, kv, e;
-  if (!product(c->num_attention_heads, c->head_dim, lim, &q) || !product(c->num_key_value_heads, c->head_dim, lim, &kv) ||
-      !product(c->vocab_size, c->hidden_size, lim, &e) || !product(q, c->hidden_size, lim, &e) ||
-      !product(c->intermediate_size, c->hidden_size, lim, &e) ||
+  if (!product(c->num_attention_heads, c->head_dim, lim, &q) ||
+      !product(c->num_key_value_heads, c->head_dim, lim, &kv) || !product(c->vocab_size, c->hidden_size, lim, &e) ||
+      !product(q, c->hidden_size, lim, &e) || !product(c->intermediate_size, c->hidden_size, lim, &e) ||
       !product(c->max_position_embeddings, c->head_dim, lim, &e) ||
       !product(c->num_hidden_layers, c->max_position_embeddings, lim, &e) || !product(e, kv, lim, &e))
-    return CFG_FAIL("the sizes it gives (hidden_size %lld, intermediate_size %lld, num_attention_heads %lld, head_dim "
-                    "%lld, num_hidden_layers %lld, vocab_size %lld, max_position_embeddings %lld) make a tensor of "
-                    "more than 2^40 elements; check them",
-                    (long long)c->hidden_size, (long long)c->intermediate_size, (long long)c->num_attention_heads,
-                    (long long)c->head_dim, (long long)c->num_hidden_layers, (long long)c->vocab_size,
-                    (long long)c->max_position_embeddings);
+    return CFG_FAIL(
+        "the sizes it gives (hidden_size %lld, intermediate_size %lld, num_attention_heads %lld, head_dim "
+        "%lld, num_hidden_layers %lld, vocab_size %lld, max_position_embeddings %lld) make a tensor of "
+        "more than 2^40 elements; check them",
+        (long long)c->hidden_size, (long long)c->intermediate_size, (long long)c->num_attention_heads,
+        (long long)c->head_dim, (long long)c->num_hidden_layers, (long long)c->vocab_size,
+        (long long)c->max_position_embeddings);
   const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
   if (rs && !cJSON_IsNull(rs))
     return CFG_FAIL("rope_scaling is set; ortep implements plain RoPE only (remove it or use a model without it)");
@@ -172,7 +177,6 @@ ortep_status ortep_model_config_parse(const char *json, size_t len, ortep_model_
   cJSON_Delete(root);
   return st;
 }
-
 
 /* READ mode: the whole file into memory from the host EP (charged to its
  * governor), then parsed in place; the file is closed before this returns. */
@@ -208,8 +212,7 @@ static ortep_status read_weights(ortep_model *m, const char *path) {
 
 static ortep_status expect(const ortep_model *m, const char *name, int64_t d0, int64_t d1) {
   const ortep_safetensors_entry *e = ortep_safetensors_find(m->weights, name);
-  if (!e)
-    return ortep__fail(ORTEP_E_FORMAT, "model.safetensors: tensor '%s' is missing (the config implies it)", name);
+  if (!e) return ortep__fail(ORTEP_E_FORMAT, "model.safetensors: tensor '%s' is missing (the config implies it)", name);
   if (!ortep_dtype_is_float(e->dtype))
     return ortep__fail(ORTEP_E_FORMAT, "model.safetensors: tensor '%s' is %s; weights must be f32, f16 or bf16", name,
                        ortep_dtype_name(e->dtype));
@@ -288,8 +291,9 @@ static ortep_status block_one(ortep_model *m, const ortep_safetensors_entry *e, 
   size_t n = (size_t)e->shape.dims[0], k = (size_t)e->shape.dims[1], i = m->n_blocked;
   ortep_safetensors_entry *b = &m->blocked[i];
   *b = *e;
-  b->shape = (ortep_shape){4, {(int64_t)(n / ORTEP__LINEAR_ROWS), (int64_t)(k / ORTEP__LINEAR_COLS),
-                               ORTEP__LINEAR_ROWS, ORTEP__LINEAR_COLS}};
+  b->shape = (ortep_shape){
+      4,
+      {(int64_t)(n / ORTEP__LINEAR_ROWS), (int64_t)(k / ORTEP__LINEAR_COLS), ORTEP__LINEAR_ROWS, ORTEP__LINEAR_COLS}};
   if (m->copy.ptr) {
     uint16_t *w = (uint16_t *)(uintptr_t)e->data; /* inside our own copy */
     for (size_t q = 0; q < n; q += ORTEP__LINEAR_ROWS, w += ORTEP__LINEAR_ROWS * k) {
@@ -384,9 +388,9 @@ static const char *not_a_dir(const char *dir) {
   struct stat sb;
   if (stat(dir, &sb) != 0) return errno == ENOENT ? "does not exist" : strerror(errno);
   if (S_ISDIR(sb.st_mode)) return NULL;
-  return S_ISREG(sb.st_mode)   ? "is a file, not a directory"
-         : S_ISFIFO(sb.st_mode) ? "is a FIFO, not a directory"
-         : S_ISSOCK(sb.st_mode) ? "is a socket, not a directory"
+  return S_ISREG(sb.st_mode)                          ? "is a file, not a directory"
+         : S_ISFIFO(sb.st_mode)                       ? "is a FIFO, not a directory"
+         : S_ISSOCK(sb.st_mode)                       ? "is a socket, not a directory"
          : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "is a device, not a directory"
                                                       : "is not a directory";
 }
@@ -395,8 +399,10 @@ ortep_status ortep_model_config_read(const char *dir, ortep_model_config *out) {
   if (!dir || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_config_read: NULL argument");
   const char *why = not_a_dir(dir);
   if (why)
-    return ortep__fail(ORTEP_E_IO, "model directory '%s' %s; give a directory that holds config.json and "
-                       "model.safetensors", dir, why);
+    return ortep__fail(ORTEP_E_IO,
+                       "model directory '%s' %s; give a directory that holds config.json and "
+                       "model.safetensors",
+                       dir, why);
   char path[4096];
   /* the longest of the names must fit, or none is opened */
   if ((size_t)snprintf(path, sizeof path, "%s/generation_config.json", dir) >= sizeof path)
@@ -431,7 +437,8 @@ ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *o
                        "ortep_model_open: weights layout %d; use ORTEP_WEIGHTS_ROW_MAJOR or ORTEP_WEIGHTS_BLOCKED",
                        (int)o.layout);
   if (o.layout == ORTEP_WEIGHTS_BLOCKED && !o.host)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_open: ORTEP_WEIGHTS_BLOCKED needs options.host, the EP "
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "ortep_model_open: ORTEP_WEIGHTS_BLOCKED needs options.host, the EP "
                        "whose memory holds the repacked weights");
   ortep_model *m = ortep__calloc(1, sizeof *m);
   if (!m) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the model");

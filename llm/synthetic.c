@@ -102,7 +102,8 @@ static ortep_status write_config(const char *path, const ortep_model_config *c) 
   cJSON_AddNumberToObject(r, "num_key_value_heads", (double)c->num_key_value_heads);
   cJSON_AddNumberToObject(r, "vocab_size", (double)c->vocab_size);
   cJSON_AddNumberToObject(r, "max_position_embeddings", (double)c->max_position_embeddings);
-  if (c->head_dim * c->num_attention_heads != c->hidden_size) cJSON_AddNumberToObject(r, "head_dim", (double)c->head_dim);
+  if (c->head_dim * c->num_attention_heads != c->hidden_size)
+    cJSON_AddNumberToObject(r, "head_dim", (double)c->head_dim);
   cJSON_AddNumberToObject(r, "rms_norm_eps", c->rms_norm_eps);
   cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta);
   cJSON_AddBoolToObject(r, "tie_word_embeddings", c->tie_word_embeddings);
@@ -127,8 +128,10 @@ static ortep_status write_config(const char *path, const ortep_model_config *c) 
  * on the synthetic models like on real ones. */
 static void utf8_put(char **at, unsigned cp) {
   char *o = *at;
-  if (cp < 0x80) *o++ = (char)cp;
-  else *o++ = (char)(0xC0 | (cp >> 6)), *o++ = (char)(0x80 | (cp & 0x3F));
+  if (cp < 0x80)
+    *o++ = (char)cp;
+  else
+    *o++ = (char)(0xC0 | (cp >> 6)), *o++ = (char)(0x80 | (cp & 0x3F));
   *at = o;
 }
 /* The merged strings, in id order from 256: strings over printable ASCII,
@@ -222,14 +225,15 @@ static ortep_status write_tokenizer(const char *path, int64_t vocab) {
     *at = '\0';
   }
   size_t n_merges = (size_t)vocab - 257, cap = 0, n = 0;
-  char (*tok)[16] = NULL; /* merged strings in id order, from id 256 */
+  char(*tok)[16] = NULL; /* merged strings in id order, from id 256 */
   cJSON *root = cJSON_CreateObject();
   ortep_status st = ORTEP_OK;
-  if (!root || !ORTEP__GROW(tok, cap, n_merges + 1)) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "synthetic tokenizer: no memory");
-  if (st == ORTEP_OK) st = make_merges((const char (*)[3])chars, tok, n_merges, &n);
+  if (!root || !ORTEP__GROW(tok, cap, n_merges + 1))
+    st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "synthetic tokenizer: no memory");
+  if (st == ORTEP_OK) st = make_merges((const char(*)[3])chars, tok, n_merges, &n);
   if (st == ORTEP_OK) {
     add_pipeline(root, vocab);
-    add_model(root, (const char (*)[3])chars, (const char (*)[16])tok, n);
+    add_model(root, (const char(*)[3])chars, (const char(*)[16])tok, n);
   }
   char *text = st == ORTEP_OK ? cJSON_PrintUnformatted(root) : NULL;
   if (st == ORTEP_OK && !text) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "synthetic tokenizer: no memory");
@@ -256,10 +260,12 @@ ortep_status ortep_model_write_synthetic(const char *dir, const char *name, orte
   if (!dir || !name) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_write_synthetic: NULL argument");
   const preset *p = find_preset(name);
   if (!p)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "unknown preset '%s'; the presets are tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b",
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "unknown preset '%s'; the presets are tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b",
                        name);
   if (!ortep_dtype_is_float(dt))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "synthetic weights are f32, f16 or bf16, not %s", ortep_dtype_name(dt));
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "synthetic weights are f32, f16 or bf16, not %s",
+                       ortep_dtype_name(dt));
   if (mkdir(dir, 0755) != 0 && errno != EEXIST)
     return ortep__fail(ORTEP_E_IO, "cannot create %s: %s", dir, strerror(errno));
   const ortep_model_config *c = &p->c;
@@ -269,10 +275,10 @@ ortep_status ortep_model_write_synthetic(const char *dir, const char *name, orte
   ortep_status st = add(&g, "model.embed_tokens.weight", dt, c->vocab_size, H, INIT_EMBED);
   char n[256];
   for (int64_t l = 0; st == ORTEP_OK && l < c->num_hidden_layers; l++) {
-#define T(suffix, d0, d1, kind)                                                   \
-  if (st == ORTEP_OK) {                                                           \
-    snprintf(n, sizeof n, "model.layers.%lld.%s", (long long)l, suffix);          \
-    st = add(&g, n, dt, d0, d1, kind);                                            \
+#define T(suffix, d0, d1, kind)                                          \
+  if (st == ORTEP_OK) {                                                  \
+    snprintf(n, sizeof n, "model.layers.%lld.%s", (long long)l, suffix); \
+    st = add(&g, n, dt, d0, d1, kind);                                   \
   }
     T("input_layernorm.weight", H, -1, INIT_NORM)
     T("self_attn.q_proj.weight", q, H, INIT_PROJ)
@@ -316,7 +322,8 @@ static ortep_status mkdirs(const char *path) {
   for (char *p = tmp + 1; *p; p++)
     if (*p == '/') {
       *p = '\0';
-      if (mkdir(tmp, 0755) && errno != EEXIST) return ortep__fail(ORTEP_E_IO, "cannot create %s: %s", tmp, strerror(errno));
+      if (mkdir(tmp, 0755) && errno != EEXIST)
+        return ortep__fail(ORTEP_E_IO, "cannot create %s: %s", tmp, strerror(errno));
       *p = '/';
     }
   if (mkdir(tmp, 0755) && errno != EEXIST) return ortep__fail(ORTEP_E_IO, "cannot create %s: %s", tmp, strerror(errno));
@@ -326,20 +333,23 @@ static ortep_status mkdirs(const char *path) {
 ortep_status ortep_model_synthetic_cached(const char *preset_name, ortep_dtype dtype, char *dir, size_t len,
                                           bool *written) {
   if (written) *written = false;
-  if (!preset_name || !dir || !len) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_synthetic_cached: NULL argument");
+  if (!preset_name || !dir || !len)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_synthetic_cached: NULL argument");
   const preset *p = find_preset(preset_name);
   if (!p)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "unknown preset '%s'; the presets are tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b",
                        preset_name);
   if (!ortep_dtype_is_float(dtype))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "synthetic weights are f32, f16 or bf16, not %s", ortep_dtype_name(dtype));
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "synthetic weights are f32, f16 or bf16, not %s",
+                       ortep_dtype_name(dtype));
   const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   int w = xdg && *xdg ? snprintf(dir, len, "%s/ortep/models/%s-%s", xdg, preset_name, ortep_dtype_name(dtype))
                       : snprintf(dir, len, "%s/.cache/ortep/models/%s-%s", home && *home ? home : "/tmp", preset_name,
                                  ortep_dtype_name(dtype));
   if (w < 0 || (size_t)w >= len || (size_t)w > 4000)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_synthetic_cached: the cache path does not fit %zu bytes", len);
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_synthetic_cached: the cache path does not fit %zu bytes",
+                       len);
   char path[4200];
   ortep_status st = mkdirs(dir);
   if (st != ORTEP_OK) return st;

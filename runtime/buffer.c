@@ -16,29 +16,27 @@ static ortep_status make(void *ptr, ortep_device device, size_t size, size_t ali
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "%s: the pointer is NULL; a buffer must name real memory (allocate it first)", who);
   if (!ortep__is_pow2(align))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                       "%s: alignment %zu is not a power of two; use 1, 2, 4, ... (e.g. 64)", who, align);
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: alignment %zu is not a power of two; use 1, 2, 4, ... (e.g. 64)",
+                       who, align);
   if (((uintptr_t)ptr & (align - 1)) != 0)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: pointer %p is not aligned to the stated %zu bytes", who,
-                       ptr, align);
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: pointer %p is not aligned to the stated %zu bytes", who, ptr,
+                       align);
   *out = (ortep_buffer){ptr, size, align, device, owner};
   return ORTEP_OK;
 }
 
-ortep_status ortep_buffer_wrap_owned(void *ptr, ortep_device device, size_t size, size_t align,
-                                         ortep_buffer *out) {
+ortep_status ortep_buffer_wrap_owned(void *ptr, ortep_device device, size_t size, size_t align, ortep_buffer *out) {
   return make(ptr, device, size, align, ORTEP_BUFFER_OWNED, "ortep_buffer_wrap_owned", out);
 }
 
 ortep_status ortep_buffer_wrap_borrowed(const void *ptr, ortep_device device, size_t size, size_t align,
-                                              ortep_buffer *out) {
+                                        ortep_buffer *out) {
   /* The const is kept by ortep_buffer_data_mut refusing to hand out this pointer. */
-  return make((void *)(uintptr_t)ptr, device, size, align, ORTEP_BUFFER_BORROWED,
-              "ortep_buffer_wrap_borrowed", out);
+  return make((void *)(uintptr_t)ptr, device, size, align, ORTEP_BUFFER_BORROWED, "ortep_buffer_wrap_borrowed", out);
 }
 
 ortep_status ortep_buffer_wrap_borrowed_mut(void *ptr, ortep_device device, size_t size, size_t align,
-                                                  ortep_buffer *out) {
+                                            ortep_buffer *out) {
   return make(ptr, device, size, align, ORTEP_BUFFER_BORROWED_MUT, "ortep_buffer_wrap_borrowed_mut", out);
 }
 

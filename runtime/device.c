@@ -14,22 +14,17 @@ ortep_tier ortep_device_tier(ortep_device device) {
 
 const char *ortep_device_type_name(ortep_device_type type) {
   switch (type) {
-    case ORTEP_DEVICE_CPU:
-      return "cpu";
-    case ORTEP_DEVICE_CUDA:
-      return "cuda";
+    case ORTEP_DEVICE_CPU: return "cpu";
+    case ORTEP_DEVICE_CUDA: return "cuda";
   }
   return "unknown";
 }
 
 const char *ortep_tier_name(ortep_tier tier) {
   switch (tier) {
-    case ORTEP_TIER_HOST:
-      return "host";
-    case ORTEP_TIER_DEVICE:
-      return "device";
-    case ORTEP_TIER_DISK:
-      return "disk";
+    case ORTEP_TIER_HOST: return "host";
+    case ORTEP_TIER_DEVICE: return "device";
+    case ORTEP_TIER_DISK: return "disk";
   }
   return "unknown";
 }

@@ -11,24 +11,20 @@
 size_t ortep_dtype_size(ortep_dtype d) {
   switch (d) {
 #define SZ(name, str, size) \
-  case ORTEP_DTYPE_##name:  \
-    return size;
+  case ORTEP_DTYPE_##name: return size;
     ORTEP_DTYPE_MAP(SZ)
 #undef SZ
-    default:
-      return 0;
+    default: return 0;
   }
 }
 
 const char *ortep_dtype_name(ortep_dtype d) {
   switch (d) {
 #define NM(name, str, size) \
-  case ORTEP_DTYPE_##name:  \
-    return str;
+  case ORTEP_DTYPE_##name: return str;
     ORTEP_DTYPE_MAP(NM)
 #undef NM
-    default:
-      return "unknown";
+    default: return "unknown";
   }
 }
 

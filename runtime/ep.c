@@ -15,7 +15,7 @@
 struct ortep_config {
   struct config_item {
     char *key, *val;
-  } *items;
+  } * items;
   size_t n, cap;
 };
 
@@ -150,9 +150,9 @@ static ortep_status check_own(const ortep_ep *ep, const ortep_buffer *b, const c
   if (!b) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: %s: the buffer is NULL", ortep_ep_name(ep), what);
   if (b->ptr && !ortep_device_equal(b->device, ep->device)) {
     char a[32], c[32];
-    return ortep__fail(ORTEP_E_WRONG_DEVICE, "%s: %s: the buffer lives on %s but this EP is on %s; hand it to its own EP",
-                       ortep_ep_name(ep), what, ortep_device_format(b->device, a, sizeof a),
-                       ortep_device_format(ep->device, c, sizeof c));
+    return ortep__fail(ORTEP_E_WRONG_DEVICE,
+                       "%s: %s: the buffer lives on %s but this EP is on %s; hand it to its own EP", ortep_ep_name(ep),
+                       what, ortep_device_format(b->device, a, sizeof a), ortep_device_format(ep->device, c, sizeof c));
   }
   return ORTEP_OK;
 }
@@ -195,7 +195,8 @@ ortep_status ortep_ep_copy(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *
   NEED_EP(ep, "ortep_ep_copy");
   if (!src || !dst) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: copy: NULL buffer", ortep_ep_name(ep));
   ortep_status st;
-  if ((st = check_reachable(ep, src, "copy: the source")) != ORTEP_OK || (st = check_reachable(ep, dst, "copy: the destination")) != ORTEP_OK)
+  if ((st = check_reachable(ep, src, "copy: the source")) != ORTEP_OK ||
+      (st = check_reachable(ep, dst, "copy: the destination")) != ORTEP_OK)
     return st;
   if (size > src->size || size > dst->size)
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: copy of %zu bytes exceeds the %s (%zu bytes)", ortep_ep_name(ep),
@@ -241,7 +242,8 @@ ortep_status ortep_ep_copy_from_host(ortep_ep *ep, const void *src, size_t len, 
                        ortep_ep_name(ep), len, dst->size);
   if (len == 0) return ORTEP_OK;
   void *p = ortep_buffer_data_mut(dst);
-  if (!p) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload into a read-only borrowed buffer", ortep_ep_name(ep));
+  if (!p)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload into a read-only borrowed buffer", ortep_ep_name(ep));
   memcpy(p, src, len);
   return ORTEP_OK;
 }
@@ -263,7 +265,8 @@ ortep_status ortep_ep_copy_from_host_at(ortep_ep *ep, const void *src, size_t le
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: ranged host upload is not implemented for device %s",
                        ortep_ep_name(ep), ortep_device_format(dst->device, d, sizeof d));
   unsigned char *p = ortep_buffer_data_mut(dst);
-  if (!p) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload into a read-only borrowed buffer", ortep_ep_name(ep));
+  if (!p)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload into a read-only borrowed buffer", ortep_ep_name(ep));
   memcpy(p + offset, src, len);
   return ORTEP_OK;
 }
@@ -351,15 +354,15 @@ ortep_status ortep_ep_device_sample(ortep_ep *ep, const void *logits, size_t ele
   ortep_status st = check_own(ep, result, "device sampling");
   if (st != ORTEP_OK) return st;
   if (result->size < 8 || !ortep_buffer_data_mut(result))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                       "%s: device sampling needs a writable 8-byte result buffer (token id, error word); got %zu bytes",
-                       ortep_ep_name(ep), result->size);
+    return ortep__fail(
+        ORTEP_E_INVALID_ARGUMENT,
+        "%s: device sampling needs a writable 8-byte result buffer (token id, error word); got %zu bytes",
+        ortep_ep_name(ep), result->size);
   return ep->vtable->device_sample(ep, logits, elements, dtype, params, history, result);
 }
 
-#define GRAPH_DEFAULT(entry, what)                                                               \
-  if (!ep->vtable->entry)                                                                        \
-  return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: " what " is not supported", ortep_ep_name(ep))
+#define GRAPH_DEFAULT(entry, what) \
+  if (!ep->vtable->entry) return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: " what " is not supported", ortep_ep_name(ep))
 
 ortep_status ortep_ep_begin_capture(ortep_ep *ep, ortep_kernel *const *kernels, size_t n) {
   NEED_EP(ep, "ortep_ep_begin_capture");
@@ -399,8 +402,8 @@ ortep_status ortep_ep_replay_segment(ortep_ep *ep, size_t index) {
     return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: replay while a capture is open", ortep_ep_name(ep));
   size_t have = ortep_ep_segment_count(ep);
   if (index >= have)
-    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: segment %zu does not exist (%zu captured)", ortep_ep_name(ep),
-                       index, have);
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: segment %zu does not exist (%zu captured)", ortep_ep_name(ep), index,
+                       have);
   return ep->vtable->replay_segment(ep, index);
 }
 ortep_status ortep_ep_reset_graph(ortep_ep *ep, bool *had_graph) {

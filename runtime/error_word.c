@@ -7,24 +7,20 @@
 const char *ortep_error_bit_name(uint32_t mask) {
   switch (mask) {
 #define NM(name, bit, desc) \
-  case 1u << (bit):         \
-    return #name;
+  case 1u << (bit): return #name;
     ORTEP_ERROR_BIT_MAP(NM)
 #undef NM
-    default:
-      return NULL;
+    default: return NULL;
   }
 }
 
 static const char *bit_desc(uint32_t mask) {
   switch (mask) {
 #define DS(name, bit, desc) \
-  case 1u << (bit):         \
-    return desc;
+  case 1u << (bit): return desc;
     ORTEP_ERROR_BIT_MAP(DS)
 #undef DS
-    default:
-      return "unknown";
+    default: return "unknown";
   }
 }
 

@@ -18,8 +18,8 @@ ortep_status ortep__open_regular(const char *path, int *fd, size_t *size) {
   if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
     close(*fd);
     *fd = -1;
-    return ortep__fail(ORTEP_E_IO, "%s is not a regular file (a FIFO, device or directory); point it at the file itself",
-                       path);
+    return ortep__fail(ORTEP_E_IO,
+                       "%s is not a regular file (a FIFO, device or directory); point it at the file itself", path);
   }
   *size = (size_t)sb.st_size;
   return ORTEP_OK;

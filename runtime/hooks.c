@@ -9,15 +9,15 @@
 
 #if !ORTEP_SYSTEM_ALLOCATOR
 #include <mimalloc.h>
-#define DEFAULT_MALLOC mi_malloc
-#define DEFAULT_CALLOC mi_calloc
+#define DEFAULT_MALLOC  mi_malloc
+#define DEFAULT_CALLOC  mi_calloc
 #define DEFAULT_REALLOC mi_realloc
-#define DEFAULT_FREE mi_free
+#define DEFAULT_FREE    mi_free
 #else
-#define DEFAULT_MALLOC malloc
-#define DEFAULT_CALLOC calloc
+#define DEFAULT_MALLOC  malloc
+#define DEFAULT_CALLOC  calloc
 #define DEFAULT_REALLOC realloc
-#define DEFAULT_FREE free
+#define DEFAULT_FREE    free
 #endif
 
 static struct {

@@ -123,7 +123,8 @@ static const value *find_value(const ortep_graph *g, const char *name) {
 
 ortep_status ortep_graph_add_value(ortep_graph *g, const char *name, ortep_dtype dtype, const ortep_shape *shape) {
   if (!g || !name || !*name || !shape)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_graph_add_value: graph, a non-empty name and shape are required");
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "ortep_graph_add_value: graph, a non-empty name and shape are required");
   if (!ortep_dtype_size(dtype))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "value '%s': unknown dtype value %d", name, (int)dtype);
   if (shape->rank > ORTEP_MAX_RANK)
@@ -134,8 +135,8 @@ ortep_status ortep_graph_add_value(ortep_graph *g, const char *name, ortep_dtype
     char a[160], b[160];
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "value '%s' is already declared as %s %s; it cannot be redeclared as %s %s", name,
-                       ortep_dtype_name(v->dtype), ortep_shape_format(&v->shape, a, sizeof a),
-                       ortep_dtype_name(dtype), ortep_shape_format(shape, b, sizeof b));
+                       ortep_dtype_name(v->dtype), ortep_shape_format(&v->shape, a, sizeof a), ortep_dtype_name(dtype),
+                       ortep_shape_format(shape, b, sizeof b));
   }
   if (!ORTEP__GROW(g->values, g->values_cap, g->n_values + 1)) return OOM("a value");
   char *n = ortep__strdup(name);
@@ -413,7 +414,8 @@ static ortep_status kahn(const ortep_graph *g, uint32_t *indeg, bool *done, cons
 }
 
 ortep_status ortep_graph_topo_order(const ortep_graph *g, ortep_node_id *order) {
-  if (!g || (g->n_nodes && !order)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_graph_topo_order: NULL argument");
+  if (!g || (g->n_nodes && !order))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_graph_topo_order: NULL argument");
   size_t n = g->n_nodes, total_edges = 0, *first = NULL;
   ortep__strmap producer = {0};
   uint32_t *edges = NULL, *indeg = ortep__calloc(n + 1, sizeof *indeg);
@@ -446,7 +448,8 @@ const char *ortep_graph_output(const ortep_graph *g, size_t i) { return g && i <
 
 ortep_status ortep_graph_value_info(const ortep_graph *g, const char *name, ortep_dtype *dtype, ortep_shape *shape) {
   const value *v = g && name ? find_value(g, name) : NULL;
-  if (!v) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "value '%s' is not declared in the graph", name ? name : "(null)");
+  if (!v)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "value '%s' is not declared in the graph", name ? name : "(null)");
   if (dtype) *dtype = v->dtype;
   if (shape) *shape = v->shape;
   return ORTEP_OK;

@@ -17,9 +17,7 @@
 
 #include "internal.h"
 
-static int cmp_key(const void *a, const void *b) {
-  return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
+static int cmp_key(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* A duplicate key in this object or any object below it; *dup names it. */
 static ortep_status find_duplicate(const cJSON *node, const char *what, const char **dup) {

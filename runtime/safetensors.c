@@ -32,9 +32,8 @@ struct ortep_safetensors {
 static const struct {
   const char *name;
   ortep_dtype dtype;
-} dtypes[] = {{"F32", ORTEP_DTYPE_F32}, {"F16", ORTEP_DTYPE_F16}, {"BF16", ORTEP_DTYPE_BF16},
-              {"I32", ORTEP_DTYPE_I32}, {"I64", ORTEP_DTYPE_I64}, {"U8", ORTEP_DTYPE_U8},
-              {"BOOL", ORTEP_DTYPE_BOOL}};
+} dtypes[] = {{"F32", ORTEP_DTYPE_F32}, {"F16", ORTEP_DTYPE_F16}, {"BF16", ORTEP_DTYPE_BF16}, {"I32", ORTEP_DTYPE_I32},
+              {"I64", ORTEP_DTYPE_I64}, {"U8", ORTEP_DTYPE_U8},   {"BOOL", ORTEP_DTYPE_BOOL}};
 /* Valid in the format, but not types ortep computes with. */
 static const char *const known_unsupported[] = {"F64", "I8", "I16", "U16", "U32", "U64", "F8_E4M3", "F8_E5M2"};
 
@@ -101,12 +100,14 @@ static ortep_status parse_entry(const cJSON *item, const unsigned char *data, ui
   if (!found) {
     for (size_t i = 0; i < sizeof known_unsupported / sizeof known_unsupported[0]; i++)
       if (strcmp(dt->valuestring, known_unsupported[i]) == 0)
-        return BAD("safetensors: tensor '%s': dtype %s is valid safetensors but not supported by ortep (supported: "
-                   "F32, F16, BF16, I32, I64, U8, BOOL); convert the checkpoint",
-                   name, dt->valuestring);
-    return BAD("safetensors: tensor '%s': unknown dtype '%.32s' (known: F32, F16, BF16, I32, I64, U8, BOOL, F64, I8, "
-               "I16, U16, U32, U64, F8_E4M3, F8_E5M2)",
-               name, dt->valuestring);
+        return BAD(
+            "safetensors: tensor '%s': dtype %s is valid safetensors but not supported by ortep (supported: "
+            "F32, F16, BF16, I32, I64, U8, BOOL); convert the checkpoint",
+            name, dt->valuestring);
+    return BAD(
+        "safetensors: tensor '%s': unknown dtype '%.32s' (known: F32, F16, BF16, I32, I64, U8, BOOL, F64, I8, "
+        "I16, U16, U32, U64, F8_E4M3, F8_E5M2)",
+        name, dt->valuestring);
   }
   if (!cJSON_IsArray(shape)) return BAD("safetensors: tensor '%s': 'shape' is missing or not an array", name);
   int rank = cJSON_GetArraySize(shape);
@@ -130,16 +131,17 @@ static ortep_status parse_entry(const cJSON *item, const unsigned char *data, ui
     if (!is_count(d)) return BAD("safetensors: tensor '%s': data offset %d is not a non-negative integer", name, i);
     o[i] = (uint64_t)d->valuedouble;
   }
-  if (o[0] > o[1]) return BAD("safetensors: tensor '%s': data offsets [%llu, %llu) are reversed", name,
-                              (unsigned long long)o[0], (unsigned long long)o[1]);
+  if (o[0] > o[1])
+    return BAD("safetensors: tensor '%s': data offsets [%llu, %llu) are reversed", name, (unsigned long long)o[0],
+               (unsigned long long)o[1]);
   if (o[1] > data_len)
     return BAD("safetensors: tensor '%s': data offsets [%llu, %llu) run past the %llu bytes of data (truncated file?)",
                name, (unsigned long long)o[0], (unsigned long long)o[1], (unsigned long long)data_len);
   uint64_t es = ortep_dtype_size(e->dtype);
   if (numel > UINT64_MAX / es || o[1] - o[0] != numel * es)
     return BAD("safetensors: tensor '%s': %llu bytes at [%llu, %llu) but %s x %llu elements needs %llu", name,
-               (unsigned long long)(o[1] - o[0]), (unsigned long long)o[0], (unsigned long long)o[1],
-               dt->valuestring, (unsigned long long)numel, (unsigned long long)(numel * es));
+               (unsigned long long)(o[1] - o[0]), (unsigned long long)o[0], (unsigned long long)o[1], dt->valuestring,
+               (unsigned long long)numel, (unsigned long long)(numel * es));
   e->data = data + o[0];
   e->size = (size_t)(o[1] - o[0]);
   sp->begin = o[0];
@@ -153,9 +155,10 @@ static ortep_status parse(const unsigned char *bytes, size_t len, ortep_safetens
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | bytes[i];
   if (hlen > len - 8)
-    return BAD("safetensors: header length %llu runs past the end of the file (%zu bytes); the file is truncated or "
-               "not safetensors",
-               (unsigned long long)hlen, len);
+    return BAD(
+        "safetensors: header length %llu runs past the end of the file (%zu bytes); the file is truncated or "
+        "not safetensors",
+        (unsigned long long)hlen, len);
   if (hlen > MAX_HEADER)
     return BAD("safetensors: header length %llu exceeds the format's 100 MiB limit", (unsigned long long)hlen);
   const char *header = (const char *)bytes + 8;
@@ -201,10 +204,10 @@ static ortep_status parse(const unsigned char *bytes, size_t len, ortep_safetens
     for (size_t j = i; j-- > 0;) {
       if (spans[j].begin == spans[j].end) continue;
       if (spans[i].begin < spans[j].end) {
-        rc = BAD("safetensors: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap",
-                 st->entries[spans[j].entry].name, (unsigned long long)spans[j].begin,
-                 (unsigned long long)spans[j].end, st->entries[spans[i].entry].name,
-                 (unsigned long long)spans[i].begin, (unsigned long long)spans[i].end);
+        rc =
+            BAD("safetensors: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap",
+                st->entries[spans[j].entry].name, (unsigned long long)spans[j].begin, (unsigned long long)spans[j].end,
+                st->entries[spans[i].entry].name, (unsigned long long)spans[i].begin, (unsigned long long)spans[i].end);
         goto out;
       }
       break;
@@ -340,4 +343,3 @@ ortep_status ortep_safetensors_write_stream(const char *path, const ortep_safete
   }
   return ORTEP_OK;
 }
-

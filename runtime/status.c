@@ -18,24 +18,20 @@ static _Thread_local ortep_status error_status = ORTEP_OK;
 const char *ortep_status_name(ortep_status status) {
   switch (status) {
 #define ORTEP__STATUS_NAME(name, desc) \
-  case ORTEP_##name:                   \
-    return "ORTEP_" #name;
+  case ORTEP_##name: return "ORTEP_" #name;
     ORTEP_STATUS_MAP(ORTEP__STATUS_NAME)
 #undef ORTEP__STATUS_NAME
-    default:
-      return "ORTEP_E_UNKNOWN";
+    default: return "ORTEP_E_UNKNOWN";
   }
 }
 
 const char *ortep_status_describe(ortep_status status) {
   switch (status) {
 #define ORTEP__STATUS_DESC(name, desc) \
-  case ORTEP_##name:                   \
-    return desc;
+  case ORTEP_##name: return desc;
     ORTEP_STATUS_MAP(ORTEP__STATUS_DESC)
 #undef ORTEP__STATUS_DESC
-    default:
-      return "unknown status code";
+    default: return "unknown status code";
   }
 }
 

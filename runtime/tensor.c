@@ -64,7 +64,8 @@ ortep_status ortep_tensor_create(ortep_ep *ep, ortep_dtype dtype, const ortep_sh
                                  ortep_tensor **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tensor_create: out is NULL");
   *out = NULL;
-  if (!ep) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tensor_create: the EP is NULL; storage comes from an EP");
+  if (!ep)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tensor_create: the EP is NULL; storage comes from an EP");
   size_t bytes;
   ortep_status s = describe(dtype, shape, &bytes);
   if (s != ORTEP_OK) return s;
@@ -86,7 +87,8 @@ ortep_status ortep_tensor_from_borrowed(ortep_ep *ep, ortep_dtype dtype, const o
                                         const ortep_buffer *buffer, ortep_tensor **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tensor_from_borrowed: out is NULL");
   *out = NULL;
-  if (!ep || !buffer) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tensor_from_borrowed: EP and buffer are required");
+  if (!ep || !buffer)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tensor_from_borrowed: EP and buffer are required");
   if (!ortep_buffer_is_borrowed(buffer))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "ortep_tensor_from_borrowed: the buffer is OWNED; wrap foreign memory with "
@@ -184,8 +186,10 @@ void *ortep_tensor_data_ptr(const ortep_tensor *t) {
 static ortep_status host_check(const ortep_tensor *t, const char *fn) {
   if (!t) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: tensor is NULL", fn);
   if (!t->st->allocated)
-    return ortep__fail(ORTEP_E_NOT_ALLOCATED, "%s: the tensor's storage is not allocated yet; call "
-                       "ortep_tensor_ensure_allocated or ortep_tensor_copyin first", fn);
+    return ortep__fail(ORTEP_E_NOT_ALLOCATED,
+                       "%s: the tensor's storage is not allocated yet; call "
+                       "ortep_tensor_ensure_allocated or ortep_tensor_copyin first",
+                       fn);
   ortep_device d = ortep_ep_device(t->st->ep);
   if (!ortep_device_is_host_accessible(d)) {
     char b[32];
@@ -262,7 +266,8 @@ ortep_status ortep_tensor_item(const ortep_tensor *t, ortep_dtype dtype, void *o
 ortep_status ortep_tensor_copyin(ortep_tensor *t, const void *src, size_t len) {
   if (!t || (len && !src)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tensor_copyin: NULL argument");
   if (len != t->size)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tensor_copyin: %zu bytes given for a %zu-byte tensor; sizes "
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "ortep_tensor_copyin: %zu bytes given for a %zu-byte tensor; sizes "
                        "must match",
                        len, t->size);
   ortep_status s = ortep_tensor_ensure_allocated(t);
@@ -309,7 +314,8 @@ ortep_status ortep_tensor_copy_from(ortep_tensor *dst, const ortep_tensor *src) 
   if (ortep_device_is_host_accessible(ortep_ep_device(de))) return ortep_ep_copy_to_host(se, &sb, db.ptr, db.size);
   /* device to another device: stage through host memory */
   void *tmp = ortep__malloc(src->size);
-  if (!tmp) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_tensor_copy_from: no host memory to stage %zu bytes", src->size);
+  if (!tmp)
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_tensor_copy_from: no host memory to stage %zu bytes", src->size);
   s = ortep_ep_copy_to_host(se, &sb, tmp, sb.size);
   if (s == ORTEP_OK) s = ortep_ep_copy_from_host(de, tmp, db.size, &db);
   ortep__free(tmp);

@@ -13,25 +13,25 @@
 #include "internal.h"
 
 /* XX(ID, "registered name", category) */
-#define ORTEP_TRACE_MAP(XX)                                      \
-  XX(SESSION_BUILD, "session build", EXECUTOR)                   \
-  XX(PLACEMENT, "placement", EXECUTOR)                           \
-  XX(MEMORY_PLANNING, "memory planning", MEMORY)                 \
-  XX(CAPTURE_SEGMENT, "capture segment", EXECUTOR)               \
-  XX(REPLAY_SEGMENT, "replay segment", EXECUTOR)                 \
-  XX(EAGER_STEP, "eager step", EXECUTOR)                         \
-  XX(DECODE_STEP, "decode step", DECODE)                         \
-  XX(SYNC, "sync", DECODE)                                       \
-  XX(ERROR_WORD_HIT, "error word hit", DECODE)                   \
-  XX(GRAPH_RESET, "graph reset", EXECUTOR)                       \
-  XX(RECAPTURE, "recapture", EXECUTOR)                           \
+#define ORTEP_TRACE_MAP(XX)                        \
+  XX(SESSION_BUILD, "session build", EXECUTOR)     \
+  XX(PLACEMENT, "placement", EXECUTOR)             \
+  XX(MEMORY_PLANNING, "memory planning", MEMORY)   \
+  XX(CAPTURE_SEGMENT, "capture segment", EXECUTOR) \
+  XX(REPLAY_SEGMENT, "replay segment", EXECUTOR)   \
+  XX(EAGER_STEP, "eager step", EXECUTOR)           \
+  XX(DECODE_STEP, "decode step", DECODE)           \
+  XX(SYNC, "sync", DECODE)                         \
+  XX(ERROR_WORD_HIT, "error word hit", DECODE)     \
+  XX(GRAPH_RESET, "graph reset", EXECUTOR)         \
+  XX(RECAPTURE, "recapture", EXECUTOR)             \
   XX(GRAPH_EXEC_UPDATE, "graph exec update", EXECUTOR)
 
 typedef enum ortep__trace_id {
 #define ORTEP__TRACE_ENUM(id, name, cat) ORTEP__TRACE_##id,
   ORTEP_TRACE_MAP(ORTEP__TRACE_ENUM)
 #undef ORTEP__TRACE_ENUM
-  ORTEP__TRACE_COUNT
+      ORTEP__TRACE_COUNT
 } ortep__trace_id;
 
 /* The categories, numbered as NVTX sees them. */

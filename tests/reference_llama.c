@@ -36,9 +36,18 @@ static double *widen(const ortep_model *m, const char *name) {
     uint16_t h;
     float f;
     switch (e->dtype) {
-      case ORTEP_DTYPE_F16: memcpy(&h, (const char *)e->data + 2 * i, 2); d[i] = ortep_f16_to_f32(h); break;
-      case ORTEP_DTYPE_BF16: memcpy(&h, (const char *)e->data + 2 * i, 2); d[i] = ortep_bf16_to_f32(h); break;
-      default: memcpy(&f, (const char *)e->data + 4 * i, 4); d[i] = f; break;
+      case ORTEP_DTYPE_F16:
+        memcpy(&h, (const char *)e->data + 2 * i, 2);
+        d[i] = ortep_f16_to_f32(h);
+        break;
+      case ORTEP_DTYPE_BF16:
+        memcpy(&h, (const char *)e->data + 2 * i, 2);
+        d[i] = ortep_bf16_to_f32(h);
+        break;
+      default:
+        memcpy(&f, (const char *)e->data + 4 * i, 4);
+        d[i] = f;
+        break;
     }
   }
   return d;
@@ -57,13 +66,23 @@ ref_model *ref_open(const char *dir, size_t max_seq) {
   char n[256];
   for (int64_t l = 0; l < r->c.num_hidden_layers; l++) {
     layer *L = &r->layers[l];
-#define G(field, suffix)                                                   \
-  snprintf(n, sizeof n, "model.layers.%lld.%s", (long long)l, suffix); \
-  L->field = widen(m, n);
-    G(ln1, "input_layernorm.weight") G(wq, "self_attn.q_proj.weight") G(wk, "self_attn.k_proj.weight")
-    G(wv, "self_attn.v_proj.weight") G(bq, "self_attn.q_proj.bias") G(bk, "self_attn.k_proj.bias")
-    G(bv, "self_attn.v_proj.bias") G(wo, "self_attn.o_proj.weight") G(ln2, "post_attention_layernorm.weight")
-    G(wg, "mlp.gate_proj.weight") G(wu, "mlp.up_proj.weight") G(wd, "mlp.down_proj.weight")
+#define G(field, suffix)                                                 \
+  do {                                                                   \
+    snprintf(n, sizeof n, "model.layers.%lld.%s", (long long)l, suffix); \
+    L->field = widen(m, n);                                              \
+  } while (0)
+    G(ln1, "input_layernorm.weight");
+    G(wq, "self_attn.q_proj.weight");
+    G(wk, "self_attn.k_proj.weight");
+    G(wv, "self_attn.v_proj.weight");
+    G(bq, "self_attn.q_proj.bias");
+    G(bk, "self_attn.k_proj.bias");
+    G(bv, "self_attn.v_proj.bias");
+    G(wo, "self_attn.o_proj.weight");
+    G(ln2, "post_attention_layernorm.weight");
+    G(wg, "mlp.gate_proj.weight");
+    G(wu, "mlp.up_proj.weight");
+    G(wd, "mlp.down_proj.weight");
 #undef G
     size_t cache = (size_t)(r->c.num_key_value_heads * r->c.head_dim) * max_seq;
     L->kc = calloc(cache, sizeof(double));
@@ -159,7 +178,8 @@ void ref_close(ref_model *r) {
   if (!r) return;
   for (int64_t l = 0; l < r->c.num_hidden_layers; l++) {
     layer *L = &r->layers[l];
-    double *all[] = {L->ln1, L->wq, L->wk, L->wv, L->bq, L->bk, L->bv, L->wo, L->ln2, L->wg, L->wu, L->wd, L->kc, L->vc};
+    double *all[] = {L->ln1, L->wq,  L->wk, L->wv, L->bq, L->bk, L->bv,
+                     L->wo,  L->ln2, L->wg, L->wu, L->wd, L->kc, L->vc};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
   }
   free(r->layers), free(r->embed), free(r->norm), free(r->lm), free(r);

@@ -42,6 +42,6 @@ static inline simde__m512i emulated_cvtepu16_epi32(simde__m256i h) {
 #include "../kernels/cpu/simd_avx512.h"
 
 const simd_kernels simd_emulated_avx2 = {dot_f32_avx2, dot_bf16_avx2, dot_f16_avx2, axpy_avx2, widen_avx2, 8};
-const simd_kernels simd_emulated_avx512 = {dot_f32_avx512, dot_bf16_avx512, dot_f16_avx512, axpy_avx512, widen_avx512,
-                                           16};
+const simd_kernels simd_emulated_avx512 = {dot_f32_avx512, dot_bf16_avx512, dot_f16_avx512,
+                                           axpy_avx512,    widen_avx512,    16};
 const simd_blocked_kernels simd_emulated_blocked = {avx2_x4_bf16, dot4_bf16_avx2, dot4_f16_avx2};

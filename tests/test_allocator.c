@@ -73,7 +73,7 @@ START_TEST(host_allocations_are_aligned_as_requested) {
   ortep_allocator *h;
   ck_assert_ok(ortep_host_allocator_create(NULL, &h));
   /* 512@256, 1024@512, 256@256: mimalloc 2.0.9 gets these wrong (#700); the host allocator must not */
-  size_t cases[][2] = {{1, 64},   {100, 64},  {4096, 256}, {7, 8},     {3, 1},     {1 << 20, 4096},
+  size_t cases[][2] = {{1, 64},       {100, 64},  {4096, 256}, {7, 8},     {3, 1},     {1 << 20, 4096},
                        {64, 1 << 16}, {512, 256}, {1024, 512}, {256, 256}, {512, 512}, {1024, 1024}};
   for (size_t i = 0; i < 8 * sizeof cases / sizeof cases[0]; i++) {
     size_t c = i % (sizeof cases / sizeof cases[0]);

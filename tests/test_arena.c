@@ -3,7 +3,6 @@
  * model, and the OOM loop over growth and planned-arena creation. */
 #include "testutil.h"
 
-
 START_TEST(carves_are_aligned_disjoint_and_grow_by_chunks) {
   fixture f = fixture_new();
   ortep_arena *a;
@@ -243,12 +242,12 @@ START_TEST(random_operations_match_a_shadow_model) {
     for (size_t i = 0; i < nlive; i++) {
       sum += live[i].size;
       for (size_t b = 0; b < live[i].size; b += 1 + live[i].size / 8)
-        ck_assert_msg(live[i].p[b] == live[i].fill, "seed 0x%llx op %d: block %zu corrupted",
-                      (unsigned long long)seed, op, i);
+        ck_assert_msg(live[i].p[b] == live[i].fill, "seed 0x%llx op %d: block %zu corrupted", (unsigned long long)seed,
+                      op, i);
       if (i && live[i].size && live[i - 1].size) {
         bool disjoint = live[i - 1].p + live[i - 1].size <= live[i].p || live[i].p + live[i].size <= live[i - 1].p;
-        ck_assert_msg(disjoint, "seed 0x%llx op %d: blocks %zu and %zu overlap", (unsigned long long)seed, op,
-                      i - 1, i);
+        ck_assert_msg(disjoint, "seed 0x%llx op %d: blocks %zu and %zu overlap", (unsigned long long)seed, op, i - 1,
+                      i);
       }
     }
     ortep_arena_stats st;

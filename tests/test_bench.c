@@ -60,20 +60,29 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
   struct {
     const char *args, *needle;
   } cases[] = {
-      {"decode --tokens many", "--tokens 'many'"},     {"decode --mode turbo", "--mode 'turbo'"},
-      {"decode --ep tpu", "--ep 'tpu'"},               {"decode --dtype f8", "--dtype 'f8'"},
-      {"decode --preset huge", "--preset 'huge'"},     {"decode --frobnicate", "unknown option '--frobnicate'"},
-      {"decode --model /x --preset tiny", "exclude"}, {"decode stray", "unexpected argument 'stray'"},
-      {"decode --runs", "needs a value"},              {"alloc --runs 0", "--runs '0'"},
-      {"replay --nodes -3", "--nodes '-3'"},           {"warp", "unknown command 'warp'"},
-      {"prefill --lengths 0", "--lengths '0'"},        {"prefill --lengths 8,x", "--lengths '8,x'"},
-      {"prefill --chunk 1", "--chunk '1'"},            {"prefill --preset huge", "--preset 'huge'"},
+      {"decode --tokens many", "--tokens 'many'"},
+      {"decode --mode turbo", "--mode 'turbo'"},
+      {"decode --ep tpu", "--ep 'tpu'"},
+      {"decode --dtype f8", "--dtype 'f8'"},
+      {"decode --preset huge", "--preset 'huge'"},
+      {"decode --frobnicate", "unknown option '--frobnicate'"},
+      {"decode --model /x --preset tiny", "exclude"},
+      {"decode stray", "unexpected argument 'stray'"},
+      {"decode --runs", "needs a value"},
+      {"alloc --runs 0", "--runs '0'"},
+      {"replay --nodes -3", "--nodes '-3'"},
+      {"warp", "unknown command 'warp'"},
+      {"prefill --lengths 0", "--lengths '0'"},
+      {"prefill --lengths 8,x", "--lengths '8,x'"},
+      {"prefill --chunk 1", "--chunk '1'"},
+      {"prefill --preset huge", "--preset 'huge'"},
       {"prefill --ep cpu --lengths 600", "max_position_embeddings 512"},
       {"decode --layout diagonal", "--layout 'diagonal' is not one of auto, blocked, row_major"},
       {"prefill --layout rows", "--layout 'rows' is not one of auto, blocked, row_major"},
       {"decode --threads 0", "--threads '0' is not a whole number in [1, 1024]"},
       {"prefill --threads 2000", "--threads '2000'"},
-      {"tokenizer --added 10,0", "--added '0'"},         {"tokenizer --text-bytes 1.5", "--text-bytes '1.5'"},
+      {"tokenizer --added 10,0", "--added '0'"},
+      {"tokenizer --text-bytes 1.5", "--text-bytes '1.5'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     ck_assert_int_eq(bench(NULL, cases[i].args, err, sizeof err), 2);
@@ -84,7 +93,8 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
 END_TEST
 
 START_TEST(help_for_every_command) {
-  const char *cmds[] = {"--help", "decode --help", "alloc --help", "replay --help", "prefill --help", "tokenizer --help"};
+  const char *cmds[] = {"--help",        "decode --help",  "alloc --help",
+                        "replay --help", "prefill --help", "tokenizer --help"};
   for (size_t i = 0; i < 6; i++) ck_assert_int_eq(bench(NULL, cmds[i], NULL, 0), 0);
 }
 END_TEST
@@ -92,11 +102,14 @@ END_TEST
 START_TEST(decode_runs_every_mode_and_writes_the_documented_json) {
   char err[4096];
   char args[256];
-  snprintf(args, sizeof args, "decode --ep cpu --tokens 6 --runs 2 --warmup 1 --prompt-len 3 --json %s/decode.json", g_tmp);
+  snprintf(args, sizeof args, "decode --ep cpu --tokens 6 --runs 2 --warmup 1 --prompt-len 3 --json %s/decode.json",
+           g_tmp);
   ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
   cJSON *j = read_json("decode.json");
-  const char *top[] = {"command", "machine", "build", "ep", "model", "prompt_token_ids", "modes", "tokens_agree",
-                       "speedup_graph_over_eager", "weight_bytes", "tokens", "runs"};
+  const char *top[] = {"command",      "machine",      "build",
+                       "ep",           "model",        "prompt_token_ids",
+                       "modes",        "tokens_agree", "speedup_graph_over_eager",
+                       "weight_bytes", "tokens",       "runs"};
   for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) has(j, top[i]);
   has(cJSON_GetObjectItem(j, "machine"), "cpu");
   has(cJSON_GetObjectItem(j, "build"), "git_revision");
@@ -106,10 +119,27 @@ START_TEST(decode_runs_every_mode_and_writes_the_documented_json) {
   ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "prompt_token_ids")), 3);
   const cJSON *modes = cJSON_GetObjectItem(j, "modes");
   const char *names[] = {"eager", "graph", "segmented"};
-  const char *fields[] = {"tokens_per_s", "ttft_ms", "prefill_tokens_per_s", "weight_bytes_per_s", "latency_p50_us",       "latency_p90_us",      "latency_p99_us",
-                          "latency_max_us", "host_cpu_us_per_token", "host_launch_us_per_token", "kernels_per_token",  "graph_kernel_nodes", "segments",
-                          "seams",          "seam_reasons",          "allocations_per_step", "planned_arena_bytes",
-                          "lower_bound_bytes", "naive_sum_bytes",    "kv_cache_bytes",      "token_ids"};
+  const char *fields[] = {"tokens_per_s",
+                          "ttft_ms",
+                          "prefill_tokens_per_s",
+                          "weight_bytes_per_s",
+                          "latency_p50_us",
+                          "latency_p90_us",
+                          "latency_p99_us",
+                          "latency_max_us",
+                          "host_cpu_us_per_token",
+                          "host_launch_us_per_token",
+                          "kernels_per_token",
+                          "graph_kernel_nodes",
+                          "segments",
+                          "seams",
+                          "seam_reasons",
+                          "allocations_per_step",
+                          "planned_arena_bytes",
+                          "lower_bound_bytes",
+                          "naive_sum_bytes",
+                          "kv_cache_bytes",
+                          "token_ids"};
   for (int m = 0; m < 3; m++) {
     const cJSON *o = cJSON_GetObjectItem(modes, names[m]);
     ck_assert_msg(o != NULL, "mode %s missing", names[m]);
@@ -184,8 +214,8 @@ END_TEST
  * --profile adds the time per token by op type, every op of the graph. */
 START_TEST(threads_and_profile) {
   char err[4096], args[256];
-  snprintf(args, sizeof args, "decode --ep cpu --mode graph --tokens 4 --runs 1 --warmup 0 --threads 3 --profile --json %s/p.json",
-           g_tmp);
+  snprintf(args, sizeof args,
+           "decode --ep cpu --mode graph --tokens 4 --runs 1 --warmup 0 --threads 3 --profile --json %s/p.json", g_tmp);
   ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
   cJSON *j = read_json("p.json");
   ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetObjectItem(j, "bandwidth_bound"), "threads")->valuedouble, 3);
@@ -196,8 +226,12 @@ START_TEST(threads_and_profile) {
                 "cpu_simd missing or unknown");
   const cJSON *prof = cJSON_GetObjectItem(j, "profile_us_per_token");
   ck_assert_ptr_nonnull(prof);
-  const char *ops[] = {"Linear", "GroupQueryAttention", "RotaryEmbedding", "SimplifiedLayerNormalization",
-                       "SkipSimplifiedLayerNormalization", "Gather"};
+  const char *ops[] = {"Linear",
+                       "GroupQueryAttention",
+                       "RotaryEmbedding",
+                       "SimplifiedLayerNormalization",
+                       "SkipSimplifiedLayerNormalization",
+                       "Gather"};
   for (size_t i = 0; i < 6; i++) {
     const cJSON *v = cJSON_GetObjectItem(prof, ops[i]);
     ck_assert_msg(v && v->valuedouble >= 0, "profile lacks %s", ops[i]);
@@ -210,7 +244,9 @@ END_TEST
 
 START_TEST(single_modes_and_explain) {
   char err[4096];
-  ck_assert_int_eq(bench(NULL, "decode --ep cpu --mode graph --tokens 4 --runs 1 --warmup 0 --prompt-len 2 --explain", err, sizeof err), 0);
+  ck_assert_int_eq(bench(NULL, "decode --ep cpu --mode graph --tokens 4 --runs 1 --warmup 0 --prompt-len 2 --explain",
+                         err, sizeof err),
+                   0);
   const char *buf = stdout_text();
   /* the decode graph, then each prefill chunk's */
   ck_assert_msg(strstr(buf, "[graph] graph 0 of") && strstr(buf, "segment 0") && strstr(buf, "graph 1 of"), "%.2000s",
@@ -221,7 +257,8 @@ END_TEST
 
 START_TEST(disagreement_between_modes_is_an_error) {
   char err[4096];
-  int rc = bench("ORTEP_BENCH_PERTURB=segmented", "decode --ep cpu --tokens 6 --runs 1 --warmup 0 --prompt-len 2", err, sizeof err);
+  int rc = bench("ORTEP_BENCH_PERTURB=segmented", "decode --ep cpu --tokens 6 --runs 1 --warmup 0 --prompt-len 2", err,
+                 sizeof err);
   ck_assert_int_eq(rc, 1);
   ck_assert_msg(strstr(err, "disagree"), "%s", err);
 }
@@ -231,12 +268,13 @@ END_TEST
  * types; an unwritable --json fails before the run, not after it. */
 START_TEST(unknown_seams_and_unwritable_json_fail_up_front) {
   char err[4096];
-  ck_assert_int_eq(bench(NULL, "decode --ep cpu --mode segmented --seam NoSuchOp --tokens 2 --runs 1 --warmup 0",
-                         err, sizeof err), 2);
+  ck_assert_int_eq(
+      bench(NULL, "decode --ep cpu --mode segmented --seam NoSuchOp --tokens 2 --runs 1 --warmup 0", err, sizeof err),
+      2);
   ck_assert_msg(strstr(err, "forced seam 'NoSuchOp' names no op type or node") && strstr(err, "GroupQueryAttention"),
                 "%s", err);
-  ck_assert_int_eq(bench(NULL, "decode --ep cpu --tokens 4 --runs 1 --json /nonexistent/dir/d.json", err,
-                         sizeof err), 1);
+  ck_assert_int_eq(bench(NULL, "decode --ep cpu --tokens 4 --runs 1 --json /nonexistent/dir/d.json", err, sizeof err),
+                   1);
   ck_assert_msg(strstr(err, "cannot write --json /nonexistent/dir/d.json"), "%s", err);
   ck_assert_msg(!strstr(err, "token"), "the run should not have started: %s", err);
 }
@@ -253,7 +291,8 @@ START_TEST(a_cpu_simd_set_the_cpu_lacks_exits_1) {
   ortep_ep_destroy(ep);
   if (has_avx512) return;
   char err[4096];
-  ck_assert_int_eq(bench("ORTEP_CPU_SIMD=avx512", "decode --ep cpu --tokens 2 --runs 1 --warmup 0", err, sizeof err), 1);
+  ck_assert_int_eq(bench("ORTEP_CPU_SIMD=avx512", "decode --ep cpu --tokens 2 --runs 1 --warmup 0", err, sizeof err),
+                   1);
   ck_assert_msg(strstr(err, "ORTEP_CPU_SIMD=avx512") && strstr(err, "unset ORTEP_CPU_SIMD") && !strstr(err, "--help"),
                 "%s", err);
   ck_assert_int_eq(bench("ORTEP_CPU_SIMD=avx512", "prefill --ep cpu --lengths 4 --runs 1", err, sizeof err), 1);
@@ -281,8 +320,10 @@ START_TEST(layout_is_reported_and_honoured) {
   char err[4096], args[256];
   const char *layouts[] = {"", "--layout row_major"}, *want[] = {"blocked", "row_major"};
   for (int i = 0; i < 2; i++) {
-    snprintf(args, sizeof args, "decode --ep cpu --dtype bf16 --mode graph --tokens 2 --runs 1 --warmup 0 %s --json "
-             "%s/layout.json", layouts[i], g_tmp);
+    snprintf(args, sizeof args,
+             "decode --ep cpu --dtype bf16 --mode graph --tokens 2 --runs 1 --warmup 0 %s --json "
+             "%s/layout.json",
+             layouts[i], g_tmp);
     ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
     cJSON *j = read_json("layout.json");
     ck_assert_str_eq(cJSON_GetObjectItem(j, "weights_layout")->valuestring, want[i]);
@@ -347,13 +388,14 @@ START_TEST(prefill_compares_token_by_token_with_chunks) {
   snprintf(args, sizeof args, "prefill --ep cpu --lengths 5,40 --runs 1 --profile --json %s/prefill.json", g_tmp);
   ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
   cJSON *j = read_json("prefill.json");
-  const char *top[] = {"machine",      "build",        "model",        "ep",      "threads",   "cpu_simd",
+  const char *top[] = {"machine",     "build",        "model",        "ep",      "threads",   "cpu_simd",
                        "chunk_sizes", "chunk_graphs", "sgemm_gflops", "results", "profile_ms"};
   for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) has(j, top[i]);
   const cJSON *rows = cJSON_GetObjectItem(j, "results");
   ck_assert_int_eq(cJSON_GetArraySize(rows), 2);
-  const char *fields[] = {"prompt_tokens", "by_token_ms", "chunked_ms", "by_token_tokens_per_s", "chunked_tokens_per_s",
-                          "speedup", "chunked_gflops", "fraction_of_sgemm", "same_next_token", "max_rel_logit_diff"};
+  const char *fields[] = {"prompt_tokens",        "by_token_ms",       "chunked_ms",     "by_token_tokens_per_s",
+                          "chunked_tokens_per_s", "speedup",           "chunked_gflops", "fraction_of_sgemm",
+                          "same_next_token",      "max_rel_logit_diff"};
   for (int r = 0; r < 2; r++) {
     const cJSON *row = cJSON_GetArrayItem(rows, r);
     for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) has(row, fields[f]);

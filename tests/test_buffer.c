@@ -104,8 +104,7 @@ START_TEST(null_and_bad_alignment_are_refused) {
   unsigned char x[64] = {0};
   ck_assert_status(ortep_buffer_wrap_owned(x, ortep_device_cpu(), 8, 3, &b), ORTEP_E_INVALID_ARGUMENT);
   ck_assert_error_mentions("power of two");
-  ck_assert_status(ortep_buffer_wrap_borrowed(x + 1, ortep_device_cpu(), 8, 64, &b),
-                   ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_status(ortep_buffer_wrap_borrowed(x + 1, ortep_device_cpu(), 8, 64, &b), ORTEP_E_INVALID_ARGUMENT);
   ck_assert_error_mentions("not aligned");
   ck_assert_status(ortep_buffer_wrap_owned(x, ortep_device_cpu(), 8, 1, NULL), ORTEP_E_INVALID_ARGUMENT);
 }

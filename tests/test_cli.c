@@ -17,8 +17,8 @@ static char g_out[1 << 16], g_err[1 << 16];
  * stdout and stderr into g_out and g_err. */
 static int ortep(const char *args, const char *in) {
   char cmd[4096], path[128];
-  snprintf(cmd, sizeof cmd, "%s%s%s env XDG_CACHE_HOME=%s/cache %s %s >%s/out.txt 2>%s/err.txt", in ? "printf '%s' '" : "",
-           in ? in : "", in ? "' |" : "", g_tmp, ORTEP_CLI_PATH, args, g_tmp, g_tmp);
+  snprintf(cmd, sizeof cmd, "%s%s%s env XDG_CACHE_HOME=%s/cache %s %s >%s/out.txt 2>%s/err.txt",
+           in ? "printf '%s' '" : "", in ? in : "", in ? "' |" : "", g_tmp, ORTEP_CLI_PATH, args, g_tmp, g_tmp);
   int st = system(cmd);
   ck_assert_msg(WIFEXITED(st), "ortep did not exit normally: %s", cmd);
   char *bufs[2] = {g_out, g_err};
@@ -122,13 +122,15 @@ START_TEST(usage_errors_exit_2_and_name_the_argument) {
 END_TEST
 
 START_TEST(generate_streams_text_and_sampling_is_reproducible) {
-  ck_assert_msg(ortep("generate --ep cpu --preset tiny --prompt 'Hello, world' --max-tokens 12", NULL) == 0, "%s", g_err);
+  ck_assert_msg(ortep("generate --ep cpu --preset tiny --prompt 'Hello, world' --max-tokens 12", NULL) == 0, "%s",
+                g_err);
   ck_assert_msg(strstr(g_err, "12 generated (--max-tokens reached)") && strstr(g_err, "tokens/s") &&
                     strstr(g_err, "time to first token"),
                 "%s", g_err);
   ck_assert_uint_gt(strlen(g_out), 1);
-  const char *sample = "generate --ep cpu --preset tiny --prompt 'Hello' --max-tokens 16 --temperature 0.9 --top-p 0.9 "
-                       "--repetition-penalty 1.1 --seed 42";
+  const char *sample =
+      "generate --ep cpu --preset tiny --prompt 'Hello' --max-tokens 16 --temperature 0.9 --top-p 0.9 "
+      "--repetition-penalty 1.1 --seed 42";
   ck_assert_msg(ortep(sample, NULL) == 0, "%s", g_err);
   static char first[sizeof g_out];
   memcpy(first, g_out, sizeof first);
@@ -171,7 +173,6 @@ START_TEST(a_model_without_a_tokenizer_takes_ids) {
 }
 END_TEST
 
-
 /* Hostile and careless input, round 3 (the probe's classes 1-5 and 11). */
 
 /* 1: a valid temperature or penalty gives a valid distribution; 1e-40 once
@@ -209,7 +210,8 @@ START_TEST(integer_options_are_parsed_as_integers) {
   struct {
     const char *opt, *needle;
   } bad[] = {
-      {"--seed 18446744073709551616", "--seed '18446744073709551616' is not a whole number in [0, 18446744073709551615]"},
+      {"--seed 18446744073709551616",
+       "--seed '18446744073709551616' is not a whole number in [0, 18446744073709551615]"},
       {"--seed 1.5", "--seed '1.5' is not a whole number"},
       {"--seed -1", "--seed '-1' is not a whole number"},
       {"--seed ' 7'", "--seed ' 7' is not a whole number"},
@@ -232,8 +234,8 @@ END_TEST
  * ignored: generation stops at the first failed write). */
 START_TEST(lost_output_fails_the_command) {
   const char *cmds[] = {"generate --ep cpu --preset tiny --prompt-ids 1,2,3 --max-tokens 8",
-                        "generate --ep cpu --preset tiny --prompt Hello --max-tokens 8", "tokenize --preset tiny --text hi",
-                        "detokenize --preset tiny 72 105", "generate --help"};
+                        "generate --ep cpu --preset tiny --prompt Hello --max-tokens 8",
+                        "tokenize --preset tiny --text hi", "detokenize --preset tiny 72 105", "generate --help"};
   const char *redirs[] = {">/dev/full", ">&-"};
   for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
     for (int r = 0; r < 2; r++) {
@@ -242,7 +244,8 @@ START_TEST(lost_output_fails_the_command) {
       ck_assert_msg(!strstr(g_err, "generated ("), "'%s %s' reported success: %s", cmds[i], redirs[r], g_err);
     }
   ck_assert_int_eq(ortep_into_a_closed_pipe("generate --ep cpu --preset tiny --prompt-ids 1,2 --max-tokens 400 "
-                                            "--ignore-eos"), 1);
+                                            "--ignore-eos"),
+                   1);
   ck_assert_msg(strstr(g_err, "Broken pipe") && strstr(g_err, "stopped at the failed write, after 1 token\n"), "%s",
                 g_err);
   ck_assert_int_eq(ortep_into_a_closed_pipe("tokenize --preset tiny --text hello"), 1);
@@ -267,11 +270,11 @@ END_TEST
  * 512 positions exactly; more generates until the context is full and says
  * so; a prompt longer than the context is refused naming both. */
 START_TEST(the_context_is_sized_from_the_request) {
-  ck_assert_msg(ortep("generate --ep cpu --preset tiny --prompt-ids 1,2 --max-tokens 510 --ignore-eos", NULL) == 0, "%s",
-                g_err);
+  ck_assert_msg(ortep("generate --ep cpu --preset tiny --prompt-ids 1,2 --max-tokens 510 --ignore-eos", NULL) == 0,
+                "%s", g_err);
   ck_assert_msg(strstr(g_err, "510 generated (--max-tokens reached)"), "%s", g_err);
-  ck_assert_msg(ortep("generate --ep cpu --preset tiny --prompt-ids 1,2 --max-tokens 600 --ignore-eos", NULL) == 0, "%s",
-                g_err);
+  ck_assert_msg(ortep("generate --ep cpu --preset tiny --prompt-ids 1,2 --max-tokens 600 --ignore-eos", NULL) == 0,
+                "%s", g_err);
   ck_assert_msg(strstr(g_err, "511 generated (the model's context is full)"), "%s", g_err);
   static char args[8192];
   int w = snprintf(args, sizeof args, "generate --ep cpu --preset tiny --prompt-ids ");
@@ -322,7 +325,9 @@ START_TEST(messages_speak_to_the_programs_user) {
   ck_assert_msg(ortep("generate --ep cpu --preset tiny --prompt-ids 1 --max-tokens 2", NULL) == 0, "%s", g_err);
   ck_assert_msg(strstr(g_err, "[1 prompt token, 2 generated"), "%s", g_err);
   ck_assert_msg(ortep("generate --ep cpu --preset tiny --prompt-ids 1,2 --max-tokens 3 --threads 1 --weights read "
-                      "--layout row_major", NULL) == 0, "%s", g_err);
+                      "--layout row_major",
+                      NULL) == 0,
+                "%s", g_err);
   /* options after the ids are options */
   ck_assert_msg(ortep("detokenize --preset tiny 72 105 511 --skip-special", NULL) == 0, "%s", g_err);
   ck_assert_str_eq(g_out, "Hi\n");

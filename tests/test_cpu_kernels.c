@@ -128,8 +128,9 @@ START_TEST(gather_rows_and_out_of_range_indices) {
   int64_t idx64[4] = {3, 0, 9, 3};
   int32_t idx32[4] = {-1, 2, 10, 9};
   float out[4 * H];
-  ck_assert_ok(run_node("Gather", "", NULL, 0, (tin[]){{wdt[_i], SHAPE(V, H), t}, {ORTEP_DTYPE_I64, SHAPE(1, 4), idx64}},
-                        2, (void *[]){out}, 1));
+  ck_assert_ok(run_node("Gather", "", NULL, 0,
+                        (tin[]){{wdt[_i], SHAPE(V, H), t}, {ORTEP_DTYPE_I64, SHAPE(1, 4), idx64}}, 2, (void *[]){out},
+                        1));
   for (int n = 0; n < 4; n++)
     for (int j = 0; j < H; j++) ck_assert_float_eq(out[n * H + j], actual[idx64[n] * H + j]);
   ck_assert_uint_eq(error_bits(), 0);
@@ -206,11 +207,10 @@ START_TEST(matmul_and_gemm_match_the_reference) {
     expect_close(out, ab, m * N, "MatMul");
     /* Gemm with transB=1, a bias, alpha and beta */
     tattr at[] = {{"transB", 0, 1, 0}, {"alpha", 1, 0, 0.5f}, {"beta", 1, 0, 2.0f}};
-    ck_assert_ok(run_node("Gemm", "", at, 3,
-                          (tin[]){{ORTEP_DTYPE_F32, SHAPE((int64_t)m, K), a},
-                                  {wdt[_i], SHAPE(N, K), bw},
-                                  {ORTEP_DTYPE_F32, SHAPE(N), c}},
-                          3, (void *[]){out}, 1));
+    ck_assert_ok(run_node(
+        "Gemm", "", at, 3,
+        (tin[]){{ORTEP_DTYPE_F32, SHAPE((int64_t)m, K), a}, {wdt[_i], SHAPE(N, K), bw}, {ORTEP_DTYPE_F32, SHAPE(N), c}},
+        3, (void *[]){out}, 1));
     for (size_t i = 0; i < m * N; i++) want[i] = 0.5 * abt[i] + 2.0 * c[i % N];
     expect_close(out, want, m * N, "Gemm transB");
     /* FusedMatMul with transB=1 on a rank-3 A */
@@ -236,18 +236,21 @@ START_TEST(elementwise_ops_and_broadcasting) {
   fill(&r, a, R * C, 3.0f);
   fill(&r, b, R * C, 3.0f);
   fill(&r, bias, C, 1.0f);
-  ck_assert_ok(run_node("Add", "", NULL, 0, (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}, {ORTEP_DTYPE_F32, SHAPE(R, C), b}},
-                        2, (void *[]){out}, 1));
+  ck_assert_ok(run_node("Add", "", NULL, 0,
+                        (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}, {ORTEP_DTYPE_F32, SHAPE(R, C), b}}, 2,
+                        (void *[]){out}, 1));
   for (int i = 0; i < R * C; i++) want[i] = (double)a[i] + b[i];
   expect_close(out, want, R * C, "Add");
   float bias_act[C];
   void *bias16 = as_dtype(bias, C, ORTEP_DTYPE_F16, bias_act);
-  ck_assert_ok(run_node("Add", "", NULL, 0, (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}, {ORTEP_DTYPE_F16, SHAPE(C), bias16}},
-                        2, (void *[]){out}, 1));
+  ck_assert_ok(run_node("Add", "", NULL, 0,
+                        (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}, {ORTEP_DTYPE_F16, SHAPE(C), bias16}}, 2,
+                        (void *[]){out}, 1));
   for (int i = 0; i < R * C; i++) want[i] = (double)a[i] + bias_act[i % C];
   expect_close(out, want, R * C, "Add bias f16");
-  ck_assert_ok(run_node("Mul", "", NULL, 0, (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}, {ORTEP_DTYPE_F32, SHAPE(1), one}},
-                        2, (void *[]){out}, 1));
+  ck_assert_ok(run_node("Mul", "", NULL, 0,
+                        (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}, {ORTEP_DTYPE_F32, SHAPE(1), one}}, 2,
+                        (void *[]){out}, 1));
   for (int i = 0; i < R * C; i++) want[i] = (double)a[i] * 2.5;
   expect_close(out, want, R * C, "Mul scalar");
   ck_assert_ok(run_node("Sigmoid", "", NULL, 0, (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}}, 1, (void *[]){out}, 1));
@@ -260,10 +263,10 @@ START_TEST(elementwise_ops_and_broadcasting) {
   expect_close(out, want, R * C, "SiLUMul");
   /* a shape that does not broadcast is refused with what is accepted */
   float bad[3] = {0};
-  ck_assert_int_eq(run_node("Add", "", NULL, 0,
-                            (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}, {ORTEP_DTYPE_F32, SHAPE(3), bad}}, 2,
-                            (void *[]){out}, 1),
-                   ORTEP_E_NOT_SUPPORTED);
+  ck_assert_int_eq(
+      run_node("Add", "", NULL, 0, (tin[]){{ORTEP_DTYPE_F32, SHAPE(R, C), a}, {ORTEP_DTYPE_F32, SHAPE(3), bad}}, 2,
+               (void *[]){out}, 1),
+      ORTEP_E_NOT_SUPPORTED);
   ck_assert_msg(strstr(g_match.reason, "trailing dimensions"), "%s", g_match.reason);
   free(bias16);
 }
@@ -386,7 +389,8 @@ START_TEST(split_across_workers_bitwise_equal_to_one_thread) {
   float *rx = malloc(R * RH * sizeof *rx), *rs = malloc(RH * sizeof *rs), *rn[2], *rr[2];
   float *cosc = malloc(512 * HD / 2 * sizeof *cosc), *sinc = malloc(512 * HD / 2 * sizeof *sinc);
   int64_t rpos[R];
-  fill(&r, rx, R * RH, 1.0f), fill(&r, rs, RH, 1.0f), fill(&r, cosc, 512 * HD / 2, 1.0f), fill(&r, sinc, 512 * HD / 2, 1.0f);
+  fill(&r, rx, R * RH, 1.0f), fill(&r, rs, RH, 1.0f), fill(&r, cosc, 512 * HD / 2, 1.0f),
+      fill(&r, sinc, 512 * HD / 2, 1.0f);
   for (int i = 0; i < R; i++) rpos[i] = 3 * i;
   for (int t = 0; t < 2; t++) rn[t] = malloc(R * RH * sizeof(float)), rr[t] = malloc(R * RH * sizeof(float));
   ortep_ep *saved = g_cpu;
@@ -394,9 +398,9 @@ START_TEST(split_across_workers_bitwise_equal_to_one_thread) {
   for (int t = 0; t < 2; t++) {
     g_cpu = cpu_with_threads(threads[t]);
     tattr at[] = {{"num_heads", 0, NH, 0}, {"kv_num_heads", 0, KV, 0}};
-    tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q},  {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
-                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v},  {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc},
-                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc},   {ORTEP_DTYPE_I32, SHAPE(1), &pos}};
+    tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q}, {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
+                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v}, {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc},
+                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc},  {ORTEP_DTYPE_I32, SHAPE(1), &pos}};
     ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){att[t]}, 1));
     tin lins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, K), x}, {ORTEP_DTYPE_F32, SHAPE(N, K), w}};
     ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, lins, 2, (void *[]){lin[t]}, 1));
@@ -404,8 +408,10 @@ START_TEST(split_across_workers_bitwise_equal_to_one_thread) {
     tin nins[] = {{ORTEP_DTYPE_F32, SHAPE(1, R, RH), rx}, {ORTEP_DTYPE_F32, SHAPE(RH), rs}};
     ck_assert_ok(run_node("SimplifiedLayerNormalization", "", eps, 1, nins, 2, (void *[]){rn[t]}, 1));
     tattr rat[] = {{"num_heads", 0, RH / HD, 0}};
-    tin rins[] = {{ORTEP_DTYPE_F32, SHAPE(1, R, RH), rx}, {ORTEP_DTYPE_I64, SHAPE(1, R), rpos},
-                  {ORTEP_DTYPE_F32, SHAPE(512, HD / 2), cosc}, {ORTEP_DTYPE_F32, SHAPE(512, HD / 2), sinc}};
+    tin rins[] = {{ORTEP_DTYPE_F32, SHAPE(1, R, RH), rx},
+                  {ORTEP_DTYPE_I64, SHAPE(1, R), rpos},
+                  {ORTEP_DTYPE_F32, SHAPE(512, HD / 2), cosc},
+                  {ORTEP_DTYPE_F32, SHAPE(512, HD / 2), sinc}};
     ck_assert_ok(run_node("RotaryEmbedding", ORTEP_DOMAIN_MS, rat, 1, rins, 4, (void *[]){rr[t]}, 1));
     ck_assert_uint_eq(error_bits(), 0);
     ortep_ep_destroy(g_cpu);
@@ -431,12 +437,13 @@ START_TEST(group_query_attention_decode_steps_and_bad_slots) {
     float q[NH * HD], k[KV * HD], v[KV * HD], out[NH * HD];
     double want[NH * HD];
     fill(&r, q, NH * HD, 1.0f), fill(&r, k, KV * HD, 1.0f), fill(&r, v, KV * HD, 1.0f);
-    tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q},  {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
-                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v},  {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc},
-                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc},   {ORTEP_DTYPE_I32, SHAPE(1), &p}};
+    tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q}, {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
+                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v}, {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc},
+                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc},  {ORTEP_DTYPE_I32, SHAPE(1), &p}};
     ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){out}, 1));
     for (int g = 0; g < KV; g++)
-      for (int i = 0; i < HD; i++) kref[(g * CAP + p) * HD + i] = k[g * HD + i], vref[(g * CAP + p) * HD + i] = v[g * HD + i];
+      for (int i = 0; i < HD; i++)
+        kref[(g * CAP + p) * HD + i] = k[g * HD + i], vref[(g * CAP + p) * HD + i] = v[g * HD + i];
     for (int h = 0; h < NH; h++) {
       int g = h / (NH / KV);
       double sc[CAP], mx = -1e300, den = 0;
@@ -462,9 +469,9 @@ START_TEST(group_query_attention_decode_steps_and_bad_slots) {
   float q[NH * HD], k[KV * HD], v[KV * HD], out[NH * HD];
   fill(&r, q, NH * HD, 1.0f), fill(&r, k, KV * HD, 1.0f), fill(&r, v, KV * HD, 1.0f);
   int32_t bad = CAP;
-  tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q},  {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
-               {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v},  {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc},
-               {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc},   {ORTEP_DTYPE_I32, SHAPE(1), &bad}};
+  tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q}, {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
+               {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v}, {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc},
+               {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc},  {ORTEP_DTYPE_I32, SHAPE(1), &bad}};
   memset(out, 0x7f, sizeof out);
   ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){out}, 1));
   ck_assert_uint_eq(error_bits(), ORTEP_ERROR_KV_SLOT);
@@ -493,8 +500,8 @@ START_TEST(softmax_and_argmax) {
     for (int i = 0; i < 4; i++) want[rr * 4 + i] = exp(y[rr * 4 + i] - mx) / s;
   }
   expect_close(out, want, 8, "Softmax");
-  ck_assert_int_eq(run_node("Softmax", "", (tattr[]){{"axis", 0, 0, 0}}, 1, (tin[]){{ORTEP_DTYPE_F32, SHAPE(2, 4), y}}, 1,
-                            (void *[]){out}, 1),
+  ck_assert_int_eq(run_node("Softmax", "", (tattr[]){{"axis", 0, 0, 0}}, 1, (tin[]){{ORTEP_DTYPE_F32, SHAPE(2, 4), y}},
+                            1, (void *[]){out}, 1),
                    ORTEP_E_NOT_SUPPORTED);
   ck_assert_msg(strstr(g_match.reason, "only the last axis"), "%s", g_match.reason);
 }
@@ -513,35 +520,109 @@ START_TEST(refusals_say_what_is_accepted) {
     const char *needle;
   } cases[] = {
       {"Relu", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(4), f}}, 1, "cpu_ep supports Gather, MatMul"},
-      {"Gather", "", {"axis", 0, 1, 0}, 1, {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_I32, SHAPE(1), i32}}, 2, "got axis 1 of a rank-2 input"},
-      {"Gather", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_F32, SHAPE(1), f}}, 2, "indices must be i32 or i64"},
-      {"MatMul", "", {0}, 0, {{ORTEP_DTYPE_I32, SHAPE(1, 2), i32}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}}, 2, "insert a Cast to f32"},
-      {"MatMul", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(1, 3), f}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}}, 2, "differs from B's first"},
+      {"Gather",
+       "",
+       {"axis", 0, 1, 0},
+       1,
+       {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_I32, SHAPE(1), i32}},
+       2,
+       "got axis 1 of a rank-2 input"},
+      {"Gather",
+       "",
+       {0},
+       0,
+       {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_F32, SHAPE(1), f}},
+       2,
+       "indices must be i32 or i64"},
+      {"MatMul",
+       "",
+       {0},
+       0,
+       {{ORTEP_DTYPE_I32, SHAPE(1, 2), i32}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}},
+       2,
+       "insert a Cast to f32"},
+      {"MatMul",
+       "",
+       {0},
+       0,
+       {{ORTEP_DTYPE_F32, SHAPE(1, 3), f}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}},
+       2,
+       "differs from B's first"},
       {"MatMul", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(-1, 2), f}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}}, 2, "not static"},
-      {"Gemm", "", {"transA", 0, 1, 0}, 1, {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}}, 2, "transA=1"},
-      {"RotaryEmbedding", ORTEP_DOMAIN_MS, {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(1, 1, 8), f}, {ORTEP_DTYPE_I64, SHAPE(1, 1), f},
-        {ORTEP_DTYPE_F32, SHAPE(4, 4), f}, {ORTEP_DTYPE_F32, SHAPE(4, 4), f}}, 4, "num_heads attribute"},
-      {"GroupQueryAttention", ORTEP_DOMAIN_MS, {"num_heads", 0, 2, 0}, 1, {{ORTEP_DTYPE_F32, SHAPE(1, 1, 8), f},
-        {ORTEP_DTYPE_F32, SHAPE(1, 1, 8), f}, {ORTEP_DTYPE_F32, SHAPE(1, 1, 8), f}, {ORTEP_DTYPE_F32, SHAPE(2, 4, 4), f},
-        {ORTEP_DTYPE_F32, SHAPE(2, 4, 4), f}, {ORTEP_DTYPE_I32, SHAPE(1), i32}}, 6, "kv_num_heads"},
-      {"SimplifiedLayerNormalization", "", {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(2, 4), f}, {ORTEP_DTYPE_F32, SHAPE(3), f}}, 2,
+      {"Gemm",
+       "",
+       {"transA", 0, 1, 0},
+       1,
+       {{ORTEP_DTYPE_F32, SHAPE(2, 2), f}, {ORTEP_DTYPE_F32, SHAPE(2, 2), f}},
+       2,
+       "transA=1"},
+      {"RotaryEmbedding",
+       ORTEP_DOMAIN_MS,
+       {0},
+       0,
+       {{ORTEP_DTYPE_F32, SHAPE(1, 1, 8), f},
+        {ORTEP_DTYPE_I64, SHAPE(1, 1), f},
+        {ORTEP_DTYPE_F32, SHAPE(4, 4), f},
+        {ORTEP_DTYPE_F32, SHAPE(4, 4), f}},
+       4,
+       "num_heads attribute"},
+      {"GroupQueryAttention",
+       ORTEP_DOMAIN_MS,
+       {"num_heads", 0, 2, 0},
+       1,
+       {{ORTEP_DTYPE_F32, SHAPE(1, 1, 8), f},
+        {ORTEP_DTYPE_F32, SHAPE(1, 1, 8), f},
+        {ORTEP_DTYPE_F32, SHAPE(1, 1, 8), f},
+        {ORTEP_DTYPE_F32, SHAPE(2, 4, 4), f},
+        {ORTEP_DTYPE_F32, SHAPE(2, 4, 4), f},
+        {ORTEP_DTYPE_I32, SHAPE(1), i32}},
+       6,
+       "kv_num_heads"},
+      {"SimplifiedLayerNormalization",
+       "",
+       {0},
+       0,
+       {{ORTEP_DTYPE_F32, SHAPE(2, 4), f}, {ORTEP_DTYPE_F32, SHAPE(3), f}},
+       2,
        "with 4 elements"},
       {"ArgMax", "", {"select_last_index", 0, 1, 0}, 1, {{ORTEP_DTYPE_F32, SHAPE(4), f}}, 1, "first maximum wins"},
       /* blocked weights: 16-bit [N/4, K/16, 4, 16] only, all of a node's in one layout */
-      {"Linear", ORTEP_DOMAIN_ORTEP, {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(1, 16), f}, {ORTEP_DTYPE_F32, SHAPE(1, 1, 4, 16), f}},
-       2, "a blocked weight 0 must be bf16/f16 [N/4, 1, 4, 16] (K = 16); got f32"},
-      {"Linear", ORTEP_DOMAIN_ORTEP, {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(1, 16), f}, {ORTEP_DTYPE_BF16, SHAPE(1, 1, 8, 16), f}},
-       2, "got bf16 of shape [1, 1, 8, 16]"},
-      {"Linear", ORTEP_DOMAIN_ORTEP, {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(1, 32), f}, {ORTEP_DTYPE_F16, SHAPE(1, 1, 4, 16), f}},
-       2, "[N/4, 2, 4, 16] (K = 32)"},
-      {"Linear", ORTEP_DOMAIN_ORTEP, {0}, 0, {{ORTEP_DTYPE_F32, SHAPE(1, 16), f}, {ORTEP_DTYPE_BF16, SHAPE(1, 1, 4, 16), f},
-       {ORTEP_DTYPE_F32, SHAPE(0), NULL}, {ORTEP_DTYPE_BF16, SHAPE(4, 16), f}}, 4,
+      {"Linear",
+       ORTEP_DOMAIN_ORTEP,
+       {0},
+       0,
+       {{ORTEP_DTYPE_F32, SHAPE(1, 16), f}, {ORTEP_DTYPE_F32, SHAPE(1, 1, 4, 16), f}},
+       2,
+       "a blocked weight 0 must be bf16/f16 [N/4, 1, 4, 16] (K = 16); got f32"},
+      {"Linear",
+       ORTEP_DOMAIN_ORTEP,
+       {0},
+       0,
+       {{ORTEP_DTYPE_F32, SHAPE(1, 16), f}, {ORTEP_DTYPE_BF16, SHAPE(1, 1, 8, 16), f}},
+       2,
+       "got bf16 of shape [1, 1, 8, 16]"},
+      {"Linear",
+       ORTEP_DOMAIN_ORTEP,
+       {0},
+       0,
+       {{ORTEP_DTYPE_F32, SHAPE(1, 32), f}, {ORTEP_DTYPE_F16, SHAPE(1, 1, 4, 16), f}},
+       2,
+       "[N/4, 2, 4, 16] (K = 32)"},
+      {"Linear",
+       ORTEP_DOMAIN_ORTEP,
+       {0},
+       0,
+       {{ORTEP_DTYPE_F32, SHAPE(1, 16), f},
+        {ORTEP_DTYPE_BF16, SHAPE(1, 1, 4, 16), f},
+        {ORTEP_DTYPE_F32, SHAPE(0), NULL},
+        {ORTEP_DTYPE_BF16, SHAPE(4, 16), f}},
+       4,
        "weight 1 is [N, K] but weight 0 is blocked; a node's weights must share one layout"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     float out[64];
-    ortep_status st = run_node(cases[c].op, cases[c].domain, &cases[c].attr, cases[c].nattr, cases[c].ins,
-                               cases[c].nin, (void *[]){out}, 1);
+    ortep_status st = run_node(cases[c].op, cases[c].domain, &cases[c].attr, cases[c].nattr, cases[c].ins, cases[c].nin,
+                               (void *[]){out}, 1);
     ck_assert_msg(st == ORTEP_E_NOT_SUPPORTED, "case %zu (%s) was accepted", c, cases[c].op);
     ck_assert_msg(strstr(g_match.reason, "cpu_ep cannot run") && strstr(g_match.reason, cases[c].needle),
                   "case %zu: reason '%s' lacks '%s'", c, g_match.reason, cases[c].needle);
@@ -570,19 +651,32 @@ START_TEST(linear_over_many_rows_matches_row_by_row) {
     for (size_t i = 0; i < reps; i++) {
       const float *xr = x + i * K;
       /* two groups with biases */
-      tin g2[] = {{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), xr}, {dt, SHAPE(N0, K), w0}, {dt, SHAPE(N0), b0},
-                  {dt, SHAPE(N1, K), w2}, {dt, SHAPE(N1), b1}};
+      tin g2[] = {{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), xr},
+                  {dt, SHAPE(N0, K), w0},
+                  {dt, SHAPE(N0), b0},
+                  {dt, SHAPE(N1, K), w2},
+                  {dt, SHAPE(N1), b1}};
       float *o0 = (rows ? many : one)[0][0] + i * N0, *o1 = (rows ? many : one)[0][1] + i * N1;
       ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, g2, 5, (void *[]){o0, o1}, 2));
       /* gate_up */
-      tin gi[] = {{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), xr}, {dt, SHAPE(N0, K), w0}, {dt, SHAPE(N0), b0},
-                  {dt, SHAPE(N0, K), w1}, {dt, SHAPE(N0), b0}};
-      ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, gu, 1, gi, 5, (void *[]){(rows ? many : one)[1][0] + i * N0}, 1));
+      tin gi[] = {{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), xr},
+                  {dt, SHAPE(N0, K), w0},
+                  {dt, SHAPE(N0), b0},
+                  {dt, SHAPE(N0, K), w1},
+                  {dt, SHAPE(N0), b0}};
+      ck_assert_ok(
+          run_node("Linear", ORTEP_DOMAIN_ORTEP, gu, 1, gi, 5, (void *[]){(rows ? many : one)[1][0] + i * N0}, 1));
       /* one group with the residual */
-      tin gr[] = {{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), xr}, {dt, SHAPE(N0, K), w0}, {dt, SHAPE(0), NULL},
-                  {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL},
+      tin gr[] = {{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), xr},
+                  {dt, SHAPE(N0, K), w0},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
                   {ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, N0), res + i * N0}};
-      ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, gr, 8, (void *[]){(rows ? many : one)[2][0] + i * N0}, 1));
+      ck_assert_ok(
+          run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, gr, 8, (void *[]){(rows ? many : one)[2][0] + i * N0}, 1));
     }
   }
   ck_assert_uint_eq(error_bits(), 0);
@@ -608,22 +702,28 @@ START_TEST(linear_over_many_rows_matches_row_by_row) {
     tin lins[] = {{ORTEP_DTYPE_F32, SHAPE(1, MB, KB), xb}, {dt, SHAPE(NB, KB), wb}};
     ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, lins, 2, (void *[]){yb[t]}, 1));
     /* with the residual added: the rows of later row blocks take their own residual rows */
-    tin rins[] = {{ORTEP_DTYPE_F32, SHAPE(1, MB, KB), xb}, {dt, SHAPE(NB, KB), wb}, {dt, SHAPE(0), NULL},
-                  {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL},
+    tin rins[] = {{ORTEP_DTYPE_F32, SHAPE(1, MB, KB), xb},
+                  {dt, SHAPE(NB, KB), wb},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
                   {ORTEP_DTYPE_F32, SHAPE(1, MB, NB), yb[0]}};
     if (t == 1) ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, rins, 8, (void *[]){yres}, 1));
     ortep_ep_destroy(g_cpu);
   }
   g_cpu = saved;
-  ck_assert_msg(memcmp(yb[0], yb[1], MB * NB * sizeof(float)) == 0, "Linear over %d rows differs between 1 and 3 threads", MB);
+  ck_assert_msg(memcmp(yb[0], yb[1], MB * NB * sizeof(float)) == 0,
+                "Linear over %d rows differs between 1 and 3 threads", MB);
   for (int i = 0; i < MB; i += 7)
     for (int j = 0; j < NB; j += 5) {
       double want = 0;
       for (int t = 0; t < KB; t++) want += (double)xb[i * KB + t] * act[j * KB + t];
       ck_assert_msg(fabs(yb[0][i * NB + j] - want) <= TOL(want), "Linear over %d rows [%d, %d]: %.7g, want %.7g", MB, i,
                     j, yb[0][i * NB + j], want);
-      ck_assert_msg(fabs(yres[i * NB + j] - 2 * want) <= 2 * TOL(want), "Linear + residual [%d, %d]: %.7g, want %.7g", i,
-                    j, yres[i * NB + j], 2 * want);
+      ck_assert_msg(fabs(yres[i * NB + j] - 2 * want) <= 2 * TOL(want), "Linear + residual [%d, %d]: %.7g, want %.7g",
+                    i, j, yres[i * NB + j], 2 * want);
     }
   free(yres);
   free(xb), free(wf), free(act), free(wb), free(yb[0]), free(yb[1]);
@@ -664,23 +764,36 @@ START_TEST(linear_over_blocked_weights_matches_row_major) {
     memset(out, 0, sizeof out);
     for (int lay = 0; lay < 2; lay++) {
       void *const *ws = lay ? wb : w;
-      ortep_shape s0 = lay ? SHAPE(N0 / 4, K / 16, 4, 16) : SHAPE(N0, K), s2 = lay ? SHAPE(N1 / 4, K / 16, 4, 16)
-                                                                                    : SHAPE(N1, K);
-      tin g2[] = {{ORTEP_DTYPE_F32, SHAPE(1, m, K), x}, {dt, s0, ws[0]}, {dt, SHAPE(N0), b0}, {dt, s2, ws[2]},
+      ortep_shape s0 = lay ? SHAPE(N0 / 4, K / 16, 4, 16) : SHAPE(N0, K),
+                  s2 = lay ? SHAPE(N1 / 4, K / 16, 4, 16) : SHAPE(N1, K);
+      tin g2[] = {{ORTEP_DTYPE_F32, SHAPE(1, m, K), x},
+                  {dt, s0, ws[0]},
+                  {dt, SHAPE(N0), b0},
+                  {dt, s2, ws[2]},
                   {dt, SHAPE(N1), b1}};
       void *o2[] = {out[lay][0][0], out[lay][0][1]};
       ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, g2, 5, o2, 2));
-      tin gi[] = {{ORTEP_DTYPE_F32, SHAPE(1, m, K), x}, {dt, s0, ws[0]}, {dt, SHAPE(N0), b0}, {dt, s0, ws[1]},
+      tin gi[] = {{ORTEP_DTYPE_F32, SHAPE(1, m, K), x},
+                  {dt, s0, ws[0]},
+                  {dt, SHAPE(N0), b0},
+                  {dt, s0, ws[1]},
                   {dt, SHAPE(N0), b0}};
       ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, gu, 1, gi, 5, (void *[]){out[lay][1][0]}, 1));
-      tin gr[] = {{ORTEP_DTYPE_F32, SHAPE(1, m, K), x}, {dt, s0, ws[0]}, {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL},
-                  {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL}, {dt, SHAPE(0), NULL},
+      tin gr[] = {{ORTEP_DTYPE_F32, SHAPE(1, m, K), x},
+                  {dt, s0, ws[0]},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
                   {ORTEP_DTYPE_F32, SHAPE(1, m, N0), res}};
       ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, gr, 8, (void *[]){out[lay][2][0]}, 1));
     }
     if (rows || portable) {
-      ck_assert_msg(memcmp(out[0], out[1], sizeof out[0]) == 0, "blocked weights over %lld rows (%s) differ from "
-                    "row-major ones", (long long)m, ortep_cpu_ep_simd(g_cpu));
+      ck_assert_msg(memcmp(out[0], out[1], sizeof out[0]) == 0,
+                    "blocked weights over %lld rows (%s) differ from "
+                    "row-major ones",
+                    (long long)m, ortep_cpu_ep_simd(g_cpu));
       continue;
     }
     for (size_t j = 0; j < N0; j++) {
@@ -740,14 +853,17 @@ START_TEST(group_query_attention_over_a_chunk_matches_token_steps) {
   tattr at[] = {{"num_heads", 0, NH, 0}, {"kv_num_heads", 0, KV, 0}};
   int32_t pos[T];
   for (int t = 0; t < T; t++) pos[t] = P0 + t;
-  tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, T, NH * HD), q},  {ORTEP_DTYPE_F32, SHAPE(1, T, KV * HD), k},
-               {ORTEP_DTYPE_F32, SHAPE(1, T, KV * HD), v},  {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc[0]},
+  tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, T, NH * HD), q},   {ORTEP_DTYPE_F32, SHAPE(1, T, KV * HD), k},
+               {ORTEP_DTYPE_F32, SHAPE(1, T, KV * HD), v},   {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc[0]},
                {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc[0]}, {ORTEP_DTYPE_I32, SHAPE(1, T), pos}};
   ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){chunk}, 1));
   for (int t = 0; t < T; t++) {
-    tin one[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q + t * NH * HD}, {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k + t * KV * HD},
-                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v + t * KV * HD}, {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc[1]},
-                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc[1]},            {ORTEP_DTYPE_I32, SHAPE(1), &pos[t]}};
+    tin one[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q + t * NH * HD},
+                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k + t * KV * HD},
+                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v + t * KV * HD},
+                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc[1]},
+                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc[1]},
+                 {ORTEP_DTYPE_I32, SHAPE(1), &pos[t]}};
     ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, one, 6, (void *[]){steps + t * NH * HD}, 1));
   }
   ck_assert_uint_eq(error_bits(), 0);
@@ -766,7 +882,8 @@ START_TEST(group_query_attention_over_a_chunk_matches_token_steps) {
   ck_assert(nonzero);
   /* a chunk big enough to split its heads over workers: 1 and 3 threads agree bitwise */
   enum { BT = 64, BCAP = 256, BNH = 6 };
-  float *bq = malloc(BT * BNH * HD * sizeof *bq), *bk = malloc(BT * KV * HD * sizeof *bk), *bv = malloc(BT * KV * HD * sizeof *bv);
+  float *bq = malloc(BT * BNH * HD * sizeof *bq), *bk = malloc(BT * KV * HD * sizeof *bk),
+        *bv = malloc(BT * KV * HD * sizeof *bv);
   float *bkc = calloc(KV * BCAP * HD, sizeof *bkc), *bvc = calloc(KV * BCAP * HD, sizeof *bvc);
   float *bout[2] = {malloc(BT * BNH * HD * sizeof(float)), malloc(BT * BNH * HD * sizeof(float))};
   fill(&r, bq, BT * BNH * HD, 1.0f), fill(&r, bk, BT * KV * HD, 1.0f), fill(&r, bv, BT * KV * HD, 1.0f);
@@ -777,9 +894,9 @@ START_TEST(group_query_attention_over_a_chunk_matches_token_steps) {
   const char *threads[] = {"1", "3"};
   for (int t = 0; t < 2; t++) {
     g_cpu = cpu_with_threads(threads[t]);
-    tin bins[] = {{ORTEP_DTYPE_F32, SHAPE(1, BT, BNH * HD), bq},  {ORTEP_DTYPE_F32, SHAPE(1, BT, KV * HD), bk},
-                  {ORTEP_DTYPE_F32, SHAPE(1, BT, KV * HD), bv},   {ORTEP_DTYPE_F32, SHAPE(KV, BCAP, HD), bkc},
-                  {ORTEP_DTYPE_F32, SHAPE(KV, BCAP, HD), bvc},    {ORTEP_DTYPE_I32, SHAPE(1, BT), bpos}};
+    tin bins[] = {{ORTEP_DTYPE_F32, SHAPE(1, BT, BNH * HD), bq}, {ORTEP_DTYPE_F32, SHAPE(1, BT, KV * HD), bk},
+                  {ORTEP_DTYPE_F32, SHAPE(1, BT, KV * HD), bv},  {ORTEP_DTYPE_F32, SHAPE(KV, BCAP, HD), bkc},
+                  {ORTEP_DTYPE_F32, SHAPE(KV, BCAP, HD), bvc},   {ORTEP_DTYPE_I32, SHAPE(1, BT), bpos}};
     ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, bat, 2, bins, 6, (void *[]){bout[t]}, 1));
     ck_assert_uint_eq(error_bits(), 0);
     ortep_ep_destroy(g_cpu);

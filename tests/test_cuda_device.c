@@ -14,9 +14,8 @@ static char g_dir[64];
 
 static ortep_decoder *open_ep(const char *ep, bool eager, const char *seams) {
   ortep_decoder *d;
-  ck_assert_ok(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = ep, .eager = eager, .max_seq_len = 64,
-                                                                  .forced_seams = seams},
-                                  &d));
+  ck_assert_ok(ortep_decoder_open(
+      g_dir, &(ortep_decoder_options){.ep = ep, .eager = eager, .max_seq_len = 64, .forced_seams = seams}, &d));
   return d;
 }
 
@@ -49,8 +48,10 @@ static void compare_with_cpu(const char *dir, const char *label, int steps, floa
       if (tol > 0)
         ck_assert_msg(d <= tol * (1.0f + fabsf(lc[i])), "%s pos %d logit %zu: cuda %.7g cpu %.7g", label, pos, i,
                       (double)lg[i], (double)lc[i]);
-      if (lc[i] > top1) top2 = top1, top1 = lc[i];
-      else if (lc[i] > top2) top2 = lc[i];
+      if (lc[i] > top1)
+        top2 = top1, top1 = lc[i];
+      else if (lc[i] > top2)
+        top2 = lc[i];
     }
     if (step_worst > worst) worst = step_worst;
     if (tg == tc) {
@@ -59,8 +60,10 @@ static void compare_with_cpu(const char *dir, const char *label, int steps, floa
       float margin = top1 - top2;
       size_t used = strlen(ties);
       snprintf(ties + used, sizeof ties - used, " pos %d (cuda %d, cpu %d, margin %.3g)", pos, tg, tc, (double)margin);
-      ck_assert_msg(margin <= 2.0f * step_worst, "%s pos %d: cuda token %d, cpu token %d, margin %g is no near-tie "
-                    "(largest logit difference %g)", label, pos, tg, tc, (double)margin, (double)step_worst);
+      ck_assert_msg(margin <= 2.0f * step_worst,
+                    "%s pos %d: cuda token %d, cpu token %d, margin %g is no near-tie "
+                    "(largest logit difference %g)",
+                    label, pos, tg, tc, (double)margin, (double)step_worst);
     }
     token = tc;
   }
@@ -168,7 +171,8 @@ START_TEST(a_non_finite_weight_fails_the_step_on_cuda) {
   test_poison_f32_weight(dir, "model.norm.weight", 3, INFINITY);
   for (int eager = 0; eager < 2; eager++) {
     ortep_decoder *d;
-    ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cuda", .eager = eager, .max_seq_len = 16}, &d));
+    ck_assert_ok(
+        ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cuda", .eager = eager, .max_seq_len = 16}, &d));
     int32_t next = -42;
     ck_assert_status(ortep_decoder_step(d, 3, 0, &next), ORTEP_E_DEVICE_VALIDATION);
     ck_assert_int_eq(next, -42);
@@ -234,8 +238,8 @@ START_TEST(device_argmax_across_blocks_matches_the_cpu) {
   test_rng r = test_rng_new(test_seed());
   for (int c = 0; c < 5; c++) {
     for (size_t i = 0; i < n; i++) x[i] = (float)(test_rng_next(&r) % 20000) / 1000.0f - 10.0f;
-    if (c >= 1) x[140000] = x[9000] = 50.0f;     /* a tie in different blocks: 9000 wins */
-    if (c >= 2) x[7] = NAN;                       /* flagged, the finite maximum still found */
+    if (c >= 1) x[140000] = x[9000] = 50.0f; /* a tie in different blocks: 9000 wins */
+    if (c >= 2) x[7] = NAN;                  /* flagged, the finite maximum still found */
     if (c >= 3) x[n - 1] = INFINITY;
     if (c == 4)
       for (size_t i = 0; i < n; i++) x[i] = NAN; /* no finite logit: token 0 */
@@ -283,13 +287,13 @@ END_TEST
  * against the CPU EP's chunked prefill: logits within 1e-4 / 1e-3, the same
  * greedy continuation; a bad id inside a chunk fails it with GATHER_INDEX. */
 START_TEST(chunked_prefill_on_cuda) {
-  static const int32_t p[23] = {5, 17, 2, 99, 41, 7, 250, 13, 88, 3, 64, 199, 21, 9, 77, 150, 6, 230, 31, 4, 120, 55, 18};
+  static const int32_t p[23] = {5,  17, 2,  99,  41, 7,   250, 13, 88,  3,  64, 199,
+                                21, 9,  77, 150, 6,  230, 31,  4,  120, 55, 18};
   ortep_decoder *d[3];
   const char *eps[3] = {"cuda", "cuda", "cpu"};
   for (int k = 0; k < 3; k++)
-    ck_assert_ok(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = eps[k], .max_seq_len = 64,
-                                                                    .prefill_chunk = k == 1 ? 1 : 0},
-                                    &d[k]));
+    ck_assert_ok(ortep_decoder_open(
+        g_dir, &(ortep_decoder_options){.ep = eps[k], .max_seq_len = 64, .prefill_chunk = k == 1 ? 1 : 0}, &d[k]));
   size_t V = ortep_decoder_vocab_size(d[0]);
   float *l[3];
   int32_t tok[3][8];
@@ -309,8 +313,9 @@ START_TEST(chunked_prefill_on_cuda) {
     }
   ck_assert_mem_eq(tok[0], tok[1], sizeof tok[0]);
   ck_assert_mem_eq(tok[0], tok[2], sizeof tok[0]);
-  printf("chunked prefill (cuda)  23 tokens: max |chunked - by token| %.3g, max |cuda - cpu| %.3g, 8 tokens identical\n",
-         (double)worst[0], (double)worst[1]);
+  printf(
+      "chunked prefill (cuda)  23 tokens: max |chunked - by token| %.3g, max |cuda - cpu| %.3g, 8 tokens identical\n",
+      (double)worst[0], (double)worst[1]);
   int32_t bad[20];
   memcpy(bad, p, sizeof bad);
   bad[9] = (int32_t)V;
@@ -348,7 +353,12 @@ START_TEST(sampling_on_cuda_draws_what_the_cpu_draws) {
   ck_assert_ok(ortep_ep_copy_from_host(gpu, hist, sizeof hist, &dh));
   const ortep_sample_params base[3] = {
       {.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f, .seed_lo = 7},
-      {.temperature = 0.7f, .top_p = 0.9f, .min_p = 0.05f, .repetition_penalty = 1.3f, .top_k = 50, .seed_lo = 9,
+      {.temperature = 0.7f,
+       .top_p = 0.9f,
+       .min_p = 0.05f,
+       .repetition_penalty = 1.3f,
+       .top_k = 50,
+       .seed_lo = 9,
        .n_history = 16},
       {.temperature = 1.2f, .top_p = 0.5f, .repetition_penalty = 1.0f, .top_k = 0, .seed_hi = 3}};
   uint32_t pair_c[2], pair_g[2];
@@ -369,7 +379,8 @@ START_TEST(sampling_on_cuda_draws_what_the_cpu_draws) {
     printf("sampler cuda vs cpu, parameters %d: %d/%d draws identical\n", b, same, N);
     ck_assert_int_ge(same, N * 98 / 100);
   }
-  ortep_ep_deallocate(gpu, &dx), ortep_ep_deallocate(gpu, &dp), ortep_ep_deallocate(gpu, &dh), ortep_ep_deallocate(gpu, &dr);
+  ortep_ep_deallocate(gpu, &dx), ortep_ep_deallocate(gpu, &dp), ortep_ep_deallocate(gpu, &dh),
+      ortep_ep_deallocate(gpu, &dr);
   free(x);
   ortep_ep_destroy(gpu);
   ortep_ep_destroy(cpu);

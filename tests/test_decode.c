@@ -15,8 +15,8 @@ static char g_dir[64];
 static const int32_t prompt[] = {5, 17, 2, 99};
 /* 23 ids (< 256, every preset's vocabulary): with max_seq_len 64 the chunk
  * sizes are 64, 32, 16, 8, 4 and 2, so it runs as 16 + 4 + 2 and one token */
-static const int32_t long_prompt[23] = {5,  17, 2,  99, 41, 7,   250, 13, 88, 3,   64, 199,
-                                        21, 9,  77, 150, 6, 230, 31,  4,  120, 55, 18};
+static const int32_t long_prompt[23] = {5,  17, 2,  99,  41, 7,   250, 13, 88,  3,  64, 199,
+                                        21, 9,  77, 150, 6,  230, 31,  4,  120, 55, 18};
 
 /* This suite means the CPU EP (on a GPU machine "auto" would pick CUDA,
  * whose variants live in test_cuda_device.c): an unset ep becomes "cpu". */
@@ -61,9 +61,7 @@ static void compare_eager_and_graph(const ortep_decoder_options *graph_opts, siz
   ortep_decoder_close(g);
 }
 
-START_TEST(eager_and_replay_agree_bitwise) {
-  compare_eager_and_graph(&(ortep_decoder_options){.max_seq_len = 80}, 0);
-}
+START_TEST(eager_and_replay_agree_bitwise) { compare_eager_and_graph(&(ortep_decoder_options){.max_seq_len = 80}, 0); }
 END_TEST
 
 START_TEST(eager_and_replay_agree_with_attention_as_seams) {
@@ -116,7 +114,8 @@ static void against_reference(const char *preset, ortep_dtype dtype) {
                     preset, ortep_dtype_name(dtype), pos, i, got[i], want[i]);
       if (want[i] > want[best]) best = i;
     }
-    if (pos >= 4) ck_assert_msg((size_t)next == best, "%s pos %d: ortep token %d, reference %zu", preset, pos, next, best);
+    if (pos >= 4)
+      ck_assert_msg((size_t)next == best, "%s pos %d: ortep token %d, reference %zu", preset, pos, next, best);
     token = pos + 1 < 4 ? prompt[pos + 1] : next;
   }
   free(want), free(got);
@@ -134,7 +133,6 @@ START_TEST(matches_the_reference_with_bf16_and_f16_weights) {
   against_reference("tiny-llama", ORTEP_DTYPE_F16);
 }
 END_TEST
-
 
 /* Chunked prefill against the independent reference (which runs the prompt
  * token by token): the logits after the prompt and 12 greedy steps after it,
@@ -187,12 +185,12 @@ START_TEST(chunked_prefill_matches_token_by_token) {
     test_model_dir(dir, sizeof dir, presets[pi], ORTEP_DTYPE_F32);
     ortep_decoder *d[2];
     for (int c = 0; c < 2; c++)
-      ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 64, .eager = eager,
-                                                                  .prefill_chunk = c ? 1 : 0},
-                                      &d[c]));
+      ck_assert_ok(ortep_decoder_open(
+          dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 64, .eager = eager, .prefill_chunk = c ? 1 : 0},
+          &d[c]));
     for (size_t g = 1, t = 64; g <= 7; g++, t /= 2)
       ck_assert_uint_eq(ortep_decoder_graph_tokens(d[0], g), t >= 2 ? t : 0); /* 64, 32, ..., 2, then none */
-    ck_assert_uint_eq(ortep_decoder_graph_tokens(d[1], 1), 0); /* token by token: no chunk graphs */
+    ck_assert_uint_eq(ortep_decoder_graph_tokens(d[1], 1), 0);                /* token by token: no chunk graphs */
     size_t V = ortep_decoder_vocab_size(d[0]), n = sizeof long_prompt / sizeof *long_prompt;
     float *l[2] = {malloc(V * sizeof(float)), malloc(V * sizeof(float))};
     for (int round = 0; round < 2; round++) {
@@ -206,8 +204,8 @@ START_TEST(chunked_prefill_matches_token_by_token) {
         ck_assert_ok(ortep_decoder_logits(d[c], l[c], V));
       }
       for (size_t i = 0; i < V; i++)
-        ck_assert_msg(fabsf(l[0][i] - l[1][i]) <= 1e-4f * (1.0f + fabsf(l[1][i])), "%s logit %zu: chunked %.7g, by token %.7g",
-                      presets[pi], i, l[0][i], l[1][i]);
+        ck_assert_msg(fabsf(l[0][i] - l[1][i]) <= 1e-4f * (1.0f + fabsf(l[1][i])),
+                      "%s logit %zu: chunked %.7g, by token %.7g", presets[pi], i, l[0][i], l[1][i]);
       for (int c = 0; c < 2; c++)
         for (int i = 1; i < 16; i++)
           ck_assert_ok(ortep_decoder_step(d[c], tok[c][i - 1], (int32_t)(n + (size_t)i - 1), &tok[c][i]));
@@ -244,8 +242,8 @@ static bool collect(int32_t t, size_t i, void *user) {
  * 2: max_seq_len 32 gives chunk sizes 32, 16, 8, 4 and 2) */
 START_TEST(bad_token_fails_the_step_with_the_gather_bit) {
   bool by_token = _i & 2;
-  ortep_decoder *d = open_with(
-      &(ortep_decoder_options){.max_seq_len = 32, .eager = _i & 1, .prefill_chunk = by_token ? 1 : 0});
+  ortep_decoder *d =
+      open_with(&(ortep_decoder_options){.max_seq_len = 32, .eager = _i & 1, .prefill_chunk = by_token ? 1 : 0});
   ck_assert_uint_eq(ortep_decoder_graph_tokens(d, 0), 1);
   ck_assert_uint_eq(ortep_decoder_graph_tokens(d, 1), by_token ? 0 : 32);
   int32_t bad[] = {3, 512, 4}; /* vocab is 512 */
@@ -383,8 +381,8 @@ START_TEST(generate_in_chunks_emits_the_tokens_of_one_call) {
     ck_assert_uint_eq(one.n, N);
     for (size_t i = 0; i < N; i++) {
       ck_assert_msg(chunks.tok[i] == one.tok[i] && singles.tok[i] == one.tok[i] && stopped.tok[i] == one.tok[i],
-                    "N %zu, token %zu: one call %d, chunks %d, singles %d, stopped %d", N, i, one.tok[i],
-                    chunks.tok[i], singles.tok[i], stopped.tok[i]);
+                    "N %zu, token %zu: one call %d, chunks %d, singles %d, stopped %d", N, i, one.tok[i], chunks.tok[i],
+                    singles.tok[i], stopped.tok[i]);
     }
   }
   /* and the same tokens as stepping by hand */
@@ -432,11 +430,16 @@ static void *hammer_run(void *arg) {
   hammer *h = arg;
   for (int i = 0; i < 200; i++) {
     int32_t t;
-    ortep_status st = (i % 2) ? ortep_decoder_step(h->d, 3, i % 8, &t) : ortep_decoder_generate(h->d, 1, NULL, NULL, NULL);
-    if (st == ORTEP_OK) h->ok++;
-    else if (st == ORTEP_E_STATE && strstr(ortep_last_error(), "in use by another call")) h->refused++;
-    else if (st == ORTEP_E_OUT_OF_RANGE) h->ok++; /* the cache filled up: a clean answer */
-    else h->other++;
+    ortep_status st =
+        (i % 2) ? ortep_decoder_step(h->d, 3, i % 8, &t) : ortep_decoder_generate(h->d, 1, NULL, NULL, NULL);
+    if (st == ORTEP_OK)
+      h->ok++;
+    else if (st == ORTEP_E_STATE && strstr(ortep_last_error(), "in use by another call"))
+      h->refused++;
+    else if (st == ORTEP_E_OUT_OF_RANGE)
+      h->ok++; /* the cache filled up: a clean answer */
+    else
+      h->other++;
   }
   return NULL;
 }
@@ -577,8 +580,10 @@ START_TEST(blocked_weights_decode_like_row_major_ones) {
     for (size_t i = 0; i < 12 * V; i++)
       ck_assert_msg(fabsf(logits[1][i] - logits[0][i]) <= 1e-3f * (1.0f + fabsf(logits[0][i])),
                     "%s logit %zu: blocked %.6f, row-major %.6f", presets[pi], i, logits[1][i], logits[0][i]);
-    ck_assert_msg(memcmp(logits[1], logits[2], 12 * V * sizeof(float)) == 0, "%s: blocked logits differ between "
-                  "mapped and read weights", presets[pi]);
+    ck_assert_msg(memcmp(logits[1], logits[2], 12 * V * sizeof(float)) == 0,
+                  "%s: blocked logits differ between "
+                  "mapped and read weights",
+                  presets[pi]);
     for (int h = 0; h < 3; h++) free(logits[h]);
     ortep_config *c;
     ck_assert_ok(ortep_config_create(&c));
@@ -634,9 +639,11 @@ START_TEST(logits_are_bitwise_equal_for_every_thread_count) {
         ck_assert_ok(ortep_decoder_prefill(d, long_prompt, plen, &tok));
         for (int i = 0; i < 16; i++) {
           ck_assert_ok(ortep_decoder_logits(d, l + (size_t)i * V, V));
-          if (want) ck_assert_msg(tok == want_tok[i], "%s, %s threads, eager %d, step %d: token %d, want %d",
-                                  presets[pi], threads[t], eager, i, tok, want_tok[i]);
-          else want_tok[i] = tok;
+          if (want)
+            ck_assert_msg(tok == want_tok[i], "%s, %s threads, eager %d, step %d: token %d, want %d", presets[pi],
+                          threads[t], eager, i, tok, want_tok[i]);
+          else
+            want_tok[i] = tok;
           ck_assert_ok(ortep_decoder_step(d, tok, (int32_t)plen + i, &tok));
         }
         if (want)
@@ -716,7 +723,8 @@ START_TEST(generation_stops_at_eos_stop_ids_limits_and_a_full_cache) {
   ck_assert_mem_eq(s.tok, seq, k * sizeof *seq);
   /* resumed past it: the stop token comes first */
   s = (sink){0};
-  ck_assert_ok(ortep_decoder_generate_ex(d, &(ortep_generate_options){.max_tokens = 2, .ignore_eos = true}, collect_into_sink, &s, &r));
+  ck_assert_ok(ortep_decoder_generate_ex(d, &(ortep_generate_options){.max_tokens = 2, .ignore_eos = true},
+                                         collect_into_sink, &s, &r));
   ck_assert_int_eq(r.reason, ORTEP_STOP_MAX_TOKENS);
   ck_assert_uint_eq(s.n, 2);
   ck_assert_int_eq(s.tok[0], seq[k]);
@@ -785,7 +793,8 @@ START_TEST(open_errors_are_clear) {
   ortep_config *c;
   ck_assert_ok(ortep_config_create(&c));
   ck_assert_ok(ortep_config_set(c, "ortep.host.budget_bytes", "64K"));
-  ck_assert_status(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &d), ORTEP_E_BUDGET_EXCEEDED);
+  ck_assert_status(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &d),
+                   ORTEP_E_BUDGET_EXCEEDED);
   ck_assert_error_mentions("ortep.host.budget_bytes");
   ortep_config_destroy(c);
   /* a key no component reads (a typo, another program's) is refused naming the namespaces */
@@ -821,7 +830,6 @@ END_TEST
 
 static void setup(void) { test_model_dir(g_dir, sizeof g_dir, "tiny", ORTEP_DTYPE_F32); }
 static void teardown(void) { test_model_dir_remove(g_dir); }
-
 
 static bool collect_ids(int32_t t, size_t i, void *user) {
   ((int32_t *)user)[i] = t;

@@ -85,8 +85,8 @@ END_TEST
 
 START_TEST(dangling_input_names_the_node) {
   ortep_graph *g = chain();
-  ck_assert_ok(ortep_graph_add_node(g, "Add", "", "adder", (const char *[]){"x", "ghost"}, 2, (const char *[]){"z"}, 1,
-                                    NULL));
+  ck_assert_ok(
+      ortep_graph_add_node(g, "Add", "", "adder", (const char *[]){"x", "ghost"}, 2, (const char *[]){"z"}, 1, NULL));
   ortep_node_id order[1];
   ck_assert_status(ortep_graph_topo_order(g, order), ORTEP_E_INVALID_ARGUMENT);
   ck_assert_error_mentions("node 'adder' (op Add): input 1 'ghost' is dangling");
@@ -96,14 +96,17 @@ END_TEST
 
 START_TEST(duplicate_producer_names_both_nodes) {
   ortep_graph *g = chain();
-  ck_assert_ok(ortep_graph_add_node(g, "Sigmoid", "", "first", (const char *[]){"x"}, 1, (const char *[]){"z"}, 1, NULL));
-  ck_assert_ok(ortep_graph_add_node(g, "Sigmoid", "", "second", (const char *[]){"x"}, 1, (const char *[]){"z"}, 1, NULL));
+  ck_assert_ok(
+      ortep_graph_add_node(g, "Sigmoid", "", "first", (const char *[]){"x"}, 1, (const char *[]){"z"}, 1, NULL));
+  ck_assert_ok(
+      ortep_graph_add_node(g, "Sigmoid", "", "second", (const char *[]){"x"}, 1, (const char *[]){"z"}, 1, NULL));
   ortep_node_id order[2];
   ck_assert_status(ortep_graph_topo_order(g, order), ORTEP_E_INVALID_ARGUMENT);
   ck_assert_error_mentions("node 'second' (op Sigmoid): output 'z' is also produced by node 'first'");
   ortep_graph_destroy(g);
   g = chain();
-  ck_assert_ok(ortep_graph_add_node(g, "Sigmoid", "", "clobber", (const char *[]){"z"}, 1, (const char *[]){"x"}, 1, NULL));
+  ck_assert_ok(
+      ortep_graph_add_node(g, "Sigmoid", "", "clobber", (const char *[]){"z"}, 1, (const char *[]){"x"}, 1, NULL));
   ck_assert_status(ortep_graph_topo_order(g, order), ORTEP_E_INVALID_ARGUMENT);
   ck_assert_error_mentions("also a graph input");
   ortep_graph_destroy(g);
@@ -142,7 +145,8 @@ START_TEST(outputs_values_and_initializers) {
   ck_assert_status(ortep_graph_add_initializer(g, "w", w2), ORTEP_E_INVALID_ARGUMENT); /* takes w2 anyway */
   ck_assert_uint_eq(ortep_graph_initializer_count(g), 1);
   ck_assert_str_eq(ortep_graph_initializer_name(g, 0), "w");
-  ck_assert_ok(ortep_graph_add_node(g, "Add", "", "use", (const char *[]){"x", "w"}, 2, (const char *[]){"z"}, 1, NULL));
+  ck_assert_ok(
+      ortep_graph_add_node(g, "Add", "", "use", (const char *[]){"x", "w"}, 2, (const char *[]){"z"}, 1, NULL));
   ck_assert_ok(ortep_graph_topo_order(g, order));
   ortep_graph_destroy(g); /* releases the initializer */
   uint64_t a, f;

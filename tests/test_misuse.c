@@ -22,8 +22,11 @@ typedef struct misuse {
   ortep_status (*call)(env *);
 } misuse;
 
-#define M(name, ...) \
-  static ortep_status name(env *e) { (void)e; __VA_ARGS__ }
+#define M(name, ...)                 \
+  static ortep_status name(env *e) { \
+    (void)e;                         \
+    __VA_ARGS__                      \
+  }
 
 M(alloc_null_out, return ortep_allocator_allocate(e->host, 8, 8, NULL);)
 M(alloc_null_allocator, void *p; return ortep_allocator_allocate(NULL, 8, 8, &p);)
@@ -51,7 +54,8 @@ M(buffer_misaligned, ortep_buffer b; return ortep_buffer_wrap_owned(e->bytes + 1
 M(shape_rank_9, ortep_shape s; int64_t d[9] = {1}; return ortep_shape_make(d, 9, &s);)
 M(shape_negative, ortep_shape s; int64_t d[1] = {-7}; return ortep_shape_make(d, 1, &s);)
 M(dtype_unknown, ortep_dtype d; return ortep_dtype_parse("complex128", &d);)
-M(tensor_no_ep, ortep_tensor *t; ortep_shape s = {1, {4}}; return ortep_tensor_create(NULL, ORTEP_DTYPE_F32, &s, true, &t);)
+M(tensor_no_ep, ortep_tensor *t; ortep_shape s = {1, {4}};
+  return ortep_tensor_create(NULL, ORTEP_DTYPE_F32, &s, true, &t);)
 M(tensor_bad_dtype, ortep_tensor *t; ortep_shape s = {1, {4}};
   return ortep_tensor_create(e->cpu, (ortep_dtype)42, &s, true, &t);)
 M(tensor_huge, ortep_tensor *t; ortep_shape s = {2, {INT64_MAX / 2, 4}};
@@ -70,7 +74,8 @@ M(tensor_copy_from_mismatch, return ortep_tensor_copy_from(e->borrowed, e->f32);
 M(tensor_from_owned, ortep_tensor *t; ortep_shape s = {1, {2}};
   return ortep_tensor_from_borrowed(e->cpu, ORTEP_DTYPE_F32, &s, &e->owned, &t);)
 M(ep_free_foreign, ortep_buffer b = e->owned; b.device = ortep_device_cuda(3); return ortep_ep_deallocate(e->cpu, &b);)
-M(ep_wrong_ep_buffer, ortep_buffer b = e->owned; b.device = ortep_device_cuda(0); return ortep_ep_copy(e->other, &e->owned, &b, 8);)
+M(ep_wrong_ep_buffer, ortep_buffer b = e->owned; b.device = ortep_device_cuda(0);
+  return ortep_ep_copy(e->other, &e->owned, &b, 8);)
 M(ep_copy_past_end, ortep_buffer b = e->owned; return ortep_ep_copy(e->cpu, &e->owned, &b, 1000);)
 M(ep_copy_into_borrowed, return ortep_ep_copy(e->cpu, &e->owned, &e->borrowed_buf, 8);)
 M(ep_upload_past_end, return ortep_ep_copy_from_host(e->cpu, e->bytes, 65, &e->owned);)
@@ -88,16 +93,17 @@ M(ep_check_null, return ortep_ep_check_error_word(e->cpu, NULL);)
 M(config_null, return ortep_config_set(NULL, "a.b", "c");)
 M(config_no_namespace, ortep_config *c; ortep_config_create(&c); ortep_status s = ortep_config_set(c, "flat", "1");
   ortep_config_destroy(c); return s;)
-M(registry_null_ep, ortep_ep_registry *r; ortep_ep_registry_create(&r); ortep_status s = ortep_ep_registry_add(r, NULL, NULL);
-  ortep_ep_registry_destroy(r); return s;)
+M(registry_null_ep, ortep_ep_registry *r; ortep_ep_registry_create(&r);
+  ortep_status s = ortep_ep_registry_add(r, NULL, NULL); ortep_ep_registry_destroy(r); return s;)
 M(graph_node_no_op, return ortep_graph_add_node(e->graph, "", NULL, NULL, NULL, 0, (const char *[]){"y"}, 1, NULL);)
-M(graph_node_null_inputs, return ortep_graph_add_node(e->graph, "Add", NULL, NULL, NULL, 2, (const char *[]){"y"}, 1, NULL);)
+M(graph_node_null_inputs,
+  return ortep_graph_add_node(e->graph, "Add", NULL, NULL, NULL, 2, (const char *[]){"y"}, 1, NULL);)
 M(graph_attr_bad_node, return ortep_graph_set_attr_int(e->graph, 999, "axis", 0);)
 M(graph_value_bad_dtype, ortep_shape s = {0}; return ortep_graph_add_value(e->graph, "v", (ortep_dtype)77, &s);)
 M(graph_init_null, return ortep_graph_add_initializer(e->graph, "w", NULL);)
 M(graph_opset_zero, return ortep_graph_set_opset(e->graph, "", 0);)
 M(graph_value_unknown, ortep_dtype d; return ortep_graph_value_info(e->graph, "nope", &d, NULL);)
-M(session_null_graph, ortep_session *s; ortep_ep_registry *r; ortep_ep_registry_create(&r);
+M(session_null_graph, ortep_session *s; ortep_ep_registry * r; ortep_ep_registry_create(&r);
   ortep_status st = ortep_session_create(NULL, r, NULL, &s); ortep_ep_registry_destroy(r); return st;)
 M(session_run_null, return ortep_session_run(NULL);)
 M(session_write_null, return ortep_session_write(NULL, "x", e->bytes, 4);)
@@ -128,25 +134,34 @@ M(model_config_read_fifo_dir, ortep_model_config c; return ortep_model_config_re
 
 static const misuse table[] = {
 #define R(n) {#n, n},
-    R(alloc_null_out) R(alloc_null_allocator) R(alloc_huge) R(alloc_align_zero) R(alloc_align_odd)
-    R(host_create_null) R(fault_create_null_inner) R(stats_null) R(gov_charge_bad_tier) R(gov_refund_too_much)
-    R(gov_configure_null) R(gov_configure_bad) R(arena_null_backing) R(arena_bad_chunk_align) R(arena_alloc_null)
-    R(planned_huge) R(slab_zero_size) R(slab_free_null) R(plan_null_summary) R(plan_verify_null_offsets)
-    R(buffer_null) R(buffer_misaligned) R(shape_rank_9) R(shape_negative) R(dtype_unknown) R(tensor_no_ep)
-    R(tensor_bad_dtype) R(tensor_huge) R(tensor_view_past_end) R(tensor_view_overflow) R(tensor_view_as_past_end)
-    R(tensor_wrong_dtype) R(tensor_item_many) R(tensor_copyin_short) R(tensor_copyin_null) R(tensor_copyout_short)
-    R(tensor_write_borrowed) R(tensor_copy_from_mismatch) R(tensor_from_owned) R(ep_free_foreign)
-    R(ep_wrong_ep_buffer) R(ep_copy_past_end) R(ep_copy_into_borrowed) R(ep_upload_past_end) R(ep_download_past_end)
-    R(ep_argmax_zero) R(ep_argmax_i32) R(ep_argmax_borrowed_result) R(ep_alloc_null_ep) R(ep_alloc_bad_align)
-    R(ep_end_without_begin) R(ep_replay_nothing) R(ep_replay_segment_missing) R(ep_get_kernel_null) R(ep_check_null)
-    R(config_null) R(config_no_namespace) R(registry_null_ep) R(graph_node_no_op) R(graph_node_null_inputs)
-    R(graph_attr_bad_node) R(graph_value_bad_dtype) R(graph_init_null) R(graph_opset_zero) R(graph_value_unknown)
-    R(session_null_graph) R(session_run_null) R(session_write_null) R(safetensors_null) R(safetensors_dir)
-    R(config_parse_null) R(config_parse_empty) R(model_null) R(synthetic_bad_dtype) R(decoder_null_dir)
-    R(decoder_step_null) R(decoder_prefill_null) R(decoder_generate_null) R(decoder_logits_null) R(replace_hooks_null)
-    R(tokenizer_open_null) R(tokenizer_open_dir) R(tokenizer_open_json_null) R(tokenizer_open_json_garbage)
-    R(tokenizer_vocab_null_out) R(tokenizer_encode_null) R(tokenizer_decode_null) R(tokenizer_token_id_null)
-    R(detokenizer_create_null) R(detokenizer_push_null) R(detokenizer_flush_null) R(model_config_read_fifo_dir)
+    R(alloc_null_out) R(alloc_null_allocator) R(alloc_huge) R(alloc_align_zero) R(alloc_align_odd) R(host_create_null)
+        R(fault_create_null_inner) R(stats_null) R(gov_charge_bad_tier) R(gov_refund_too_much) R(gov_configure_null) R(
+            gov_configure_bad) R(arena_null_backing) R(arena_bad_chunk_align) R(arena_alloc_null) R(planned_huge)
+            R(slab_zero_size) R(slab_free_null) R(plan_null_summary) R(plan_verify_null_offsets) R(buffer_null) R(
+                buffer_misaligned) R(shape_rank_9) R(shape_negative) R(dtype_unknown) R(tensor_no_ep)
+                R(tensor_bad_dtype) R(tensor_huge) R(tensor_view_past_end) R(tensor_view_overflow) R(
+                    tensor_view_as_past_end) R(tensor_wrong_dtype) R(tensor_item_many) R(tensor_copyin_short)
+                    R(tensor_copyin_null) R(tensor_copyout_short) R(tensor_write_borrowed) R(tensor_copy_from_mismatch)
+                        R(tensor_from_owned) R(ep_free_foreign) R(ep_wrong_ep_buffer) R(ep_copy_past_end)
+                            R(ep_copy_into_borrowed) R(ep_upload_past_end) R(ep_download_past_end) R(ep_argmax_zero)
+                                R(ep_argmax_i32) R(ep_argmax_borrowed_result) R(ep_alloc_null_ep) R(ep_alloc_bad_align)
+                                    R(ep_end_without_begin) R(ep_replay_nothing) R(ep_replay_segment_missing)
+                                        R(ep_get_kernel_null) R(ep_check_null) R(config_null) R(config_no_namespace) R(
+                                            registry_null_ep) R(graph_node_no_op) R(graph_node_null_inputs)
+                                            R(graph_attr_bad_node) R(graph_value_bad_dtype) R(graph_init_null) R(
+                                                graph_opset_zero) R(graph_value_unknown) R(session_null_graph)
+                                                R(session_run_null) R(session_write_null) R(safetensors_null) R(
+                                                    safetensors_dir) R(config_parse_null) R(config_parse_empty)
+                                                    R(model_null) R(synthetic_bad_dtype) R(decoder_null_dir) R(
+                                                        decoder_step_null) R(decoder_prefill_null)
+                                                        R(decoder_generate_null) R(decoder_logits_null) R(
+                                                            replace_hooks_null) R(tokenizer_open_null)
+                                                            R(tokenizer_open_dir) R(tokenizer_open_json_null) R(
+                                                                tokenizer_open_json_garbage) R(tokenizer_vocab_null_out)
+                                                                R(tokenizer_encode_null) R(tokenizer_decode_null) R(
+                                                                    tokenizer_token_id_null) R(detokenizer_create_null)
+                                                                    R(detokenizer_push_null) R(detokenizer_flush_null)
+                                                                        R(model_config_read_fifo_dir)
 #undef R
 };
 
@@ -160,7 +175,8 @@ START_TEST(each_misuse_is_a_clear_error) {
   ortep_shape s = SHAPE(16);
   ck_assert_ok(ortep_tensor_create(e.cpu, ORTEP_DTYPE_F32, &s, false, &e.f32));
   ck_assert_ok(ortep_buffer_wrap_borrowed(e.bytes, ortep_device_cpu(), sizeof e.bytes, 1, &e.borrowed_buf));
-  ck_assert_ok(ortep_tensor_from_borrowed(e.cpu, ORTEP_DTYPE_U8, &(ortep_shape){1, {64}}, &e.borrowed_buf, &e.borrowed));
+  ck_assert_ok(
+      ortep_tensor_from_borrowed(e.cpu, ORTEP_DTYPE_U8, &(ortep_shape){1, {64}}, &e.borrowed_buf, &e.borrowed));
   ck_assert_ok(ortep_ep_allocate(e.cpu, 64, 64, &e.owned));
   const misuse *m = &table[_i];
   ortep_clear_error();

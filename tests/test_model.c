@@ -28,10 +28,11 @@ static void expect_bad(const char *header, size_t data_len, const char *needle) 
 
 START_TEST(valid_headers_parse) {
   size_t len;
-  unsigned char *b = image("{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],"
-                           "\"data_offsets\":[0,16]},\"e\":{\"dtype\":\"BF16\",\"shape\":[0],\"data_offsets\":[16,16]},"
-                           "\"i\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[16,24]}}",
-                           24, &len);
+  unsigned char *b = image(
+      "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],"
+      "\"data_offsets\":[0,16]},\"e\":{\"dtype\":\"BF16\",\"shape\":[0],\"data_offsets\":[16,16]},"
+      "\"i\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[16,24]}}",
+      24, &len);
   ortep_safetensors *st;
   ck_assert_ok(ortep_safetensors_parse(b, len, &st));
   ck_assert_uint_eq(ortep_safetensors_count(st), 3);
@@ -62,17 +63,19 @@ START_TEST(malformed_headers_are_named_errors) {
   expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8,
              "tensor 'w': data offsets [0, 16) run past the 8 bytes of data");
   expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}", 16, "F32 x 4 elements needs 16");
-  expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
-             "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}",
-             24, "overlap");
+  expect_bad(
+      "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+      "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}",
+      24, "overlap");
   expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}}", 8, "reversed");
   expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "not a non-negative integer");
   expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4, "not a non-negative integer");
   expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "'data_offsets' must be an array of two integers");
   expect_bad("{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "'dtype' is missing");
-  expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-             "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-             8, "appears twice");
+  expect_bad(
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+      "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+      8, "appears twice");
   expect_bad("{\"w\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,4]}}", 4,
              "overflows");
   /* a second value after the header, and a duplicate inside an entry */
@@ -156,9 +159,10 @@ START_TEST(config_parsing) {
   ck_assert(!c.attention_bias);
   ck_assert(!c.tie_word_embeddings);
   ck_assert_double_eq(c.rope_theta, 10000.0);
-  const char *qwen = "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":128,"
-                     "\"num_hidden_layers\":1,\"num_attention_heads\":4,\"vocab_size\":10,"
-                     "\"max_position_embeddings\":8,\"rms_norm_eps\":1e-6,\"tie_word_embeddings\":true}";
+  const char *qwen =
+      "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":128,"
+      "\"num_hidden_layers\":1,\"num_attention_heads\":4,\"vocab_size\":10,"
+      "\"max_position_embeddings\":8,\"rms_norm_eps\":1e-6,\"tie_word_embeddings\":true}";
   ck_assert_ok(ortep_model_config_parse(qwen, strlen(qwen), &c));
   ck_assert_int_eq(c.arch, ORTEP_ARCH_QWEN2);
   ck_assert(c.attention_bias);
@@ -195,8 +199,10 @@ START_TEST(config_parsing) {
     const char *from, *to, *needle;
   } edits[] = {
       {"\"rms_norm_eps\":1e-5", "\"rms_norm_eps\":-1", "'rms_norm_eps' must be a finite number between 1e-30 and 1"},
-      {"\"rms_norm_eps\":1e-5", "\"rms_norm_eps\":1e999", "'rms_norm_eps' must be a finite number between 1e-30 and 1 (it is infinite)"},
-      {"\"rms_norm_eps\":1e-5", "\"rms_norm_eps\":1e-5,\"rope_theta\":1e999", "'rope_theta' must be a finite number between 1 and 1e+12"},
+      {"\"rms_norm_eps\":1e-5", "\"rms_norm_eps\":1e999",
+       "'rms_norm_eps' must be a finite number between 1e-30 and 1 (it is infinite)"},
+      {"\"rms_norm_eps\":1e-5", "\"rms_norm_eps\":1e-5,\"rope_theta\":1e999",
+       "'rope_theta' must be a finite number between 1 and 1e+12"},
       {"\"hidden_size\":64", "\"hidden_size\":\"64\"", "'hidden_size' must be an integer between 1 and 1e12"},
       {"\"hidden_size\":64", "\"hidden_size\":1e999", "'hidden_size' must be an integer between 1 and 1e12"},
       /* Python's json keeps the last value, cJSON the first: refused, naming the key */
@@ -215,7 +221,8 @@ START_TEST(config_parsing) {
   for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
     char buf[1024];
     const char *at = strstr(good_config, edits[i].from);
-    snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good_config), good_config, edits[i].to, at + strlen(edits[i].from));
+    snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good_config), good_config, edits[i].to,
+             at + strlen(edits[i].from));
     ck_assert_status(ortep_model_config_parse(buf, strlen(buf), &c), ORTEP_E_FORMAT);
     ck_assert_error_mentions(edits[i].needle);
   }
@@ -255,7 +262,8 @@ START_TEST(models_check_weights_against_the_config) {
   /* a different hidden size: shapes no longer match */
   rewrite_config(dir, "\"intermediate_size\":\t176", "\"intermediate_size\":\t192");
   ck_assert_status(ortep_model_open(dir, &m), ORTEP_E_FORMAT);
-  ck_assert_error_mentions("tensor 'model.layers.0.mlp.gate_proj.weight' has shape [176, 64]; the config implies [192, 64]");
+  ck_assert_error_mentions(
+      "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [176, 64]; the config implies [192, 64]");
   rewrite_config(dir, "\"intermediate_size\":\t192", "\"intermediate_size\":\t176");
   /* a broken JSON */
   rewrite_config(dir, "\"hidden_size\":", "\"hidden_size\"");
@@ -339,7 +347,8 @@ START_TEST(blocked_layout_repacks_projections_without_doubling_memory) {
       size_t n = (size_t)r->shape.dims[0], k = (size_t)r->shape.dims[1];
       ck_assert_uint_eq(b->shape.rank, 4);
       ck_assert_msg(b->shape.dims[0] == (int64_t)n / 4 && b->shape.dims[1] == (int64_t)k / 16 &&
-                        b->shape.dims[2] == 4 && b->shape.dims[3] == 16, "%s: blocked shape", nm);
+                        b->shape.dims[2] == 4 && b->shape.dims[3] == 16,
+                    "%s: blocked shape", nm);
       ck_assert_uint_eq(b->size, r->size);
       ck_assert_int_eq(b->dtype, ORTEP_DTYPE_F16);
       const uint16_t *rw = r->data, *bw = b->data;

@@ -61,7 +61,8 @@ START_TEST(oom_loop_over_decoder_open_through_the_allocator) {
     if (st == ORTEP_OK && !injected) break;
     ck_assert_msg(st == ORTEP_E_OUT_OF_MEMORY, "failure %llu: %s: %s", (unsigned long long)n, ortep_status_name(st),
                   ortep_last_error());
-    ck_assert_msg(strstr(ortep_last_error(), "injected"), "failure %llu: '%s'", (unsigned long long)n, ortep_last_error());
+    ck_assert_msg(strstr(ortep_last_error(), "injected"), "failure %llu: '%s'", (unsigned long long)n,
+                  ortep_last_error());
     expect_clean(&c);
     ck_assert_ok(open_and_step(&c)); /* a retry succeeds */
     expect_clean(&c);
@@ -84,7 +85,7 @@ START_TEST(oom_loop_over_decoder_open_through_the_small_object_hook) {
     ortep_restore_allocator();
     ck_assert_msg(atomic_load(&test_hook_live) == 0, "failure %ld leaked %ld objects", n, atomic_load(&test_hook_live));
     if (st == ORTEP_OK && calls < n) break; /* nothing was failed: done */
-    if (st == ORTEP_OK) continue;            /* the failed call was one the operation tolerates (none today) */
+    if (st == ORTEP_OK) continue;           /* the failed call was one the operation tolerates (none today) */
     ck_assert_msg(st == ORTEP_E_OUT_OF_MEMORY, "failure %ld: %s: %s", n, ortep_status_name(st), ortep_last_error());
     ck_assert_msg(strlen(ortep_last_error()) > 0, "failure %ld without a message", n);
   }

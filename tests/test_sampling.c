@@ -218,7 +218,8 @@ START_TEST(extreme_parameters_give_a_valid_distribution) {
   size_t counts[4];
   for (size_t t = 0; t < sizeof temps / sizeof *temps; t++) {
     draw_counts(x, 4, params(temps[t]), NULL, 200, counts);
-    ck_assert_msg(counts[1] == 200, "temperature %g: the argmax was drawn %zu of 200 times", (double)temps[t], counts[1]);
+    ck_assert_msg(counts[1] == 200, "temperature %g: the argmax was drawn %zu of 200 times", (double)temps[t],
+                  counts[1]);
     draw_counts(ties, 4, params(temps[t]), NULL, 400, counts);
     ck_assert_msg(counts[0] == 0 && counts[3] == 0 && counts[1] > 150 && counts[2] > 150,
                   "temperature %g over a tie: %zu and %zu", (double)temps[t], counts[1], counts[2]);
@@ -315,8 +316,10 @@ START_TEST(decoder_refuses_bad_sampling_options) {
   struct {
     ortep_sampling s;
     const char *field;
-  } bad[] = {{{.temperature = -1.0f}, "temperature"}, {{.temperature = NAN}, "temperature"},
-             {{.temperature = 1.0f, .top_p = 1.5f}, "top_p"}, {{.temperature = 1.0f, .min_p = 1.0f}, "min_p"},
+  } bad[] = {{{.temperature = -1.0f}, "temperature"},
+             {{.temperature = NAN}, "temperature"},
+             {{.temperature = 1.0f, .top_p = 1.5f}, "top_p"},
+             {{.temperature = 1.0f, .min_p = 1.0f}, "min_p"},
              {{.temperature = 1.0f, .repetition_penalty = -2.0f}, "repetition_penalty"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ortep_generate_options o = {.max_tokens = 2, .sampling = &bad[i].s};

@@ -52,17 +52,25 @@ static ortep_status fe_get_kernel(ortep_ep *e, const ortep_node *n, const ortep_
   *out = &fk->base;
   return ORTEP_OK;
 }
-static ortep_status fe_alloc(ortep_ep *e, size_t s, size_t a, ortep_buffer *o) { return ortep_ep_allocate(INNER(e), s, a, o); }
+static ortep_status fe_alloc(ortep_ep *e, size_t s, size_t a, ortep_buffer *o) {
+  return ortep_ep_allocate(INNER(e), s, a, o);
+}
 static ortep_status fe_dealloc(ortep_ep *e, ortep_buffer *b) { return ortep_ep_deallocate(INNER(e), b); }
-static ortep_status fe_copy(ortep_ep *e, const ortep_buffer *s, ortep_buffer *d, size_t n) { return ortep_ep_copy(INNER(e), s, d, n); }
+static ortep_status fe_copy(ortep_ep *e, const ortep_buffer *s, ortep_buffer *d, size_t n) {
+  return ortep_ep_copy(INNER(e), s, d, n);
+}
 static ortep_status fe_copy_async(ortep_ep *e, const ortep_buffer *s, ortep_buffer *d, size_t n, ortep_fence *f) {
   return ortep_ep_copy_async(INNER(e), s, d, n, f);
 }
 static ortep_status fe_wait(ortep_ep *e, ortep_fence *f) { return ortep_ep_fence_wait(INNER(e), f); }
 static ortep_status fe_sync(ortep_ep *e) { return ortep_ep_sync(INNER(e)); }
 static ortep_ep_capabilities fe_caps(const ortep_ep *e) { return ortep_ep_get_capabilities(INNER(e)); }
-static ortep_status fe_run(ortep_ep *e, ortep_kernel *k, const ortep_kernel_io *io) { return ortep_ep_run_kernel(INNER(e), k, io); }
-static ortep_status fe_begin(ortep_ep *e, ortep_kernel *const *k, size_t n) { return ortep_ep_begin_capture(INNER(e), k, n); }
+static ortep_status fe_run(ortep_ep *e, ortep_kernel *k, const ortep_kernel_io *io) {
+  return ortep_ep_run_kernel(INNER(e), k, io);
+}
+static ortep_status fe_begin(ortep_ep *e, ortep_kernel *const *k, size_t n) {
+  return ortep_ep_begin_capture(INNER(e), k, n);
+}
 static ortep_status fe_end(ortep_ep *e) { return ortep_ep_end_capture(INNER(e)); }
 static ortep_status fe_abort(ortep_ep *e) { return ortep_ep_abort_capture(INNER(e)); }
 static ortep_status fe_replay(ortep_ep *e) { return ortep_ep_replay(INNER(e)); }
@@ -71,20 +79,40 @@ static ortep_status fe_reset(ortep_ep *e, bool *had) { return ortep_ep_reset_gra
 static size_t fe_segs(const ortep_ep *e) { return ortep_ep_segment_count(INNER(e)); }
 static bool fe_active(const ortep_ep *e) { return ortep_ep_capture_active(INNER(e)); }
 static uint32_t *fe_word(ortep_ep *e) { return ortep_ep_error_word_ptr(INNER(e)); }
-static bool fe_counts(const ortep_ep *e, uint64_t *a, uint64_t *f) { return ortep_ep_allocation_counts(INNER(e), a, f); }
+static bool fe_counts(const ortep_ep *e, uint64_t *a, uint64_t *f) {
+  return ortep_ep_allocation_counts(INNER(e), a, f);
+}
 static size_t fe_claim(const ortep_ep *e, const ortep_graph *g, ortep_node_id *out, size_t cap) {
   size_t n = 0;
   for (size_t i = 0; i < ortep_graph_node_count(g) && n < cap; i++)
     if (!strcmp(ortep_node_op_type(ortep_graph_node(g, (ortep_node_id)i)), "Mul")) out[n++] = (ortep_node_id)i;
   return n;
 }
-static const ortep_ep_vtable flaky_vt = {
-    .name = "flaky_ep", .initialize = fe_init, .shutdown = fe_shutdown, .destroy = fe_destroy,
-    .supports_op = fe_supports, .get_kernel = fe_get_kernel, .allocate = fe_alloc, .deallocate = fe_dealloc,
-    .copy = fe_copy, .copy_async = fe_copy_async, .fence_wait = fe_wait, .sync = fe_sync,
-    .capabilities = fe_caps, .run_kernel = fe_run, .begin_capture = fe_begin, .end_capture = fe_end,
-    .abort_capture = fe_abort, .replay = fe_replay, .replay_segment = fe_replay_seg, .reset_graph = fe_reset,
-    .segment_count = fe_segs, .capture_active = fe_active, .error_word_ptr = fe_word, .allocation_counts = fe_counts, .claim_nodes = fe_claim};
+static const ortep_ep_vtable flaky_vt = {.name = "flaky_ep",
+                                         .initialize = fe_init,
+                                         .shutdown = fe_shutdown,
+                                         .destroy = fe_destroy,
+                                         .supports_op = fe_supports,
+                                         .get_kernel = fe_get_kernel,
+                                         .allocate = fe_alloc,
+                                         .deallocate = fe_dealloc,
+                                         .copy = fe_copy,
+                                         .copy_async = fe_copy_async,
+                                         .fence_wait = fe_wait,
+                                         .sync = fe_sync,
+                                         .capabilities = fe_caps,
+                                         .run_kernel = fe_run,
+                                         .begin_capture = fe_begin,
+                                         .end_capture = fe_end,
+                                         .abort_capture = fe_abort,
+                                         .replay = fe_replay,
+                                         .replay_segment = fe_replay_seg,
+                                         .reset_graph = fe_reset,
+                                         .segment_count = fe_segs,
+                                         .capture_active = fe_active,
+                                         .error_word_ptr = fe_word,
+                                         .allocation_counts = fe_counts,
+                                         .claim_nodes = fe_claim};
 
 static ortep_ep *flaky_new(bool flaky) {
   flaky_ep *e = calloc(1, sizeof *e);
@@ -119,7 +147,6 @@ static ortep_graph *small_graph(ortep_ep *owner) {
   ck_assert_ok(ortep_graph_add_node(g, "Sigmoid", "", "s2", (const char *[]){"c"}, 1, (const char *[]){"y"}, 1, NULL));
   return g; /* destroy it before owner */
 }
-
 
 static void run_graph(ortep_ep_registry *r, ortep_graph *g, ortep_run_mode mode, int steps, float *y,
                       ortep_session **keep) {
@@ -170,7 +197,8 @@ START_TEST(replay_matches_eager_on_one_ep) {
   ck_assert_uint_eq(st.graph_updates, 0);
   char *plan;
   ck_assert_ok(ortep_session_format_plan(s, &plan));
-  ck_assert_msg(strstr(plan, "s1") && strstr(plan, "segment 0") && strstr(plan, "memory cpu_ep: planned arena"), "%s", plan);
+  ck_assert_msg(strstr(plan, "s1") && strstr(plan, "segment 0") && strstr(plan, "memory cpu_ep: planned arena"), "%s",
+                plan);
   free(plan);
   ck_assert_ptr_eq(ortep_session_node_ep(s, "m"), ortep_ep_registry_get(r, 0));
   ortep_session_destroy(s);
@@ -328,11 +356,14 @@ static ortep_graph *other_graph(ortep_ep *owner, int64_t y_len) {
   ck_assert_ok(ortep_tensor_copyin(w, wv, sizeof wv));
   ck_assert_ok(ortep_graph_add_initializer(g, "w2", w));
   if (y_len == 8)
-    ck_assert_ok(ortep_graph_add_node(g, "Sigmoid", "", "s1", (const char *[]){"x"}, 1, (const char *[]){"a"}, 1, NULL));
+    ck_assert_ok(
+        ortep_graph_add_node(g, "Sigmoid", "", "s1", (const char *[]){"x"}, 1, (const char *[]){"a"}, 1, NULL));
   if (y_len == 8)
-    ck_assert_ok(ortep_graph_add_node(g, "Mul", "", "m", (const char *[]){"a", "w2"}, 2, (const char *[]){"y"}, 1, NULL));
+    ck_assert_ok(
+        ortep_graph_add_node(g, "Mul", "", "m", (const char *[]){"a", "w2"}, 2, (const char *[]){"y"}, 1, NULL));
   else
-    ck_assert_ok(ortep_graph_add_node(g, "Sigmoid", "", "s2", (const char *[]){"x"}, 1, (const char *[]){"y"}, 1, NULL));
+    ck_assert_ok(
+        ortep_graph_add_node(g, "Sigmoid", "", "s2", (const char *[]){"x"}, 1, (const char *[]){"y"}, 1, NULL));
   return g;
 }
 

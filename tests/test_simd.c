@@ -104,8 +104,9 @@ END_TEST
 START_TEST(an_unknown_set_is_refused) {
   outcome o = init_with("sse9");
   ck_assert_int_eq(o.status, ORTEP_E_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(o.message, "ORTEP_CPU_SIMD='sse9' is not a set of dot products: use auto, avx512, avx2 or "
-                                  "portable"),
+  ck_assert_msg(strstr(o.message,
+                       "ORTEP_CPU_SIMD='sse9' is not a set of dot products: use auto, avx512, avx2 or "
+                       "portable"),
                 "%s", o.message);
 }
 END_TEST

@@ -44,7 +44,7 @@ static float model_dot(const float *x, const float *w, size_t k, size_t lanes) {
 static bool same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 
 /* Lengths around every loop boundary of both widths, and real ones. */
-static const size_t lengths[] = {0,  1,  7,  8,  9,  15,  16,  17,  31,  32,  33,  47,   48,
+static const size_t lengths[] = {0,  1,  7,  8,  9,  15, 16,  17,  31,  32,  33,  47,   48,
                                  63, 64, 65, 79, 80, 95, 127, 128, 129, 200, 896, 1000, 4864};
 #define MAX_K 4864
 
@@ -71,8 +71,8 @@ static void check_dots(const simd_kernels *kern, const char *name) {
                     want);
       for (size_t i = 0; i < k; i++) wide[i] = bf16_value(wb[off + i]);
       got = kern->dot_bf16(xs, wb + off, k), want = model_dot(xs, wide, k, kern->lanes);
-      ck_assert_msg(same_bits(got, want), "%s bf16 dot, k %zu, offset %zu: %a, the model gives %a", name, k, off,
-                    got, want);
+      ck_assert_msg(same_bits(got, want), "%s bf16 dot, k %zu, offset %zu: %a, the model gives %a", name, k, off, got,
+                    want);
       for (size_t i = 0; i < k; i++) wide[i] = ortep_f16_to_f32(wh[off + i]);
       got = kern->dot_f16(xs, wh + off, k), want = model_dot(xs, wide, k, kern->lanes);
       ck_assert_msg(same_bits(got, want), "%s f16 dot, k %zu, offset %zu: %a, the model gives %a", name, k, off, got,

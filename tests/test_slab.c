@@ -6,7 +6,6 @@
 
 #include "testutil.h"
 
-
 START_TEST(objects_are_aligned_distinct_and_counted) {
   fixture f = fixture_new();
   ortep_slab *s;

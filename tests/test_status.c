@@ -91,9 +91,7 @@ END_TEST
  * -DNDEBUG does not turn ortep__assert off): a broken one aborts (Check
  * expects SIGABRT from this test's forked child). */
 static volatile int g_broken = 1;
-START_TEST(a_broken_invariant_aborts_in_every_build) {
-  ortep__assert(g_broken == 0);
-}
+START_TEST(a_broken_invariant_aborts_in_every_build) { ortep__assert(g_broken == 0); }
 END_TEST
 
 int main(void) {

@@ -52,7 +52,8 @@ START_TEST(byte_level_bpe_matches_hugging_face) {
   /* the longest added token wins; added tokens are never merged */
   expect_ids(t, "hello<|end|>x world<|end|>", true, IDS(259, 267, 264, 266));
   /* characters without merges fall to their bytes */
-  expect_ids(t, "hell\xc3\xb6 w\xc3\xb6rld \xe2\x82\xac", true, IDS(258, 195, 182, 260, 195, 182, 114, 263, 32, 226, 130, 172));
+  expect_ids(t, "hell\xc3\xb6 w\xc3\xb6rld \xe2\x82\xac", true,
+             IDS(258, 195, 182, 260, 195, 182, 114, 263, 32, 226, 130, 172));
   expect_ids(t, "  hello", true, IDS(32, 32, 259));
   expect_roundtrip(t, "hello<|end|>x world \xe2\x82\xac  \n\t!", false, "hello<|end|>x world \xe2\x82\xac  \n\t!");
   ck_assert_str_eq(ortep_tokenizer_token(t, 259), "hello");
@@ -157,7 +158,8 @@ START_TEST(bad_input_and_unsupported_files_are_refused) {
   ck_assert_uint_eq(n, 0);
   char *text = NULL;
   size_t len;
-  ck_assert_status(ortep_tokenizer_decode(t, (const int32_t[]){5, -1}, 2, false, &text, &len), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_status(ortep_tokenizer_decode(t, (const int32_t[]){5, -1}, 2, false, &text, &len),
+                   ORTEP_E_INVALID_ARGUMENT);
   ck_assert_error_mentions("outside the vocabulary");
   ck_assert_ptr_null(text);
   ortep_tokenizer_close(t);
@@ -169,7 +171,8 @@ START_TEST(bad_input_and_unsupported_files_are_refused) {
     const char *json, *needle;
   } bad[] = {
       {"{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", "only BPE"},
-      {"{\"normalizer\": {\"type\": \"Lowercase\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+      {"{\"normalizer\": {\"type\": \"Lowercase\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": "
+       "[]}}",
        "Lowercase"},
       {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]}}", "lacks"},
       {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 0}, \"merges\": []}}", "share one id"},
@@ -203,7 +206,8 @@ START_TEST(presets_have_a_tokenizer) {
     ck_assert_uint_eq(ortep_tokenizer_vocab_size(t), vocab[i]);
     ck_assert_str_eq(ortep_tokenizer_token(t, (int32_t)vocab[i] - 1), "<|endoftext|>");
     ck_assert(ortep_tokenizer_is_special(t, (int32_t)vocab[i] - 1));
-    expect_roundtrip(t, "Hello, world! 42 \xe2\x82\xac<|endoftext|>", false, "Hello, world! 42 \xe2\x82\xac<|endoftext|>");
+    expect_roundtrip(t, "Hello, world! 42 \xe2\x82\xac<|endoftext|>", false,
+                     "Hello, world! 42 \xe2\x82\xac<|endoftext|>");
     int32_t *ids;
     size_t n;
     ck_assert_ok(ortep_tokenizer_encode(t, " a", 2, false, &ids, &n));
@@ -214,7 +218,6 @@ START_TEST(presets_have_a_tokenizer) {
   }
 }
 END_TEST
-
 
 /* "61 F1 80" -> bytes; "0061 FFFD" -> UTF-8. */
 static size_t hex_bytes(const char *hex, unsigned char *out) {
@@ -250,14 +253,14 @@ START_TEST(utf8_repair_replaces_each_maximal_subpart) {
     const char *bytes, *chars;
   } cases[] = {
       {"61 F1 80 80 E1 80 C2 62 80 63 80 BF 64", "61 FFFD FFFD FFFD 62 FFFD 63 FFFD FFFD 64"}, /* 3-8 */
-      {"C0 AF E0 80 BF F0 81 82 41", "FFFD FFFD FFFD FFFD FFFD FFFD FFFD FFFD 41"},           /* non-shortest */
-      {"ED A0 80 ED BF BF ED AF 41", "FFFD FFFD FFFD FFFD FFFD FFFD FFFD FFFD 41"},           /* surrogates */
-      {"F4 91 92 93 FF 41 80 BF 42", "FFFD FFFD FFFD FFFD FFFD 41 FFFD FFFD 42"},             /* other */
-      {"E1 80 E2 F0 91 92 F1 BF 41", "FFFD FFFD FFFD FFFD 41"},                               /* truncated */
+      {"C0 AF E0 80 BF F0 81 82 41", "FFFD FFFD FFFD FFFD FFFD FFFD FFFD FFFD 41"},            /* non-shortest */
+      {"ED A0 80 ED BF BF ED AF 41", "FFFD FFFD FFFD FFFD FFFD FFFD FFFD FFFD 41"},            /* surrogates */
+      {"F4 91 92 93 FF 41 80 BF 42", "FFFD FFFD FFFD FFFD FFFD 41 FFFD FFFD 42"},              /* other */
+      {"E1 80 E2 F0 91 92 F1 BF 41", "FFFD FFFD FFFD FFFD 41"},                                /* truncated */
       {"ED A0 80", "FFFD FFFD FFFD"},
       {"E0 80 80", "FFFD FFFD FFFD"},
       {"F4 90 80 80", "FFFD FFFD FFFD FFFD"},
-      {"E2 82", "FFFD"}, /* a character cut by the end: one */
+      {"E2 82", "FFFD"},        /* a character cut by the end: one */
       {"41 E2 82 AC 42", NULL}, /* valid: the bytes themselves */
   };
   ortep_tokenizer *t = open_fixture("bytelevel_tokenizer.json");

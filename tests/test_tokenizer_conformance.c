@@ -138,7 +138,8 @@ int main(void) {
   }
   char *texts_json = slurp(ORTEP_TEST_DATA "/tokenizer_conformance.json", &len);
   char *expected_json = slurp(ORTEP_TEST_DATA "/tokenizer_expected.json", &len);
-  cJSON *texts = texts_json ? cJSON_Parse(texts_json) : NULL, *expected = expected_json ? cJSON_Parse(expected_json) : NULL;
+  cJSON *texts = texts_json ? cJSON_Parse(texts_json) : NULL,
+        *expected = expected_json ? cJSON_Parse(expected_json) : NULL;
   free(texts_json), free(expected_json);
   if (!texts || !expected) {
     fprintf(stderr, "cannot read the conformance data in %s\n", ORTEP_TEST_DATA);

@@ -50,7 +50,8 @@ START_TEST(decode_in_graph_mode_with_a_forced_seam) {
   char dir[64];
   test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
   ortep_decoder *d;
-  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 16, .forced_seams = "GroupQueryAttention"}, &d));
+  ck_assert_ok(ortep_decoder_open(
+      dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 16, .forced_seams = "GroupQueryAttention"}, &d));
   void *h = dlopen(NVTX_RECORDER_PATH, RTLD_NOW | RTLD_NOLOAD);
   ck_assert_msg(h != NULL, "the NVTX injection library was not loaded (NVTX_INJECTION64_PATH=%s)",
                 getenv("NVTX_INJECTION64_PATH") ? getenv("NVTX_INJECTION64_PATH") : "unset");
@@ -105,13 +106,15 @@ START_TEST(decode_in_graph_mode_with_a_forced_seam) {
   }
   ck_assert_uint_eq(captured_nodes, st.kernels_per_step - 2);
   /* steps 1 and 2: exactly replay 0, seam, replay 1, seam, replay 2, sync */
-  const char *want[] = {"replay segment", "GroupQueryAttention layers.0.attention", "replay segment",
-                        "GroupQueryAttention layers.1.attention", "replay segment", "sync"};
+  const char *want[] = {"replay segment", "GroupQueryAttention layers.0.attention",
+                        "replay segment", "GroupQueryAttention layers.1.attention",
+                        "replay segment", "sync"};
   for (int k = 1; k < 3; k++) {
     size_t at = steps[k] + 1, seg = 0, replayed = 0;
     for (int w = 0; w < 6; w++, at++) {
-      ck_assert_msg(at < n && f[at].depth == 1 && !strcmp(f[at].e->text, want[w]), "step %d child %d: '%s' (depth %d), want '%s'",
-                    k, w, at < n ? f[at].e->text : "(none)", at < n ? f[at].depth : -1, want[w]);
+      ck_assert_msg(at < n && f[at].depth == 1 && !strcmp(f[at].e->text, want[w]),
+                    "step %d child %d: '%s' (depth %d), want '%s'", k, w, at < n ? f[at].e->text : "(none)",
+                    at < n ? f[at].depth : -1, want[w]);
       if (!strcmp(want[w], "replay segment")) {
         ck_assert_uint_eq(f[at].e->payload >> 32, seg++);
         replayed += f[at].e->payload & 0xffffffffu;

@@ -23,22 +23,21 @@
  * and a suite that runs longer cases sets more itself. */
 __attribute__((constructor)) static void test_default_timeout(void) { setenv("CK_DEFAULT_TIMEOUT", "240", 0); }
 
-#define ck_assert_ok(expr)                                                                                  \
-  do {                                                                                                      \
-    ortep_status s_ = (expr);                                                                               \
-    ck_assert_msg(s_ == ORTEP_OK, "%s -> %s: %s", #expr, ortep_status_name(s_), ortep_last_error());       \
+#define ck_assert_ok(expr)                                                                           \
+  do {                                                                                               \
+    ortep_status s_ = (expr);                                                                        \
+    ck_assert_msg(s_ == ORTEP_OK, "%s -> %s: %s", #expr, ortep_status_name(s_), ortep_last_error()); \
   } while (0)
 
-#define ck_assert_status(expr, want)                                                                        \
-  do {                                                                                                      \
-    ortep_status s_ = (expr);                                                                               \
-    ck_assert_msg(s_ == (want), "%s -> %s (want %s): %s", #expr, ortep_status_name(s_),                     \
-                  ortep_status_name(want), ortep_last_error());                                             \
+#define ck_assert_status(expr, want)                                                                             \
+  do {                                                                                                           \
+    ortep_status s_ = (expr);                                                                                    \
+    ck_assert_msg(s_ == (want), "%s -> %s (want %s): %s", #expr, ortep_status_name(s_), ortep_status_name(want), \
+                  ortep_last_error());                                                                           \
   } while (0)
 
-#define ck_assert_error_mentions(needle)                                                                    \
-  ck_assert_msg(strstr(ortep_last_error(), (needle)) != NULL, "message '%s' lacks '%s'", ortep_last_error(), \
-                (needle))
+#define ck_assert_error_mentions(needle) \
+  ck_assert_msg(strstr(ortep_last_error(), (needle)) != NULL, "message '%s' lacks '%s'", ortep_last_error(), (needle))
 
 /* --- AddressSanitizer builds --------------------------------------------- */
 #if defined(__SANITIZE_ADDRESS__)
@@ -121,8 +120,8 @@ static inline int test_run_with(Suite *s, enum fork_status fork) {
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
-  if (failed) fprintf(stderr, "(random tests used seed 0x%llx; rerun with ORTEP_TEST_SEED)\n",
-                      (unsigned long long)test_seed());
+  if (failed)
+    fprintf(stderr, "(random tests used seed 0x%llx; rerun with ORTEP_TEST_SEED)\n", (unsigned long long)test_seed());
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 /* Forked per test unless CK_FORK=no says otherwise (Valgrind runs). */
@@ -175,10 +174,10 @@ static inline void test_noaccess_free(ortep_allocator *self, void *p, size_t b, 
   munmap(p, (b ? b : 1) + a);
   ((test_noaccess_allocator *)self)->live--;
 }
-static inline ortep_device_key test_noaccess_device(const ortep_allocator *self) {
-  return ortep_device_key_device(0);
-}
-static const ortep_allocator_vtable test_noaccess_vtable = {.name = "noaccess", .allocate = test_noaccess_alloc, .deallocate = test_noaccess_free,
+static inline ortep_device_key test_noaccess_device(const ortep_allocator *self) { return ortep_device_key_device(0); }
+static const ortep_allocator_vtable test_noaccess_vtable = {.name = "noaccess",
+                                                            .allocate = test_noaccess_alloc,
+                                                            .deallocate = test_noaccess_free,
                                                             .device = test_noaccess_device};
 
 /* --- a minimal EP: only the contract's required entries ------------------- */
@@ -198,14 +197,15 @@ static inline void tmin_supports(const ortep_ep *e, const ortep_node *n, int64_t
                                  const ortep_dtype *d, const ortep_layout *l, size_t k, ortep_kernel_match *m) {
   m->supported = false; /* a bare decline: the dispatcher must fill a reason */
 }
-static inline ortep_status tmin_get_kernel(ortep_ep *e, const ortep_node *n, const ortep_shape *s,
-                                           const ortep_dtype *d, size_t k, int64_t o, ortep_kernel **out) {
+static inline ortep_status tmin_get_kernel(ortep_ep *e, const ortep_node *n, const ortep_shape *s, const ortep_dtype *d,
+                                           size_t k, int64_t o, ortep_kernel **out) {
   return ORTEP_E_NOT_SUPPORTED;
 }
 static inline ortep_status tmin_alloc(ortep_ep *e, size_t size, size_t align, ortep_buffer *out) {
   void *p;
   if (ortep_device_is_host_accessible(e->device)) {
-    if (posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, size ? size : 1)) return ORTEP_E_OUT_OF_MEMORY;
+    if (posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, size ? size : 1))
+      return ORTEP_E_OUT_OF_MEMORY;
   } else {
     p = mmap(NULL, size ? size : 1, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return ORTEP_E_OUT_OF_MEMORY;
@@ -233,11 +233,18 @@ static inline ortep_status tmin_copy_async(ortep_ep *e, const ortep_buffer *s, o
 }
 static inline ortep_status tmin_wait(ortep_ep *e, ortep_fence *f) { return ORTEP_OK; }
 static inline ortep_status tmin_sync(ortep_ep *e) { return ORTEP_OK; }
-static const ortep_ep_vtable test_min_ep_vtable = {
-    .name = "min_ep", .initialize = tmin_init, .shutdown = tmin_shutdown, .destroy = tmin_destroy,
-    .supports_op = tmin_supports, .get_kernel = tmin_get_kernel, .allocate = tmin_alloc,
-    .deallocate = tmin_dealloc, .copy = tmin_copy, .copy_async = tmin_copy_async, .fence_wait = tmin_wait,
-    .sync = tmin_sync};
+static const ortep_ep_vtable test_min_ep_vtable = {.name = "min_ep",
+                                                   .initialize = tmin_init,
+                                                   .shutdown = tmin_shutdown,
+                                                   .destroy = tmin_destroy,
+                                                   .supports_op = tmin_supports,
+                                                   .get_kernel = tmin_get_kernel,
+                                                   .allocate = tmin_alloc,
+                                                   .deallocate = tmin_dealloc,
+                                                   .copy = tmin_copy,
+                                                   .copy_async = tmin_copy_async,
+                                                   .fence_wait = tmin_wait,
+                                                   .sync = tmin_sync};
 static inline test_min_ep *test_min_ep_new(ortep_device device) {
   test_min_ep *e = calloc(1, sizeof *e);
   e->base = (ortep_ep){&test_min_ep_vtable, device, 0};

@@ -29,13 +29,13 @@
 #include "ortep/tokenizer.h"
 
 #define TOKENIZER_LIMIT ((size_t)256 << 20)
-#define FLAG_ADDED 1u
-#define FLAG_SPECIAL 2u
-#define FLAG_LSTRIP 4u  /* an added token that takes the whitespace before it */
-#define FLAG_RSTRIP 8u  /* ... after it */
-#define FLAG_SINGLE 16u /* matched only as a whole word */
-#define MAX_STEPS 8
-#define EMPTY UINT32_MAX
+#define FLAG_ADDED      1u
+#define FLAG_SPECIAL    2u
+#define FLAG_LSTRIP     4u  /* an added token that takes the whitespace before it */
+#define FLAG_RSTRIP     8u  /* ... after it */
+#define FLAG_SINGLE     16u /* matched only as a whole word */
+#define MAX_STEPS       8
+#define EMPTY           UINT32_MAX
 
 typedef enum norm_kind { NORM_UNICODE, NORM_PREPEND, NORM_REPLACE } norm_kind;
 typedef struct norm_step {
@@ -47,10 +47,10 @@ typedef struct norm_step {
 typedef enum pre_kind { PRE_SPLIT, PRE_BYTE_LEVEL, PRE_METASPACE } pre_kind;
 typedef struct pre_step {
   pre_kind kind;
-  pcre2_code *re;         /* SPLIT, and BYTE_LEVEL with use_regex */
-  bool add_prefix_space;  /* BYTE_LEVEL */
-  int prepend;            /* METASPACE: 0 never, 1 first, 2 always */
-  bool split;             /* METASPACE */
+  pcre2_code *re;        /* SPLIT, and BYTE_LEVEL with use_regex */
+  bool add_prefix_space; /* BYTE_LEVEL */
+  int prepend;           /* METASPACE: 0 never, 1 first, 2 always */
+  bool split;            /* METASPACE */
 } pre_step;
 
 typedef struct trie_edge {
@@ -93,11 +93,11 @@ struct ortep_tokenizer {
   int32_t byte_tok[256]; /* <0xNN>, or -1 */
   char b2u[256][3];      /* byte-level: byte -> UTF-8 of its character */
   uint8_t b2u_len[256];
-  int16_t u2b[512];      /* byte-level: code point (< 512) -> byte, or -1 */
+  int16_t u2b[512]; /* byte-level: code point (< 512) -> byte, or -1 */
   int32_t prefix[4], suffix[4];
   size_t n_prefix, n_suffix;
   bool dec_byte_level, dec_meta, dec_byte_fallback;
-  size_t dec_strip;      /* leading spaces stripped from the decoded text */
+  size_t dec_strip; /* leading spaces stripped from the decoded text */
 };
 
 /* --- small growable buffers ------------------------------------------------------ */
@@ -214,10 +214,14 @@ static ortep_status add_norm(ortep_tokenizer *t, const char *path, const cJSON *
   if (t->n_norm == MAX_STEPS) return bad(path, "more than 8 normalizers", NULL);
   norm_step *s = &t->norm[t->n_norm];
   *s = (norm_step){NORM_UNICODE, 0, NULL, NULL};
-  if (!strcmp(type, "NFC")) s->form = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
-  else if (!strcmp(type, "NFD")) s->form = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
-  else if (!strcmp(type, "NFKC")) s->form = UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
-  else if (!strcmp(type, "NFKD")) s->form = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+  if (!strcmp(type, "NFC"))
+    s->form = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
+  else if (!strcmp(type, "NFD"))
+    s->form = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
+  else if (!strcmp(type, "NFKC"))
+    s->form = UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+  else if (!strcmp(type, "NFKD"))
+    s->form = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
   else if (!strcmp(type, "Prepend")) {
     const char *p = str_of(n, "prepend");
     if (!p) return bad(path, "Prepend normalizer without 'prepend'", NULL);
@@ -271,7 +275,9 @@ static ortep_status add_pre(ortep_tokenizer *t, const char *path, const cJSON *p
     if (r && strcmp(r, "\xe2\x96\x81"))
       return bad(path, "Metaspace pre-tokenizer: only the replacement \"\\u2581\" is supported", r);
     s->kind = PRE_METASPACE;
-    s->prepend = scheme ? (!strcmp(scheme, "always") ? 2 : !strcmp(scheme, "first") ? 1 : 0)
+    s->prepend = scheme ? (!strcmp(scheme, "always")  ? 2
+                           : !strcmp(scheme, "first") ? 1
+                                                      : 0)
                         : (bool_of(p, "add_prefix_space", true) ? 2 : 0);
     s->split = bool_of(p, "split", true);
   } else {
@@ -310,7 +316,8 @@ static ortep_status add_decoder(ortep_tokenizer *t, const char *path, const cJSO
     /* the pieces are joined anyway */
   } else if (!strcmp(type, "Strip")) {
     const char *c = str_of(d, "content");
-    const cJSON *start = cJSON_GetObjectItemCaseSensitive(d, "start"), *stop = cJSON_GetObjectItemCaseSensitive(d, "stop");
+    const cJSON *start = cJSON_GetObjectItemCaseSensitive(d, "start"),
+                *stop = cJSON_GetObjectItemCaseSensitive(d, "stop");
     if (!c || strcmp(c, " ") || !cJSON_IsNumber(start) || start->valuedouble < 0 || start->valuedouble > 8 ||
         (cJSON_IsNumber(stop) && stop->valuedouble != 0))
       return bad(path, "Strip decoder: only stripping up to 8 leading spaces is supported", NULL);
@@ -368,7 +375,8 @@ static uint32_t trie_next(const ortep_tokenizer *t, uint32_t node, unsigned char
 static ortep_status trie_init(ortep_tokenizer *t, size_t content) {
   t->edge_cap = 16;
   while (t->edge_cap < 2 * content + 2) t->edge_cap *= 2;
-  if (!(t->edges = ortep__malloc(t->edge_cap * sizeof *t->edges)) || !(t->term = ortep__malloc((content + 1) * sizeof *t->term)))
+  if (!(t->edges = ortep__malloc(t->edge_cap * sizeof *t->edges)) ||
+      !(t->term = ortep__malloc((content + 1) * sizeof *t->term)))
     return oom();
   for (size_t i = 0; i < t->edge_cap; i++) t->edges[i].key = UINT64_MAX;
   t->term[0] = -1, t->n_nodes = 1;
@@ -406,8 +414,7 @@ static ortep_status set_token(ortep_tokenizer *t, const char *path, const char *
   if (idv < 0 || idv >= (double)t->n || idv != (double)(size_t)idv)
     return bad(path, "a token id is not a whole number within the vocabulary", s);
   size_t id = (size_t)idv;
-  if (t->tok[id] && strcmp(t->tok[id], s))
-    return bad(path, "two different tokens share one id", s);
+  if (t->tok[id] && strcmp(t->tok[id], s)) return bad(path, "two different tokens share one id", s);
   if (!t->tok[id]) {
     if (!(t->tok[id] = ortep__strdup(s))) return oom();
     t->len[id] = (uint32_t)strlen(s);
@@ -427,7 +434,8 @@ static ortep_status load_ids(ortep_tokenizer *t, const char *path, const cJSON *
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
     top = cJSON_IsNumber(id) && id->valuedouble > top ? id->valuedouble : top;
   }
-  if (top < 0 || top > (double)INT32_MAX - 1) return bad(path, "the vocabulary is empty or its ids are out of range", NULL);
+  if (top < 0 || top > (double)INT32_MAX - 1)
+    return bad(path, "the vocabulary is empty or its ids are out of range", NULL);
   /* ids are dense in real files; a few holes are tolerated, not a table of
    * two billion entries for one large id */
   if (top >= 2 * entries + 1024)
@@ -515,9 +523,11 @@ static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   const char *type = str_of(model, "type");
   if (!type || strcmp(type, "BPE")) return bad(path, "model.type is not supported (only BPE is)", type);
-  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab"), *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab"),
+              *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
   const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-  if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) return bad(path, "model.vocab or model.merges is missing", NULL);
+  if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
+    return bad(path, "model.vocab or model.merges is missing", NULL);
   const char *prefix = str_of(model, "continuing_subword_prefix"), *suffix = str_of(model, "end_of_word_suffix");
   if ((prefix && *prefix) || (suffix && *suffix))
     return bad(path, "BPE with a continuing_subword_prefix or end_of_word_suffix is not supported", NULL);
@@ -607,10 +617,11 @@ ortep_status ortep_tokenizer_open_for_vocab(const char *path, size_t model_vocab
   if (st == ORTEP_OK && model_vocab) {
     ortep_tokenizer *t = *out;
     if (t->n > model_vocab) {
-      st = ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                       "%s has %zu token ids but the model's vocabulary has %zu (config.json vocab_size): the tokenizer "
-                       "belongs to another model; use the tokenizer.json that ships with this model",
-                       file, t->n, model_vocab);
+      st =
+          ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                      "%s has %zu token ids but the model's vocabulary has %zu (config.json vocab_size): the tokenizer "
+                      "belongs to another model; use the tokenizer.json that ships with this model",
+                      file, t->n, model_vocab);
       ortep_tokenizer_close(t);
       *out = NULL;
     } else {
@@ -655,7 +666,8 @@ static ortep_status normalize(const ortep_tokenizer *t, const char *src, size_t 
     if (s->kind == NORM_UNICODE) {
       utf8proc_uint8_t *out = NULL;
       utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)dst->p, (utf8proc_ssize_t)dst->n, &out, s->form);
-      if (m < 0) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "tokenizer: normalising the text failed: %s", utf8proc_errmsg(m));
+      if (m < 0)
+        return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "tokenizer: normalising the text failed: %s", utf8proc_errmsg(m));
       bool ok = put(tmp, out, (size_t)m);
       free(out); /* utf8proc allocates with malloc */
       if (!ok) return oom();
@@ -688,7 +700,8 @@ static ortep_status regex_split(const pcre2_code *re, pcre2_match_data *md, cons
     if (rc < 0) {
       PCRE2_UCHAR msg[160];
       pcre2_get_error_message(rc, msg, sizeof msg);
-      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "tokenizer: the split regex failed on this text: %s", (const char *)msg);
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "tokenizer: the split regex failed on this text: %s",
+                         (const char *)msg);
     }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
     size_t b = ov[0], e = ov[1];
@@ -711,9 +724,15 @@ typedef struct work {
   pieces a, b;
   pcre2_match_data *md;
   /* BPE */
-  struct sym { int32_t id; int32_t prev, next; } *sym;
+  struct sym {
+    int32_t id;
+    int32_t prev, next;
+  } * sym;
   size_t sym_cap;
-  struct cand { uint32_t rank; uint32_t left; } *heap;
+  struct cand {
+    uint32_t rank;
+    uint32_t left;
+  } * heap;
   size_t heap_n, heap_cap;
 } work;
 
@@ -826,7 +845,12 @@ static ortep_status bpe(const ortep_tokenizer *t, work *w, const char *p, size_t
   for (size_t i = 0; i < n;) {
     size_t cl = 1;
     unsigned char c = (unsigned char)p[i];
-    if (c >= 0xF0) cl = 4; else if (c >= 0xE0) cl = 3; else if (c >= 0xC0) cl = 2;
+    if (c >= 0xF0)
+      cl = 4;
+    else if (c >= 0xE0)
+      cl = 3;
+    else if (c >= 0xC0)
+      cl = 2;
     if (i + cl > n) cl = n - i;
     int32_t id = lookup(t, p + i, cl);
     size_t need = id >= 0 || !t->byte_fallback ? 1 : cl;
@@ -850,7 +874,8 @@ static ortep_status bpe(const ortep_tokenizer *t, work *w, const char *p, size_t
     }
     i += cl;
   }
-  for (size_t i = 0; i < count; i++) w->sym[i].prev = (int32_t)i - 1, w->sym[i].next = i + 1 < count ? (int32_t)i + 1 : -1;
+  for (size_t i = 0; i < count; i++)
+    w->sym[i].prev = (int32_t)i - 1, w->sym[i].next = i + 1 < count ? (int32_t)i + 1 : -1;
   w->heap_n = 0;
   for (size_t i = 0; i + 1 < count; i++)
     if (w->sym[i].id >= 0 && w->sym[i + 1].id >= 0 && !push_pair(t, w, (int32_t)i)) return oom();
@@ -890,14 +915,16 @@ static ortep_status encode_stretch(const ortep_tokenizer *t, work *w, const char
 static bool word_char(const char *text, size_t len, size_t at, bool before) {
   if (before) {
     if (at == 0) return false;
-    do at--; while (at > 0 && ((unsigned char)text[at] & 0xC0) == 0x80);
+    do at--;
+    while (at > 0 && ((unsigned char)text[at] & 0xC0) == 0x80);
   } else if (at >= len) {
     return false;
   }
   utf8proc_int32_t cp;
   if (utf8proc_iterate((const utf8proc_uint8_t *)text + at, (utf8proc_ssize_t)(len - at), &cp) <= 0) return false;
   utf8proc_category_t c = utf8proc_category(cp);
-  return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) || (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO);
+  return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) ||
+         (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO);
 }
 
 /* The added token starting at text + at (the longest that may match there),
@@ -928,7 +955,8 @@ ortep_status ortep_tokenizer_encode(const ortep_tokenizer *t, const char *text, 
     utf8proc_int32_t cp;
     utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)text + i, (utf8proc_ssize_t)(len - i), &cp);
     if (k <= 0)
-      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_encode: the text is not valid UTF-8 at byte %zu", i);
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_encode: the text is not valid UTF-8 at byte %zu",
+                         i);
     i += (size_t)k;
   }
   ids v = {0};
@@ -1070,7 +1098,8 @@ ortep_status ortep_tokenizer_decode(const ortep_tokenizer *t, const int32_t *id,
   for (size_t i = 0; i < n && st == ORTEP_OK; i++) {
     if (id[i] < 0 || (size_t)id[i] >= t->decodable)
       st = outside(t, "ortep_tokenizer_decode", id[i], i);
-    else if ((size_t)id[i] < t->n && !(skip_special && (t->flags[id[i]] & FLAG_SPECIAL)) && !token_bytes(t, id[i], &raw))
+    else if ((size_t)id[i] < t->n && !(skip_special && (t->flags[id[i]] & FLAG_SPECIAL)) &&
+             !token_bytes(t, id[i], &raw))
       st = oom();
   }
   size_t skip = 0;

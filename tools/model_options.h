@@ -16,31 +16,41 @@
 #include "ortep/ortep.h"
 
 typedef struct tool_model {
-  const char *prog, *cmd;  /* "ortep", "generate": for messages */
+  const char *prog, *cmd; /* "ortep", "generate": for messages */
   const char *model, *preset, *dtype, *ep, *weights, *layout;
-  long threads;            /* 0: the CPU EP's default */
-  char dir[4096];          /* the model directory, once resolved */
+  long threads;   /* 0: the CPU EP's default */
+  char dir[4096]; /* the model directory, once resolved */
 } tool_model;
 
 /* getopt_long values of the shared options: above any short option, so a
  * program's own table cannot collide with them. */
-enum { TOOL_OPT_MODEL = 0x100, TOOL_OPT_PRESET, TOOL_OPT_DTYPE, TOOL_OPT_EP, TOOL_OPT_THREADS, TOOL_OPT_WEIGHTS,
-       TOOL_OPT_LAYOUT };
-#define TOOL_MODEL_LONG_OPTIONS                                                                             \
-  {"model", required_argument, 0, TOOL_OPT_MODEL}, {"preset", required_argument, 0, TOOL_OPT_PRESET},      \
-      {"dtype", required_argument, 0, TOOL_OPT_DTYPE}, {"ep", required_argument, 0, TOOL_OPT_EP},          \
-      {"threads", required_argument, 0, TOOL_OPT_THREADS}, {"weights", required_argument, 0, TOOL_OPT_WEIGHTS}, \
-      {"layout", required_argument, 0, TOOL_OPT_LAYOUT}
+enum {
+  TOOL_OPT_MODEL = 0x100,
+  TOOL_OPT_PRESET,
+  TOOL_OPT_DTYPE,
+  TOOL_OPT_EP,
+  TOOL_OPT_THREADS,
+  TOOL_OPT_WEIGHTS,
+  TOOL_OPT_LAYOUT
+};
+/* clang-format off */
+#define TOOL_MODEL_LONG_OPTIONS                                                                    \
+  {"model", required_argument, 0, TOOL_OPT_MODEL},     {"preset", required_argument, 0, TOOL_OPT_PRESET},   \
+  {"dtype", required_argument, 0, TOOL_OPT_DTYPE},     {"ep", required_argument, 0, TOOL_OPT_EP},           \
+  {"threads", required_argument, 0, TOOL_OPT_THREADS}, {"weights", required_argument, 0, TOOL_OPT_WEIGHTS}, \
+  {"layout", required_argument, 0, TOOL_OPT_LAYOUT}
+/* clang-format on */
 #define TOOL_PRESETS "tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b"
 /* The help lines of the shared options, for a program's usage text. */
-#define TOOL_MODEL_HELP                                                                                     \
-  "  --model DIR      a model directory (config.json + model.safetensors [+ tokenizer.json])\n"            \
-  "  --preset NAME    a synthetic preset (random weights): " TOOL_PRESETS "\n"                             \
-  "  --dtype D        the preset's weight dtype: f32 (default), f16, bf16\n"                               \
-  "  --ep E           auto (default: CUDA when a GPU is present), cpu, cuda\n"                             \
-  "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"      \
-  "  --weights W      map (default: the file's pages, zero-copy) or read (a private copy in memory)\n"     \
-  "  --layout L       the projection weights' layout (ortep.weights_layout): auto (default: the CPU\n"     \
+#define TOOL_MODEL_HELP                                                                                \
+  "  --model DIR      a model directory (config.json + model.safetensors [+ tokenizer.json])\n"        \
+  "  --preset NAME    a synthetic preset (random weights): " TOOL_PRESETS                              \
+  "\n"                                                                                                 \
+  "  --dtype D        the preset's weight dtype: f32 (default), f16, bf16\n"                           \
+  "  --ep E           auto (default: CUDA when a GPU is present), cpu, cuda\n"                         \
+  "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"  \
+  "  --weights W      map (default: the file's pages, zero-copy) or read (a private copy in memory)\n" \
+  "  --layout L       the projection weights' layout (ortep.weights_layout): auto (default: the CPU\n" \
   "                   EP's blocked layout when the CPU runs the step), blocked, row_major\n"
 
 /* Prints "<prog> <cmd>: <message>" and the hint to --help; returns 2. */

@@ -94,11 +94,9 @@ typedef struct ortep_commit_range {
 typedef struct ortep_virtual_backing {
   ortep_status (*reserve)(ortep_allocator *self, size_t bytes, size_t align, void **out);
   /* *newly_owned_bytes: physical bytes this commit added. */
-  ortep_status (*commit)(ortep_allocator *self, const ortep_commit_range *range,
-                         uint64_t *newly_owned_bytes);
+  ortep_status (*commit)(ortep_allocator *self, const ortep_commit_range *range, uint64_t *newly_owned_bytes);
   /* *released_bytes: physical bytes this decommit gave back. */
-  ortep_status (*decommit)(ortep_allocator *self, const ortep_commit_range *range,
-                           uint64_t *released_bytes);
+  ortep_status (*decommit)(ortep_allocator *self, const ortep_commit_range *range, uint64_t *released_bytes);
 } ortep_virtual_backing;
 
 /* Optional capability: one pinned read-only prefix whose physical bytes are
@@ -111,11 +109,9 @@ typedef struct ortep_shared_commit_info {
 } ortep_shared_commit_info;
 
 typedef struct ortep_shared_mapping {
-  ortep_status (*create_prefix)(ortep_allocator *self, const void *bytes, size_t len,
-                                ortep_shared_prefix **out);
-  ortep_status (*map_prefix)(ortep_allocator *self, const ortep_shared_prefix *prefix,
-                             void *allocation, size_t allocation_bytes,
-                             ortep_shared_commit_info *out);
+  ortep_status (*create_prefix)(ortep_allocator *self, const void *bytes, size_t len, ortep_shared_prefix **out);
+  ortep_status (*map_prefix)(ortep_allocator *self, const ortep_shared_prefix *prefix, void *allocation,
+                             size_t allocation_bytes, ortep_shared_commit_info *out);
   void (*destroy_prefix)(ortep_allocator *self, ortep_shared_prefix *prefix);
 } ortep_shared_mapping;
 
@@ -147,10 +143,8 @@ struct ortep_allocator {
 /* --- dispatch (validation + the contract's defaults) ----------------------- */
 ORTEP_API ortep_status ortep_allocator_allocate(ortep_allocator *a, size_t bytes, size_t align, void **out);
 ORTEP_API void ortep_allocator_deallocate(ortep_allocator *a, void *ptr, size_t bytes, size_t align);
-ORTEP_API uint64_t ortep_allocator_deallocate_with_unmapped(ortep_allocator *a, void *ptr, size_t bytes,
-                                                            size_t align);
-ORTEP_API ortep_release_outcome ortep_allocator_release(ortep_allocator *a, void *ptr, size_t bytes,
-                                                        size_t align);
+ORTEP_API uint64_t ortep_allocator_deallocate_with_unmapped(ortep_allocator *a, void *ptr, size_t bytes, size_t align);
+ORTEP_API ortep_release_outcome ortep_allocator_release(ortep_allocator *a, void *ptr, size_t bytes, size_t align);
 ORTEP_API ortep_device_key ortep_allocator_device(const ortep_allocator *a);
 ORTEP_API const char *ortep_allocator_name(const ortep_allocator *a);
 ORTEP_API bool ortep_allocator_commits_on_demand(const ortep_allocator *a);

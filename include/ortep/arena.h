@@ -22,7 +22,7 @@
 
 ORTEP_BEGIN_DECLS
 
-#define ORTEP_ARENA_DEBUG_FILL_NEW 0xAA
+#define ORTEP_ARENA_DEBUG_FILL_NEW   0xAA
 #define ORTEP_ARENA_DEBUG_FILL_FREED 0x55
 
 typedef struct ortep_arena ortep_arena;
@@ -49,8 +49,7 @@ typedef struct ortep_arena_mark {
 } ortep_arena_mark;
 
 /* A growing bump arena over backing (which must outlive it). opts may be NULL. */
-ORTEP_API ortep_status ortep_arena_create(ortep_allocator *backing, const ortep_arena_options *opts,
-                                          ortep_arena **out);
+ORTEP_API ortep_status ortep_arena_create(ortep_allocator *backing, const ortep_arena_options *opts, ortep_arena **out);
 /* A planned arena: one block of exactly bytes (aligned to align) taken now. It
  * never grows; carve from it with ortep_arena_at, or bump-carve. */
 ORTEP_API ortep_status ortep_arena_create_planned(ortep_allocator *backing, size_t bytes, size_t align,

@@ -41,17 +41,15 @@ typedef struct ortep_buffer {
 /* Wrap an allocation this caller owns (the owning EP, usually). ptr must be
  * non-null, at least size bytes, aligned to align (a power of two). On
  * failure *out is zeroed and the status says which requirement failed. */
-ORTEP_API ortep_status ortep_buffer_wrap_owned(void *ptr, ortep_device device, size_t size,
-                                                   size_t align, ortep_buffer *out);
+ORTEP_API ortep_status ortep_buffer_wrap_owned(void *ptr, ortep_device device, size_t size, size_t align,
+                                               ortep_buffer *out);
 /* Wrap foreign read-only memory (e.g. an mmap) that outlives the handle. */
-ORTEP_API ortep_status ortep_buffer_wrap_borrowed(const void *ptr, ortep_device device,
-                                                        size_t size, size_t align,
-                                                        ortep_buffer *out);
+ORTEP_API ortep_status ortep_buffer_wrap_borrowed(const void *ptr, ortep_device device, size_t size, size_t align,
+                                                  ortep_buffer *out);
 /* Wrap foreign writable memory this caller has exclusive use of. A null
  * pointer is refused (ORTEP_E_INVALID_ARGUMENT). */
-ORTEP_API ortep_status ortep_buffer_wrap_borrowed_mut(void *ptr, ortep_device device,
-                                                            size_t size, size_t align,
-                                                            ortep_buffer *out);
+ORTEP_API ortep_status ortep_buffer_wrap_borrowed_mut(void *ptr, ortep_device device, size_t size, size_t align,
+                                                      ortep_buffer *out);
 
 /* True for BORROWED and BORROWED_MUT: such a handle must never be freed. */
 ORTEP_API bool ortep_buffer_is_borrowed(const ortep_buffer *buffer);

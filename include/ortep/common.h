@@ -19,7 +19,7 @@
 
 #ifdef __cplusplus
 #define ORTEP_BEGIN_DECLS extern "C" {
-#define ORTEP_END_DECLS }
+#define ORTEP_END_DECLS   }
 #else
 #define ORTEP_BEGIN_DECLS
 #define ORTEP_END_DECLS

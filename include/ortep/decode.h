@@ -38,15 +38,15 @@ ORTEP_BEGIN_DECLS
 typedef struct ortep_decoder ortep_decoder;
 
 typedef struct ortep_decoder_options {
-  const char *ep;            /* "auto" (default: CUDA when built and a device exists, else CPU), "cpu", "cuda" */
-  size_t max_seq_len;        /* KV-cache capacity; 0: min(max_position_embeddings, 1024) */
-  bool eager;                /* false (default): graph mode (segments + seams); true: eager */
-  const char *forced_seams;  /* op types / node names to run as seams (session.h) */
-  uint32_t seam_every;       /* session.h */
-  const ortep_config *config; /* EP options ("cpu.threads") and governor budgets ("ortep.host.budget_bytes") */
-  ortep_governor *governor;  /* charge this governor instead of a private one (must outlive the decoder) */
+  const char *ep;                  /* "auto" (default: CUDA when built and a device exists, else CPU), "cpu", "cuda" */
+  size_t max_seq_len;              /* KV-cache capacity; 0: min(max_position_embeddings, 1024) */
+  bool eager;                      /* false (default): graph mode (segments + seams); true: eager */
+  const char *forced_seams;        /* op types / node names to run as seams (session.h) */
+  uint32_t seam_every;             /* session.h */
+  const ortep_config *config;      /* EP options ("cpu.threads") and governor budgets ("ortep.host.budget_bytes") */
+  ortep_governor *governor;        /* charge this governor instead of a private one (must outlive the decoder) */
   ortep_allocator *host_allocator; /* back the CPU EP with this allocator (must outlive the decoder) */
-  bool profile;              /* time every node of eager steps (ortep_session_profile) */
+  bool profile;                    /* time every node of eager steps (ortep_session_profile) */
   /* Prefill chunking: 0 (default) automatic: chunks of 256, 128, 64, ..., 2
    * tokens; 1: token by token (no chunk graphs); N: chunks of N, N/2, N/4,
    * ... down to 2 (N is capped at max_seq_len, at most 12 sizes). One graph
@@ -116,14 +116,14 @@ typedef struct ortep_generate_options {
   size_t max_tokens;          /* at most this many; 0: until a stop token or a full cache */
   const int32_t *stop_tokens; /* more ids to stop at, besides the model's EOS (may be NULL) */
   size_t n_stop_tokens;
-  bool ignore_eos;            /* do not stop at the model's eos_token_ids */
+  bool ignore_eos;                /* do not stop at the model's eos_token_ids */
   const ortep_sampling *sampling; /* NULL, or temperature 0: greedy */
 } ortep_generate_options;
 
 typedef struct ortep_generate_result {
-  size_t generated;         /* tokens passed to the callback */
+  size_t generated; /* tokens passed to the callback */
   ortep_stop_reason reason;
-  int32_t stop_token;       /* EOS / STOP_TOKEN: the id that stopped it (not emitted), else -1 */
+  int32_t stop_token; /* EOS / STOP_TOKEN: the id that stopped it (not emitted), else -1 */
 } ortep_generate_result;
 
 /* Generation as users run it: like ortep_decoder_generate, but stopping at

@@ -23,9 +23,7 @@ typedef enum ortep_tier { ORTEP_TIER_HOST = 0, ORTEP_TIER_DEVICE = 1, ORTEP_TIER
 
 static inline ortep_device ortep_device_cpu(void) { return (ortep_device){ORTEP_DEVICE_CPU, 0}; }
 static inline ortep_device ortep_device_cuda(uint32_t index) { return (ortep_device){ORTEP_DEVICE_CUDA, index}; }
-static inline bool ortep_device_equal(ortep_device a, ortep_device b) {
-  return a.type == b.type && a.index == b.index;
-}
+static inline bool ortep_device_equal(ortep_device a, ortep_device b) { return a.type == b.type && a.index == b.index; }
 
 /* Whether the host can dereference pointers into this device's memory. */
 ORTEP_API bool ortep_device_is_host_accessible(ortep_device device);

@@ -23,7 +23,7 @@ typedef enum ortep_dtype {
 #define ORTEP__DTYPE_ENUM(name, str, size) ORTEP_DTYPE_##name,
   ORTEP_DTYPE_MAP(ORTEP__DTYPE_ENUM)
 #undef ORTEP__DTYPE_ENUM
-  ORTEP_DTYPE_COUNT
+      ORTEP_DTYPE_COUNT
 } ortep_dtype;
 
 /* Bytes per element (0 for an unknown value). */

@@ -92,8 +92,8 @@ typedef struct ortep_kernel_vtable {
 
 struct ortep_kernel {
   const ortep_kernel_vtable *vtable;
-  const char *name;  /* "cpu.MatMul" */
-  bool capturable;   /* safe to record into a device graph: no host sync, no
+  const char *name; /* "cpu.MatMul" */
+  bool capturable;  /* safe to record into a device graph: no host sync, no
                         allocation, no host-side data read at run time */
 };
 
@@ -119,8 +119,8 @@ typedef struct ortep_sample_params {
   float repetition_penalty; /* > 0; 1: off */
   uint32_t top_k;           /* 0: off */
   uint32_t seed_lo, seed_hi;
-  uint32_t position;        /* the counter: the position of the token being drawn */
-  uint32_t n_history;       /* ids in the history buffer the penalty applies to */
+  uint32_t position;  /* the counter: the position of the token being drawn */
+  uint32_t n_history; /* ids in the history buffer the penalty applies to */
 } ortep_sample_params;
 
 /* --- the vtable ------------------------------------------------------------ */
@@ -139,15 +139,13 @@ typedef struct ortep_ep_vtable {
   /* layouts (not used yet): the executor passes NULL, every input being
    * row-major; an EP may refuse another layout. */
   void (*supports_op)(const ortep_ep *self, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
-                      const ortep_dtype *dtypes, const ortep_layout *layouts, size_t n_inputs,
-                      ortep_kernel_match *out);
+                      const ortep_dtype *dtypes, const ortep_layout *layouts, size_t n_inputs, ortep_kernel_match *out);
   ortep_status (*get_kernel)(ortep_ep *self, const ortep_node *node, const ortep_shape *shapes,
                              const ortep_dtype *dtypes, size_t n_inputs, int64_t opset, ortep_kernel **out);
   ortep_status (*allocate)(ortep_ep *self, size_t size, size_t align, ortep_buffer *out);
   ortep_status (*deallocate)(ortep_ep *self, ortep_buffer *buffer);
   ortep_status (*copy)(ortep_ep *self, const ortep_buffer *src, ortep_buffer *dst, size_t size);
-  ortep_status (*copy_async)(ortep_ep *self, const ortep_buffer *src, ortep_buffer *dst, size_t size,
-                             ortep_fence *out);
+  ortep_status (*copy_async)(ortep_ep *self, const ortep_buffer *src, ortep_buffer *dst, size_t size, ortep_fence *out);
   ortep_status (*fence_wait)(ortep_ep *self, ortep_fence *fence);
   ortep_status (*sync)(ortep_ep *self);
   /* Optional (NULL -> the default in the header comment). */
@@ -213,8 +211,8 @@ ORTEP_API void ortep_ep_destroy(ortep_ep *ep);
 
 /* n_inputs entries each; layouts may be NULL (row-major). */
 ORTEP_API void ortep_ep_supports_op(const ortep_ep *ep, const ortep_node *node, int64_t opset,
-                                    const ortep_shape *shapes, const ortep_dtype *dtypes,
-                                    const ortep_layout *layouts, size_t n_inputs, ortep_kernel_match *out);
+                                    const ortep_shape *shapes, const ortep_dtype *dtypes, const ortep_layout *layouts,
+                                    size_t n_inputs, ortep_kernel_match *out);
 ORTEP_API ortep_status ortep_ep_get_kernel(ortep_ep *ep, const ortep_node *node, const ortep_shape *shapes,
                                            const ortep_dtype *dtypes, size_t n_inputs, int64_t opset,
                                            ortep_kernel **out);

@@ -38,11 +38,11 @@
 ORTEP_BEGIN_DECLS
 
 /* XX(NAME, bit, description) */
-#define ORTEP_ERROR_BIT_MAP(XX)                                                                       \
-  XX(GATHER_INDEX, 0, "a gather index (token id) was outside the embedding table")                    \
+#define ORTEP_ERROR_BIT_MAP(XX)                                                                         \
+  XX(GATHER_INDEX, 0, "a gather index (token id) was outside the embedding table")                      \
   XX(ROTARY_POSITION, 1, "a rotary position was outside the cos/sin cache (position >= max positions)") \
-  XX(KV_SLOT, 2, "a KV-cache slot was outside the cache (position >= max_seq_len)")                   \
-  XX(ARGMAX_NOT_FINITE, 3, "a logit given to argmax was NaN or infinite")                            \
+  XX(KV_SLOT, 2, "a KV-cache slot was outside the cache (position >= max_seq_len)")                     \
+  XX(ARGMAX_NOT_FINITE, 3, "a logit given to argmax was NaN or infinite")                               \
   XX(SAMPLE_NOT_FINITE, 4, "the sampler's distribution was not finite")
 
 enum {

@@ -23,8 +23,8 @@ typedef struct ortep_tensor ortep_tensor;
 typedef uint32_t ortep_node_id;
 
 /* The default (ONNX) domain is "". */
-#define ORTEP_DOMAIN_ONNX ""
-#define ORTEP_DOMAIN_MS "com.microsoft"
+#define ORTEP_DOMAIN_ONNX  ""
+#define ORTEP_DOMAIN_MS    "com.microsoft"
 #define ORTEP_DOMAIN_ORTEP "ortep"
 
 typedef enum ortep_attr_type {

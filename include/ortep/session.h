@@ -71,15 +71,15 @@ typedef struct ortep_session_stats {
   size_t segments;           /* captured segments (GRAPH) */
   size_t seams;              /* eager steps between segments (GRAPH) */
   size_t eps_used;
-  size_t planned_bytes;      /* arena bytes over all EPs (the whole session's) */
-  size_t lower_bound_bytes;  /* the most bytes live at one step */
-  size_t naive_bytes;        /* every value its own memory */
-  uint64_t steps;            /* steps run (of this graph) */
-  uint64_t captures;         /* successful captures of this graph (re-captures included) */
-  uint64_t capture_retries;  /* captures retried after a recording failure */
-  uint64_t graph_updates;    /* executable graphs updated in place (CUDA) */
-  uint64_t instantiations;   /* executable graphs instantiated (CUDA) */
-  uint64_t ep_allocations;   /* EP allocations since creation (all EPs) */
+  size_t planned_bytes;     /* arena bytes over all EPs (the whole session's) */
+  size_t lower_bound_bytes; /* the most bytes live at one step */
+  size_t naive_bytes;       /* every value its own memory */
+  uint64_t steps;           /* steps run (of this graph) */
+  uint64_t captures;        /* successful captures of this graph (re-captures included) */
+  uint64_t capture_retries; /* captures retried after a recording failure */
+  uint64_t graph_updates;   /* executable graphs updated in place (CUDA) */
+  uint64_t instantiations;  /* executable graphs instantiated (CUDA) */
+  uint64_t ep_allocations;  /* EP allocations since creation (all EPs) */
   uint64_t ep_frees;
   const char *fallback_reason; /* why GRAPH fell back to EAGER, or NULL */
 } ortep_session_stats;

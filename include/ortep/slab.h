@@ -22,9 +22,9 @@ typedef struct ortep_slab ortep_slab;
 typedef struct ortep_slab_stats {
   size_t object_size; /* the stride between objects (size rounded up to align) */
   size_t pages;
-  size_t page_bytes;     /* bytes per page */
-  size_t capacity;       /* objects the pages hold */
-  size_t live;           /* objects handed out now */
+  size_t page_bytes; /* bytes per page */
+  size_t capacity;   /* objects the pages hold */
+  size_t live;       /* objects handed out now */
   size_t peak_live;
   uint64_t allocs;
   uint64_t frees;

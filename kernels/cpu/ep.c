@@ -46,7 +46,7 @@ typedef struct cpu_ep {
   size_t open_cap;
   segment *segments;
   size_t n_segments, segments_cap;
-  uint64_t installed; /* segments ever installed: the CPU's "instantiations" */
+  uint64_t installed;    /* segments ever installed: the CPU's "instantiations" */
   ortep__cpu_pool *pool; /* workers, from initialise to destroy */
   void *sample_scratch;  /* the sampler's ORTEP__SAMPLE_SCRATCH_BYTES(vocabulary), from its first call on */
   size_t sample_bytes;
@@ -103,8 +103,7 @@ static ortep_status cpu_initialize(ortep_ep *ep, const ortep_config *config) {
 
 static void free_segments(cpu_ep *e) {
   for (size_t i = 0; i < e->n_segments; i++) {
-    for (size_t r = 0; r < e->segments[i].n; r++)
-      ortep__free((void *)(uintptr_t)e->segments[i].records[r].io.inputs);
+    for (size_t r = 0; r < e->segments[i].n; r++) ortep__free((void *)(uintptr_t)e->segments[i].records[r].io.inputs);
     ortep__free(e->segments[i].records);
   }
   e->n_segments = 0;
@@ -218,8 +217,13 @@ static void argmax_task(void *ctx, size_t worker, size_t begin, size_t end) {
 static ortep_status cpu_argmax(ortep_ep *ep, const void *logits, size_t n, ortep_dtype dtype, ortep_buffer *result) {
   cpu_ep *e = self_of(ep);
   size_t threads = ortep__cpu_pool_threads(e->pool);
-  argmax_job j = {dtype == ORTEP_DTYPE_F16 ? NULL : logits, dtype == ORTEP_DTYPE_F16 ? logits : NULL, n,
-                  threads < ARGMAX_PARTS ? threads : ARGMAX_PARTS, {0}, {0}, {0}};
+  argmax_job j = {dtype == ORTEP_DTYPE_F16 ? NULL : logits,
+                  dtype == ORTEP_DTYPE_F16 ? logits : NULL,
+                  n,
+                  threads < ARGMAX_PARTS ? threads : ARGMAX_PARTS,
+                  {0},
+                  {0},
+                  {0}};
   ortep__cpu_pool_for(e->pool, j.parts, n / j.parts + 1, argmax_task, &j);
   size_t token = n;
   float best = 0;
@@ -257,9 +261,8 @@ static ortep_status cpu_sample(ortep_ep *ep, const void *logits, size_t n, ortep
     ortep__free(e->sample_scratch);
     e->sample_scratch = s, e->sample_bytes = ORTEP__SAMPLE_SCRATCH_BYTES(n);
   }
-  uint32_t token = ortep__cpu_sample(dtype == ORTEP_DTYPE_F16 ? NULL : logits,
-                                     dtype == ORTEP_DTYPE_F16 ? logits : NULL, n, p, history, e->sample_scratch,
-                                     &e->error_word);
+  uint32_t token = ortep__cpu_sample(dtype == ORTEP_DTYPE_F16 ? NULL : logits, dtype == ORTEP_DTYPE_F16 ? logits : NULL,
+                                     n, p, history, e->sample_scratch, &e->error_word);
   uint32_t pair[2] = {token, __atomic_load_n(&e->error_word, __ATOMIC_RELAXED)};
   memcpy(result->ptr, pair, sizeof pair);
   return ORTEP_OK;
@@ -283,8 +286,8 @@ static ortep_status cpu_run_kernel(ortep_ep *ep, ortep_kernel *k, const ortep_ke
   for (size_t i = 0; i < io->n_outputs; i++) ptrs[io->n_inputs + i] = io->outputs[i];
   record *r = &e->open.records[e->open.n++];
   r->kernel = k;
-  r->io = (ortep_kernel_io){(const void *const *)ptrs, io->n_inputs, ptrs + io->n_inputs, io->n_outputs,
-                            &e->error_word, NULL};
+  r->io = (ortep_kernel_io){
+      (const void *const *)ptrs, io->n_inputs, ptrs + io->n_inputs, io->n_outputs, &e->error_word, NULL};
   return ORTEP_OK;
 }
 
@@ -328,7 +331,8 @@ static ortep_status replay_one(cpu_ep *e, const segment *s) {
 
 static ortep_status cpu_replay(ortep_ep *ep) {
   cpu_ep *e = self_of(ep);
-  if (!e->n_segments) return ortep__fail(ORTEP_E_STATE, "%s: replay with no captured graph; capture first", CPU_EP_NAME);
+  if (!e->n_segments)
+    return ortep__fail(ORTEP_E_STATE, "%s: replay with no captured graph; capture first", CPU_EP_NAME);
   for (size_t i = 0; i < e->n_segments; i++) {
     ortep_status st = replay_one(e, &e->segments[i]);
     if (st != ORTEP_OK) return st;

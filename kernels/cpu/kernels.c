@@ -51,13 +51,12 @@ static void gqa_chunk_task(void *ctx, size_t worker, size_t begin, size_t end) {
 
 static void linear_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
-  ortep__cpu_linear(j->x, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin,
-                    end);
+  ortep__cpu_linear(j->x, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin, end);
 }
 static void linear_blocked_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
-  ortep__cpu_linear_blocked(j->x, j->xb, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y,
-                            begin, end);
+  ortep__cpu_linear_blocked(j->x, j->xb, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin,
+                            end);
 }
 
 /* RMSNorm and RoPE over the pool: rows (tokens) are the items, each computed
@@ -171,18 +170,10 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
                       g->k, g->n, out[0]);
       break;
     }
-    case ORTEP__OP_ADD:
-      ortep__cpu_add(in[0], W(in[1], k->op.p.bin.bdt), k->op.p.bin.nb, k->op.p.bin.n, out[0]);
-      break;
-    case ORTEP__OP_MUL:
-      ortep__cpu_mul(in[0], W(in[1], k->op.p.bin.bdt), k->op.p.bin.nb, k->op.p.bin.n, out[0]);
-      break;
-    case ORTEP__OP_SIGMOID:
-      ortep__cpu_sigmoid(in[0], k->op.p.un.n, out[0]);
-      break;
-    case ORTEP__OP_SILUMUL:
-      ortep__cpu_silu_mul(in[0], in[1], k->op.p.un.n, out[0]);
-      break;
+    case ORTEP__OP_ADD: ortep__cpu_add(in[0], W(in[1], k->op.p.bin.bdt), k->op.p.bin.nb, k->op.p.bin.n, out[0]); break;
+    case ORTEP__OP_MUL: ortep__cpu_mul(in[0], W(in[1], k->op.p.bin.bdt), k->op.p.bin.nb, k->op.p.bin.n, out[0]); break;
+    case ORTEP__OP_SIGMOID: ortep__cpu_sigmoid(in[0], k->op.p.un.n, out[0]); break;
+    case ORTEP__OP_SILUMUL: ortep__cpu_silu_mul(in[0], in[1], k->op.p.un.n, out[0]); break;
     case ORTEP__OP_RMSNORM: {
       rows_job j = {&k->op, in, out, io->n_outputs, ew};
       ortep__cpu_pool_for(k->pool, k->op.p.norm.rows, 3 * k->op.p.norm.h, rmsnorm_task, &j);
@@ -193,24 +184,15 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       ortep__cpu_pool_for(k->pool, k->op.p.rot.tokens, 2 * k->op.p.rot.heads * k->op.p.rot.hd, rotary_task, &j);
       break;
     }
-    case ORTEP__OP_GQA:
-      run_gqa(k, in, out, ew);
-      break;
-    case ORTEP__OP_SOFTMAX:
-      ortep__cpu_softmax(in[0], k->op.p.sm.rows, k->op.p.sm.n, out[0]);
-      break;
+    case ORTEP__OP_GQA: run_gqa(k, in, out, ew); break;
+    case ORTEP__OP_SOFTMAX: ortep__cpu_softmax(in[0], k->op.p.sm.rows, k->op.p.sm.n, out[0]); break;
     case ORTEP__OP_ARGMAX:
       for (size_t r = 0; r < k->op.p.sm.rows; r++)
         ((int64_t *)out[0])[r] = ortep__cpu_argmax_f32((const float *)in[0] + r * k->op.p.sm.n, k->op.p.sm.n, ew);
       break;
-    case ORTEP__OP_LINEAR:
-      run_linear(k, in, out);
-      break;
-    case ORTEP__OP_SELECT:
-      run_select(k, in, out, ew);
-      break;
-    case ORTEP__OP_NOOP:
-      break;
+    case ORTEP__OP_LINEAR: run_linear(k, in, out); break;
+    case ORTEP__OP_SELECT: run_select(k, in, out, ew); break;
+    case ORTEP__OP_NOOP: break;
   }
   return ORTEP_OK;
 }
@@ -266,7 +248,8 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     ortep__free(k);
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu activations", CPU_EP_NAME, lin->k);
   }
-  if (k->op.kind == ORTEP__OP_SELECT && !(k->sample_scratch = ortep__malloc(ORTEP__SAMPLE_SCRATCH_BYTES(k->op.p.sel.n)))) {
+  if (k->op.kind == ORTEP__OP_SELECT &&
+      !(k->sample_scratch = ortep__malloc(ORTEP__SAMPLE_SCRATCH_BYTES(k->op.p.sel.n)))) {
     ortep__free(k);
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for the sampler's scratch (%zu logits)", CPU_EP_NAME,
                        k->op.p.sel.n);

@@ -83,14 +83,14 @@ static float dot8_f16(const float *x, const uint16_t *w, size_t k) {
 /* Four rows of a blocked weight (ops.h), each summed exactly as dot8 sums a
  * row-major one: lane c % 8 of column c, columns in order. So with the
  * portable loops a blocked weight gives bitwise the row-major results. */
-#define DOT4_PORTABLE(name, WIDEN)                                                             \
-  static void name(const float *x, const uint16_t *w, size_t k, float *y) {                   \
-    float l[4][8] = {{0}};                                                                     \
-    for (size_t t = 0; t < k; t += 16, w += 64)                                                \
-      for (size_t r = 0; r < 4; r++)                                                           \
-        for (size_t h = 0; h < 16; h += 8)                                                     \
-          for (size_t j = 0; j < 8; j++) l[r][j] += x[t + h + j] * WIDEN(w[r * 16 + h + j]);   \
-    for (size_t r = 0; r < 4; r++)                                                             \
+#define DOT4_PORTABLE(name, WIDEN)                                                                      \
+  static void name(const float *x, const uint16_t *w, size_t k, float *y) {                             \
+    float l[4][8] = {{0}};                                                                              \
+    for (size_t t = 0; t < k; t += 16, w += 64)                                                         \
+      for (size_t r = 0; r < 4; r++)                                                                    \
+        for (size_t h = 0; h < 16; h += 8)                                                              \
+          for (size_t j = 0; j < 8; j++) l[r][j] += x[t + h + j] * WIDEN(w[r * 16 + h + j]);            \
+    for (size_t r = 0; r < 4; r++)                                                                      \
       y[r] = ((l[r][0] + l[r][1]) + (l[r][2] + l[r][3])) + ((l[r][4] + l[r][5]) + (l[r][6] + l[r][7])); \
   }
 DOT4_PORTABLE(dot4_bf16_portable, cpu_bf16)
@@ -127,10 +127,10 @@ typedef struct dot_set {
   const char *name;
 } dot_set;
 
-static dot_set dots = {dot8,      dot8_bf16,          dot8_f16,          axpy_portable, widen_portable,
-                       x4_as_is,  dot4_bf16_portable, dot4_f16_portable, "portable"};
+static dot_set dots = {dot8,     dot8_bf16,          dot8_f16,          axpy_portable, widen_portable,
+                       x4_as_is, dot4_bf16_portable, dot4_f16_portable, "portable"};
 static pthread_once_t dots_once = PTHREAD_ONCE_INIT;
-static char dots_error[256]; /* why ORTEP_CPU_SIMD could not be honoured; "" when it was */
+static char dots_error[256];     /* why ORTEP_CPU_SIMD could not be honoured; "" when it was */
 static ortep_status dots_status; /* INVALID_ARGUMENT: not a name; NOT_SUPPORTED: a set this CPU lacks */
 
 #if defined(__x86_64__)
@@ -164,7 +164,7 @@ static bool have_avx512f(void) {
 static const dot_set avx2_set = {dot_f32_avx2, dot_bf16_avx2,  dot_f16_avx2,  axpy_avx2, widen_avx2,
                                  avx2_x4_bf16, dot4_bf16_avx2, dot4_f16_avx2, "avx2"};
 /* the blocked four-row kernels are the AVX2 ones (no AVX-512 variant yet) */
-static const dot_set avx512_set = {dot_f32_avx512, dot_bf16_avx512, dot_f16_avx512, axpy_avx512,  widen_avx512,
+static const dot_set avx512_set = {dot_f32_avx512, dot_bf16_avx512, dot_f16_avx512, axpy_avx512, widen_avx512,
                                    avx2_x4_bf16,   dot4_bf16_avx2,  dot4_f16_avx2,  "avx512"};
 #endif
 
@@ -299,7 +299,8 @@ void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t k, size_t
  * block is computed whole by one worker with the same arguments, so the
  * result is bitwise the same for any number of threads. */
 #define LINEAR_BLOCK 128 /* output columns (weight rows) per item */
-#define ROW_BLOCK 256     /* rows of x per item: a chunk of up to 256 rows is one block (splitting rows re-packs the weights per block, which cost more than the better balance gave); larger chunks keep the up-projection scratch bounded */
+#define ROW_BLOCK \
+  256 /* rows of x per item: a chunk of up to 256 rows is one block (splitting rows re-packs the weights per block, which cost more than the better balance gave); larger chunks keep the up-projection scratch bounded */
 
 /* The column blocks of a group of n outputs: about LINEAR_BLOCK wide, an even
  * number of them when more than one (896 outputs: 8 of 112, not 7 of 128 and
@@ -528,8 +529,8 @@ void ortep__cpu_rotary(const float *x, const void *pos, bool pos64, size_t token
 }
 
 void ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, float *v_cache, const int32_t *pos,
-                             size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
-                             float *out, uint32_t *error_word) {
+                             size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
+                             uint32_t *error_word) {
   for (size_t t = 0; t < tokens; t++) {
     int32_t p = pos[t];
     if (p < 0 || (size_t)p >= capacity) {
@@ -546,9 +547,9 @@ void ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, flo
   }
 }
 
-void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
-                          size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *sc,
-                          float *out, size_t i0, size_t i1) {
+void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos, size_t heads,
+                          size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *sc, float *out,
+                          size_t i0, size_t i1) {
   size_t group = heads / kv_heads;
   for (size_t item = i0; item < i1; item++) {
     size_t t = item / heads, h = item % heads, g = h / group;
@@ -586,8 +587,8 @@ void ortep__cpu_gqa_chunk_heads(const float *q, const float *k_cache, const floa
     size_t g = h / group;
     const float *kc = k_cache + g * capacity * head_dim, *vc = v_cache + g * capacity * head_dim;
     /* scores[t, s] = q_t . k_s over every position the chunk reaches */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)tokens, (int)span, (int)head_dim, scale,
-                q + h * head_dim, (int)row, kc, (int)head_dim, 0.0f, scores, (int)span);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)tokens, (int)span, (int)head_dim, scale, q + h * head_dim,
+                (int)row, kc, (int)head_dim, 0.0f, scores, (int)span);
     for (size_t t = 0; t < tokens; t++) { /* causal: token t sees positions 0..p0 + t */
       float *sc = scores + t * span, mx = -INFINITY, denom = 0.0f;
       size_t last = p0 + t;
@@ -758,8 +759,8 @@ uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, cons
 /* ortep:SelectToken (opset.c): the step's tokens into the history, then the
  * draw at the last position + 1, argmax or sampled as the parameters say. A
  * position outside the history is skipped (RoPE and attention latched it). */
-uint32_t ortep__cpu_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions,
-                           size_t t, const ortep__sample_params *params, int32_t *history, size_t cap, void *scratch,
+uint32_t ortep__cpu_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions, size_t t,
+                           const ortep__sample_params *params, int32_t *history, size_t cap, void *scratch,
                            uint32_t *error_word) {
   for (size_t i = 0; i < t; i++)
     if (positions[i] >= 0 && (size_t)positions[i] < cap) history[positions[i]] = tokens[i];

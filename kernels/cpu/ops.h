@@ -26,12 +26,9 @@ static inline float cpu_bf16(uint16_t b) {
 
 static inline float cpu_w(cpu_weights w, size_t i) {
   switch (w.dtype) {
-    case ORTEP_DTYPE_F16:
-      return ortep_f16_to_f32(((const uint16_t *)w.data)[i]);
-    case ORTEP_DTYPE_BF16:
-      return cpu_bf16(((const uint16_t *)w.data)[i]);
-    default:
-      return ((const float *)w.data)[i];
+    case ORTEP_DTYPE_F16: return ortep_f16_to_f32(((const uint16_t *)w.data)[i]);
+    case ORTEP_DTYPE_BF16: return cpu_bf16(((const uint16_t *)w.data)[i]);
+    default: return ((const float *)w.data)[i];
   }
 }
 
@@ -115,11 +112,11 @@ void ortep__cpu_rotary(const float *x, const void *pos, bool pos64, size_t token
  * token's later neighbours sit at later positions. scores: capacity floats
  * of the running worker. */
 void ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, float *v_cache, const int32_t *pos,
-                             size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
-                             float *out, uint32_t *error_word);
-void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
-                          size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *scores,
-                          float *out, size_t i0, size_t i1);
+                             size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
+                             uint32_t *error_word);
+void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos, size_t heads,
+                          size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *scores, float *out,
+                          size_t i0, size_t i1);
 /* A prefill chunk at consecutive positions inside the cache (the common
  * case) runs per head through two sgemms instead: scores = Q K^T over
  * positions 0..pos[0] + tokens - 1 into `scores` (tokens x that many floats
@@ -135,8 +132,8 @@ void ortep__cpu_gqa_chunk_heads(const float *q, const float *k_cache, const floa
 uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, const ortep__sample_params *p,
                            const int32_t *history, void *scratch, uint32_t *error_word);
 /* ortep:SelectToken (opset.c) over n f32 logits; scratch as the sampler's. */
-uint32_t ortep__cpu_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions,
-                           size_t t, const ortep__sample_params *params, int32_t *history, size_t cap, void *scratch,
+uint32_t ortep__cpu_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions, size_t t,
+                           const ortep__sample_params *params, int32_t *history, size_t cap, void *scratch,
                            uint32_t *error_word);
 /* Softmax over rows of n. */
 void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y);

@@ -31,8 +31,8 @@
 
 #include "pool.h"
 
-#define SPIN_NS 50000 /* polling before sleeping: consecutive nodes of a step arrive microseconds apart */
-#define SPIN_CHECK 64 /* pauses between a yield and a look at the clock */
+#define SPIN_NS        50000 /* polling before sleeping: consecutive nodes of a step arrive microseconds apart */
+#define SPIN_CHECK     64    /* pauses between a yield and a look at the clock */
 #define MIN_CHUNK_WORK ((size_t)1 << 14) /* multiply-adds: ~4 us of streaming 16-bit weights on one core */
 
 typedef struct worker {
@@ -42,7 +42,7 @@ typedef struct worker {
 } worker;
 
 struct ortep__cpu_pool {
-  size_t threads; /* the caller included */
+  size_t threads;  /* the caller included */
   worker *workers; /* threads - 1 of them */
   size_t started;
   _Atomic uint32_t epoch;   /* bumped to publish a job */
@@ -156,8 +156,8 @@ ortep_status ortep__cpu_pool_create(size_t threads, ortep__cpu_pool **out) {
     int rc = pthread_create(&p->workers[i].thread, NULL, worker_main, &p->workers[i]);
     if (rc) {
       ortep__cpu_pool_destroy(p);
-      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "cpu_ep: cannot start worker %zu of %zu: %s; lower cpu.threads",
-                         i + 1, threads - 1, strerror(rc));
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "cpu_ep: cannot start worker %zu of %zu: %s; lower cpu.threads", i + 1,
+                         threads - 1, strerror(rc));
     }
     p->started++;
   }

@@ -41,20 +41,20 @@ static inline float simd_one_f32(float w) { return w; }
 static inline float simd_one_bf16(uint16_t w) { return cpu_bf16(w); }
 static inline float simd_one_f16(uint16_t w) { return ortep_f16_to_f32(w); }
 
-#define ORTEP_DOT_AVX2(type, T)                                                                        \
-  ORTEP_SIMD_AVX2 static float dot_##type##_avx2(const float *x, const T *w, size_t k) {             \
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                      \
-    size_t t = 0;                                                                                    \
-    for (; t + 32 <= k; t += 32) {                                                                   \
-      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), avx2_load_##type(w + t), a0);                     \
-      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 8), avx2_load_##type(w + t + 8), a1);             \
-      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 16), avx2_load_##type(w + t + 16), a2);           \
-      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 24), avx2_load_##type(w + t + 24), a3);           \
-    }                                                                                                \
+#define ORTEP_DOT_AVX2(type, T)                                                                           \
+  ORTEP_SIMD_AVX2 static float dot_##type##_avx2(const float *x, const T *w, size_t k) {                  \
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                           \
+    size_t t = 0;                                                                                         \
+    for (; t + 32 <= k; t += 32) {                                                                        \
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), avx2_load_##type(w + t), a0);                          \
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 8), avx2_load_##type(w + t + 8), a1);                  \
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 16), avx2_load_##type(w + t + 16), a2);                \
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 24), avx2_load_##type(w + t + 24), a3);                \
+    }                                                                                                     \
     for (; t + 8 <= k; t += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), avx2_load_##type(w + t), a0); \
-    float s = avx2_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));               \
-    for (; t < k; t++) s = fmaf(x[t], simd_one_##type(w[t]), s);                                     \
-    return s;                                                                                        \
+    float s = avx2_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));                     \
+    for (; t < k; t++) s = fmaf(x[t], simd_one_##type(w[t]), s);                                          \
+    return s;                                                                                             \
   }
 ORTEP_DOT_AVX2(f32, float)
 ORTEP_DOT_AVX2(bf16, uint16_t)
@@ -81,31 +81,31 @@ ORTEP_SIMD_AVX2 static const float *avx2_x4_bf16(const float *x, size_t k, float
   }
   return xp;
 }
-#define ORTEP_DOT4_AVX2(type, WLO, WHI)                                                                \
+#define ORTEP_DOT4_AVX2(type, WLO, WHI)                                                                   \
   ORTEP_SIMD_AVX2 static void dot4_##type##_avx2(const float *x, const uint16_t *w, size_t k, float *y) { \
-    __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;     \
-    __m256i z = _mm256_setzero_si256();                                                              \
-    (void)z;                                                                                         \
-    for (size_t t = 0; t < k; t += 16, w += 64) {                                                    \
-      __m256 xl = _mm256_loadu_ps(x + t), xh = _mm256_loadu_ps(x + t + 8);                           \
-      l0 = _mm256_fmadd_ps(xl, WLO(w), l0);                                                          \
-      h0 = _mm256_fmadd_ps(xh, WHI(w), h0);                                                          \
-      l1 = _mm256_fmadd_ps(xl, WLO(w + 16), l1);                                                     \
-      h1 = _mm256_fmadd_ps(xh, WHI(w + 16), h1);                                                     \
-      l2 = _mm256_fmadd_ps(xl, WLO(w + 32), l2);                                                     \
-      h2 = _mm256_fmadd_ps(xh, WHI(w + 32), h2);                                                     \
-      l3 = _mm256_fmadd_ps(xl, WLO(w + 48), l3);                                                     \
-      h3 = _mm256_fmadd_ps(xh, WHI(w + 48), h3);                                                     \
-    }                                                                                                \
-    y[0] = avx2_hsum(_mm256_add_ps(l0, h0));                                                         \
-    y[1] = avx2_hsum(_mm256_add_ps(l1, h1));                                                         \
-    y[2] = avx2_hsum(_mm256_add_ps(l2, h2));                                                         \
-    y[3] = avx2_hsum(_mm256_add_ps(l3, h3));                                                         \
+    __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;       \
+    __m256i z = _mm256_setzero_si256();                                                                   \
+    (void)z;                                                                                              \
+    for (size_t t = 0; t < k; t += 16, w += 64) {                                                         \
+      __m256 xl = _mm256_loadu_ps(x + t), xh = _mm256_loadu_ps(x + t + 8);                                \
+      l0 = _mm256_fmadd_ps(xl, WLO(w), l0);                                                               \
+      h0 = _mm256_fmadd_ps(xh, WHI(w), h0);                                                               \
+      l1 = _mm256_fmadd_ps(xl, WLO(w + 16), l1);                                                          \
+      h1 = _mm256_fmadd_ps(xh, WHI(w + 16), h1);                                                          \
+      l2 = _mm256_fmadd_ps(xl, WLO(w + 32), l2);                                                          \
+      h2 = _mm256_fmadd_ps(xh, WHI(w + 32), h2);                                                          \
+      l3 = _mm256_fmadd_ps(xl, WLO(w + 48), l3);                                                          \
+      h3 = _mm256_fmadd_ps(xh, WHI(w + 48), h3);                                                          \
+    }                                                                                                     \
+    y[0] = avx2_hsum(_mm256_add_ps(l0, h0));                                                              \
+    y[1] = avx2_hsum(_mm256_add_ps(l1, h1));                                                              \
+    y[2] = avx2_hsum(_mm256_add_ps(l2, h2));                                                              \
+    y[3] = avx2_hsum(_mm256_add_ps(l3, h3));                                                              \
   }
 #define AVX2_BF16_LO(p) _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, _mm256_loadu_si256((const __m256i *)(p))))
 #define AVX2_BF16_HI(p) _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, _mm256_loadu_si256((const __m256i *)(p))))
-#define AVX2_F16_LO(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#define AVX2_F16_HI(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 8)))
+#define AVX2_F16_LO(p)  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define AVX2_F16_HI(p)  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 8)))
 ORTEP_DOT4_AVX2(bf16, AVX2_BF16_LO, AVX2_BF16_HI)
 ORTEP_DOT4_AVX2(f16, AVX2_F16_LO, AVX2_F16_HI)
 #undef AVX2_BF16_LO

@@ -43,21 +43,20 @@ ORTEP_SIMD_AVX512 static inline __m512 avx512_load_f16(const uint16_t *w) {
   return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
 }
 
-#define ORTEP_DOT_AVX512(type, T)                                                                      \
-  ORTEP_SIMD_AVX512 static float dot_##type##_avx512(const float *x, const T *w, size_t k) {         \
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                      \
-    size_t t = 0;                                                                                    \
-    for (; t + 64 <= k; t += 64) {                                                                   \
-      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t), avx512_load_##type(w + t), a0);                   \
-      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t + 16), avx512_load_##type(w + t + 16), a1);         \
-      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t + 32), avx512_load_##type(w + t + 32), a2);         \
-      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t + 48), avx512_load_##type(w + t + 48), a3);         \
-    }                                                                                                \
-    for (; t + 16 <= k; t += 16)                                                                     \
-      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t), avx512_load_##type(w + t), a0);                   \
-    float s = avx512_hsum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));             \
-    for (; t < k; t++) s = fmaf(x[t], simd_one_##type(w[t]), s);                                     \
-    return s;                                                                                        \
+#define ORTEP_DOT_AVX512(type, T)                                                                             \
+  ORTEP_SIMD_AVX512 static float dot_##type##_avx512(const float *x, const T *w, size_t k) {                  \
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                               \
+    size_t t = 0;                                                                                             \
+    for (; t + 64 <= k; t += 64) {                                                                            \
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t), avx512_load_##type(w + t), a0);                            \
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t + 16), avx512_load_##type(w + t + 16), a1);                  \
+      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t + 32), avx512_load_##type(w + t + 32), a2);                  \
+      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t + 48), avx512_load_##type(w + t + 48), a3);                  \
+    }                                                                                                         \
+    for (; t + 16 <= k; t += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t), avx512_load_##type(w + t), a0); \
+    float s = avx512_hsum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));                       \
+    for (; t < k; t++) s = fmaf(x[t], simd_one_##type(w[t]), s);                                              \
+    return s;                                                                                                 \
   }
 ORTEP_DOT_AVX512(f32, float)
 ORTEP_DOT_AVX512(bf16, uint16_t)

@@ -27,11 +27,11 @@
 #include "ops.h"
 #include "ortep/cuda_ep.h"
 
-#define CUDA_EP_NAME "cuda_ep"
-#define CUDA_OP_COST 10 /* preferred over the CPU EP's 100 */
+#define CUDA_EP_NAME  "cuda_ep"
+#define CUDA_OP_COST  10 /* preferred over the CPU EP's 100 */
 #define STAGING_BYTES ((size_t)1 << 20)
-#define DOWN_BYTES ((size_t)64 << 10)
-#define UP_BYTES (STAGING_BYTES - DOWN_BYTES)
+#define DOWN_BYTES    ((size_t)64 << 10)
+#define UP_BYTES      (STAGING_BYTES - DOWN_BYTES)
 
 typedef struct cuda_ep {
   ortep_ep base;
@@ -43,7 +43,7 @@ typedef struct cuda_ep {
   ortep_allocator *pool;
   void *workspace;
   size_t workspace_bytes;
-  uint32_t *err; /* device */
+  uint32_t *err;        /* device */
   void *argmax_scratch; /* device: the argmax's per-block partial results */
   /* Device scratch for attention scores, shared by every attention kernel
    * on this EP (they run one after another on the one stream), grown when a
@@ -75,13 +75,13 @@ static cuda_ep *self_of(ortep_ep *ep) { return (cuda_ep *)ep; }
 static const cuda_ep *cself_of(const ortep_ep *ep) { return (const cuda_ep *)ep; }
 
 static ortep_status cuda_fail(cudaError_t e, const char *what) {
-  return ortep__fail(e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? ORTEP_E_NO_DEVICE
-                                                                                  : ORTEP_E_DEVICE_ERROR,
-                     "%s: %s: %s (%s)", CUDA_EP_NAME, what, cudaGetErrorString(e), cudaGetErrorName(e));
+  return ortep__fail(
+      e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? ORTEP_E_NO_DEVICE : ORTEP_E_DEVICE_ERROR,
+      "%s: %s: %s (%s)", CUDA_EP_NAME, what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
-#define CU(call, what)                         \
-  do {                                         \
-    cudaError_t e_ = (call);                   \
+#define CU(call, what)                                 \
+  do {                                                 \
+    cudaError_t e_ = (call);                           \
     if (e_ != cudaSuccess) return cuda_fail(e_, what); \
   } while (0)
 
@@ -218,14 +218,14 @@ static void release_all(cuda_ep *e) {
     ortep_allocator_deallocate(e->pool, e->old_scores[i], e->old_scores_bytes[i], 256);
   e->scores = NULL, e->scores_bytes = 0, e->n_old_scores = 0;
   if (e->err) ortep_allocator_deallocate(e->pool, e->err, 256, 256);
-  if (e->argmax_scratch)
-    ortep_allocator_deallocate(e->pool, e->argmax_scratch, ortep__cu_argmax_scratch_bytes(), 256);
+  if (e->argmax_scratch) ortep_allocator_deallocate(e->pool, e->argmax_scratch, ortep__cu_argmax_scratch_bytes(), 256);
   if (e->workspace) ortep_allocator_deallocate(e->pool, e->workspace, e->workspace_bytes, 256);
   if (e->blas) cublasDestroy(e->blas);
   if (e->staging) cudaFreeHost(e->staging);
   ortep_allocator_destroy(e->pool);
   if (e->stream) cudaStreamDestroy(e->stream);
-  e->err = NULL, e->argmax_scratch = NULL, e->workspace = NULL, e->blas = NULL, e->staging = NULL, e->pool = NULL, e->stream = NULL;
+  e->err = NULL, e->argmax_scratch = NULL, e->workspace = NULL, e->blas = NULL, e->staging = NULL, e->pool = NULL,
+  e->stream = NULL;
   e->initialized = false;
 }
 
@@ -281,8 +281,8 @@ static ortep_status run_gemm(cuda_kernel *k, const void *const *in, void *const 
   cuda_ep *e = k->ep;
   const void *c = g->has_c && n_in > 2 ? in[2] : NULL;
   if (g->m == 1)
-    return launched(k, ortep__cu_gemv(in[0], in[1], (int)g->bdt, g->trans_b, g->m, g->k, g->n, g->alpha, c,
-                                      (int)g->cdt, g->c_rows, g->beta, out[0], e->stream));
+    return launched(k, ortep__cu_gemv(in[0], in[1], (int)g->bdt, g->trans_b, g->m, g->k, g->n, g->alpha, c, (int)g->cdt,
+                                      g->c_rows, g->beta, out[0], e->stream));
   const void *x = in[0];
   int rc;
   if (g->bdt != ORTEP_DTYPE_F32) {
@@ -291,17 +291,17 @@ static ortep_status run_gemm(cuda_kernel *k, const void *const *in, void *const 
   }
   float beta = 0.0f;
   if (c && g->beta != 0.0f) {
-    if ((rc = ortep__cu_fill_bias(c, (int)g->cdt, g->c_rows, g->m, g->n, out[0], e->stream)))
-      return launched(k, rc);
+    if ((rc = ortep__cu_fill_bias(c, (int)g->cdt, g->c_rows, g->m, g->n, out[0], e->stream))) return launched(k, rc);
     beta = g->beta;
   }
   float alpha = g->alpha;
-  cublasStatus_t s = cublasGemmEx(e->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, (int)g->n, (int)g->m,
-                                  (int)g->k, &alpha, in[1], cuda_type(g->bdt), g->trans_b ? (int)g->k : (int)g->n, x,
-                                  cuda_type(g->bdt), (int)g->k, &beta, out[0], CUDA_R_32F, (int)g->n,
-                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  cublasStatus_t s =
+      cublasGemmEx(e->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k,
+                   &alpha, in[1], cuda_type(g->bdt), g->trans_b ? (int)g->k : (int)g->n, x, cuda_type(g->bdt),
+                   (int)g->k, &beta, out[0], CUDA_R_32F, (int)g->n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS)
-    return ortep__fail(ORTEP_E_DEVICE_ERROR, "%s: cublasGemmEx for %s failed (status %d)", CUDA_EP_NAME, k->name, (int)s);
+    return ortep__fail(ORTEP_E_DEVICE_ERROR, "%s: cublasGemmEx for %s failed (status %d)", CUDA_EP_NAME, k->name,
+                       (int)s);
   return ORTEP_OK;
 }
 
@@ -318,18 +318,14 @@ static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
       rc = ortep__cu_gather(in[0], (int)o->p.gather.tdt, o->p.gather.rows, o->p.gather.h, in[1], o->p.gather.idx64,
                             o->p.gather.n, out[0], err, s);
       break;
-    case ORTEP__OP_GEMM:
-      return run_gemm(k, in, out, io->n_inputs);
+    case ORTEP__OP_GEMM: return run_gemm(k, in, out, io->n_inputs);
     case ORTEP__OP_ADD:
     case ORTEP__OP_MUL:
-      rc = ortep__cu_binary(o->kind == ORTEP__OP_MUL, in[0], in[1], (int)o->p.bin.bdt, o->p.bin.nb, o->p.bin.n, out[0], s);
+      rc = ortep__cu_binary(o->kind == ORTEP__OP_MUL, in[0], in[1], (int)o->p.bin.bdt, o->p.bin.nb, o->p.bin.n, out[0],
+                            s);
       break;
-    case ORTEP__OP_SIGMOID:
-      rc = ortep__cu_sigmoid(in[0], o->p.un.n, out[0], s);
-      break;
-    case ORTEP__OP_SILUMUL:
-      rc = ortep__cu_silu_mul(in[0], in[1], o->p.un.n, out[0], s);
-      break;
+    case ORTEP__OP_SIGMOID: rc = ortep__cu_sigmoid(in[0], o->p.un.n, out[0], s); break;
+    case ORTEP__OP_SILUMUL: rc = ortep__cu_silu_mul(in[0], in[1], o->p.un.n, out[0], s); break;
     case ORTEP__OP_RMSNORM: {
       size_t si = o->p.norm.skip ? 2 : 1;
       rc = ortep__cu_rmsnorm(in[0], o->p.norm.skip ? in[1] : NULL, o->p.norm.has_bias ? in[3] : NULL,
@@ -346,16 +342,16 @@ static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
                          o->p.gqa.tokens, o->p.gqa.heads, o->p.gqa.kv, o->p.gqa.hd, o->p.gqa.cap, o->p.gqa.scale,
                          k->ep->scores, out[0], err, s);
       break;
-    case ORTEP__OP_SOFTMAX:
-      rc = ortep__cu_softmax(in[0], o->p.sm.rows, o->p.sm.n, out[0], s);
-      break;
-    case ORTEP__OP_ARGMAX:
-      rc = ortep__cu_argmax_rows(in[0], o->p.sm.rows, o->p.sm.n, out[0], err, s);
-      break;
+    case ORTEP__OP_SOFTMAX: rc = ortep__cu_softmax(in[0], o->p.sm.rows, o->p.sm.n, out[0], s); break;
+    case ORTEP__OP_ARGMAX: rc = ortep__cu_argmax_rows(in[0], o->p.sm.rows, o->p.sm.n, out[0], err, s); break;
     case ORTEP__OP_LINEAR: {
       const __typeof__(o->p.lin) *p = &o->p.lin;
-      ortep__cu_linear_args a = {.x = in[0], .res = p->residual ? in[7] : NULL, .m = p->m, .k = p->k,
-                                 .groups = p->groups, .gate_up = p->gate_up};
+      ortep__cu_linear_args a = {.x = in[0],
+                                 .res = p->residual ? in[7] : NULL,
+                                 .m = p->m,
+                                 .k = p->k,
+                                 .groups = p->groups,
+                                 .gate_up = p->gate_up};
       for (size_t g = 0; g < p->groups; g++) {
         a.n[g] = p->n[g], a.w[g] = in[1 + 2 * g], a.wdt[g] = (int)p->wdt[g];
         a.b[g] = p->bias[g] ? in[2 + 2 * g] : NULL, a.bdt[g] = (int)p->bdt[g];
@@ -368,9 +364,7 @@ static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
       rc = ortep__cu_select(in[0], o->p.sel.n, in[1], in[2], o->p.sel.tokens, in[3], (int32_t *)(uintptr_t)in[4],
                             o->p.sel.cap, k->scratch, out[0], err, s);
       break;
-    case ORTEP__OP_NOOP:
-      rc = ortep__cu_noop(s);
-      break;
+    case ORTEP__OP_NOOP: rc = ortep__cu_noop(s); break;
   }
   return launched(k, rc);
 }
@@ -422,7 +416,8 @@ static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const 
     ortep__free(k);
     return st;
   }
-  if (k->op.kind == ORTEP__OP_GEMM && k->op.p.gemm.bdt != ORTEP_DTYPE_F32 && k->op.p.gemm.m > 1) k->scratch_bytes = k->op.p.gemm.m * k->op.p.gemm.k * 2;
+  if (k->op.kind == ORTEP__OP_GEMM && k->op.p.gemm.bdt != ORTEP_DTYPE_F32 && k->op.p.gemm.m > 1)
+    k->scratch_bytes = k->op.p.gemm.m * k->op.p.gemm.k * 2;
   if (k->op.kind == ORTEP__OP_SELECT) k->scratch_bytes = ORTEP__SAMPLE_SCRATCH_BYTES(k->op.p.sel.n);
   if (k->scratch_bytes && (st = ortep_allocator_allocate(e->pool, k->scratch_bytes, 256, &k->scratch)) != ORTEP_OK) {
     ortep__free(k);
@@ -453,8 +448,10 @@ static ortep_status cuda_deallocate(ortep_ep *ep, ortep_buffer *b) {
 
 static enum cudaMemcpyKind kind_of(const ortep_buffer *src, const ortep_buffer *dst) {
   bool sh = ortep_device_is_host_accessible(src->device), dh = ortep_device_is_host_accessible(dst->device);
-  return sh && dh ? cudaMemcpyHostToHost : sh ? cudaMemcpyHostToDevice : dh ? cudaMemcpyDeviceToHost
-                                                                             : cudaMemcpyDeviceToDevice;
+  return sh && dh ? cudaMemcpyHostToHost
+         : sh     ? cudaMemcpyHostToDevice
+         : dh     ? cudaMemcpyDeviceToHost
+                  : cudaMemcpyDeviceToDevice;
 }
 
 static ortep_status cuda_copy(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size) {
@@ -497,7 +494,8 @@ static ortep_status cuda_sync(ortep_ep *ep) {
  * so a decode step keeps its one sync (the 8-byte read). */
 static ortep_status cuda_from_host_at(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst, size_t offset) {
   cuda_ep *e = self_of(ep);
-  if (!dst || (len && !src)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload: NULL argument", CUDA_EP_NAME);
+  if (!dst || (len && !src))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload: NULL argument", CUDA_EP_NAME);
   if (offset > SIZE_MAX - len || offset + len > dst->size)
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host upload range %zu..+%zu exceeds destination %zu bytes",
                        CUDA_EP_NAME, offset, len, dst->size);
@@ -532,7 +530,8 @@ static ortep_status cuda_from_host(ortep_ep *ep, const void *src, size_t len, or
 
 static ortep_status cuda_to_host_at(ortep_ep *ep, const ortep_buffer *src, size_t offset, void *dst, size_t len) {
   cuda_ep *e = self_of(ep);
-  if (!src || (len && !dst)) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host download: NULL argument", CUDA_EP_NAME);
+  if (!src || (len && !dst))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host download: NULL argument", CUDA_EP_NAME);
   if (offset > SIZE_MAX - len || offset + len > src->size)
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host download of %zu bytes exceeds source %zu bytes", CUDA_EP_NAME,
                        len, src->size);
@@ -558,8 +557,8 @@ static bool cuda_argmax_supported(const ortep_ep *ep) { return true; }
 
 static ortep_status cuda_argmax(ortep_ep *ep, const void *logits, size_t n, ortep_dtype dtype, ortep_buffer *result) {
   cuda_ep *e = self_of(ep);
-  int rc = ortep__cu_device_argmax(logits, dtype == ORTEP_DTYPE_F16, n, e->argmax_scratch, result->ptr, e->err,
-                                   e->stream);
+  int rc =
+      ortep__cu_device_argmax(logits, dtype == ORTEP_DTYPE_F16, n, e->argmax_scratch, result->ptr, e->err, e->stream);
   return rc ? cuda_fail((cudaError_t)rc, "device argmax") : ORTEP_OK;
 }
 
@@ -677,7 +676,8 @@ static ortep_status cuda_replay_segment(ortep_ep *ep, size_t i) {
 
 static ortep_status cuda_replay(ortep_ep *ep) {
   cuda_ep *e = self_of(ep);
-  if (!e->n_segments) return ortep__fail(ORTEP_E_STATE, "%s: replay with no captured graph; capture first", CUDA_EP_NAME);
+  if (!e->n_segments)
+    return ortep__fail(ORTEP_E_STATE, "%s: replay with no captured graph; capture first", CUDA_EP_NAME);
   for (size_t i = 0; i < e->n_segments; i++) {
     ortep_status st = cuda_replay_segment(ep, i);
     if (st != ORTEP_OK) return st;
@@ -772,4 +772,3 @@ ortep_status ortep__cuda_ep_create(ortep_governor *governor, ortep_ep **out) {
   *out = &e->base;
   return ORTEP_OK;
 }
-

@@ -67,7 +67,7 @@ const char *ortep_node_name(const ortep_node *node) { return H->node_name(node);
 const char *ortep_node_op_type(const ortep_node *node) { return H->node_op_type(node); }
 
 __attribute__((visibility("default"))) bool ortep_cuda_module_init(int abi, const ortep__cuda_host *host,
-                                                                    ortep__cuda_module *out);
+                                                                   ortep__cuda_module *out);
 bool ortep_cuda_module_init(int abi, const ortep__cuda_host *host, ortep__cuda_module *out) {
   if (abi != ORTEP__CUDA_MODULE_ABI || !host || host->abi != ORTEP__CUDA_MODULE_ABI || !out) return false;
   H = host;

@@ -266,7 +266,7 @@ extern "C" int ortep__cu_gemv(const float *x, const void *w, int wdt, int trans_
     int vec = vec_ok(x, w, wdt, k);
     const unsigned warps = 4;
     k_gemv_nk<<<dim3(blocks(n, warps), (unsigned)m), warps * 32, 0, s>>>(x, w, wdt, k, n, vec, alpha, c, cdt, c_rows,
-                                                                          beta, y);
+                                                                         beta, y);
   } else {
     k_gemv_kn<<<dim3(blocks(n, 128), (unsigned)m), 128, 0, s>>>(x, w, wdt, k, n, alpha, c, cdt, c_rows, beta, y);
   }
@@ -453,15 +453,15 @@ __global__ void k_gqa(const float *q, const float *kc, const float *vc, const in
   }
 }
 
-extern "C" int ortep__cu_gqa(const float *q, const float *k, const float *v, float *kc, float *vc,
-                             const int32_t *pos, size_t tokens, size_t heads, size_t kv, size_t hd, size_t cap,
-                             float scale, float *scores, float *out, uint32_t *err, void *stream) {
+extern "C" int ortep__cu_gqa(const float *q, const float *k, const float *v, float *kc, float *vc, const int32_t *pos,
+                             size_t tokens, size_t heads, size_t kv, size_t hd, size_t cap, float scale, float *scores,
+                             float *out, uint32_t *err, void *stream) {
   cudaStream_t s = (cudaStream_t)stream;
   k_kv_write<<<blocks(tokens * kv * hd, 128), 128, 0, s>>>(k, v, kc, vc, pos, tokens, kv, hd, cap, err);
   int st = launched();
   if (st) return st;
   k_gqa<<<dim3((unsigned)heads, (unsigned)tokens), GQA_THREADS, 0, s>>>(q, kc, vc, pos, heads, kv, hd, cap, scale,
-                                                                         scores, out);
+                                                                        scores, out);
   return launched();
 }
 
@@ -633,8 +633,8 @@ __device__ float z_load(const void *x, int f16, size_t i) {
 __device__ void sample_block(const void *logits, int f16, size_t n, const ortep__sample_params p,
                              const int32_t *history, void *scratch, uint32_t *result, uint32_t *err) {
   __shared__ float range_sum[SAMPLE_THREADS];
-  double *zd = (double *)scratch;   /* steps 2-3 in double (kernels/sampling.h) */
-  float *z = (float *)(zd + n);     /* p from step 4 on */
+  double *zd = (double *)scratch; /* steps 2-3 in double (kernels/sampling.h) */
+  float *z = (float *)(zd + n);   /* p from step 4 on */
   float bad = 0.0f;
   for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
     float v = z_load(logits, f16, i);
@@ -671,7 +671,10 @@ __device__ void sample_block(const void *logits, int f16, size_t n, const ortep_
       uint32_t mid = lo + (hi - lo) / 2 + 1;
       float c = 0.0f;
       for (size_t i = threadIdx.x; i < n; i += blockDim.x) c += ortep__float_key(z[i]) >= mid ? 1.0f : 0.0f;
-      if (block_sum(c) >= (float)p.top_k) lo = mid; else hi = mid - 1;
+      if (block_sum(c) >= (float)p.top_k)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     zk = ortep__key_float(lo);
   }
@@ -689,7 +692,10 @@ __device__ void sample_block(const void *logits, int f16, size_t n, const ortep_
       uint32_t mid = lo + (hi - lo) / 2 + 1;
       float m = 0.0f;
       for (size_t i = threadIdx.x; i < n; i += blockDim.x) m += ortep__float_key(z[i]) >= mid ? z[i] : 0.0f;
-      if (block_sum(m) >= want) lo = mid; else hi = mid - 1;
+      if (block_sum(m) >= want)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     float t = ortep__key_float(lo);
     mass = 0.0f;
@@ -727,7 +733,10 @@ __device__ void sample_block(const void *logits, int f16, size_t n, const ortep_
       if (z[i] <= 0.0f) continue;
       last = i;
       cum += z[i];
-      if (cum > target) { pick = i; break; }
+      if (cum > target) {
+        pick = i;
+        break;
+      }
       pick = last;
     }
     result[0] = (uint32_t)pick;
@@ -746,8 +755,8 @@ __global__ void k_sample(const void *logits, int f16, size_t n, const ortep__sam
  * replay sees new parameters without a re-capture. Never run on a GPU so
  * far. */
 __global__ void k_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions, size_t t,
-                         const ortep__sample_params *pp, int32_t *history, size_t cap, void *scratch,
-                         uint32_t *result, uint32_t *err) {
+                         const ortep__sample_params *pp, int32_t *history, size_t cap, void *scratch, uint32_t *result,
+                         uint32_t *err) {
   for (size_t i = threadIdx.x; i < t; i += blockDim.x)
     if (positions[i] >= 0 && (size_t)positions[i] < cap) history[positions[i]] = tokens[i];
   __syncthreads();
@@ -773,14 +782,14 @@ extern "C" int ortep__cu_select(const float *logits, size_t n, const int32_t *to
                                 size_t t, const void *params, int32_t *history, size_t cap, void *scratch, void *result,
                                 uint32_t *err, void *stream) {
   k_select<<<1, SAMPLE_THREADS, 0, (cudaStream_t)stream>>>(logits, n, tokens, positions, t,
-                                                          (const ortep__sample_params *)params, history, cap, scratch,
-                                                          (uint32_t *)result, err);
+                                                           (const ortep__sample_params *)params, history, cap, scratch,
+                                                           (uint32_t *)result, err);
   return launched();
 }
 
 extern "C" int ortep__cu_sample(const void *logits, int f16, size_t n, const void *params, const int32_t *history,
                                 void *scratch, void *result, uint32_t *err, void *stream) {
   k_sample<<<1, SAMPLE_THREADS, 0, (cudaStream_t)stream>>>(logits, f16, n, (const ortep__sample_params *)params,
-                                                          history, scratch, (uint32_t *)result, err);
+                                                           history, scratch, (uint32_t *)result, err);
   return launched();
 }

@@ -55,8 +55,8 @@ int ortep__cu_gqa(const float *q, const float *k, const float *v, float *kc, flo
                   uint32_t *err, void *stream);
 /* The sampler (kernels/sampling.h) in one block: result[0] the token,
  * result[1] *err; scratch: n floats of device memory. */
-int ortep__cu_sample(const void *logits, int f16, size_t n, const void *params, const int32_t *history,
-                     void *scratch, void *result, uint32_t *err, void *stream);
+int ortep__cu_sample(const void *logits, int f16, size_t n, const void *params, const int32_t *history, void *scratch,
+                     void *result, uint32_t *err, void *stream);
 /* ortep:SelectToken (kernels/opset.c): history writes, then argmax or the
  * sampler; scratch ORTEP__SAMPLE_SCRATCH_BYTES(n); result[0..1] = (token,
  * word). */

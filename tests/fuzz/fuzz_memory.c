@@ -35,7 +35,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t op = data[i], x = data[i + 1], y = data[i + 2];
     i += 3;
     switch (op % 9) {
-      case 0: case 1: case 2: {
+      case 0:
+      case 1:
+      case 2: {
         if (na == 256) break;
         size_t n = (size_t)x * 16 + y % 16;
         size_t align = (size_t)1 << (y % 9);
@@ -70,7 +72,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ortep_arena_reset(a);
         na = nm = 0;
         break;
-      case 6: case 7: {
+      case 6:
+      case 7: {
         if (ns == 256) break;
         if (op & 0x80) ortep_fault_allocator_arm(fault, 1, false);
         void *p;
