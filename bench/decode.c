@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "ortep/backend_impl.h" /* the Linear kernel alone (linear_bench) */
 #include "model_options.h"
 
 typedef struct mode_def {

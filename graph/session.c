@@ -256,15 +256,6 @@ static ortep_status place(ortep_session *s, const ortep_graph *g, const ortep_no
                           uint32_t *where) {
   size_t total = ortep_graph_node_count(g);
   for (size_t i = 0; i < total; i++) where[i] = NONE;
-  /* claims first, in registry order (the first claim wins) */
-  ortep_node_id *claimed = ortep__malloc((total ? total : 1) * sizeof *claimed);
-  if (!claimed) return oom("placement");
-  for (size_t e = 0; e < s->n_eps; e++) {
-    size_t c = ortep_ep_claim_nodes(s->eps[e].ep, g, claimed, total);
-    for (size_t k = 0; k < c && k < total; k++)
-      if (claimed[k] < total && where[claimed[k]] == NONE) where[claimed[k]] = (uint32_t)e;
-  }
-  ortep__free(claimed);
   ortep_shape shapes[MAX_NODE_INPUTS];
   ortep_dtype dtypes[MAX_NODE_INPUTS];
   for (size_t k = 0; k < n; k++) {
@@ -275,13 +266,12 @@ static ortep_status place(ortep_session *s, const ortep_graph *g, const ortep_no
                          MAX_NODE_INPUTS);
     ortep_status st = node_signature(g, node, shapes, dtypes);
     if (st != ORTEP_OK) return st;
-    if (where[order[k]] != NONE) continue;
     uint32_t best = NONE, best_cost = UINT32_MAX;
     char why[WHY_BYTES];
     size_t used = 0;
     for (size_t e = 0; e < s->n_eps; e++) {
       ortep_kernel_match m;
-      ortep_ep_supports_op(s->eps[e].ep, node, node_opset(g, node), shapes, dtypes, NULL, nin, &m);
+      ortep_ep_supports_op(s->eps[e].ep, node, node_opset(g, node), shapes, dtypes, nin, &m);
       if (m.supported && m.cost < best_cost) best = (uint32_t)e, best_cost = m.cost;
       if (!m.supported && used < sizeof why)
         used += (size_t)snprintf(why + used, sizeof why - used, "%s%s", used ? " | " : "", m.reason);
@@ -679,7 +669,7 @@ static ortep_status record_all(ortep_session *s, variant *var, size_t *failed) {
     ortep_ep *ep = s->eps[un->ep].ep;
     ortep__trace_push(ORTEP__TRACE_CAPTURE_SEGMENT, ortep__trace_segment_payload(segment_no++, un->count));
     /* capturability was decided per step (decide_seams); no kernel list */
-    ortep_status st = ortep_ep_begin_capture(ep, NULL, 0);
+    ortep_status st = ortep_ep_begin_capture(ep);
     for (size_t i = 0; st == ORTEP_OK && i < un->count; i++) {
       st = run_step(s, &s->steps[un->first + i]);
       if (st != ORTEP_OK) {

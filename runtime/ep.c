@@ -117,14 +117,14 @@ void ortep_ep_destroy(ortep_ep *ep) {
 }
 
 void ortep_ep_supports_op(const ortep_ep *ep, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
-                          const ortep_dtype *dtypes, const ortep_layout *layouts, size_t n, ortep_kernel_match *out) {
+                          const ortep_dtype *dtypes, size_t n, ortep_kernel_match *out) {
   if (!out) return;
   memset(out, 0, sizeof *out);
   if (!ep || !node || (n && (!shapes || !dtypes))) {
     snprintf(out->reason, sizeof out->reason, "supports_op: EP, node, shapes and dtypes are required");
     return;
   }
-  ep->vtable->supports_op(ep, node, opset, shapes, dtypes, layouts, n, out);
+  ep->vtable->supports_op(ep, node, opset, shapes, dtypes, n, out);
   /* the contract: never a bare decline. The caller names the node (the
    * session prefixes every reason with it), so the EP alone is named here:
    * the dispatcher need not know the IR beyond its opaque handle. */
@@ -142,6 +142,11 @@ ortep_status ortep_ep_get_kernel(ortep_ep *ep, const ortep_node *node, const ort
 }
 
 ortep_status ortep_ep_run_kernel(ortep_ep *ep, ortep_kernel *k, const ortep_kernel_io *io) {
+  if (!ep || !k || !io)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_ep_run_kernel: %s is NULL",
+                       !ep  ? "the EP"
+                       : !k ? "the kernel"
+                            : "io");
   if (ep->vtable->run_kernel) return ep->vtable->run_kernel(ep, k, io);
   return k->vtable->run(k, io);
 }
@@ -228,88 +233,76 @@ ortep_status ortep_ep_fence_wait(ortep_ep *ep, ortep_fence *fence) {
   return ep->vtable->fence_wait(ep, fence);
 }
 
+/* The one check of every host copy, before any EP sees it: the arguments,
+ * the buffer's device, the range (without overflow), and for an upload a
+ * writable destination. An EP's copy entries may assume all of it. */
+static ortep_status check_host_copy(const ortep_ep *ep, const char *what, const ortep_buffer *b, const void *host,
+                                    size_t offset, size_t len, bool upload) {
+  if (!b || (len && !host))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: %s: NULL argument", ortep_ep_name(ep), what);
+  ortep_status st = check_own(ep, b, what);
+  if (st != ORTEP_OK) return st;
+  const char *side = upload ? "destination" : "source";
+  if (offset > SIZE_MAX - len)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: %s range overflows (offset %zu + %zu bytes)", ortep_ep_name(ep), what,
+                       offset, len);
+  if (offset + len > b->size && offset == 0)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: %s of %zu bytes exceeds %s %zu bytes", ortep_ep_name(ep), what, len,
+                       side, b->size);
+  if (offset + len > b->size)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: %s range %zu..%zu exceeds %s %zu bytes", ortep_ep_name(ep), what,
+                       offset, offset + len, side, b->size);
+  if (upload && len && b->owner == ORTEP_BUFFER_BORROWED)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: %s into a read-only borrowed buffer", ortep_ep_name(ep), what);
+  return ORTEP_OK;
+}
+
+/* The default of the four copy entries: memcpy, for host-accessible memory. */
+static ortep_status host_memcpy(const ortep_ep *ep, const char *what, const ortep_buffer *b, void *to, const void *from,
+                                size_t len) {
+  char d[32];
+  if (!ortep_device_is_host_accessible(b->device))
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: %s is not implemented for device %s", ortep_ep_name(ep), what,
+                       ortep_device_format(b->device, d, sizeof d));
+  if (len) memcpy(to, from, len);
+  return ORTEP_OK;
+}
+
 ortep_status ortep_ep_copy_from_host(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst) {
   NEED_EP(ep, "ortep_ep_copy_from_host");
+  ortep_status st = check_host_copy(ep, "host upload", dst, src, 0, len, true);
+  if (st != ORTEP_OK) return st;
   if (ep->vtable->copy_from_host) return ep->vtable->copy_from_host(ep, src, len, dst);
-  if (!dst || (len && !src))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload: NULL argument", ortep_ep_name(ep));
-  char d[32];
-  if (!ortep_device_is_host_accessible(dst->device))
-    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: host upload is not implemented for device %s", ortep_ep_name(ep),
-                       ortep_device_format(dst->device, d, sizeof d));
-  if (len > dst->size)
-    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host upload of %zu bytes exceeds destination %zu bytes",
-                       ortep_ep_name(ep), len, dst->size);
-  if (len == 0) return ORTEP_OK;
-  void *p = ortep_buffer_data_mut(dst);
-  if (!p)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload into a read-only borrowed buffer", ortep_ep_name(ep));
-  memcpy(p, src, len);
-  return ORTEP_OK;
+  return host_memcpy(ep, "host upload", dst, dst->ptr, src, len);
 }
 
 ortep_status ortep_ep_copy_from_host_at(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst, size_t offset) {
   NEED_EP(ep, "ortep_ep_copy_from_host_at");
+  ortep_status st = check_host_copy(ep, "host upload", dst, src, offset, len, true);
+  if (st != ORTEP_OK) return st;
   if (ep->vtable->copy_from_host_at) return ep->vtable->copy_from_host_at(ep, src, len, dst, offset);
-  if (!dst || (len && !src))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: ranged host upload: NULL argument", ortep_ep_name(ep));
-  if (offset > SIZE_MAX - len)
-    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host upload range overflows", ortep_ep_name(ep));
-  size_t end = offset + len;
-  if (end > dst->size)
-    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host upload range %zu..%zu exceeds destination %zu bytes",
-                       ortep_ep_name(ep), offset, end, dst->size);
-  if (len == 0) return ORTEP_OK;
-  char d[32];
-  if (!ortep_device_is_host_accessible(dst->device))
-    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: ranged host upload is not implemented for device %s",
-                       ortep_ep_name(ep), ortep_device_format(dst->device, d, sizeof d));
-  unsigned char *p = ortep_buffer_data_mut(dst);
-  if (!p)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload into a read-only borrowed buffer", ortep_ep_name(ep));
-  memcpy(p + offset, src, len);
-  return ORTEP_OK;
+  return host_memcpy(ep, "ranged host upload", dst, (unsigned char *)dst->ptr + offset, src, len);
 }
 
 ortep_status ortep_ep_copy_to_host(ortep_ep *ep, const ortep_buffer *src, void *dst, size_t len) {
   NEED_EP(ep, "ortep_ep_copy_to_host");
+  ortep_status st = check_host_copy(ep, "host download", src, dst, 0, len, false);
+  if (st != ORTEP_OK) return st;
   if (ep->vtable->copy_to_host) return ep->vtable->copy_to_host(ep, src, dst, len);
-  if (!src || (len && !dst))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host download: NULL argument", ortep_ep_name(ep));
-  char d[32];
-  if (!ortep_device_is_host_accessible(src->device))
-    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: host download is not implemented for device %s", ortep_ep_name(ep),
-                       ortep_device_format(src->device, d, sizeof d));
-  if (len > src->size)
-    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host download of %zu bytes exceeds source %zu bytes",
-                       ortep_ep_name(ep), len, src->size);
-  if (len) memcpy(dst, src->ptr, len);
-  return ORTEP_OK;
+  return host_memcpy(ep, "host download", src, dst, src->ptr, len);
 }
 
 ortep_status ortep_ep_copy_to_host_at(ortep_ep *ep, const ortep_buffer *src, size_t offset, void *dst, size_t len) {
   NEED_EP(ep, "ortep_ep_copy_to_host_at");
+  ortep_status st = check_host_copy(ep, "host download", src, dst, offset, len, false);
+  if (st != ORTEP_OK) return st;
   if (ep->vtable->copy_to_host_at) return ep->vtable->copy_to_host_at(ep, src, offset, dst, len);
-  if (!src || (len && !dst))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: ranged host download: NULL argument", ortep_ep_name(ep));
-  if (offset > SIZE_MAX - len || offset + len > src->size)
-    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host download range %zu..+%zu exceeds source %zu bytes",
-                       ortep_ep_name(ep), offset, len, src->size);
-  char d[32];
-  if (!ortep_device_is_host_accessible(src->device))
-    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: ranged host download is not implemented for device %s",
-                       ortep_ep_name(ep), ortep_device_format(src->device, d, sizeof d));
-  if (len) memcpy(dst, (const unsigned char *)src->ptr + offset, len);
-  return ORTEP_OK;
+  return host_memcpy(ep, "ranged host download", src, dst, (const unsigned char *)src->ptr + offset, len);
 }
 
 ortep_status ortep_ep_sync(ortep_ep *ep) {
   NEED_EP(ep, "ortep_ep_sync");
   return ep->vtable->sync(ep);
-}
-
-bool ortep_ep_device_argmax_supported(const ortep_ep *ep) {
-  return ep && ep->vtable->device_argmax_supported && ep->vtable->device_argmax_supported(ep);
 }
 
 ortep_status ortep_ep_device_argmax(ortep_ep *ep, const void *logits, size_t elements, ortep_dtype dtype,
@@ -364,18 +357,13 @@ ortep_status ortep_ep_device_sample(ortep_ep *ep, const void *logits, size_t ele
 #define GRAPH_DEFAULT(entry, what) \
   if (!ep->vtable->entry) return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: " what " is not supported", ortep_ep_name(ep))
 
-ortep_status ortep_ep_begin_capture(ortep_ep *ep, ortep_kernel *const *kernels, size_t n) {
+ortep_status ortep_ep_begin_capture(ortep_ep *ep) {
   NEED_EP(ep, "ortep_ep_begin_capture");
   GRAPH_DEFAULT(begin_capture, "device graph capture");
-  for (size_t i = 0; i < n; i++)
-    if (!ortep_kernel_is_capturable(kernels[i]))
-      return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                         "%s: kernel %zu (%s) is not capturable; run it as an eager seam between segments",
-                         ortep_ep_name(ep), i, ortep_kernel_name(kernels[i]));
   if (ortep_ep_capture_active(ep))
     return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: a capture is already open; end or abort it first",
                        ortep_ep_name(ep));
-  return ep->vtable->begin_capture(ep, kernels, n);
+  return ep->vtable->begin_capture(ep);
 }
 ortep_status ortep_ep_end_capture(ortep_ep *ep) {
   NEED_EP(ep, "ortep_ep_end_capture");
@@ -445,9 +433,6 @@ void ortep_ep_graph_counts(const ortep_ep *ep, uint64_t *instantiations, uint64_
 }
 size_t ortep_ep_graph_kernel_nodes(const ortep_ep *ep) {
   return ep && ep->vtable->graph_kernel_nodes ? ep->vtable->graph_kernel_nodes(ep) : 0;
-}
-size_t ortep_ep_claim_nodes(const ortep_ep *ep, const ortep_graph *g, ortep_node_id *out, size_t cap) {
-  return ep && ep->vtable->claim_nodes ? ep->vtable->claim_nodes(ep, g, out, cap) : 0;
 }
 size_t ortep_ep_context_source_keys(const ortep_ep *ep, const char **out, size_t cap) {
   return ep && ep->vtable->context_source_keys ? ep->vtable->context_source_keys(ep, out, cap) : 0;

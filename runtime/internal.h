@@ -16,6 +16,7 @@
 #include "ortep/buffer.h"
 #include "ortep/device.h"
 #include "ortep/dtype.h"
+#include "ortep/backend_impl.h" /* the library implements the contracts */
 #include "ortep/ep.h"
 #include "ortep/error_word.h"
 #include "ortep/hooks.h"

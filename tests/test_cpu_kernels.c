@@ -57,7 +57,7 @@ static ortep_status run_node(const char *op, const char *domain, const tattr *at
       ck_assert_ok(ortep_graph_set_attr_int(g, id, attrs[i].name, attrs[i].i));
   }
   const ortep_node *node = ortep_graph_node(g, id);
-  ortep_ep_supports_op(g_cpu, node, 17, shapes, dtypes, NULL, nin, &g_match);
+  ortep_ep_supports_op(g_cpu, node, 17, shapes, dtypes, nin, &g_match);
   ortep_status st = ORTEP_E_NOT_SUPPORTED;
   if (g_match.supported) {
     ortep_kernel *k;

@@ -65,19 +65,19 @@ START_TEST(blocked_weights_are_refused_with_the_fix) {
   ortep_shape shapes[2] = {SHAPE(1, 32), SHAPE(2, 2, 4, 16)};
   ortep_dtype dtypes[2] = {ORTEP_DTYPE_F32, ORTEP_DTYPE_BF16};
   ortep_kernel_match m;
-  ortep_ep_supports_op(ep, ortep_graph_node(g, id), 17, shapes, dtypes, NULL, 2, &m);
+  ortep_ep_supports_op(ep, ortep_graph_node(g, id), 17, shapes, dtypes, 2, &m);
   ck_assert(!m.supported);
   ck_assert_msg(strstr(m.reason, "blocked layout") && strstr(m.reason, "ortep.weights_layout = row_major"),
                 "reason: %s", m.reason);
   shapes[1] = SHAPE(8, 32); /* the same weight row-major is taken */
-  ortep_ep_supports_op(ep, ortep_graph_node(g, id), 17, shapes, dtypes, NULL, 2, &m);
+  ortep_ep_supports_op(ep, ortep_graph_node(g, id), 17, shapes, dtypes, 2, &m);
   ck_assert_msg(m.supported, "reason: %s", m.reason);
   /* and a blocked table for the token lookup */
   ck_assert_ok(ortep_graph_add_node(g, "Embedding", ORTEP_DOMAIN_ORTEP, "embed", (const char *[]){"t", "ids"}, 2,
                                     (const char *[]){"h"}, 1, &id));
   ortep_shape es[2] = {SHAPE(2, 2, 4, 16), SHAPE(1, 1)};
   ortep_dtype ed[2] = {ORTEP_DTYPE_BF16, ORTEP_DTYPE_I32};
-  ortep_ep_supports_op(ep, ortep_graph_node(g, id), 17, es, ed, NULL, 2, &m);
+  ortep_ep_supports_op(ep, ortep_graph_node(g, id), 17, es, ed, 2, &m);
   ck_assert(!m.supported);
   ck_assert_msg(strstr(m.reason, "the table is in the CPU EP's blocked layout"), "reason: %s", m.reason);
   ortep_graph_destroy(g);

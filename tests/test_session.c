@@ -1,11 +1,11 @@
 /* test_session.c: the executor on small hand-built graphs: placement and its
- * errors, claimed nodes and cross-EP copies, the recording-failure path,
+ * errors, nodes placed on a second EP and cross-EP copies, the recording-failure path,
  * seams and their reasons, the plan printout. */
 #include <math.h>
 
 #include "testutil.h"
 
-/* --- a test EP: a CPU EP in disguise that claims Mul nodes and whose kernels
+/* --- a test EP: a CPU EP in disguise that runs Mul nodes only and whose kernels
  * fail while being recorded (when flaky). ------------------------------- */
 typedef struct flaky_ep {
   ortep_ep base;
@@ -37,9 +37,15 @@ static void fe_destroy(ortep_ep *e) {
   ortep_ep_destroy(INNER(e));
   free(e);
 }
+/* Mul alone, a little cheaper than the CPU EP: it wins every Mul. */
 static void fe_supports(const ortep_ep *e, const ortep_node *n, int64_t o, const ortep_shape *s, const ortep_dtype *d,
-                        const ortep_layout *l, size_t k, ortep_kernel_match *m) {
-  ortep_ep_supports_op(INNER(e), n, o, s, d, l, k, m);
+                        size_t k, ortep_kernel_match *m) {
+  if (strcmp(ortep_node_op_type(n), "Mul")) {
+    snprintf(m->reason, sizeof m->reason, "flaky_ep runs Mul only");
+    return;
+  }
+  ortep_ep_supports_op(INNER(e), n, o, s, d, k, m);
+  m->cost = m->cost ? m->cost - 1 : 0; /* cheaper than the CPU EP, so placement picks it */
 }
 static ortep_status fe_get_kernel(ortep_ep *e, const ortep_node *n, const ortep_shape *s, const ortep_dtype *d,
                                   size_t k, int64_t o, ortep_kernel **out) {
@@ -68,9 +74,7 @@ static ortep_ep_capabilities fe_caps(const ortep_ep *e) { return ortep_ep_get_ca
 static ortep_status fe_run(ortep_ep *e, ortep_kernel *k, const ortep_kernel_io *io) {
   return ortep_ep_run_kernel(INNER(e), k, io);
 }
-static ortep_status fe_begin(ortep_ep *e, ortep_kernel *const *k, size_t n) {
-  return ortep_ep_begin_capture(INNER(e), k, n);
-}
+static ortep_status fe_begin(ortep_ep *e) { return ortep_ep_begin_capture(INNER(e)); }
 static ortep_status fe_end(ortep_ep *e) { return ortep_ep_end_capture(INNER(e)); }
 static ortep_status fe_abort(ortep_ep *e) { return ortep_ep_abort_capture(INNER(e)); }
 static ortep_status fe_replay(ortep_ep *e) { return ortep_ep_replay(INNER(e)); }
@@ -81,12 +85,6 @@ static bool fe_active(const ortep_ep *e) { return ortep_ep_capture_active(INNER(
 static uint32_t *fe_word(ortep_ep *e) { return ortep_ep_error_word_ptr(INNER(e)); }
 static bool fe_counts(const ortep_ep *e, uint64_t *a, uint64_t *f) {
   return ortep_ep_allocation_counts(INNER(e), a, f);
-}
-static size_t fe_claim(const ortep_ep *e, const ortep_graph *g, ortep_node_id *out, size_t cap) {
-  size_t n = 0;
-  for (size_t i = 0; i < ortep_graph_node_count(g) && n < cap; i++)
-    if (!strcmp(ortep_node_op_type(ortep_graph_node(g, (ortep_node_id)i)), "Mul")) out[n++] = (ortep_node_id)i;
-  return n;
 }
 static const ortep_ep_vtable flaky_vt = {.name = "flaky_ep",
                                          .initialize = fe_init,
@@ -111,8 +109,7 @@ static const ortep_ep_vtable flaky_vt = {.name = "flaky_ep",
                                          .segment_count = fe_segs,
                                          .capture_active = fe_active,
                                          .error_word_ptr = fe_word,
-                                         .allocation_counts = fe_counts,
-                                         .claim_nodes = fe_claim};
+                                         .allocation_counts = fe_counts};
 
 static ortep_ep *flaky_new(bool flaky) {
   flaky_ep *e = calloc(1, sizeof *e);
@@ -207,7 +204,7 @@ START_TEST(replay_matches_eager_on_one_ep) {
 }
 END_TEST
 
-START_TEST(claimed_nodes_get_their_ep_and_copies_cross_eps) {
+START_TEST(nodes_on_a_second_ep_get_copies_across_eps) {
   ortep_ep_registry *r = registry(true, false);
   ortep_graph *g = small_graph(ortep_ep_registry_get(r, 0));
   float ye[16], yg[16];
@@ -291,7 +288,7 @@ START_TEST(unplaceable_nodes_and_bad_graphs_are_named) {
   ck_assert_ptr_null(sess);
   ck_assert_error_mentions("node 'relu0' (op Relu) is supported by no registered EP");
   ck_assert_error_mentions("cpu_ep cannot run Relu");
-  ck_assert_error_mentions("| cpu_ep cannot run Relu"); /* the second EP's reason too */
+  ck_assert_error_mentions("| flaky_ep runs Mul only"); /* the second EP's reason too */
   ortep_graph_destroy(g);
   /* an intermediate without a declared shape */
   ck_assert_ok(ortep_graph_create(&g));
@@ -428,7 +425,7 @@ int main(void) {
   Suite *su = suite_create("session");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, replay_matches_eager_on_one_ep);
-  tcase_add_test(tc, claimed_nodes_get_their_ep_and_copies_cross_eps);
+  tcase_add_test(tc, nodes_on_a_second_ep_get_copies_across_eps);
   tcase_add_test(tc, recording_failure_becomes_a_seam_and_replay_still_matches);
   tcase_add_test(tc, unplaceable_nodes_and_bad_graphs_are_named);
   tcase_add_test(tc, values_and_io_checks);

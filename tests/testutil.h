@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ortep/backend_impl.h" /* the suites test backends too */
 #include "ortep/ortep.h"
 
 /* Check's per-test limit is a hang detector, not a speed check: its 4 s
@@ -194,7 +195,7 @@ static inline ortep_status tmin_init(ortep_ep *e, const ortep_config *c) {
 static inline ortep_status tmin_shutdown(ortep_ep *e) { return ORTEP_OK; }
 static inline void tmin_destroy(ortep_ep *e) { free(e); }
 static inline void tmin_supports(const ortep_ep *e, const ortep_node *n, int64_t o, const ortep_shape *s,
-                                 const ortep_dtype *d, const ortep_layout *l, size_t k, ortep_kernel_match *m) {
+                                 const ortep_dtype *d, size_t k, ortep_kernel_match *m) {
   m->supported = false; /* a bare decline: the dispatcher must fill a reason */
 }
 static inline ortep_status tmin_get_kernel(ortep_ep *e, const ortep_node *n, const ortep_shape *s, const ortep_dtype *d,

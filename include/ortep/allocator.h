@@ -1,9 +1,10 @@
 /*
  * allocator.h: the allocator contract and the host allocator.
  *
- * An allocator is something memory comes from. It is a vtable plus state: an
- * implementation embeds `ortep_allocator` as its first member and fills the
- * vtable. Three entries are required (allocate, deallocate, device); every
+ * An allocator is something memory comes from: an opaque handle here, a
+ * vtable plus state for its implementer (ortep/backend_impl.h: it embeds
+ * `ortep_allocator` as its first member and fills the vtable). Three entries
+ * are required (allocate, deallocate, device); every
  * other entry may be NULL and then gets the contract's default through the
  * ortep_allocator_* dispatch functions below:
  *
@@ -78,6 +79,7 @@ typedef struct ortep_mem_stats {
   uint64_t frees;           /* number of frees */
 } ortep_mem_stats;
 
+/* An opaque handle; implementing one is ortep/backend_impl.h's. */
 typedef struct ortep_allocator ortep_allocator;
 
 /* Optional capability: lazy virtual backing (reserve address space, then
@@ -114,31 +116,6 @@ typedef struct ortep_shared_mapping {
                              size_t allocation_bytes, ortep_shared_commit_info *out);
   void (*destroy_prefix)(ortep_allocator *self, ortep_shared_prefix *prefix);
 } ortep_shared_mapping;
-
-typedef struct ortep_allocator_vtable {
-  const char *name; /* for messages: "host", "cuda_pool", "fault" ... */
-  /* Required. Called only with a power-of-two align and a size that does not
-   * overflow; *out receives a pointer aligned to align. */
-  ortep_status (*allocate)(ortep_allocator *self, size_t bytes, size_t align, void **out);
-  /* Required. */
-  void (*deallocate)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
-  /* Required. */
-  ortep_device_key (*device)(const ortep_allocator *self);
-  /* Optional (see the defaults above). */
-  uint64_t (*deallocate_with_unmapped)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
-  ortep_release_outcome (*release)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
-  bool (*commits_on_demand)(const ortep_allocator *self);
-  /* (not used yet: no backend implements them; the fault wrapper forwards
-   * them, so a future backend is testable through it) */
-  const ortep_virtual_backing *(*virtual_backing)(ortep_allocator *self);
-  const ortep_shared_mapping *(*shared_mapping)(ortep_allocator *self);
-  ortep_status (*stats)(const ortep_allocator *self, ortep_mem_stats *out);
-  void (*destroy)(ortep_allocator *self);
-} ortep_allocator_vtable;
-
-struct ortep_allocator {
-  const ortep_allocator_vtable *vtable;
-};
 
 /* --- dispatch (validation + the contract's defaults) ----------------------- */
 ORTEP_API ortep_status ortep_allocator_allocate(ortep_allocator *a, size_t bytes, size_t align, void **out);

@@ -1,10 +1,12 @@
 /*
- * ep.h: the execution-provider contract and its registry.
+ * ep.h: execution providers as their users see them: opaque ortep_ep and
+ * ortep_kernel handles, the dispatch functions, configuration, and the
+ * registry. Implementing an EP (its vtable, the kernel vtable, what a kernel
+ * runs on) is ortep/backend_impl.h's business, installed beside this one.
  *
- * An EP is a vtable plus state: an implementation embeds `ortep_ep` as its
- * first member. Callers always go through the ortep_ep_* dispatch functions,
- * which check arguments and give the contract's default for every optional
- * entry left NULL:
+ * Every call goes through a dispatch function, which checks the arguments
+ * (the one place that does: no EP repeats a check) and gives the contract's
+ * default for every optional entry an EP leaves NULL:
  *
  *   copy_from_host / _at, copy_to_host  host memcpy with bounds and
  *                                       overflow checks; refused for a device
@@ -16,8 +18,11 @@
  *   reset_graph                         false (no graph was installed)
  *   check_error_word                    0 (no error); reset_error_word a no-op
  *   allocation_counts                   absent
- *   claim_nodes                         none
  *   context_source_keys                 none; save/load_context unsupported
+ *                                       (the EP-context contract of the seeds:
+ *                                       no shipped EP implements it yet; the
+ *                                       quantized-weights work gives the CPU
+ *                                       EP its cache of prepared weights)
  *   capabilities                        stock (none)
  *
  * Kernels: get_kernel specialises a node to concrete shapes and returns an
@@ -38,6 +43,7 @@ ORTEP_BEGIN_DECLS
 
 typedef struct ortep_ep ortep_ep;
 typedef struct ortep_kernel ortep_kernel;
+typedef struct ortep_kernel_io ortep_kernel_io; /* what a kernel runs on (backend_impl.h) */
 
 /* --- configuration: namespaced key/value options ("cpu.threads") ---------- */
 typedef struct ortep_config ortep_config;
@@ -56,8 +62,6 @@ ORTEP_API ortep_status ortep_config_check_namespace(const ortep_config *config, 
                                                     const char *const *known, size_t n);
 
 /* --- placement ------------------------------------------------------------- */
-typedef enum ortep_layout { ORTEP_LAYOUT_ROW_MAJOR = 0 } ortep_layout;
-
 #define ORTEP_REASON_CAPACITY 384
 typedef struct ortep_kernel_match {
   bool supported;
@@ -66,36 +70,6 @@ typedef struct ortep_kernel_match {
    * registration. Never empty for an unsupported match. */
   char reason[ORTEP_REASON_CAPACITY];
 } ortep_kernel_match;
-
-/* --- kernels --------------------------------------------------------------- */
-/* What a kernel runs on: the raw data pointers of its inputs (NULL for an
- * absent optional input) and outputs on the EP's device, the EP's error word
- * (a device pointer), and the EP's stream (NULL on the CPU). */
-typedef struct ortep_kernel_io {
-  const void *const *inputs;
-  size_t n_inputs;
-  void *const *outputs;
-  size_t n_outputs;
-  uint32_t *error_word;
-  void *stream;
-} ortep_kernel_io;
-
-typedef struct ortep_kernel_vtable {
-  ortep_status (*run)(ortep_kernel *self, const ortep_kernel_io *io);
-  void (*destroy)(ortep_kernel *self);
-  /* Optional: called instead of run while a device-graph capture records the
-   * kernel on an EP whose recording does not execute it (the CPU EP's
-   * recorded plan). It validates what will be replayed; a failure aborts the
-   * capture. */
-  ortep_status (*record)(ortep_kernel *self, const ortep_kernel_io *io);
-} ortep_kernel_vtable;
-
-struct ortep_kernel {
-  const ortep_kernel_vtable *vtable;
-  const char *name; /* "cpu.MatMul" */
-  bool capturable;  /* safe to record into a device graph: no host sync, no
-                        allocation, no host-side data read at run time */
-};
 
 ORTEP_API const char *ortep_kernel_name(const ortep_kernel *kernel);
 ORTEP_API bool ortep_kernel_is_capturable(const ortep_kernel *kernel);
@@ -123,81 +97,12 @@ typedef struct ortep_sample_params {
   uint32_t n_history; /* ids in the history buffer the penalty applies to */
 } ortep_sample_params;
 
-/* --- the vtable ------------------------------------------------------------ */
+/* --- capabilities ------------------------------------------------------------ */
 typedef struct ortep_ep_capabilities {
   bool device_graphs; /* begin/end capture and replay work */
   bool device_argmax;
   bool host_accessible_memory; /* the EP's buffers are host memory */
 } ortep_ep_capabilities;
-
-typedef struct ortep_ep_vtable {
-  const char *name; /* "cpu_ep", "cuda_ep" */
-  /* Required. */
-  ortep_status (*initialize)(ortep_ep *self, const ortep_config *config);
-  ortep_status (*shutdown)(ortep_ep *self);
-  void (*destroy)(ortep_ep *self);
-  /* layouts (not used yet): the executor passes NULL, every input being
-   * row-major; an EP may refuse another layout. */
-  void (*supports_op)(const ortep_ep *self, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
-                      const ortep_dtype *dtypes, const ortep_layout *layouts, size_t n_inputs, ortep_kernel_match *out);
-  ortep_status (*get_kernel)(ortep_ep *self, const ortep_node *node, const ortep_shape *shapes,
-                             const ortep_dtype *dtypes, size_t n_inputs, int64_t opset, ortep_kernel **out);
-  ortep_status (*allocate)(ortep_ep *self, size_t size, size_t align, ortep_buffer *out);
-  ortep_status (*deallocate)(ortep_ep *self, ortep_buffer *buffer);
-  ortep_status (*copy)(ortep_ep *self, const ortep_buffer *src, ortep_buffer *dst, size_t size);
-  ortep_status (*copy_async)(ortep_ep *self, const ortep_buffer *src, ortep_buffer *dst, size_t size, ortep_fence *out);
-  ortep_status (*fence_wait)(ortep_ep *self, ortep_fence *fence);
-  ortep_status (*sync)(ortep_ep *self);
-  /* Optional (NULL -> the default in the header comment). */
-  ortep_ep_capabilities (*capabilities)(const ortep_ep *self);
-  ortep_status (*run_kernel)(ortep_ep *self, ortep_kernel *kernel, const ortep_kernel_io *io);
-  ortep_status (*copy_from_host)(ortep_ep *self, const void *src, size_t len, ortep_buffer *dst);
-  ortep_status (*copy_from_host_at)(ortep_ep *self, const void *src, size_t len, ortep_buffer *dst, size_t offset);
-  ortep_status (*copy_to_host)(ortep_ep *self, const ortep_buffer *src, void *dst, size_t len);
-  ortep_status (*copy_to_host_at)(ortep_ep *self, const ortep_buffer *src, size_t offset, void *dst, size_t len);
-  bool (*device_argmax_supported)(const ortep_ep *self);
-  ortep_status (*device_argmax)(ortep_ep *self, const void *logits, size_t elements, ortep_dtype dtype,
-                                ortep_buffer *result);
-  /* params: an ortep_sample_params in this EP's memory; history: n_history
-   * i32 ids (may be NULL when n_history is 0 or the penalty is off). */
-  ortep_status (*device_sample)(ortep_ep *self, const void *logits, size_t elements, ortep_dtype dtype,
-                                const void *params, const int32_t *history, ortep_buffer *result);
-  /* kernels, n (not used yet): a hint for the segment's kernels; the
-   * executor passes NULL, 0 and no EP reads it */
-  ortep_status (*begin_capture)(ortep_ep *self, ortep_kernel *const *kernels, size_t n);
-  ortep_status (*end_capture)(ortep_ep *self);
-  ortep_status (*abort_capture)(ortep_ep *self);
-  ortep_status (*replay)(ortep_ep *self);
-  ortep_status (*replay_segment)(ortep_ep *self, size_t index);
-  ortep_status (*reset_graph)(ortep_ep *self, bool *had_graph);
-  size_t (*segment_count)(const ortep_ep *self);
-  /* Required of an EP that implements begin_capture: the dispatcher refuses a
-   * second begin, an end without a begin and a replay during a capture by
-   * asking it, so no EP repeats those checks. */
-  bool (*capture_active)(const ortep_ep *self);
-  ortep_status (*check_error_word)(ortep_ep *self, uint32_t *bits);
-  ortep_status (*reset_error_word)(ortep_ep *self);
-  uint32_t *(*error_word_ptr)(ortep_ep *self);
-  bool (*allocation_counts)(const ortep_ep *self, uint64_t *allocations, uint64_t *frees);
-  /* Executable graphs instantiated, and updated in place, since creation. */
-  void (*graph_counts)(const ortep_ep *self, uint64_t *instantiations, uint64_t *updates);
-  /* Kernel launches recorded in the live segments, as the device graph holds
-   * them (CUDA: kernel nodes of the captured graphs, which may be more than
-   * the graph's nodes when a node launches several kernels). */
-  size_t (*graph_kernel_nodes)(const ortep_ep *self);
-  size_t (*claim_nodes)(const ortep_ep *self, const ortep_graph *graph, ortep_node_id *out, size_t cap);
-  /* EPContext (not used yet): no EP implements these and nothing calls them;
-   * the dispatchers answer "none" / not supported, naming the EP. */
-  size_t (*context_source_keys)(const ortep_ep *self, const char **out, size_t cap);
-  ortep_status (*save_context)(ortep_ep *self, void **blob, size_t *len);
-  ortep_status (*load_context)(ortep_ep *self, const void *blob, size_t len);
-} ortep_ep_vtable;
-
-struct ortep_ep {
-  const ortep_ep_vtable *vtable;
-  ortep_device device;
-  uint32_t id; /* set by the registry */
-};
 
 /* --- dispatch -------------------------------------------------------------- */
 ORTEP_API const char *ortep_ep_name(const ortep_ep *ep);
@@ -209,14 +114,13 @@ ORTEP_API ortep_status ortep_ep_shutdown(ortep_ep *ep);
 /* Shuts down (if needed) and frees the EP. NULL is a no-op. */
 ORTEP_API void ortep_ep_destroy(ortep_ep *ep);
 
-/* n_inputs entries each; layouts may be NULL (row-major). */
+/* n_inputs entries each. */
 ORTEP_API void ortep_ep_supports_op(const ortep_ep *ep, const ortep_node *node, int64_t opset,
-                                    const ortep_shape *shapes, const ortep_dtype *dtypes, const ortep_layout *layouts,
-                                    size_t n_inputs, ortep_kernel_match *out);
+                                    const ortep_shape *shapes, const ortep_dtype *dtypes, size_t n_inputs,
+                                    ortep_kernel_match *out);
 ORTEP_API ortep_status ortep_ep_get_kernel(ortep_ep *ep, const ortep_node *node, const ortep_shape *shapes,
                                            const ortep_dtype *dtypes, size_t n_inputs, int64_t opset,
                                            ortep_kernel **out);
-ORTEP_API ortep_status ortep_ep_run_kernel(ortep_ep *ep, ortep_kernel *kernel, const ortep_kernel_io *io);
 
 ORTEP_API ortep_status ortep_ep_allocate(ortep_ep *ep, size_t size, size_t align, ortep_buffer *out);
 /* Frees an OWNED buffer of this EP and zeroes the handle; a borrowed buffer is
@@ -234,7 +138,6 @@ ORTEP_API ortep_status ortep_ep_copy_to_host_at(ortep_ep *ep, const ortep_buffer
                                                 size_t len);
 ORTEP_API ortep_status ortep_ep_sync(ortep_ep *ep);
 
-ORTEP_API bool ortep_ep_device_argmax_supported(const ortep_ep *ep);
 /* Allocation-free argmax over elements f32 or f16 logits at a device pointer:
  * the first maximum wins, NaN is skipped. result (>= 8 bytes, on this EP)
  * receives two native-endian u32: the token id, then the error word. */
@@ -248,7 +151,10 @@ ORTEP_API ortep_status ortep_ep_device_argmax(ortep_ep *ep, const void *logits, 
 ORTEP_API ortep_status ortep_ep_device_sample(ortep_ep *ep, const void *logits, size_t elements, ortep_dtype dtype,
                                               const void *params, const int32_t *history, ortep_buffer *result);
 
-ORTEP_API ortep_status ortep_ep_begin_capture(ortep_ep *ep, ortep_kernel *const *kernels, size_t n);
+/* Opens a device-graph capture: kernels run on the EP until end_capture are
+ * recorded into one segment (a non-capturable kernel is refused by its run,
+ * so the executor runs it as a seam instead). */
+ORTEP_API ortep_status ortep_ep_begin_capture(ortep_ep *ep);
 ORTEP_API ortep_status ortep_ep_end_capture(ortep_ep *ep);
 ORTEP_API ortep_status ortep_ep_abort_capture(ortep_ep *ep);
 ORTEP_API ortep_status ortep_ep_replay(ortep_ep *ep);
@@ -266,7 +172,6 @@ ORTEP_API bool ortep_ep_allocation_counts(const ortep_ep *ep, uint64_t *allocati
 /* Segments instantiated and updated in place (0 and 0 by default). */
 ORTEP_API void ortep_ep_graph_counts(const ortep_ep *ep, uint64_t *instantiations, uint64_t *updates);
 ORTEP_API size_t ortep_ep_graph_kernel_nodes(const ortep_ep *ep);
-ORTEP_API size_t ortep_ep_claim_nodes(const ortep_ep *ep, const ortep_graph *graph, ortep_node_id *out, size_t cap);
 ORTEP_API size_t ortep_ep_context_source_keys(const ortep_ep *ep, const char **out, size_t cap);
 ORTEP_API ortep_status ortep_ep_save_context(ortep_ep *ep, void **blob, size_t *len);
 ORTEP_API ortep_status ortep_ep_load_context(ortep_ep *ep, const void *blob, size_t len);

@@ -137,13 +137,7 @@ static void cpu_destroy(ortep_ep *ep) {
 static ortep_ep_capabilities cpu_capabilities(const ortep_ep *ep) { return (ortep_ep_capabilities){true, true, true}; }
 
 static void cpu_supports(const ortep_ep *ep, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
-                         const ortep_dtype *dtypes, const ortep_layout *layouts, size_t n, ortep_kernel_match *out) {
-  for (size_t i = 0; layouts && i < n; i++)
-    if (layouts[i] != ORTEP_LAYOUT_ROW_MAJOR) {
-      snprintf(out->reason, sizeof out->reason, "%s takes row-major inputs only; input %zu has another layout",
-               CPU_EP_NAME, i);
-      return;
-    }
+                         const ortep_dtype *dtypes, size_t n, ortep_kernel_match *out) {
   ortep__cpu_supports(node, opset, shapes, dtypes, n, out);
 }
 
@@ -193,7 +187,6 @@ static ortep_status cpu_copy_async(ortep_ep *ep, const ortep_buffer *src, ortep_
 
 static ortep_status cpu_fence_wait(ortep_ep *ep, ortep_fence *f) { return ORTEP_OK; }
 static ortep_status cpu_sync(ortep_ep *ep) { return ORTEP_OK; }
-static bool cpu_argmax_supported(const ortep_ep *ep) { return true; }
 
 /* Argmax over the workers: range t of the vocabulary to worker t, then the
  * ranges combined in order with the same rule (strictly larger wins), so the
@@ -291,7 +284,7 @@ static ortep_status cpu_run_kernel(ortep_ep *ep, ortep_kernel *k, const ortep_ke
   return ORTEP_OK;
 }
 
-static ortep_status cpu_begin_capture(ortep_ep *ep, ortep_kernel *const *kernels, size_t n) {
+static ortep_status cpu_begin_capture(ortep_ep *ep) {
   cpu_ep *e = self_of(ep);
   ortep_status st = need_init(e, "begin_capture");
   if (st != ORTEP_OK) return st;
@@ -398,7 +391,6 @@ static const ortep_ep_vtable cpu_vtable = {
     .sync = cpu_sync,
     .capabilities = cpu_capabilities,
     .run_kernel = cpu_run_kernel,
-    .device_argmax_supported = cpu_argmax_supported,
     .device_argmax = cpu_argmax,
     .device_sample = cpu_sample,
     .begin_capture = cpu_begin_capture,

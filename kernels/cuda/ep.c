@@ -246,7 +246,7 @@ static void cuda_destroy(ortep_ep *ep) {
 static ortep_ep_capabilities cuda_caps(const ortep_ep *ep) { return (ortep_ep_capabilities){true, true, false}; }
 
 static void cuda_supports(const ortep_ep *ep, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
-                          const ortep_dtype *dtypes, const ortep_layout *layouts, size_t n, ortep_kernel_match *out) {
+                          const ortep_dtype *dtypes, size_t n, ortep_kernel_match *out) {
   if (ortep__op_check(CUDA_EP_NAME, node, opset, shapes, dtypes, n, out, NULL)) out->cost = CUDA_OP_COST;
 }
 
@@ -492,16 +492,11 @@ static ortep_status cuda_sync(ortep_ep *ep) {
  * caller's bytes are captured at once and the copy is ordered before every
  * later launch on the stream. Slices are reclaimed at the next stream sync,
  * so a decode step keeps its one sync (the 8-byte read). */
+/* Host copies: the dispatcher (runtime/ep.c) has checked the arguments, the
+ * device and the range. */
 static ortep_status cuda_from_host_at(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst, size_t offset) {
   cuda_ep *e = self_of(ep);
-  if (!dst || (len && !src))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload: NULL argument", CUDA_EP_NAME);
-  if (offset > SIZE_MAX - len || offset + len > dst->size)
-    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host upload range %zu..+%zu exceeds destination %zu bytes",
-                       CUDA_EP_NAME, offset, len, dst->size);
   if (!len) return ORTEP_OK;
-  if (dst->owner == ORTEP_BUFFER_BORROWED)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host upload into a read-only borrowed buffer", CUDA_EP_NAME);
   char *d = (char *)dst->ptr + offset;
   if (len > UP_BYTES) { /* large: straight from the caller's memory, synchronously */
     CU(cudaMemcpyAsync(d, src, len, cudaMemcpyHostToDevice, e->stream), "host upload");
@@ -522,19 +517,11 @@ static ortep_status cuda_from_host_at(ortep_ep *ep, const void *src, size_t len,
 }
 
 static ortep_status cuda_from_host(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst) {
-  if (dst && len > dst->size)
-    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host upload of %zu bytes exceeds destination %zu bytes", CUDA_EP_NAME,
-                       len, dst->size);
   return cuda_from_host_at(ep, src, len, dst, 0);
 }
 
 static ortep_status cuda_to_host_at(ortep_ep *ep, const ortep_buffer *src, size_t offset, void *dst, size_t len) {
   cuda_ep *e = self_of(ep);
-  if (!src || (len && !dst))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: host download: NULL argument", CUDA_EP_NAME);
-  if (offset > SIZE_MAX - len || offset + len > src->size)
-    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: host download of %zu bytes exceeds source %zu bytes", CUDA_EP_NAME,
-                       len, src->size);
   if (!len) return ORTEP_OK;
   const char *s = (const char *)src->ptr + offset;
   if (len <= DOWN_BYTES) {
@@ -552,8 +539,6 @@ static ortep_status cuda_to_host_at(ortep_ep *ep, const ortep_buffer *src, size_
 static ortep_status cuda_to_host(ortep_ep *ep, const ortep_buffer *src, void *dst, size_t len) {
   return cuda_to_host_at(ep, src, 0, dst, len);
 }
-
-static bool cuda_argmax_supported(const ortep_ep *ep) { return true; }
 
 static ortep_status cuda_argmax(ortep_ep *ep, const void *logits, size_t n, ortep_dtype dtype, ortep_buffer *result) {
   cuda_ep *e = self_of(ep);
@@ -584,7 +569,7 @@ static ortep_status cuda_sample(ortep_ep *ep, const void *logits, size_t n, orte
 }
 
 /* --- device graphs ---------------------------------------------------------------- */
-static ortep_status cuda_begin(ortep_ep *ep, ortep_kernel *const *kernels, size_t n) {
+static ortep_status cuda_begin(ortep_ep *ep) {
   cuda_ep *e = self_of(ep);
   ortep_status st = need_init(e, "begin_capture");
   if (st != ORTEP_OK) return st;
@@ -743,7 +728,6 @@ static const ortep_ep_vtable cuda_vtable = {
     .copy_from_host_at = cuda_from_host_at,
     .copy_to_host = cuda_to_host,
     .copy_to_host_at = cuda_to_host_at,
-    .device_argmax_supported = cuda_argmax_supported,
     .device_argmax = cuda_argmax,
     .device_sample = cuda_sample,
     .begin_capture = cuda_begin,

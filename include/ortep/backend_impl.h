@@ -1,0 +1,148 @@
+/*
+ * backend_impl.h: for the authors of backends (execution providers,
+ * allocators), not their users: the vtables behind the opaque ortep_ep,
+ * ortep_kernel and ortep_allocator handles, and what a kernel runs on. The
+ * model is ggml's ggml-backend.h / ggml-backend-impl.h split: users include
+ * ortep/ortep.h; a backend embeds `ortep_ep` (or `ortep_allocator`) as the
+ * first member of its own struct and fills a vtable. The dispatch functions
+ * (ep.h, allocator.h) check every argument before calling an entry, so an
+ * entry may assume valid arguments: a buffer of its own device, bounds that
+ * fit, a non-NULL kernel and io.
+ */
+#ifndef ORTEP_BACKEND_IMPL_H
+#define ORTEP_BACKEND_IMPL_H
+
+#include "ortep/allocator.h"
+#include "ortep/ep.h"
+
+ORTEP_BEGIN_DECLS
+
+/* --- kernels --------------------------------------------------------------- */
+/* What a kernel runs on: the raw data pointers of its inputs (NULL for an
+ * absent optional input) and outputs on the EP's device, the EP's error word
+ * (a device pointer), and the EP's stream (NULL on the CPU). */
+struct ortep_kernel_io {
+  const void *const *inputs;
+  size_t n_inputs;
+  void *const *outputs;
+  size_t n_outputs;
+  uint32_t *error_word;
+  void *stream;
+};
+
+typedef struct ortep_kernel_vtable {
+  ortep_status (*run)(ortep_kernel *self, const ortep_kernel_io *io);
+  void (*destroy)(ortep_kernel *self);
+  /* Optional: called instead of run while a device-graph capture records the
+   * kernel on an EP whose recording does not execute it (the CPU EP's
+   * recorded plan). It validates what will be replayed; a failure aborts the
+   * capture. */
+  ortep_status (*record)(ortep_kernel *self, const ortep_kernel_io *io);
+} ortep_kernel_vtable;
+
+struct ortep_kernel {
+  const ortep_kernel_vtable *vtable;
+  const char *name; /* "cpu.MatMul" */
+  bool capturable;  /* safe to record into a device graph: no host sync, no
+                        allocation, no host-side data read at run time */
+};
+
+/* Runs kernel on ep with the raw pointers of io (checked: ep, kernel and io
+ * non-NULL); while a capture is open it records instead (ep.h). The
+ * executor's call, and a kernel test's. */
+ORTEP_API ortep_status ortep_ep_run_kernel(ortep_ep *ep, ortep_kernel *kernel, const ortep_kernel_io *io);
+
+typedef struct ortep_ep_vtable {
+  const char *name; /* "cpu_ep", "cuda_ep" */
+  /* Required. */
+  ortep_status (*initialize)(ortep_ep *self, const ortep_config *config);
+  ortep_status (*shutdown)(ortep_ep *self);
+  void (*destroy)(ortep_ep *self);
+  void (*supports_op)(const ortep_ep *self, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
+                      const ortep_dtype *dtypes, size_t n_inputs, ortep_kernel_match *out);
+  ortep_status (*get_kernel)(ortep_ep *self, const ortep_node *node, const ortep_shape *shapes,
+                             const ortep_dtype *dtypes, size_t n_inputs, int64_t opset, ortep_kernel **out);
+  ortep_status (*allocate)(ortep_ep *self, size_t size, size_t align, ortep_buffer *out);
+  ortep_status (*deallocate)(ortep_ep *self, ortep_buffer *buffer);
+  ortep_status (*copy)(ortep_ep *self, const ortep_buffer *src, ortep_buffer *dst, size_t size);
+  ortep_status (*copy_async)(ortep_ep *self, const ortep_buffer *src, ortep_buffer *dst, size_t size, ortep_fence *out);
+  ortep_status (*fence_wait)(ortep_ep *self, ortep_fence *fence);
+  ortep_status (*sync)(ortep_ep *self);
+  /* Optional (NULL -> the default in the header comment). */
+  ortep_ep_capabilities (*capabilities)(const ortep_ep *self);
+  ortep_status (*run_kernel)(ortep_ep *self, ortep_kernel *kernel, const ortep_kernel_io *io);
+  ortep_status (*copy_from_host)(ortep_ep *self, const void *src, size_t len, ortep_buffer *dst);
+  ortep_status (*copy_from_host_at)(ortep_ep *self, const void *src, size_t len, ortep_buffer *dst, size_t offset);
+  ortep_status (*copy_to_host)(ortep_ep *self, const ortep_buffer *src, void *dst, size_t len);
+  ortep_status (*copy_to_host_at)(ortep_ep *self, const ortep_buffer *src, size_t offset, void *dst, size_t len);
+  ortep_status (*device_argmax)(ortep_ep *self, const void *logits, size_t elements, ortep_dtype dtype,
+                                ortep_buffer *result);
+  /* params: an ortep_sample_params in this EP's memory; history: n_history
+   * i32 ids (may be NULL when n_history is 0 or the penalty is off). */
+  ortep_status (*device_sample)(ortep_ep *self, const void *logits, size_t elements, ortep_dtype dtype,
+                                const void *params, const int32_t *history, ortep_buffer *result);
+  ortep_status (*begin_capture)(ortep_ep *self);
+  ortep_status (*end_capture)(ortep_ep *self);
+  ortep_status (*abort_capture)(ortep_ep *self);
+  ortep_status (*replay)(ortep_ep *self);
+  ortep_status (*replay_segment)(ortep_ep *self, size_t index);
+  ortep_status (*reset_graph)(ortep_ep *self, bool *had_graph);
+  size_t (*segment_count)(const ortep_ep *self);
+  /* Required of an EP that implements begin_capture: the dispatcher refuses a
+   * second begin, an end without a begin and a replay during a capture by
+   * asking it, so no EP repeats those checks. */
+  bool (*capture_active)(const ortep_ep *self);
+  ortep_status (*check_error_word)(ortep_ep *self, uint32_t *bits);
+  ortep_status (*reset_error_word)(ortep_ep *self);
+  uint32_t *(*error_word_ptr)(ortep_ep *self);
+  bool (*allocation_counts)(const ortep_ep *self, uint64_t *allocations, uint64_t *frees);
+  /* Executable graphs instantiated, and updated in place, since creation. */
+  void (*graph_counts)(const ortep_ep *self, uint64_t *instantiations, uint64_t *updates);
+  /* Kernel launches recorded in the live segments, as the device graph holds
+   * them (CUDA: kernel nodes of the captured graphs, which may be more than
+   * the graph's nodes when a node launches several kernels). */
+  size_t (*graph_kernel_nodes)(const ortep_ep *self);
+  /* The EP-context contract of the seeds (a compiled or prepared state saved
+   * and loaded): no shipped EP implements it yet and the dispatchers answer
+   * "none" / not supported, naming the EP; the quantized-weights work makes
+   * it the CPU EP's cache of prepared weights. */
+  size_t (*context_source_keys)(const ortep_ep *self, const char **out, size_t cap);
+  ortep_status (*save_context)(ortep_ep *self, void **blob, size_t *len);
+  ortep_status (*load_context)(ortep_ep *self, const void *blob, size_t len);
+} ortep_ep_vtable;
+
+struct ortep_ep {
+  const ortep_ep_vtable *vtable;
+  ortep_device device;
+  uint32_t id; /* set by the registry */
+};
+
+typedef struct ortep_allocator_vtable {
+  const char *name; /* for messages: "host", "cuda_pool", "fault" ... */
+  /* Required. Called only with a power-of-two align and a size that does not
+   * overflow; *out receives a pointer aligned to align. */
+  ortep_status (*allocate)(ortep_allocator *self, size_t bytes, size_t align, void **out);
+  /* Required. */
+  void (*deallocate)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
+  /* Required. */
+  ortep_device_key (*device)(const ortep_allocator *self);
+  /* Optional (see the defaults above). */
+  uint64_t (*deallocate_with_unmapped)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
+  ortep_release_outcome (*release)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
+  bool (*commits_on_demand)(const ortep_allocator *self);
+  /* The seeds' lazy virtual backing and shared mappings: no backend
+   * implements them yet (the paged-KV work gives the host and CUDA ones);
+   * the fault wrapper forwards them, so one is testable through it. */
+  const ortep_virtual_backing *(*virtual_backing)(ortep_allocator *self);
+  const ortep_shared_mapping *(*shared_mapping)(ortep_allocator *self);
+  ortep_status (*stats)(const ortep_allocator *self, ortep_mem_stats *out);
+  void (*destroy)(ortep_allocator *self);
+} ortep_allocator_vtable;
+
+struct ortep_allocator {
+  const ortep_allocator_vtable *vtable;
+};
+
+ORTEP_END_DECLS
+
+#endif
