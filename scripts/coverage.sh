@@ -2,14 +2,16 @@
 # Line and branch coverage of the library and the programs by the CPU test
 # suite, per folder, with gcov (gcc --coverage) and gcovr (Debian's package,
 # installed when missing). Fails when the library's line or branch coverage
-# is below the floors (measured in docs/reliability.md, set a few points
-# under it so noise in what the tests touch does not fail CI).
+# is below the floors (measured 94.4% of lines and 76.6% of branches on
+# 2026-12-01, docs/reliability.md; the floors sit a few points under, so a
+# change in what the tests touch by chance does not fail CI, while a body of
+# untested code does).
 #   scripts/coverage.sh [BUILD_DIR]        (default build-cov)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-cov}
-LINE_FLOOR=${ORTEP_COVERAGE_LINE_FLOOR:-85}
-BRANCH_FLOOR=${ORTEP_COVERAGE_BRANCH_FLOOR:-60}
+LINE_FLOOR=${ORTEP_COVERAGE_LINE_FLOOR:-90}
+BRANCH_FLOOR=${ORTEP_COVERAGE_BRANCH_FLOOR:-72}
 if ! command -v gcovr >/dev/null; then
   SUDO=""; if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   $SUDO apt-get update -qq
@@ -27,8 +29,11 @@ import json, sys
 data = json.load(open(sys.argv[1]))
 line_floor, branch_floor = float(sys.argv[2]), float(sys.argv[3])
 folders = {}
+known = ("runtime", "arena", "kernels", "graph", "llm", "text", "tools", "bench", "cli", "examples", "include")
 for f in data["files"]:
     top = f["filename"].split("/")[0]
+    if top not in known:
+        continue  # generated files of the build
     a = folders.setdefault(top, [0, 0, 0, 0])
     a[0] += f["line_covered"]; a[1] += f["line_total"]; a[2] += f["branch_covered"]; a[3] += f["branch_total"]
 pct = lambda c, t: 100.0 * c / t if t else 100.0
