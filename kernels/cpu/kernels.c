@@ -250,9 +250,10 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   }
   if (k->op.kind == ORTEP__OP_SELECT &&
       !(k->sample_scratch = ortep__malloc(ORTEP__SAMPLE_SCRATCH_BYTES(k->op.p.sel.n)))) {
+    size_t logits = k->op.p.sel.n;
     ortep__free(k);
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for the sampler's scratch (%zu logits)", CPU_EP_NAME,
-                       k->op.p.sel.n);
+                       logits);
   }
   k->pool = pool;
   snprintf(k->name, sizeof k->name, "cpu.%s", ortep_node_op_type(node));
