@@ -688,6 +688,45 @@ static double decode_over_kernel(const decode_run *r) {
   return m->frac > 0 ? m->frac / (r->kbw / r->bw) : m->tok_s * (double)r->read_per_token / r->kbw;
 }
 
+/* The weight-bandwidth bound of the best mode, and the Linear kernel alone. */
+static void report_bound(const decode_run *r) {
+  const mode_result *res = r->res;
+  mode_id b = best_mode(r);
+  double mib = (double)r->read_per_token / 1048576.0;
+  if (res[b].frac > 0) {
+    printf(
+        "  weight-bandwidth bound: %.1f MiB read per token / %.1f GB/s (a %zu-thread streaming read of as many bytes "
+        "as each timed run, at least 512 MiB, right before it; median) = %.0f tokens/s at best; %s achieves %.0f%% "
+        "(median over its runs, each against the read before it)\n",
+        mib, res[b].read_bw / 1e9, r->threads_used, res[b].read_bw / (double)r->read_per_token, modes[b].name,
+        100.0 * res[b].frac);
+    if (r->bw > 0)
+      printf("  peak read: %.1f GB/s (best of 10 passes of 512 MiB after the runs); %s achieves %.0f%% of it\n",
+             r->bw / 1e9, modes[b].name, 100.0 * res[b].tok_s * (double)r->read_per_token / r->bw);
+  } else if (r->bw > 0) {
+    double best_tps = r->bw / (double)r->read_per_token;
+    printf(
+        "  weight-bandwidth bound: %.1f MiB read per token / %.1f GB/s read with %zu threads = %.0f tokens/s at best; "
+        "%s achieves %.0f%%%s\n",
+        mib, r->bw / 1e9, r->threads_used, best_tps, modes[b].name, 100.0 * res[b].tok_s / best_tps,
+        binding(r) ? "" : " (the weights fit in cache, so the bound is not binding)");
+  }
+  if (r->bw > 0 && r->kbw > 0) {
+    printf(
+        "  Linear kernel alone: [1, %lld] x [%zu, %lld]^T %s%s (%.0f MiB, %zu threads, best of 10) reads %.1f GB/s "
+        "= %.0f%% of the peak read",
+        (long long)r->cfg.hidden_size, r->krows, (long long)r->cfg.hidden_size, ortep_dtype_name(r->wdtype),
+        r->kblocked ? " blocked" : "",
+        (double)(r->krows * (size_t)r->cfg.hidden_size * ortep_dtype_size(r->wdtype)) / 1048576.0, r->threads_used,
+        r->kbw / 1e9, 100.0 * r->kbw / r->bw);
+    if (binding(r))
+      printf("; %s decode reaches %.0f%% of it%s\n", modes[b].name, 100.0 * decode_over_kernel(r),
+             res[b].frac > 0 ? " (its fraction of the read before each run over the kernel's of the peak)" : "");
+    else
+      printf("\n");
+  }
+}
+
 static void report_table(const decode_opts *o, const decode_run *r) {
   const mode_result *res = r->res;
   if (r->simd_used)
@@ -734,40 +773,7 @@ static void report_table(const decode_opts *o, const decode_run *r) {
   if (res[MODE_EAGER].ran && res[MODE_SEGMENTED].ran)
     printf("  segmented over eager: %.2fx tokens/s (same run)\n", res[MODE_SEGMENTED].tok_s / res[MODE_EAGER].tok_s);
   printf("  token ids: %s across modes\n", r->agree ? "identical" : "DIFFERENT (error)");
-  mode_id b = best_mode(r);
-  double mib = (double)r->read_per_token / 1048576.0;
-  if (res[b].frac > 0) {
-    printf(
-        "  weight-bandwidth bound: %.1f MiB read per token / %.1f GB/s (a %zu-thread streaming read of as many bytes "
-        "as each timed run, at least 512 MiB, right before it; median) = %.0f tokens/s at best; %s achieves %.0f%% "
-        "(median over its runs, each against the read before it)\n",
-        mib, res[b].read_bw / 1e9, r->threads_used, res[b].read_bw / (double)r->read_per_token, modes[b].name,
-        100.0 * res[b].frac);
-    if (r->bw > 0)
-      printf("  peak read: %.1f GB/s (best of 10 passes of 512 MiB after the runs); %s achieves %.0f%% of it\n",
-             r->bw / 1e9, modes[b].name, 100.0 * res[b].tok_s * (double)r->read_per_token / r->bw);
-  } else if (r->bw > 0) {
-    double best_tps = r->bw / (double)r->read_per_token;
-    printf(
-        "  weight-bandwidth bound: %.1f MiB read per token / %.1f GB/s read with %zu threads = %.0f tokens/s at best; "
-        "%s achieves %.0f%%%s\n",
-        mib, r->bw / 1e9, r->threads_used, best_tps, modes[b].name, 100.0 * res[b].tok_s / best_tps,
-        binding(r) ? "" : " (the weights fit in cache, so the bound is not binding)");
-  }
-  if (r->bw > 0 && r->kbw > 0) {
-    printf(
-        "  Linear kernel alone: [1, %lld] x [%zu, %lld]^T %s%s (%.0f MiB, %zu threads, best of 10) reads %.1f GB/s "
-        "= %.0f%% of the peak read",
-        (long long)r->cfg.hidden_size, r->krows, (long long)r->cfg.hidden_size, ortep_dtype_name(r->wdtype),
-        r->kblocked ? " blocked" : "",
-        (double)(r->krows * (size_t)r->cfg.hidden_size * ortep_dtype_size(r->wdtype)) / 1048576.0, r->threads_used,
-        r->kbw / 1e9, 100.0 * r->kbw / r->bw);
-    if (binding(r))
-      printf("; %s decode reaches %.0f%% of it%s\n", modes[b].name, 100.0 * decode_over_kernel(r),
-             res[b].frac > 0 ? " (its fraction of the read before each run over the kernel's of the peak)" : "");
-    else
-      printf("\n");
-  }
+  report_bound(r);
   if (r->prof) print_profile(r->prof, o->tokens);
 }
 
