@@ -47,10 +47,13 @@ typedef struct slot {
    * use it (writing or reading), the interval the memory planner keeps it
    * alive for. */
   uint32_t first, last;
-  bool persistent; /* graph inputs/outputs: never share memory, shared by every graph of the session */
-  bool bound;      /* an initializer bound in place or uploaded: not planned */
-  uint32_t graph;  /* the graph whose steps use it (persistent: the first that declared it) */
-  const void *src; /* bound: the initializer's host data (graphs share one binding of the same bytes) */
+  bool persistent;  /* graph inputs/outputs: never share memory, shared by every graph of the session */
+  bool bound;       /* an initializer bound in place or uploaded: not planned */
+  uint32_t graph;   /* the graph whose steps use it (persistent: the first that declared it) */
+  const void *src;  /* bound: the initializer's host data (graphs share one binding of the same bytes) */
+  size_t src_bytes; /* bound: the initializer's size, as the graphs declare it */
+  bool prepared;    /* bound: the EP holds it in a layout of its own (shape below), in an upload */
+  ortep_shape shape;
   size_t offset;
   void *ptr;
 } slot;
@@ -105,6 +108,8 @@ typedef struct variant {
   size_t kernel_nodes; /* device kernels its live segments hold */
   char fallback[FALLBACK_BYTES];
   uint64_t n_run, captures, retries;
+  ortep_node_id *order; /* while building: the topological order and each node's EP */
+  uint32_t *where;
 } variant;
 
 typedef struct ep_state {
@@ -114,6 +119,7 @@ typedef struct ep_state {
   ortep_plan_summary plan;
   ortep_buffer *uploads;
   size_t n_uploads, uploads_cap;
+  size_t prepared; /* initializers the EP prepared into a layout of its own */
   bool used;
 } ep_state;
 
@@ -293,6 +299,76 @@ static bool is_graph_output(const ortep_graph *g, const char *v) {
   return false;
 }
 
+/* Every node of the session, in every graph, that reads initializer v (the
+ * same bytes as init) on EP e: what the EP's preparation must serve.
+ * *elsewhere: a node on another EP reads them too. */
+static ortep_status initializer_uses(const ortep_session *s, const char *v, uint32_t e, const ortep_tensor *init,
+                                     ortep_initializer_use **out, size_t *n, bool *elsewhere) {
+  size_t cap = 0;
+  *out = NULL, *n = 0, *elsewhere = false;
+  for (size_t gj = 0; gj < s->n_graphs; gj++) {
+    const variant *vj = &s->graphs[gj];
+    const ortep_graph *g = vj->graph;
+    const ortep_tensor *other = ortep_graph_initializer(g, v);
+    if (!other || !vj->where || ortep_tensor_data_ptr(other) != ortep_tensor_data_ptr(init)) continue;
+    for (size_t k = 0; k < ortep_graph_node_count(g); k++) {
+      const ortep_node *node = ortep_graph_node(g, (ortep_node_id)k);
+      for (size_t j = 0; j < ortep_node_input_count(node); j++) {
+        if (strcmp(ortep_node_input(node, j), v) != 0) continue;
+        if (vj->where[k] != e) {
+          *elsewhere = true;
+          continue;
+        }
+        if (!ORTEP__GROW(*out, cap, *n + 1)) return oom("an initializer's uses");
+        (*out)[(*n)++] = (ortep_initializer_use){g, node, j};
+      }
+    }
+  }
+  return ORTEP_OK;
+}
+
+/* The EP's chance to hold initializer v (slot sl) in a layout of its own
+ * (backend_impl.h: prepare_initializer), given every node that reads it on
+ * that EP. *prepared: it did; the slot then points at the EP's buffer (an
+ * upload of the session, freed with it) and carries the shape its kernels
+ * see. */
+static ortep_status prepare_initializer(ortep_session *s, uint32_t gi, const char *v, uint32_t e, ortep_tensor *init,
+                                        uint32_t sl, bool *prepared) {
+  *prepared = false;
+  ep_state *es = &s->eps[e];
+  if (!ortep_ep_prepares_initializers(es->ep)) return ORTEP_OK;
+  ortep_initializer_use *uses;
+  size_t n;
+  bool elsewhere;
+  ortep_status st = initializer_uses(s, v, e, init, &uses, &n, &elsewhere);
+  /* writable in place: a mutable borrow (a model's private copy) no other EP reads */
+  void *mut = NULL;
+  if (st == ORTEP_OK && !elsewhere && ortep_tensor_is_borrowed(init) &&
+      ortep_tensor_host_data_mut(init, ortep_tensor_dtype(init), &mut) != ORTEP_OK) {
+    mut = NULL; /* a read-only borrow (mapped file pages) */
+    ortep_clear_error();
+  }
+  ortep_initializer in = {
+      v, ortep_tensor_dtype(init), {0}, ortep_tensor_data_ptr(init), ortep_tensor_size(init), mut, uses, n};
+  ortep_graph_value_info(s->graphs[gi].graph, v, NULL, &in.shape);
+  ortep_buffer b = {0};
+  ortep_shape shape;
+  if (st == ORTEP_OK && !ORTEP__GROW(es->uploads, es->uploads_cap, es->n_uploads + 1)) st = oom("an upload");
+  if (st == ORTEP_OK) st = ortep_ep_prepare_initializer(es->ep, &in, &shape, &b);
+  ortep__free(uses);
+  if (st == ORTEP_E_NOT_SUPPORTED) {
+    ortep_clear_error();
+    return ORTEP_OK; /* kept as it is */
+  }
+  if (st != ORTEP_OK) return ortep__wrap(st, "preparing initializer '%s' on %s", v, ortep_ep_name(es->ep));
+  es->uploads[es->n_uploads++] = b;
+  es->prepared++;
+  slot *x = &s->slots[sl];
+  x->ptr = b.ptr, x->prepared = true, x->shape = shape;
+  *prepared = true;
+  return ORTEP_OK;
+}
+
 /* The slot holding value v on EP e for graph gi, creating an initializer
  * binding or a cross-EP copy as needed. */
 static ortep_status slot_for(ortep_session *s, uint32_t gi, const char *v, uint32_t e, uint32_t *out) {
@@ -310,17 +386,21 @@ static ortep_status slot_for(ortep_session *s, uint32_t gi, const char *v, uint3
     /* graphs of one session bind the same bytes once (an upload is not repeated per graph) */
     for (size_t i = 0; p && i < s->n_slots; i++)
       if (s->slots[i].bound && s->slots[i].ep == e && s->slots[i].src == p && s->slots[i].dtype == dt &&
-          s->slots[i].bytes == ortep_tensor_size(init) && strcmp(s->slots[i].name, v) == 0)
+          s->slots[i].src_bytes == ortep_tensor_size(init) && strcmp(s->slots[i].name, v) == 0)
         return *out = (uint32_t)i, ORTEP_OK;
     if ((st = add_slot(s, gi, v, e, dt, ortep_tensor_size(init), 0, out)) != ORTEP_OK) return st;
     slot *sl = &s->slots[*out];
     sl->bound = true;
     sl->src = p;
+    sl->src_bytes = ortep_tensor_size(init);
     bool readable = ortep_device_is_host_accessible(ortep_ep_device(ep)) &&
                     ortep_device_is_host_accessible(ortep_ep_device(ortep_tensor_ep(init)));
     if (!p)
       return ortep__fail(ORTEP_E_NOT_ALLOCATED, "initializer '%s' has no data; allocate and fill it before the session",
                          v);
+    bool prepared = false;
+    if (readable && (st = prepare_initializer(s, gi, v, e, init, *out, &prepared)) != ORTEP_OK) return st;
+    if (prepared) return ORTEP_OK;
     if (readable && ((uintptr_t)p % ortep_dtype_size(dt)) == 0) {
       sl->ptr = p; /* BORROWED in place: zero-copy */
       return ORTEP_OK;
@@ -468,6 +548,8 @@ static ortep_status make_kernels(ortep_session *s, const variant *var) {
     step *sp = &s->steps[i];
     if (sp->kind != STEP_NODE) continue;
     node_signature(var->graph, sp->node, shapes, dtypes);
+    for (size_t j = 0; j < sp->n_in; j++) /* an initializer the EP prepared: the shape it chose */
+      if (sp->in[j] != NONE && s->slots[sp->in[j]].prepared) shapes[j] = s->slots[sp->in[j]].shape;
     ortep_status st = ortep_ep_get_kernel(s->eps[sp->ep].ep, sp->node, shapes, dtypes, sp->n_in,
                                           node_opset(var->graph, sp->node), &sp->kernel);
     if (st != ORTEP_OK)
@@ -851,24 +933,41 @@ void ortep_session_destroy(ortep_session *s) {
 }
 
 /* Places one graph of the session and appends its steps and kernels. */
-static ortep_status add_graph(ortep_session *s, uint32_t gi) {
-  const ortep_graph *graph = s->graphs[gi].graph;
-  size_t n = ortep_graph_node_count(graph);
-  ortep_node_id *order = ortep__malloc((n + 1) * sizeof *order);
-  uint32_t *where = ortep__malloc((n + 1) * sizeof *where);
-  ortep_status st = order && where ? ORTEP_OK : oom("building");
-  if (st == ORTEP_OK) st = ortep_graph_topo_order(graph, order);
-  if (st == ORTEP_OK && gi == 0) st = check_forced(s, graph, order, n);
+/* Build, step 1 for every graph: its order and each node's EP (kept in the
+ * variant until every graph has them: an EP preparing an initializer is
+ * shown every node of the session that reads it). */
+static ortep_status place_graph(ortep_session *s, uint32_t gi) {
+  variant *var = &s->graphs[gi];
+  size_t n = ortep_graph_node_count(var->graph);
+  var->order = ortep__malloc((n + 1) * sizeof *var->order);
+  var->where = ortep__malloc((n + 1) * sizeof *var->where);
+  ortep_status st = var->order && var->where ? ORTEP_OK : oom("building");
+  if (st == ORTEP_OK) st = ortep_graph_topo_order(var->graph, var->order);
+  if (st == ORTEP_OK && gi == 0) st = check_forced(s, var->graph, var->order, n);
   if (st == ORTEP_OK) {
     ortep__trace_push(ORTEP__TRACE_PLACEMENT, n);
-    st = place(s, graph, order, n, where);
+    st = place(s, var->graph, var->order, n, var->where);
     ortep__trace_pop();
   }
-  if (st == ORTEP_OK && (st = build_steps(s, gi, order, n, where)) == ORTEP_OK) st = make_kernels(s, &s->graphs[gi]);
-  ortep__free(order);
-  ortep__free(where);
   if (st != ORTEP_OK && s->n_graphs > 1) return ortep__wrap(st, "graph %u of the session", gi);
   return st;
+}
+
+/* Step 2: its steps, slots and kernels. */
+static ortep_status build_graph(ortep_session *s, uint32_t gi) {
+  variant *var = &s->graphs[gi];
+  size_t n = ortep_graph_node_count(var->graph);
+  ortep_status st = build_steps(s, gi, var->order, n, var->where);
+  if (st == ORTEP_OK) st = make_kernels(s, var);
+  if (st != ORTEP_OK && s->n_graphs > 1) return ortep__wrap(st, "graph %u of the session", gi);
+  return st;
+}
+
+static void drop_placement(ortep_session *s) {
+  for (size_t gi = 0; s->graphs && gi < s->n_graphs; gi++) {
+    ortep__free(s->graphs[gi].order), ortep__free(s->graphs[gi].where);
+    s->graphs[gi].order = NULL, s->graphs[gi].where = NULL;
+  }
 }
 
 ortep_status ortep_session_create_multi(const ortep_graph *const *graphs, size_t n_graphs, ortep_ep_registry *registry,
@@ -903,7 +1002,9 @@ ortep_status ortep_session_create_multi(const ortep_graph *const *graphs, size_t
   size_t nodes = 0;
   for (size_t gi = 0; gi < n_graphs; gi++) nodes += ortep_graph_node_count(graphs[gi]);
   ortep__trace_push(ORTEP__TRACE_SESSION_BUILD, nodes);
-  for (uint32_t gi = 0; st == ORTEP_OK && gi < s->n_graphs; gi++) st = add_graph(s, gi);
+  for (uint32_t gi = 0; st == ORTEP_OK && gi < s->n_graphs; gi++) st = place_graph(s, gi);
+  for (uint32_t gi = 0; st == ORTEP_OK && gi < s->n_graphs; gi++) st = build_graph(s, gi);
+  drop_placement(s);
   if (st == ORTEP_OK) {
     ortep__trace_push(ORTEP__TRACE_MEMORY_PLANNING, s->n_slots);
     st = plan_memory(s);
@@ -972,6 +1073,12 @@ ortep_status ortep_session_read(ortep_session *s, const char *name, void *dst, s
 }
 
 /* --- introspection ---------------------------------------------------------------------- */
+bool ortep_session_initializer_prepared(const ortep_session *s, const char *name) {
+  for (size_t i = 0; s && name && i < s->n_slots; i++)
+    if (s->slots[i].prepared && strcmp(s->slots[i].name, name) == 0) return true;
+  return false;
+}
+
 ortep_status ortep_session_get_graph_stats(const ortep_session *s, size_t graph, ortep_session_stats *out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_get_graph_stats: out is NULL");
   memset(out, 0, sizeof *out);
@@ -1005,6 +1112,7 @@ ortep_status ortep_session_get_graph_stats(const ortep_session *s, size_t graph,
     out->naive_bytes += s->eps[e].plan.naive_sum;
     uint64_t a = 0, f = 0;
     if (ortep_ep_allocation_counts(s->eps[e].ep, &a, &f)) out->ep_allocations += a, out->ep_frees += f;
+    out->prepared_initializers += s->eps[e].prepared;
     ortep_ep_graph_counts(s->eps[e].ep, &a, &f);
     out->instantiations += a;
     out->graph_updates += f;

@@ -33,6 +33,7 @@
 struct ortep_decoder {
   ortep_governor *governor;
   bool owns_governor;
+  ortep_config *ep_config; /* the EPs' config when ortep.weights_layout rewrote it (else the caller's) */
   ortep_ep_registry *registry;
   ortep_ep *ep;
   ortep_model *model;
@@ -75,6 +76,7 @@ struct ortep_decoder {
   uint32_t last_bits;
   uint64_t steps;
   uint64_t launch_ns; /* host time in steps up to the sync (what launching costs on a GPU) */
+  size_t prepared;    /* weights an EP holds in a layout of its own (the CPU EP's blocked projections) */
 };
 
 void ortep_decoder_close(ortep_decoder *d) {
@@ -84,6 +86,7 @@ void ortep_decoder_close(ortep_decoder *d) {
   ortep__free(d->positions);
   ortep_model_close(d->model);
   ortep_ep_registry_destroy(d->registry);
+  ortep_config_destroy(d->ep_config);
   if (d->owns_governor) ortep_governor_destroy(d->governor);
   ortep__free(d);
 }
@@ -230,12 +233,34 @@ static ortep_status open_governor(ortep_decoder *d, const ortep_decoder_options 
   return apply_governor_config(d->governor, o->config);
 }
 
+/* The EPs' config: the caller's, with ortep.weights_layout (the decoder's
+ * name for it) turned into the CPU EP's cpu.weights_layout, which decides
+ * whether it blocks the 16-bit projections when the session binds them. */
+static ortep_status ep_config(ortep_decoder *d, const ortep_config *config) {
+  const char *lm = ortep_config_get(config, LAYOUT_KEY);
+  if (lm && strcmp(lm, "auto") && strcmp(lm, "blocked") && strcmp(lm, "row_major"))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "%s = '%s': use auto (the default: blocked when the CPU runs the step), blocked or row_major",
+                       LAYOUT_KEY, lm);
+  if (!lm) return ORTEP_OK; /* the caller's config as it is */
+  ortep_status st = ortep_config_create(&d->ep_config);
+  for (size_t i = 0; st == ORTEP_OK && i < ortep_config_count(config); i++) {
+    const char *k = ortep_config_key(config, i);
+    st = ortep_config_set(d->ep_config, k, ortep_config_get(config, k));
+  }
+  if (st == ORTEP_OK)
+    st = ortep_config_set(d->ep_config, "cpu.weights_layout", strcmp(lm, "row_major") ? "blocked" : "row_major");
+  return st;
+}
+
 /* Step 2: the EPs: the GPU first when wanted and usable (placement prefers
  * its lower cost), then the CPU EP, the host EP that owns initializers.
  * *cpu is the CPU EP, owned by the registry from here on. */
 static ortep_status open_eps(ortep_decoder *d, const ortep_decoder_options *o, const char *want, ortep_ep **cpu) {
-  ortep_status st;
   *cpu = NULL;
+  ortep_status st = ep_config(d, o->config);
+  if (st != ORTEP_OK) return st;
+  const ortep_config *cfg = d->ep_config ? d->ep_config : o->config;
   if ((st = ortep_ep_registry_create(&d->registry)) != ORTEP_OK ||
       (st = o->host_allocator ? ortep_cpu_ep_create_with_allocator(o->host_allocator, cpu)
                               : ortep_cpu_ep_create(d->governor, cpu)) != ORTEP_OK)
@@ -244,8 +269,7 @@ static ortep_status open_eps(ortep_decoder *d, const ortep_decoder_options *o, c
     char why[256] = "";
     if (ortep_cuda_available(why, sizeof why)) {
       ortep_ep *gpu = NULL;
-      if ((st = ortep_cuda_ep_create(d->governor, &gpu)) != ORTEP_OK ||
-          (st = register_ep(d, gpu, o->config)) != ORTEP_OK) {
+      if ((st = ortep_cuda_ep_create(d->governor, &gpu)) != ORTEP_OK || (st = register_ep(d, gpu, cfg)) != ORTEP_OK) {
         ortep_ep_destroy(*cpu);
         return st;
       }
@@ -254,31 +278,22 @@ static ortep_status open_eps(ortep_decoder *d, const ortep_decoder_options *o, c
       return ortep__fail(ORTEP_E_NO_DEVICE, "ep \"cuda\" was asked for, but %s; use ep \"cpu\" or \"auto\"", why);
     }
   }
-  return register_ep(d, *cpu, o->config);
+  return register_ep(d, *cpu, cfg);
 }
 
-/* Step 3: the model, mapped or read (ortep.weights), its 16-bit projections
- * in the CPU EP's blocked layout when the CPU runs the step
- * (ortep.weights_layout). */
+/* Step 3: the model, mapped or read (ortep.weights). */
 static ortep_status open_weights(ortep_decoder *d, const char *dir, const ortep_config *config, ortep_ep *cpu) {
   const char *wm = ortep_config_get(config, WEIGHTS_KEY);
   if (wm && strcmp(wm, "map") && strcmp(wm, "read"))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s = '%s': use map (the default: zero-copy) or read (a private copy)",
                        WEIGHTS_KEY, wm);
   const char *lm = ortep_config_get(config, LAYOUT_KEY);
-  bool on_cpu = ortep_ep_registry_count(d->registry) == 1;
-  if (lm && strcmp(lm, "auto") && strcmp(lm, "blocked") && strcmp(lm, "row_major"))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                       "%s = '%s': use auto (the default: blocked when the CPU runs the step), blocked or row_major",
-                       LAYOUT_KEY, lm);
-  if (lm && !strcmp(lm, "blocked") && !on_cpu)
+  if (lm && !strcmp(lm, "blocked") && ortep_ep_registry_count(d->registry) > 1)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "%s = blocked is the CPU EP's layout, but the step runs on the GPU; use auto or row_major, or "
                        "ep \"cpu\"",
                        LAYOUT_KEY);
-  bool blocked = lm ? strcmp(lm, "row_major") != 0 && on_cpu : on_cpu;
-  ortep_model_options mo = {wm && !strcmp(wm, "read") ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu,
-                            blocked ? ORTEP_WEIGHTS_BLOCKED : ORTEP_WEIGHTS_ROW_MAJOR};
+  ortep_model_options mo = {wm && !strcmp(wm, "read") ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu};
   return ortep_model_open_with(dir, &mo, &d->model);
 }
 
@@ -313,8 +328,10 @@ static ortep_status open_session(ortep_decoder *d, const ortep_decoder_options *
   if (d->n_graphs > 1 && !(d->positions = ortep__malloc(d->tokens[1] * sizeof *d->positions)))
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for %zu prefill positions", d->tokens[1]);
   ortep_session_options so = {o->eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH, o->forced_seams, o->seam_every, o->profile};
-  return ortep_session_create_multi((const ortep_graph *const *)d->graphs, d->n_graphs + 1, d->registry, &so,
-                                    &d->session);
+  st =
+      ortep_session_create_multi((const ortep_graph *const *)d->graphs, d->n_graphs + 1, d->registry, &so, &d->session);
+  if (st == ORTEP_OK) d->prepared = ortep__model_release_prepared(d->model, d->session);
+  return st;
 }
 
 /* Whether any node of the decoder's graphs runs on ep. */
@@ -759,4 +776,4 @@ size_t ortep_decoder_graph_tokens(const ortep_decoder *d, size_t graph) {
   return d && graph < d->n_graphs ? d->tokens[graph] : 0;
 }
 ortep_ep *ortep_decoder_ep(ortep_decoder *d) { return d ? d->ep : NULL; }
-size_t ortep_decoder_blocked_weights(const ortep_decoder *d) { return d ? ortep_model_blocked_count(d->model) : 0; }
+size_t ortep_decoder_blocked_weights(const ortep_decoder *d) { return d ? d->prepared : 0; }

@@ -9,7 +9,7 @@
  * are graph inputs, so the executor gives them fixed places in the EP's
  * planned arena that persist from step to step.
  *
- *   h = Gather(embed, token_id)                (ortep:Embedding when embed is blocked)
+ *   h = Embedding(embed, token_id)             (ortep:Embedding: row-major or blocked)
  *   per layer l (9 nodes):
  *     x   = RMSNorm(h)                         (input_layernorm)
  *     q,k,v = x W^T (+ bias)                   (one ortep:Linear, three weights)
@@ -68,7 +68,12 @@ static void weight(builder *b, const char *name) {
   size_t es = ortep_dtype_size(e->dtype);
   if ((uintptr_t)e->data % es == 0) {
     ortep_buffer buf;
-    b->st = ortep_buffer_wrap_borrowed(e->data, ortep_ep_device(b->host), e->size, es, &buf);
+    /* a private copy (ortep.weights = read) is the model's to give: an EP may
+     * prepare it in place; mapped file pages are read-only */
+    b->st =
+        ortep__model_weights_private(b->m)
+            ? ortep_buffer_wrap_borrowed_mut((void *)(uintptr_t)e->data, ortep_ep_device(b->host), e->size, es, &buf)
+            : ortep_buffer_wrap_borrowed(e->data, ortep_ep_device(b->host), e->size, es, &buf);
     if (b->st == ORTEP_OK) b->st = ortep_tensor_from_borrowed(b->host, e->dtype, &e->shape, &buf, &t);
   } else {
     b->st = ortep_tensor_create(b->host, e->dtype, &e->shape, false, &t);
@@ -231,12 +236,10 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   char h[64] = "h.0";
   value(&b, h, 1, 1, H);
   weight(&b, "model.embed_tokens.weight");
-  /* a table repacked for the lm_head (a tied one, ORTEP_WEIGHTS_BLOCKED) is
-   * looked up by ortep:Embedding, which reads that layout */
-  const ortep_safetensors_entry *emb = ortep_model_tensor(m, "model.embed_tokens.weight");
-  bool blocked = emb && emb->shape.rank == 4;
-  node(&b, blocked ? "Embedding" : "Gather", blocked ? ORTEP_DOMAIN_ORTEP : "", "embed",
-       (const char *[]){"model.embed_tokens.weight", tok_in}, 2, (const char *[]){h}, 1);
+  /* ortep:Embedding reads the table row-major or in the CPU EP's blocked
+   * layout, so a tied table the EP blocks for the lm_head is held once */
+  node(&b, "Embedding", ORTEP_DOMAIN_ORTEP, "embed", (const char *[]){"model.embed_tokens.weight", tok_in}, 2,
+       (const char *[]){h}, 1);
   float eps = (float)c->rms_norm_eps;
   for (int64_t l = 0; l < c->num_hidden_layers && !b.st; l++) {
     char n[11][96], w[12][128], nm[9][96];

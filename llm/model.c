@@ -12,21 +12,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kernels/opset.h"
 #include "internal.h"
 #include "ortep/model.h"
 
 struct ortep_model {
   ortep_model_config config;
   ortep_safetensors *weights;
-  ortep_ep *host;    /* READ mode: owns `copy`; BLOCKED in MAP mode: owns `packed` */
+  ortep_ep *host;    /* READ mode: owns `copy` */
   ortep_buffer copy; /* READ mode: the file's bytes in host memory */
-  /* BLOCKED: the repacked weights' entries (blocked shapes), indexed by
-   * their position in `weights` through blocked_of (SIZE_MAX: as in the
-   * file); in MAP mode packed[i] holds blocked[i]'s bytes */
-  ortep_safetensors_entry *blocked;
-  ortep_buffer *packed;
-  size_t n_blocked, *blocked_of;
 };
 
 #define CFG_FAIL(...) ortep__fail(ORTEP_E_FORMAT, "config.json: " __VA_ARGS__)
@@ -265,104 +258,6 @@ static ortep_status check_weights(const ortep_model *m) {
   return ORTEP_OK;
 }
 
-/* --- the blocked layout (ORTEP_WEIGHTS_BLOCKED, kernels/opset.h) -------------
- * Each node's weights are repacked together or not at all (a node's weights
- * share one layout): q/k/v, o, gate/up, down, and the lm_head: its own
- * weight, or the tied embedding table (which the token lookup then reads
- * blocked too, through ortep:Embedding). An untied embedding table stays as
- * it is: only its looked-up rows are read. */
-static bool blockable(const ortep_safetensors_entry *e) {
-  return e && (e->dtype == ORTEP_DTYPE_BF16 || e->dtype == ORTEP_DTYPE_F16) && e->shape.rank == 2 &&
-         e->shape.dims[0] % ORTEP__LINEAR_ROWS == 0 && e->shape.dims[1] % ORTEP__LINEAR_COLS == 0;
-}
-
-/* Row-major [n, k] src into the blocked layout at dst (not overlapping). */
-static void to_blocked(const uint16_t *src, size_t n, size_t k, uint16_t *dst) {
-  const size_t R = ORTEP__LINEAR_ROWS, C = ORTEP__LINEAR_COLS;
-  for (size_t q = 0; q < n; q += R, src += R * k, dst += R * k)
-    for (size_t b = 0; b < k; b += C)
-      for (size_t r = 0; r < R; r++) memcpy(dst + b * R + r * C, src + r * k + b, C * sizeof *dst);
-}
-
-/* One weight into the blocked layout: in place in READ mode (four rows at a
- * time through `rows`, 4 k values), else into a new host buffer, after which
- * the mapped pages under it are dropped. */
-static ortep_status block_one(ortep_model *m, const ortep_safetensors_entry *e, uint16_t *rows) {
-  size_t n = (size_t)e->shape.dims[0], k = (size_t)e->shape.dims[1], i = m->n_blocked;
-  ortep_safetensors_entry *b = &m->blocked[i];
-  *b = *e;
-  b->shape = (ortep_shape){
-      4,
-      {(int64_t)(n / ORTEP__LINEAR_ROWS), (int64_t)(k / ORTEP__LINEAR_COLS), ORTEP__LINEAR_ROWS, ORTEP__LINEAR_COLS}};
-  if (m->copy.ptr) {
-    uint16_t *w = (uint16_t *)(uintptr_t)e->data; /* inside our own copy */
-    for (size_t q = 0; q < n; q += ORTEP__LINEAR_ROWS, w += ORTEP__LINEAR_ROWS * k) {
-      memcpy(rows, w, ORTEP__LINEAR_ROWS * k * sizeof *w);
-      to_blocked(rows, ORTEP__LINEAR_ROWS, k, w);
-    }
-  } else {
-    ortep_status st = ortep_ep_allocate(m->host, e->size, 64, &m->packed[i]);
-    if (st != ORTEP_OK)
-      return ortep__wrap(st, "repacking '%s' (%zu bytes) into the blocked layout (ortep.weights_layout)", e->name,
-                         e->size);
-    to_blocked(e->data, n, k, m->packed[i].ptr);
-    b->data = m->packed[i].ptr;
-    ortep__safetensors_release(m->weights, e);
-  }
-  m->blocked_of[ortep__safetensors_index(m->weights, e)] = i;
-  m->n_blocked++;
-  return ORTEP_OK;
-}
-
-/* The weights of one node (names[0 .. n)), repacked together or not at all. */
-static ortep_status block_node(ortep_model *m, const char *const *names, size_t n, uint16_t *rows) {
-  const ortep_safetensors_entry *e[ORTEP__LINEAR_GROUPS];
-  for (size_t t = 0; t < n; t++)
-    if (!blockable(e[t] = ortep_safetensors_find(m->weights, names[t]))) return ORTEP_OK;
-  ortep_status st = ORTEP_OK;
-  for (size_t t = 0; t < n && st == ORTEP_OK; t++) st = block_one(m, e[t], rows);
-  return st;
-}
-
-static ortep_status block_weights(ortep_model *m) {
-  const ortep_model_config *c = &m->config;
-  size_t count = ortep_safetensors_count(m->weights);
-  /* every tensor at most once: the arrays are sized for all of them */
-  m->blocked_of = ortep__malloc(count * sizeof *m->blocked_of);
-  m->blocked = ortep__calloc(count, sizeof *m->blocked);
-  m->packed = ortep__calloc(count, sizeof *m->packed);
-  size_t k_max = (size_t)(c->hidden_size > c->intermediate_size ? c->hidden_size : c->intermediate_size);
-  if ((size_t)c->num_attention_heads * (size_t)c->head_dim > k_max)
-    k_max = (size_t)c->num_attention_heads * (size_t)c->head_dim;
-  uint16_t *rows = m->copy.ptr ? ortep__malloc(ORTEP__LINEAR_ROWS * k_max * sizeof *rows) : NULL;
-  if (!m->blocked_of || !m->blocked || !m->packed || (m->copy.ptr && !rows)) {
-    ortep__free(rows);
-    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory to repack the weights into the blocked layout");
-  }
-  for (size_t i = 0; i < count; i++) m->blocked_of[i] = SIZE_MAX;
-  /* the nodes of a layer, as llm/llama.c builds them */
-  static const char *const nodes[][ORTEP__LINEAR_GROUPS] = {
-      {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"},
-      {"self_attn.o_proj.weight"},
-      {"mlp.gate_proj.weight", "mlp.up_proj.weight"},
-      {"mlp.down_proj.weight"}};
-  const char *head = c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  ortep_status st = block_node(m, &head, 1, rows);
-  for (int64_t l = 0; l < c->num_hidden_layers && st == ORTEP_OK; l++)
-    for (size_t g = 0; g < sizeof nodes / sizeof nodes[0] && st == ORTEP_OK; g++) {
-      char name[ORTEP__LINEAR_GROUPS][128];
-      const char *names[ORTEP__LINEAR_GROUPS];
-      size_t n = 0;
-      for (; n < ORTEP__LINEAR_GROUPS && nodes[g][n]; n++) {
-        snprintf(name[n], sizeof name[n], "model.layers.%lld.%s", (long long)l, nodes[g][n]);
-        names[n] = name[n];
-      }
-      st = block_node(m, names, n, rows);
-    }
-  ortep__free(rows);
-  return st;
-}
-
 /* generation_config.json, when the directory has one: its eos_token_id
  * overrides config.json's (as Hugging Face's generate reads them). */
 static ortep_status generation_config(const char *dir, ortep_model_config *c) {
@@ -432,17 +327,9 @@ ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *o
   if (o.weights == ORTEP_WEIGHTS_READ && !o.host)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "ortep_model_open: ORTEP_WEIGHTS_READ needs options.host, the EP whose memory holds the copy");
-  if (o.layout != ORTEP_WEIGHTS_ROW_MAJOR && o.layout != ORTEP_WEIGHTS_BLOCKED)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                       "ortep_model_open: weights layout %d; use ORTEP_WEIGHTS_ROW_MAJOR or ORTEP_WEIGHTS_BLOCKED",
-                       (int)o.layout);
-  if (o.layout == ORTEP_WEIGHTS_BLOCKED && !o.host)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                       "ortep_model_open: ORTEP_WEIGHTS_BLOCKED needs options.host, the EP "
-                       "whose memory holds the repacked weights");
   ortep_model *m = ortep__calloc(1, sizeof *m);
   if (!m) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the model");
-  if (o.weights == ORTEP_WEIGHTS_READ || o.layout == ORTEP_WEIGHTS_BLOCKED) m->host = o.host;
+  if (o.weights == ORTEP_WEIGHTS_READ) m->host = o.host;
   char path[4096];
   ortep_status st = ortep_model_config_read(dir, &m->config);
   if (st == ORTEP_OK) {
@@ -450,8 +337,6 @@ ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *o
     st = o.weights == ORTEP_WEIGHTS_READ ? read_weights(m, path) : ortep_safetensors_open(path, &m->weights);
   }
   if (st == ORTEP_OK && (st = check_weights(m)) != ORTEP_OK) ortep__wrap(st, "%s", dir);
-  if (st == ORTEP_OK && o.layout == ORTEP_WEIGHTS_BLOCKED && (st = block_weights(m)) != ORTEP_OK)
-    ortep__wrap(st, "%s", dir);
   if (st != ORTEP_OK) {
     ortep_model_close(m);
     return st;
@@ -462,11 +347,6 @@ ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *o
 
 void ortep_model_close(ortep_model *m) {
   if (!m) return;
-  for (size_t i = 0; m->packed && i < m->n_blocked; i++)
-    if (m->packed[i].ptr) ortep_ep_deallocate(m->host, &m->packed[i]);
-  ortep__free(m->packed);
-  ortep__free(m->blocked);
-  ortep__free(m->blocked_of);
   ortep_safetensors_close(m->weights);
   if (m->copy.ptr) ortep_ep_deallocate(m->host, &m->copy);
   ortep__free(m);
@@ -474,11 +354,21 @@ void ortep_model_close(ortep_model *m) {
 
 const ortep_model_config *ortep_model_get_config(const ortep_model *m) { return m ? &m->config : NULL; }
 const ortep_safetensors_entry *ortep_model_tensor(const ortep_model *m, const char *name) {
-  const ortep_safetensors_entry *e = m ? ortep_safetensors_find(m->weights, name) : NULL;
-  size_t b = e && m->blocked_of ? m->blocked_of[ortep__safetensors_index(m->weights, e)] : SIZE_MAX;
-  return b == SIZE_MAX ? e : &m->blocked[b];
+  return m ? ortep_safetensors_find(m->weights, name) : NULL;
 }
-size_t ortep_model_blocked_count(const ortep_model *m) { return m ? m->n_blocked : 0; }
+
+bool ortep__model_weights_private(const ortep_model *m) { return m && m->copy.ptr; }
+
+size_t ortep__model_release_prepared(ortep_model *m, const ortep_session *s) {
+  size_t n = 0;
+  for (size_t i = 0; m && i < ortep_safetensors_count(m->weights); i++) {
+    const ortep_safetensors_entry *e = ortep_safetensors_at(m->weights, i);
+    if (!ortep_session_initializer_prepared(s, e->name)) continue;
+    n++;
+    if (!m->copy.ptr) ortep__safetensors_release(m->weights, e); /* mapped: drop its pages */
+  }
+  return n;
+}
 size_t ortep_model_weight_bytes(const ortep_model *m) {
   size_t n = 0;
   for (size_t i = 0; m && i < ortep_safetensors_count(m->weights); i++) n += ortep_safetensors_at(m->weights, i)->size;

@@ -434,6 +434,25 @@ void ortep_ep_graph_counts(const ortep_ep *ep, uint64_t *instantiations, uint64_
 size_t ortep_ep_graph_kernel_nodes(const ortep_ep *ep) {
   return ep && ep->vtable->graph_kernel_nodes ? ep->vtable->graph_kernel_nodes(ep) : 0;
 }
+bool ortep_ep_prepares_initializers(const ortep_ep *ep) { return ep && ep->vtable->prepare_initializer; }
+
+ortep_status ortep_ep_prepare_initializer(ortep_ep *ep, const ortep_initializer *init, ortep_shape *shape,
+                                          ortep_buffer *out) {
+  NEED_EP(ep, "ortep_ep_prepare_initializer");
+  if (!init || !init->name || !init->data || !shape || !out || (init->n_uses && !init->uses))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: prepare_initializer: NULL argument", ortep_ep_name(ep));
+  if (!ep->vtable->prepare_initializer)
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s prepares no initializers", ortep_ep_name(ep));
+  *out = (ortep_buffer){0};
+  ortep_status st = ep->vtable->prepare_initializer(ep, init, shape, out);
+  bool in_place = out->owner == ORTEP_BUFFER_BORROWED_MUT && init->writable && out->ptr == init->writable;
+  if (st == ORTEP_OK &&
+      (!out->ptr || (out->owner != ORTEP_BUFFER_OWNED && !in_place) || !ortep_device_equal(out->device, ep->device)))
+    return ortep__fail(ORTEP_E_INTERNAL, "%s prepared '%s' into a buffer that is not its own (a bug in that EP)",
+                       ortep_ep_name(ep), init->name);
+  return st;
+}
+
 size_t ortep_ep_context_source_keys(const ortep_ep *ep, const char **out, size_t cap) {
   return ep && ep->vtable->context_source_keys ? ep->vtable->context_source_keys(ep, out, cap) : 0;
 }

@@ -231,8 +231,9 @@ START_TEST(threads_and_profile) {
                        "RotaryEmbedding",
                        "SimplifiedLayerNormalization",
                        "SkipSimplifiedLayerNormalization",
-                       "Gather"};
-  for (size_t i = 0; i < 6; i++) {
+                       "Embedding",
+                       "SelectToken"};
+  for (size_t i = 0; i < 7; i++) {
     const cJSON *v = cJSON_GetObjectItem(prof, ops[i]);
     ck_assert_msg(v && v->valuedouble >= 0, "profile lacks %s", ops[i]);
   }

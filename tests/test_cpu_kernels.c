@@ -908,6 +908,67 @@ START_TEST(group_query_attention_over_a_chunk_matches_token_steps) {
 }
 END_TEST
 
+/* The CPU EP's prepare_initializer (backend_impl.h): a 16-bit weight a
+ * Linear reads comes back [N/4, K/16, 4, 16] with every value where the
+ * blocked layout puts it (kernels/opset.h), into a copy of the EP's, or in
+ * place when the session allows it; a table only a lookup reads, an f32
+ * weight and cpu.weights_layout = row_major are left as they are. */
+START_TEST(prepare_initializer_blocks_linear_weights) {
+  enum { N = 8, K = 32 };
+  uint16_t w[N * K], copy[N * K];
+  for (size_t i = 0; i < N * K; i++) w[i] = (uint16_t)(0x3c00 + i);
+  ortep_graph *g;
+  ck_assert_ok(ortep_graph_create(&g));
+  ortep_shape ws = SHAPE(N, K), xs = SHAPE(1, K), ys = SHAPE(1, N);
+  ck_assert_ok(ortep_graph_add_input(g, "x", ORTEP_DTYPE_F32, &xs));
+  ck_assert_ok(ortep_graph_add_input(g, "w", ORTEP_DTYPE_F16, &ws));
+  ck_assert_ok(ortep_graph_add_value(g, "y", ORTEP_DTYPE_F32, &ys));
+  ortep_node_id lin, emb;
+  ck_assert_ok(ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "lin", (const char *[]){"x", "w"}, 2,
+                                    (const char *[]){"y"}, 1, &lin));
+  ck_assert_ok(ortep_graph_add_node(g, "Embedding", ORTEP_DOMAIN_ORTEP, "emb", (const char *[]){"w", "x"}, 2,
+                                    (const char *[]){"y"}, 1, &emb));
+  ortep_initializer_use uses[2] = {{g, ortep_graph_node(g, lin), 1}, {g, ortep_graph_node(g, emb), 0}};
+  ortep_initializer in = {"w", ORTEP_DTYPE_F16, ws, w, sizeof w, NULL, uses, 2};
+  ortep_shape shape;
+  ortep_buffer b;
+  for (int in_place = 0; in_place < 2; in_place++) {
+    memcpy(copy, w, sizeof w);
+    in.data = copy, in.writable = in_place ? copy : NULL;
+    ck_assert_ok(ortep_ep_prepare_initializer(g_cpu, &in, &shape, &b));
+    ck_assert_int_eq(shape.rank, 4);
+    ck_assert(shape.dims[0] == N / 4 && shape.dims[1] == K / 16 && shape.dims[2] == 4 && shape.dims[3] == 16);
+    ck_assert_int_eq(b.owner, in_place ? ORTEP_BUFFER_BORROWED_MUT : ORTEP_BUFFER_OWNED);
+    const uint16_t *bw = b.ptr;
+    for (size_t i = 0; i < N; i++)
+      for (size_t j = 0; j < K; j++)
+        ck_assert_uint_eq(bw[(i / 4) * 4 * K + (j / 16) * 64 + (i % 4) * 16 + j % 16], w[i * K + j]);
+    ck_assert_ok(ortep_ep_deallocate(g_cpu, &b)); /* an in-place borrow is a no-op free */
+  }
+  in.data = w, in.writable = NULL;
+  in.n_uses = 1, in.uses = &uses[1]; /* the lookup alone gains nothing */
+  ck_assert_status(ortep_ep_prepare_initializer(g_cpu, &in, &shape, &b), ORTEP_E_NOT_SUPPORTED);
+  in.n_uses = 2, in.uses = uses, in.dtype = ORTEP_DTYPE_F32; /* not 16-bit */
+  ck_assert_status(ortep_ep_prepare_initializer(g_cpu, &in, &shape, &b), ORTEP_E_NOT_SUPPORTED);
+  in.dtype = ORTEP_DTYPE_F16;
+  ortep_config *c;
+  ck_assert_ok(ortep_config_create(&c));
+  ck_assert_ok(ortep_config_set(c, "cpu.weights_layout", "row_major"));
+  ortep_ep *rm;
+  ck_assert_ok(ortep_cpu_ep_create(NULL, &rm));
+  ck_assert_ok(ortep_ep_initialize(rm, c));
+  ck_assert_status(ortep_ep_prepare_initializer(rm, &in, &shape, &b), ORTEP_E_NOT_SUPPORTED);
+  ortep_ep_destroy(rm);
+  ck_assert_ok(ortep_config_set(c, "cpu.weights_layout", "diagonal"));
+  ck_assert_ok(ortep_cpu_ep_create(NULL, &rm));
+  ck_assert_status(ortep_ep_initialize(rm, c), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("cpu.weights_layout = 'diagonal': use blocked");
+  ortep_ep_destroy(rm);
+  ortep_config_destroy(c);
+  ortep_graph_destroy(g);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cpu_kernels");
   TCase *tc = tcase_create("core");
@@ -925,6 +986,7 @@ int main(void) {
   tcase_add_loop_test(tc, linear_over_blocked_weights_matches_row_major, 0, 2);
   tcase_add_test(tc, group_query_attention_over_a_chunk_matches_token_steps);
   tcase_add_test(tc, refusals_say_what_is_accepted);
+  tcase_add_test(tc, prepare_initializer_blocks_linear_weights);
   suite_add_tcase(s, tc);
   return test_run(s);
 }

@@ -894,6 +894,157 @@ START_TEST(generate_after_a_failed_prefill_points_to_reset) {
 }
 END_TEST
 
+/* The resident bytes (Rss) of every mapping of file in /proc/self/smaps;
+ * SIZE_MAX when smaps cannot be read. */
+static size_t rss_of_file(const char *file) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return SIZE_MAX;
+  char line[4608];
+  bool inside = false;
+  size_t rss = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi, kb;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      line[strcspn(line, "\n")] = '\0';
+      size_t n = strlen(line), m = strlen(file);
+      inside = n >= m && strcmp(line + n - m, file) == 0;
+    } else if (inside && sscanf(line, "Rss: %lu kB", &kb) == 1) {
+      rss += (size_t)kb * 1024;
+    }
+  }
+  fclose(f);
+  return rss;
+}
+
+static const char *const projections[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                          "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                          "mlp.down_proj"};
+/* the i-th blocked weight of a tied model: 7 per layer, then the embedding */
+static const char *blocked_name(const ortep_model_config *c, size_t i, char *name, size_t len) {
+  if (i == 7 * (size_t)c->num_hidden_layers) return "model.embed_tokens.weight";
+  snprintf(name, len, "model.layers.%zu.%s.weight", i / 7, projections[i % 7]);
+  return name;
+}
+
+/* A decoder on a governor of the test's, with ortep.weights and
+ * ortep.weights_layout set; the host bytes it charges. */
+static ortep_decoder *open_charged(ortep_governor *gov, const char *dir, const char *weights, const char *layout,
+                                   uint64_t *charged) {
+  ortep_config *c;
+  ck_assert_ok(ortep_config_create(&c));
+  ck_assert_ok(ortep_config_set(c, "ortep.weights", weights));
+  ck_assert_ok(ortep_config_set(c, "ortep.weights_layout", layout));
+  ortep_mem_stats a, b;
+  ortep_governor_get_stats(gov, ORTEP_TIER_HOST, &a);
+  ortep_decoder *d = NULL;
+  ortep_status st = ortep_decoder_open(
+      dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 16, .config = c, .governor = gov, .prefill_chunk = 1},
+      &d);
+  ortep_config_destroy(c);
+  if (st != ORTEP_OK) return NULL;
+  ortep_governor_get_stats(gov, ORTEP_TIER_HOST, &b);
+  *charged = b.current_bytes - a.current_bytes;
+  return d;
+}
+
+/* The CPU EP blocks the 16-bit projections (and the tied embedding, which
+ * the lm_head reads) when the session binds them, through the EP's
+ * prepare_initializer hook: every one of the 7 per layer and the table. Memory
+ * is not doubled: with the weights mapped the EP's copies are charged to the
+ * governor and the file's pages under them dropped; with the weights read
+ * into memory the EP rearranges that private copy in place and charges
+ * nothing more. A budget too small for the copies is refused naming the
+ * weight, with nothing leaked. */
+START_TEST(blocked_weights_are_held_once) {
+  char dir[64], name[128];
+  test_model_dir(dir, sizeof dir, "small", ORTEP_DTYPE_F16);
+  ortep_model *m;
+  ck_assert_ok(ortep_model_open(dir, &m));
+  const ortep_model_config cfg = *ortep_model_get_config(m), *c = &cfg; /* outlives the model */
+  size_t packed = 0, count = 7 * (size_t)c->num_hidden_layers + 1;
+  for (size_t i = 0; i < count; i++) packed += ortep_model_tensor(m, blocked_name(c, i, name, sizeof name))->size;
+  size_t other = ortep_model_weight_bytes(m) - packed;
+  ortep_model_close(m);
+  ortep_governor *gov;
+  ck_assert_ok(ortep_governor_create(&gov));
+  const char *modes[] = {"map", "read"};
+  for (int mode = 0; mode < 2; mode++) {
+    uint64_t rows, blocks;
+    ortep_decoder *r = open_charged(gov, dir, modes[mode], "row_major", &rows);
+    ck_assert_ptr_nonnull(r);
+    ortep_decoder *b = open_charged(gov, dir, modes[mode], "blocked", &blocks);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(ortep_decoder_blocked_weights(r), 0);
+    ck_assert_uint_eq(ortep_decoder_blocked_weights(b), count);
+    for (size_t i = 0; i < count; i++)
+      ck_assert_msg(ortep_session_initializer_prepared(ortep_decoder_session(b), blocked_name(c, i, name, sizeof name)),
+                    "%s is not blocked", name);
+    if (mode) {
+      ck_assert_uint_eq(blocks, rows); /* in place: nothing more */
+    } else {
+      ck_assert_uint_ge(blocks - rows, packed); /* the copies are charged */
+      ck_assert_uint_le(blocks - rows, packed + count * 64);
+    }
+    /* the same tokens as the row-major weights (test blocked_weights_decode_like_row_major_ones has the logits) */
+    int32_t tr, tb;
+    ck_assert_ok(ortep_decoder_prefill(r, prompt, 4, &tr));
+    ck_assert_ok(ortep_decoder_prefill(b, prompt, 4, &tb));
+    ck_assert_int_eq(tr, tb);
+    ortep_decoder_close(r);
+    ortep_decoder_close(b);
+  }
+  /* mapped: the file's pages under the blocked weights are dropped, so after
+   * a prefill (which reads every weight) the mapping holds what was not
+   * blocked and the pages a blocked weight shares with its neighbours (two
+   * each at most); without the release it would hold every projection */
+  char file[128];
+  snprintf(file, sizeof file, "%s/model.safetensors", dir);
+  uint64_t charged;
+  ortep_decoder *b = open_charged(gov, dir, "map", "blocked", &charged);
+  ck_assert_ptr_nonnull(b);
+  int32_t t;
+  ck_assert_ok(ortep_decoder_prefill(b, prompt, 4, &t));
+  size_t rss = rss_of_file(file), bound = other + (2 * count + 16) * 4096;
+  if (rss != SIZE_MAX)
+    ck_assert_msg(rss <= bound, "the mapping holds %zu bytes with %zu blocked; at most %zu expected", rss, packed,
+                  bound);
+  ortep_decoder_close(b);
+  /* a budget too small for the copies */
+  ortep_mem_stats s0;
+  ortep_governor_get_stats(gov, ORTEP_TIER_HOST, &s0);
+  ck_assert_ok(ortep_governor_set_budget(gov, ORTEP_TIER_HOST, s0.current_bytes + packed / 2));
+  ck_assert_ptr_null(open_charged(gov, dir, "map", "blocked", &charged));
+  ck_assert_error_mentions("into the blocked layout (cpu.weights_layout)");
+  ortep_mem_stats s1;
+  ortep_governor_get_stats(gov, ORTEP_TIER_HOST, &s1);
+  ck_assert_uint_eq(s1.current_bytes, s0.current_bytes);
+  ortep_governor_destroy(gov);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
+/* Which weights are blocked: an untied lm_head is, the untied embedding
+ * table (only its looked-up rows are read) is not, f32 weights are not. */
+START_TEST(blocked_weights_take_only_what_fits) {
+  char dir[64];
+  test_model_dir(dir, sizeof dir, "tiny-llama", ORTEP_DTYPE_BF16);
+  ortep_decoder *d;
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 16}, &d));
+  ortep_session *s = ortep_decoder_session(d);
+  ck_assert(ortep_session_initializer_prepared(s, "lm_head.weight"));
+  ck_assert(ortep_session_initializer_prepared(s, "model.layers.1.mlp.down_proj.weight"));
+  ck_assert(!ortep_session_initializer_prepared(s, "model.embed_tokens.weight"));
+  ck_assert(!ortep_session_initializer_prepared(s, "model.norm.weight"));
+  ortep_decoder_close(d);
+  test_model_dir_remove(dir);
+  test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 16}, &d));
+  ck_assert_uint_eq(ortep_decoder_blocked_weights(d), 0);
+  ortep_decoder_close(d);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 int main(void) {
   /* ORTEP_CPU_SIMD (ctest's decode_*_simd runs) naming a set this CPU lacks:
    * nothing to test here. */
@@ -927,6 +1078,8 @@ int main(void) {
   tcase_add_test(tc, logits_are_bitwise_equal_for_every_thread_count);
   tcase_add_test(tc, weights_read_into_memory_survive_truncation);
   tcase_add_test(tc, blocked_weights_decode_like_row_major_ones);
+  tcase_add_test(tc, blocked_weights_are_held_once);
+  tcase_add_test(tc, blocked_weights_take_only_what_fits);
   tcase_add_test(tc, an_oversized_decoder_is_refused_before_touching_memory);
   tcase_add_test(tc, generate_in_chunks_emits_the_tokens_of_one_call);
   tcase_add_test(tc, logits_need_a_successful_step_and_prefill_bounds_cannot_wrap);

@@ -226,7 +226,6 @@ START_TEST(null_is_a_no_op_where_documented) {
   ck_assert_ptr_null(ortep_buffer_release(NULL));
   ck_assert_uint_eq(ortep_graph_node_count(NULL), 0);
   ck_assert_ptr_null(ortep_ep_registry_find(NULL, "cpu_ep"));
-  ck_assert_uint_eq(ortep_model_blocked_count(NULL), 0);
   ck_assert_uint_eq(ortep_decoder_blocked_weights(NULL), 0);
 }
 END_TEST

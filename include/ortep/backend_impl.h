@@ -52,6 +52,28 @@ struct ortep_kernel {
  * executor's call, and a kernel test's. */
 ORTEP_API ortep_status ortep_ep_run_kernel(ortep_ep *ep, ortep_kernel *kernel, const ortep_kernel_io *io);
 
+/* An initializer as a session binds it on an EP, and every node of the
+ * session (any of its graphs) that reads it there: input `input` of `node`
+ * in `graph`. */
+typedef struct ortep_initializer_use {
+  const ortep_graph *graph;
+  const ortep_node *node;
+  size_t input;
+} ortep_initializer_use;
+typedef struct ortep_initializer {
+  const char *name;
+  ortep_dtype dtype;
+  ortep_shape shape;
+  const void *data; /* host-readable */
+  size_t bytes;
+  /* == data when the EP may transform the bytes in place (a model's private
+   * copy that no other EP reads): it may then return *out as a BORROWED_MUT
+   * buffer over them instead of a copy. NULL otherwise. */
+  void *writable;
+  const ortep_initializer_use *uses;
+  size_t n_uses;
+} ortep_initializer;
+
 typedef struct ortep_ep_vtable {
   const char *name; /* "cpu_ep", "cuda_ep" */
   /* Required. */
@@ -102,6 +124,17 @@ typedef struct ortep_ep_vtable {
    * them (CUDA: kernel nodes of the captured graphs, which may be more than
    * the graph's nodes when a node launches several kernels). */
   size_t (*graph_kernel_nodes)(const ortep_ep *self);
+  /* Optional: the EP's chance to hold an initializer in a layout of its own
+   * (a blocked or quantized copy its kernels read faster) when a session
+   * binds it. ORTEP_OK: *out is an OWNED buffer of this EP, charged to its
+   * governor, holding the prepared bytes, and *shape the shape its kernels
+   * are given for that input (get_kernel sees it, for every use);
+   * ORTEP_E_NOT_SUPPORTED: leave it as it is; another status fails the
+   * session. Called once per initializer and EP, outside any capture. With
+   * init->writable it may rearrange the bytes where they are and return a
+   * BORROWED_MUT buffer over them (no copy, no charge). */
+  ortep_status (*prepare_initializer)(ortep_ep *self, const ortep_initializer *init, ortep_shape *shape,
+                                      ortep_buffer *out);
   /* The EP-context contract of the seeds (a compiled or prepared state saved
    * and loaded): no shipped EP implements it yet and the dispatchers answer
    * "none" / not supported, naming the EP; the quantized-weights work makes
@@ -142,6 +175,14 @@ typedef struct ortep_allocator_vtable {
 struct ortep_allocator {
   const ortep_allocator_vtable *vtable;
 };
+
+/* Whether ep prepares initializers (its vtable has the entry). */
+ORTEP_API bool ortep_ep_prepares_initializers(const ortep_ep *ep);
+/* The dispatcher of prepare_initializer: checks the arguments, gives
+ * ORTEP_E_NOT_SUPPORTED for an EP without the entry, and refuses a result
+ * that is not an owned buffer of the EP's device. */
+ORTEP_API ortep_status ortep_ep_prepare_initializer(ortep_ep *ep, const ortep_initializer *init, ortep_shape *shape,
+                                                    ortep_buffer *out);
 
 ORTEP_END_DECLS
 

@@ -177,7 +177,7 @@ ORTEP_API ortep_session *ortep_decoder_session(ortep_decoder *decoder);
 ORTEP_API size_t ortep_decoder_graph_tokens(const ortep_decoder *decoder, size_t graph);
 ORTEP_API ortep_ep *ortep_decoder_ep(ortep_decoder *decoder);
 /* How many of the model's weights the decoder holds in the CPU EP's blocked
- * layout (ortep.weights_layout; ortep_model_blocked_count): 0 when all are
+ * layout (ortep.weights_layout, through the EP's prepare_initializer): 0 when all are
  * as in the file. */
 ORTEP_API size_t ortep_decoder_blocked_weights(const ortep_decoder *decoder);
 

@@ -59,34 +59,17 @@ ORTEP_API ortep_status ortep_model_open(const char *dir, ortep_model **out);
  * and refused by its budget), so later changes to the file cannot harm the
  * process, at the price of a copy of the weights in memory. */
 typedef enum ortep_weights_mode { ORTEP_WEIGHTS_MAP = 0, ORTEP_WEIGHTS_READ = 1 } ortep_weights_mode;
-/* The layout of the projection weights. ROW_MAJOR (default): [N, K] as in
- * the file. BLOCKED: every bf16/f16 projection (q/k/v, o, gate/up, down, and
- * the lm_head: its own weight or the tied embedding table) is repacked once,
- * at open, into the CPU EP's blocked layout [N/4, K/16, 4, 16]
- * (kernels/opset.h), in which its decode kernel streams four rows as one;
- * ortep_model_tensor then returns those weights with that shape. The CUDA EP
- * refuses them: BLOCKED is for a model the CPU EP runs. A node's weights are
- * repacked together or not at all (all 16-bit, N a multiple of 4, K of 16);
- * f32 weights, norms, biases and an untied embedding table (of which only
- * the looked-up rows are read) stay as they are. Memory is not doubled: READ
- * repacks its copy in place; MAP copies each repacked weight into host
- * memory from `host` (charged to its governor, refused by its budget) and
- * releases the mapped pages under it, so the process holds each weight once. */
-typedef enum ortep_weights_layout { ORTEP_WEIGHTS_ROW_MAJOR = 0, ORTEP_WEIGHTS_BLOCKED = 1 } ortep_weights_layout;
 typedef struct ortep_model_options {
   ortep_weights_mode weights;
-  ortep_ep *host; /* READ, or BLOCKED: allocates the copy; must outlive the model */
-  ortep_weights_layout layout;
+  ortep_ep *host; /* READ: allocates the copy; must outlive the model */
 } ortep_model_options;
 ORTEP_API ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *options, ortep_model **out);
 ORTEP_API void ortep_model_close(ortep_model *model);
 ORTEP_API const ortep_model_config *ortep_model_get_config(const ortep_model *model);
-/* A weight by its Hugging Face name (NULL when absent); a repacked one
- * (ORTEP_WEIGHTS_BLOCKED) with its blocked shape. */
+/* A weight by its Hugging Face name (NULL when absent), as in the file. (An
+ * EP may hold its own layout of a weight while a session runs it: the CPU
+ * EP's blocked projections, cpu.weights_layout.) */
 ORTEP_API const ortep_safetensors_entry *ortep_model_tensor(const ortep_model *model, const char *name);
-/* How many weights ORTEP_WEIGHTS_BLOCKED repacked (0 with ROW_MAJOR, or
- * when no node's shapes fit the blocks). */
-ORTEP_API size_t ortep_model_blocked_count(const ortep_model *model);
 /* The bytes of every weight. */
 ORTEP_API size_t ortep_model_weight_bytes(const ortep_model *model);
 

@@ -81,7 +81,8 @@ typedef struct ortep_session_stats {
   uint64_t instantiations;  /* executable graphs instantiated (CUDA) */
   uint64_t ep_allocations;  /* EP allocations since creation (all EPs) */
   uint64_t ep_frees;
-  const char *fallback_reason; /* why GRAPH fell back to EAGER, or NULL */
+  size_t prepared_initializers; /* held by their EP in a layout of its own (the CPU EP's blocked weights) */
+  const char *fallback_reason;  /* why GRAPH fell back to EAGER, or NULL */
 } ortep_session_stats;
 
 /* Builds a session; registry's EPs must be initialised and outlive it. */
@@ -116,6 +117,10 @@ ORTEP_API ortep_status ortep_session_invalidate(ortep_session *session);
 
 /* Graph 0's stats (and the whole session's memory). */
 ORTEP_API void ortep_session_get_stats(const ortep_session *session, ortep_session_stats *out);
+/* Whether an EP holds initializer `name` in a layout of its own (prepared
+ * when the session bound it: the CPU EP's blocked 16-bit weights); the
+ * file's bytes under it are then no longer read. */
+ORTEP_API bool ortep_session_initializer_prepared(const ortep_session *session, const char *name);
 ORTEP_API ortep_status ortep_session_get_graph_stats(const ortep_session *session, size_t graph,
                                                      ortep_session_stats *out);
 /* The seams, in execution order: node name, op type, reason. */

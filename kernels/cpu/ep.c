@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "kernels/opset.h" /* the blocked layout */
 #include "ortep/cpu_ep.h"
 
 /* OpenBLAS's thread control (declared in its cblas.h as well on Debian). */
@@ -50,6 +51,7 @@ typedef struct cpu_ep {
   ortep__cpu_pool *pool; /* workers, from initialise to destroy */
   void *sample_scratch;  /* the sampler's ORTEP__SAMPLE_SCRATCH_BYTES(vocabulary), from its first call on */
   size_t sample_bytes;
+  bool row_major; /* cpu.weights_layout = row_major: prepare no initializer */
 } cpu_ep;
 
 /* The public parameter block and the one the kernels read are one layout. */
@@ -70,9 +72,19 @@ static ortep_status need_init(const cpu_ep *e, const char *what) {
 
 static ortep_status cpu_initialize(ortep_ep *ep, const ortep_config *config) {
   cpu_ep *e = self_of(ep);
-  static const char *const known[] = {"cpu.threads"};
-  ortep_status st = ortep_config_check_namespace(config, "cpu", known, 1);
+  static const char *const known[] = {"cpu.threads", "cpu.weights_layout"};
+  ortep_status st = ortep_config_check_namespace(config, "cpu", known, 2);
   if (st != ORTEP_OK) return st;
+  /* cpu.weights_layout: blocked (the default: 16-bit projection weights
+   * repacked when a session binds them, prepare_initializer below) or
+   * row_major (as in the file) */
+  const char *layout = ortep_config_get(config, "cpu.weights_layout");
+  if (layout && strcmp(layout, "blocked") && strcmp(layout, "row_major"))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "cpu.weights_layout = '%s': use blocked (the default: 16-bit projections in the CPU EP's "
+                       "blocked layout) or row_major (as in the file)",
+                       layout);
+  e->row_major = layout && !strcmp(layout, "row_major");
   /* cpu.threads: the workers this EP runs its nodes on (pool.c), by default
    * every CPU the process may run on. OpenBLAS itself stays single-threaded
    * (process-wide): its own threads would fight ours for the same cores. */
@@ -376,6 +388,57 @@ static void cpu_graph_counts(const ortep_ep *ep, uint64_t *inst, uint64_t *upd) 
   *upd = 0; /* a recorded plan is rebuilt, never patched */
 }
 
+/* --- preparing initializers: the blocked layout (kernels/opset.h) ---------------- */
+static bool blockable(ortep_dtype dt, const ortep_shape *s) {
+  return (dt == ORTEP_DTYPE_BF16 || dt == ORTEP_DTYPE_F16) && s->rank == 2 && s->dims[0] > 0 && s->dims[1] > 0 &&
+         s->dims[0] % ORTEP__LINEAR_ROWS == 0 && s->dims[1] % ORTEP__LINEAR_COLS == 0;
+}
+
+/* Whether a use reads the blocked layout: a weight of an ortep:Linear all
+ * of whose weights can be blocked (a node's weights share one layout), or
+ * the table of an ortep:Embedding. *linear: it is a Linear's weight. */
+static bool takes_blocked(const ortep_initializer_use *u, bool *linear) {
+  const char *op = ortep_node_op_type(u->node);
+  if (strcmp(ortep_node_domain(u->node), ORTEP_DOMAIN_ORTEP) != 0) return false;
+  if (!strcmp(op, "Embedding")) return u->input == 0;
+  if (strcmp(op, "Linear") != 0 || (u->input != 1 && u->input != 3 && u->input != 5)) return false;
+  for (size_t w = 1; w <= 5; w += 2) {
+    const char *name = w < ortep_node_input_count(u->node) ? ortep_node_input(u->node, w) : "";
+    ortep_dtype dt;
+    ortep_shape sh;
+    if (*name && (ortep_graph_value_info(u->graph, name, &dt, &sh) != ORTEP_OK || !blockable(dt, &sh))) return false;
+  }
+  return *linear = true;
+}
+
+/* A 16-bit projection weight (and a tied embedding read by the lm_head) into
+ * the blocked layout: in place when the session allows it (a model's private
+ * copy), else into a copy of this EP's, charged to its governor. An
+ * embedding read only by its lookup gains nothing and is left as it is. */
+static ortep_status cpu_prepare(ortep_ep *ep, const ortep_initializer *in, ortep_shape *shape, ortep_buffer *out) {
+  const cpu_ep *e = self_of(ep);
+  bool ok = !e->row_major && blockable(in->dtype, &in->shape) && in->n_uses, linear = false;
+  for (size_t i = 0; ok && i < in->n_uses; i++) ok = takes_blocked(&in->uses[i], &linear);
+  if (!ok || !linear) return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s keeps '%s' as it is", CPU_EP_NAME, in->name);
+  size_t n = (size_t)in->shape.dims[0], k = (size_t)in->shape.dims[1];
+  *shape = (ortep_shape){
+      4,
+      {(int64_t)(n / ORTEP__LINEAR_ROWS), (int64_t)(k / ORTEP__LINEAR_COLS), ORTEP__LINEAR_ROWS, ORTEP__LINEAR_COLS}};
+  if (in->writable) {
+    uint16_t *rows = ortep__malloc(ORTEP__LINEAR_ROWS * k * sizeof *rows);
+    if (!rows) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to repack '%s'", CPU_EP_NAME, in->name);
+    ortep__cpu_to_blocked_in_place(in->writable, n, k, rows);
+    ortep__free(rows);
+    return ortep_buffer_wrap_borrowed_mut(in->writable, ep->device, in->bytes, 2, out);
+  }
+  ortep_status st = ortep_ep_allocate(ep, in->bytes, 64, out);
+  if (st != ORTEP_OK)
+    return ortep__wrap(st, "repacking '%s' (%zu bytes) into the blocked layout (cpu.weights_layout)", in->name,
+                       in->bytes);
+  ortep__cpu_to_blocked(in->data, n, k, out->ptr);
+  return ORTEP_OK;
+}
+
 static const ortep_ep_vtable cpu_vtable = {
     .name = CPU_EP_NAME,
     .initialize = cpu_initialize,
@@ -389,6 +452,7 @@ static const ortep_ep_vtable cpu_vtable = {
     .copy_async = cpu_copy_async,
     .fence_wait = cpu_fence_wait,
     .sync = cpu_sync,
+    .prepare_initializer = cpu_prepare,
     .capabilities = cpu_capabilities,
     .run_kernel = cpu_run_kernel,
     .device_argmax = cpu_argmax,

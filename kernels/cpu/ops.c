@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/opset.h" /* the blocked layout */
 #include "ops.h"
 
 static void blocked_row_f32(cpu_weights w, size_t r, size_t k, float *dst);
@@ -770,4 +771,19 @@ uint32_t ortep__cpu_select(const float *logits, size_t n, const int32_t *tokens,
   p.position = draw > 0 ? (uint32_t)draw : 0;
   p.n_history = draw <= 0 ? 0 : (size_t)draw < cap ? (uint32_t)draw : (uint32_t)cap;
   return ortep__cpu_sample(logits, NULL, n, &p, history, scratch, error_word);
+}
+
+/* --- the blocked layout of 16-bit weights (kernels/opset.h) ---------------------- */
+void ortep__cpu_to_blocked(const uint16_t *src, size_t n, size_t k, uint16_t *dst) {
+  const size_t R = ORTEP__LINEAR_ROWS, C = ORTEP__LINEAR_COLS;
+  for (size_t q = 0; q < n; q += R, src += R * k, dst += R * k)
+    for (size_t b = 0; b < k; b += C)
+      for (size_t r = 0; r < R; r++) memcpy(dst + b * R + r * C, src + r * k + b, C * sizeof *dst);
+}
+
+void ortep__cpu_to_blocked_in_place(uint16_t *w, size_t n, size_t k, uint16_t *rows) {
+  for (size_t q = 0; q < n; q += ORTEP__LINEAR_ROWS, w += ORTEP__LINEAR_ROWS * k) {
+    memcpy(rows, w, ORTEP__LINEAR_ROWS * k * sizeof *w);
+    ortep__cpu_to_blocked(rows, ORTEP__LINEAR_ROWS, k, w);
+  }
 }

@@ -135,6 +135,11 @@ uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, cons
 uint32_t ortep__cpu_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions, size_t t,
                            const ortep__sample_params *params, int32_t *history, size_t cap, void *scratch,
                            uint32_t *error_word);
+/* Row-major 16-bit [n, k] src into the blocked layout [n/4, k/16, 4, 16] at
+ * dst (not overlapping; n % 4 == 0, k % 16 == 0); the same in place, four
+ * rows at a time through rows (4 k values). */
+void ortep__cpu_to_blocked(const uint16_t *src, size_t n, size_t k, uint16_t *dst);
+void ortep__cpu_to_blocked_in_place(uint16_t *w, size_t n, size_t k, uint16_t *rows);
 /* Softmax over rows of n. */
 void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y);
 /* Index of the first maximum of x[n] skipping NaN; 0 (and the bit) when all are NaN. */

@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         c->num_hidden_layers < 1)
       abort();
     ortep_model_close(m);
-    ortep_model_options o = {ORTEP_WEIGHTS_READ, cpu, ORTEP_WEIGHTS_BLOCKED};
+    ortep_model_options o = {ORTEP_WEIGHTS_READ, cpu};
     s = ortep_model_open_with(dir, &o, &m);
     if (s == ORTEP_OK) {
       const ortep_safetensors_entry *e = ortep_model_tensor(m, "model.layers.0.mlp.down_proj.weight");
