@@ -29,57 +29,53 @@ __device__ __forceinline__ float ld(const void *p, int dt, size_t i) {
   return ((const float *)p)[i];
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+/* Warp- and block-wide reductions (blockDim.x a multiple of 32, <= 1024;
+ * every thread gets the result), one definition for each type and operation:
+ * Op is Sum or Max. */
+struct Sum {
+  template <typename T>
+  __device__ static T apply(T a, T b) {
+    return a + b;
+  }
+  template <typename T>
+  __device__ static T identity() {
+    return T(0);
+  }
+};
+struct Max {
+  template <typename T>
+  __device__ static T apply(T a, T b) {
+    return fmax(a, b); /* NaN-ignoring, as fmaxf */
+  }
+  template <typename T>
+  __device__ static T identity() {
+    return T(-INFINITY);
+  }
+};
+template <typename Op, typename T>
+__device__ __forceinline__ T warp_reduce(T v) {
+  for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-/* Block-wide sum (blockDim.x a multiple of 32, <= 1024); every thread gets it. */
-__device__ float block_sum(float v) {
-  __shared__ float part[32];
-  v = warp_sum(v);
+template <typename Op, typename T>
+__device__ T block_reduce(T v) {
+  __shared__ T part[32];
+  v = warp_reduce<Op>(v);
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   __syncthreads();
   if (lane == 0) part[warp] = v;
   __syncthreads();
-  float t = (threadIdx.x < (blockDim.x >> 5)) ? part[threadIdx.x] : 0.0f;
-  if (warp == 0) t = warp_sum(t);
+  T t = (threadIdx.x < (blockDim.x >> 5)) ? part[threadIdx.x] : Op::template identity<T>();
+  if (warp == 0) t = warp_reduce<Op>(t);
   if (threadIdx.x == 0) part[0] = t;
   __syncthreads();
   return part[0];
 }
-__device__ float block_max(float v) {
-  __shared__ float part[32];
-  v = warp_max(v);
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  float t = (threadIdx.x < (blockDim.x >> 5)) ? part[threadIdx.x] : -INFINITY;
-  if (warp == 0) t = warp_max(t);
-  if (threadIdx.x == 0) part[0] = t;
-  __syncthreads();
-  return part[0];
-}
-
-/* The same over doubles (the sampler's largest z). */
-__device__ double block_max_d(double v) {
-  __shared__ double part[32];
-  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  double t = (threadIdx.x < (blockDim.x >> 5)) ? part[threadIdx.x] : -INFINITY;
-  if (warp == 0)
-    for (int o = 16; o > 0; o >>= 1) t = fmax(t, __shfl_xor_sync(0xffffffffu, t, o));
-  if (threadIdx.x == 0) part[0] = t;
-  __syncthreads();
-  return part[0];
-}
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce<Sum>(v); }
+__device__ __forceinline__ float warp_max(float v) { return warp_reduce<Max>(v); }
+__device__ float block_sum(float v) { return block_reduce<Sum>(v); }
+__device__ float block_max(float v) { return block_reduce<Max>(v); }
+__device__ double block_max_d(double v) { return block_reduce<Max>(v); } /* the sampler's largest z */
 
 static unsigned blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 /* Peek, not Get: reading the launch status must not clear (and so hide from
