@@ -1,5 +1,5 @@
 # layers.cmake: each layer of the library is its own object library, whose
-# include path holds only itself and the layers below it (DESIGN.md:
+# include path holds only itself and the layers below it (docs/api.md, Layout:
 # bench, cli -> llm -> graph -> kernels -> arena -> runtime; text/ beside llm/
 # on runtime alone). A layer's files name another layer's headers by folder
 # ("runtime/internal.h", "kernels/opset.h"), found through a directory of
