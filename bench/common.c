@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "model_options.h" /* tool_parse_whole */
 
 /* the argv the option loop is walking: a new one restarts getopt */
 static char **bench_last_argv;
@@ -158,11 +159,9 @@ int bench_next_option(const char *cmd, int argc, char **argv, const struct optio
 }
 
 int bench_parse_count(const char *cmd, const char *opt, const char *arg, long min, long max, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(arg, &end, 10);
-  if (errno || *end || end == arg || v < min || v > max)
-    return bench_usage_error(cmd, "%s '%s' is not an integer in [%ld, %ld]", opt, arg, min, max);
-  *out = v;
+  uint64_t v;
+  if (min < 0 || !tool_parse_whole(arg, (uint64_t)min, (uint64_t)max, &v))
+    return bench_usage_error(cmd, "%s '%s' is not a whole number in [%ld, %ld]", opt, arg, min, max);
+  *out = (long)v;
   return 0;
 }

@@ -114,13 +114,8 @@ static int parse_number(const char *cmd, const char *opt, const char *arg, doubl
  * double, so every seed up to 2^64 - 1 is its own); digits only: no sign,
  * no space, no fraction, no exponent. */
 static int parse_whole(const char *cmd, const char *opt, const char *arg, uint64_t lo, uint64_t hi, uint64_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = arg[0] >= '0' && arg[0] <= '9' ? strtoull(arg, &end, 10) : 0;
-  if (arg[0] < '0' || arg[0] > '9' || errno || *end || v < lo || v > hi)
-    return usage_error(cmd, "%s '%s' is not a whole number in [%" PRIu64 ", %" PRIu64 "]", opt, arg, lo, hi);
-  *out = (uint64_t)v;
-  return 0;
+  if (tool_parse_whole(arg, lo, hi, out)) return 0;
+  return usage_error(cmd, "%s '%s' is not a whole number in [%" PRIu64 ", %" PRIu64 "]", opt, arg, lo, hi);
 }
 
 /* Whether everything written to stdout so far reached it; a failed or short
@@ -564,10 +559,11 @@ int main(int argc, char **argv) {
   int rc = run_command(argc, argv);
   /* what is still buffered, and the close, can fail too (help text into a
    * full disk): the exit status says so */
+  if (rc == 0) rc = output_failed(argv[1]); /* a command that failed has said why already */
   errno = 0;
-  if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0) {
-    if (rc == 0) fprintf(stderr, "ortep %s: cannot write the output: %s\n", argv[1], strerror(errno ? errno : EIO));
-    return rc ? rc : 1;
+  if (fclose(stdout) != 0 && rc == 0) {
+    fprintf(stderr, "ortep %s: cannot write the output: %s\n", argv[1], strerror(errno ? errno : EIO));
+    rc = 1;
   }
   return rc;
 }

@@ -13,41 +13,36 @@
 static char g_tmp[64];
 static char g_out[1 << 16], g_err[1 << 16];
 
-/* Runs ortep with args (stdin from in, may be NULL); returns its exit code;
- * stdout and stderr into g_out and g_err. */
-static int ortep(const char *args, const char *in) {
-  char cmd[4096], path[128];
-  snprintf(cmd, sizeof cmd, "%s%s%s env XDG_CACHE_HOME=%s/cache %s %s >%s/out.txt 2>%s/err.txt",
-           in ? "printf '%s' '" : "", in ? in : "", in ? "' |" : "", g_tmp, ORTEP_CLI_PATH, args, g_tmp, g_tmp);
-  int st = system(cmd);
-  ck_assert_msg(WIFEXITED(st), "ortep did not exit normally: %s", cmd);
-  char *bufs[2] = {g_out, g_err};
-  const char *names[2] = {"out.txt", "err.txt"};
-  for (int i = 0; i < 2; i++) {
-    snprintf(path, sizeof path, "%s/%s", g_tmp, names[i]);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(bufs[i], 1, sizeof g_out - 1, f) : 0;
-    bufs[i][n] = '\0';
-    if (f) fclose(f);
-  }
-  return WEXITSTATUS(st);
+/* g_tmp/name into buf (cap bytes, NUL-terminated; empty when absent). */
+static void slurp(const char *name, char *buf, size_t cap) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/%s", g_tmp, name);
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+  buf[n] = '\0';
+  if (f) fclose(f);
 }
 
-/* Runs ortep with args and shell redirections redir of its own (">/dev/full",
- * "<&-"); its stderr into g_err. Returns the exit code. */
-static int ortep_redirected(const char *args, const char *redir) {
-  char cmd[4096], path[128];
-  snprintf(cmd, sizeof cmd, "env XDG_CACHE_HOME=%s/cache %s %s %s 2>%s/err.txt", g_tmp, ORTEP_CLI_PATH, args, redir,
-           g_tmp);
+/* Runs ortep with args: stdin from in (may be NULL), or redir, the shell
+ * redirections of its own (">/dev/full", "<&-"; then stdout is not kept).
+ * stdout into g_out, stderr into g_err; returns the exit code. */
+static int ortep_with(const char *args, const char *in, const char *redir) {
+  char cmd[4096], out[160];
+  if (redir)
+    snprintf(out, sizeof out, "%s", redir);
+  else
+    snprintf(out, sizeof out, ">%s/out.txt", g_tmp);
+  snprintf(cmd, sizeof cmd, "%s%s%s env XDG_CACHE_HOME=%s/cache %s %s %s 2>%s/err.txt", in ? "printf '%s' '" : "",
+           in ? in : "", in ? "' |" : "", g_tmp, ORTEP_CLI_PATH, args, out, g_tmp);
   int st = system(cmd);
   ck_assert_msg(WIFEXITED(st), "ortep did not exit normally: %s", cmd);
-  snprintf(path, sizeof path, "%s/err.txt", g_tmp);
-  FILE *f = fopen(path, "r");
-  size_t n = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
-  g_err[n] = '\0';
-  if (f) fclose(f);
+  g_out[0] = '\0';
+  if (!redir) slurp("out.txt", g_out, sizeof g_out);
+  slurp("err.txt", g_err, sizeof g_err);
   return WEXITSTATUS(st);
 }
+static int ortep(const char *args, const char *in) { return ortep_with(args, in, NULL); }
+static int ortep_redirected(const char *args, const char *redir) { return ortep_with(args, NULL, redir); }
 
 /* Runs ortep with its stdout a pipe whose reader has already gone and
  * SIGPIPE ignored: every write fails with EPIPE, deterministically. */
@@ -69,12 +64,7 @@ static int ortep_into_a_closed_pipe(const char *args) {
   int st;
   ck_assert_int_eq(waitpid(pid, &st, 0), pid);
   ck_assert(WIFEXITED(st));
-  char path[128];
-  snprintf(path, sizeof path, "%s/err.txt", g_tmp);
-  FILE *f = fopen(path, "r");
-  size_t n = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
-  g_err[n] = '\0';
-  if (f) fclose(f);
+  slurp("err.txt", g_err, sizeof g_err);
   return WEXITSTATUS(st);
 }
 

@@ -10,6 +10,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+bool tool_parse_whole(const char *arg, uint64_t lo, uint64_t hi, uint64_t *out) {
+  if (arg[0] < '0' || arg[0] > '9') return false;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(arg, &end, 10);
+  if (errno || *end || v < lo || v > hi) return false;
+  *out = (uint64_t)v;
+  return true;
+}
+
 int tool_usage_error(const tool_model *m, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -37,13 +47,11 @@ bool tool_model_option(tool_model *m, int c, const char *arg, int *rc) {
     case TOOL_OPT_WEIGHTS: m->weights = arg; return true;
     case TOOL_OPT_LAYOUT: m->layout = arg; return true;
     case TOOL_OPT_THREADS: {
-      char *end;
-      errno = 0;
-      long v = arg[0] >= '0' && arg[0] <= '9' ? strtol(arg, &end, 10) : 0;
-      if (arg[0] < '0' || arg[0] > '9' || errno || *end || v < 1 || v > 1024)
-        *rc = tool_usage_error(m, "--threads '%s' is not a whole number in [1, 1024]", arg);
+      uint64_t v;
+      if (tool_parse_whole(arg, 1, 1024, &v))
+        m->threads = (long)v;
       else
-        m->threads = v;
+        *rc = tool_usage_error(m, "--threads '%s' is not a whole number in [1, 1024]", arg);
       return true;
     }
     default: return false;

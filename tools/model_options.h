@@ -12,6 +12,7 @@
 #include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ortep/ortep.h"
 
@@ -53,6 +54,10 @@ enum {
   "  --layout L       the projection weights' layout (ortep.weights_layout): auto (default: the CPU\n" \
   "                   EP's blocked layout when the CPU runs the step), blocked, row_major\n"
 
+/* Whether arg is a whole number in [lo, hi], parsed as one: digits only (no
+ * sign, space, fraction or exponent), no rounding through a double. The one
+ * integer parser of every program's options. */
+bool tool_parse_whole(const char *arg, uint64_t lo, uint64_t hi, uint64_t *out);
 /* Prints "<prog> <cmd>: <message>" and the hint to --help; returns 2. */
 int tool_usage_error(const tool_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* When c is one of the shared options, takes arg into m and returns true
