@@ -26,8 +26,15 @@ START_TEST(eager_allocator_requires_only_the_ordinary_contract) {
   ck_assert_ok(ortep_host_allocator_create(NULL, &e.host));
   ortep_allocator *a = &e.base;
   ck_assert(!ortep_allocator_commits_on_demand(a));
-  ck_assert_ptr_null(ortep_allocator_virtual_backing(a));
-  ck_assert_ptr_null(ortep_allocator_shared_mapping(a));
+  ck_assert(!ortep_allocator_has_virtual_backing(a));
+  ck_assert(!ortep_allocator_has_shared_mapping(a));
+  ck_assert_uint_eq(ortep_allocator_granularity(a), 0);
+  void *r;
+  ck_assert_status(ortep_allocator_reserve(a, 4096, 64, &r), ORTEP_E_NOT_SUPPORTED);
+  ck_assert_error_mentions("allocator 'eager' has no virtual backing");
+  ortep_shared_prefix *pre;
+  ck_assert_status(ortep_allocator_create_prefix(a, "x", 1, &pre), ORTEP_E_NOT_SUPPORTED);
+  ck_assert_error_mentions("has no shared mappings");
   ortep_mem_stats st;
   ck_assert_status(ortep_allocator_get_stats(a, &st), ORTEP_E_NOT_SUPPORTED);
   void *p;
@@ -48,7 +55,7 @@ END_TEST
 
 /* An allocator that advertises virtual backing: discovery must find it. */
 static ortep_status vb_reserve(ortep_allocator *s, size_t b, size_t a, void **o) { return ORTEP_E_NOT_SUPPORTED; }
-static const ortep_virtual_backing vb = {.reserve = vb_reserve};
+static const ortep_virtual_backing vb = {.granularity = 4096, .reserve = vb_reserve};
 static const ortep_virtual_backing *get_vb(ortep_allocator *s) { return &vb; }
 static bool yes(const ortep_allocator *s) { return true; }
 
@@ -57,14 +64,19 @@ START_TEST(capabilities_are_discovered_by_query) {
   vt.virtual_backing = get_vb;
   vt.commits_on_demand = yes;
   eager e = {{&vt}, NULL, 0};
-  ck_assert_ptr_eq(ortep_allocator_virtual_backing(&e.base), &vb);
-  ck_assert_ptr_null(ortep_allocator_shared_mapping(&e.base));
+  ck_assert(ortep_allocator_has_virtual_backing(&e.base));
+  ck_assert_uint_eq(ortep_allocator_granularity(&e.base), 4096);
+  ck_assert(!ortep_allocator_has_shared_mapping(&e.base));
   ck_assert(ortep_allocator_commits_on_demand(&e.base));
   /* A transparent wrapper forwards the inner allocator's capabilities. */
   ortep_allocator *f;
   ck_assert_ok(ortep_fault_allocator_create(&e.base, &f));
-  ck_assert_ptr_eq(ortep_allocator_virtual_backing(f), &vb);
+  ck_assert(ortep_allocator_has_virtual_backing(f));
+  ck_assert_uint_eq(ortep_allocator_granularity(f), 4096);
+  ck_assert(!ortep_allocator_has_shared_mapping(f));
   ck_assert(ortep_allocator_commits_on_demand(f));
+  void *r; /* the wrapper's reserve reaches the inner one */
+  ck_assert_int_eq(ortep_allocator_reserve(f, 4096, 64, &r), ORTEP_E_NOT_SUPPORTED);
   ortep_allocator_destroy(f);
 }
 END_TEST

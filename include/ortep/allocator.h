@@ -82,9 +82,15 @@ typedef struct ortep_mem_stats {
 /* An opaque handle; implementing one is ortep/backend_impl.h's. */
 typedef struct ortep_allocator ortep_allocator;
 
-/* Optional capability: lazy virtual backing (reserve address space, then
- * commit and decommit physical memory in ranges). The reservation itself is
- * released through the allocator's ordinary release. */
+/* Optional capability: lazy virtual backing. reserve takes address space
+ * without memory; commit makes a range of it usable (read-write, populated:
+ * no fault inside a step) and charges the governor; decommit gives a range's
+ * memory back to the OS and refunds it. Ranges are whole granules (pages on
+ * the host, the VMM granularity on a GPU): a range is widened to the granules
+ * it touches. Committing a committed granule adds nothing (the reported bytes
+ * say what each call changed), so callers may commit generously. The
+ * reservation itself is released through the allocator's ordinary release,
+ * which gives back everything still committed or mapped in it. */
 typedef struct ortep_commit_range {
   void *ptr;               /* the reservation's base */
   size_t allocation_bytes; /* the reservation's size */
@@ -93,29 +99,21 @@ typedef struct ortep_commit_range {
   size_t bytes;
 } ortep_commit_range;
 
-typedef struct ortep_virtual_backing {
-  ortep_status (*reserve)(ortep_allocator *self, size_t bytes, size_t align, void **out);
-  /* *newly_owned_bytes: physical bytes this commit added. */
-  ortep_status (*commit)(ortep_allocator *self, const ortep_commit_range *range, uint64_t *newly_owned_bytes);
-  /* *released_bytes: physical bytes this decommit gave back. */
-  ortep_status (*decommit)(ortep_allocator *self, const ortep_commit_range *range, uint64_t *released_bytes);
-} ortep_virtual_backing;
-
-/* Optional capability: one pinned read-only prefix whose physical bytes are
- * owned (and charged) once, mapped into several allocations. */
+/* Optional capability: shared physical mappings. A prefix is physical memory
+ * holding a copy of `len` bytes, owned (and charged) once, which map_prefix
+ * maps read-only at the start of any number of reservations of the same
+ * allocator, replacing what those granules held (private memory there is
+ * given back). Writing through a shared mapping faults: a user that must
+ * change such a range decommits it and commits private memory. The memory
+ * goes back when the prefix handle is destroyed and the last mapping is gone
+ * (decommitted, or its reservation released). */
 typedef struct ortep_shared_prefix ortep_shared_prefix;
 typedef struct ortep_shared_commit_info {
-  uint64_t additional_owned_bytes; /* zero for every mapping after the first */
-  uint64_t newly_mapped_bytes;
+  uint64_t additional_owned_bytes; /* the prefix's bytes for its first mapping, zero for every later one */
+  uint64_t newly_mapped_bytes;     /* bytes of the reservation now mapped to the prefix */
+  uint64_t released_bytes;         /* private memory the mapping replaced and gave back */
   size_t granules;
 } ortep_shared_commit_info;
-
-typedef struct ortep_shared_mapping {
-  ortep_status (*create_prefix)(ortep_allocator *self, const void *bytes, size_t len, ortep_shared_prefix **out);
-  ortep_status (*map_prefix)(ortep_allocator *self, const ortep_shared_prefix *prefix, void *allocation,
-                             size_t allocation_bytes, ortep_shared_commit_info *out);
-  void (*destroy_prefix)(ortep_allocator *self, ortep_shared_prefix *prefix);
-} ortep_shared_mapping;
 
 /* --- dispatch (validation + the contract's defaults) ----------------------- */
 ORTEP_API ortep_status ortep_allocator_allocate(ortep_allocator *a, size_t bytes, size_t align, void **out);
@@ -125,9 +123,29 @@ ORTEP_API ortep_release_outcome ortep_allocator_release(ortep_allocator *a, void
 ORTEP_API ortep_device_key ortep_allocator_device(const ortep_allocator *a);
 ORTEP_API const char *ortep_allocator_name(const ortep_allocator *a);
 ORTEP_API bool ortep_allocator_commits_on_demand(const ortep_allocator *a);
-/* NULL when the allocator has no such capability. */
-ORTEP_API const ortep_virtual_backing *ortep_allocator_virtual_backing(ortep_allocator *a);
-ORTEP_API const ortep_shared_mapping *ortep_allocator_shared_mapping(ortep_allocator *a);
+/* Whether the allocator has the optional capabilities above. */
+ORTEP_API bool ortep_allocator_has_virtual_backing(ortep_allocator *a);
+ORTEP_API bool ortep_allocator_has_shared_mapping(ortep_allocator *a);
+/* Virtual backing (ORTEP_E_NOT_SUPPORTED, naming the allocator, without it).
+ * The dispatchers check the range lies inside its reservation without
+ * overflow; the allocator checks ptr is one of its reservations. A failed
+ * commit changes nothing. */
+ORTEP_API ortep_status ortep_allocator_reserve(ortep_allocator *a, size_t bytes, size_t align, void **out);
+ORTEP_API ortep_status ortep_allocator_commit(ortep_allocator *a, const ortep_commit_range *range,
+                                              uint64_t *newly_owned_bytes);
+ORTEP_API ortep_status ortep_allocator_decommit(ortep_allocator *a, const ortep_commit_range *range,
+                                                uint64_t *released_bytes);
+/* The granule commits and decommits work in (0 without virtual backing). */
+ORTEP_API size_t ortep_allocator_granularity(ortep_allocator *a);
+/* Shared mappings (ORTEP_E_NOT_SUPPORTED without them). bytes are read in
+ * the allocator's memory (host memory for the host allocator, device memory
+ * for a GPU's). */
+ORTEP_API ortep_status ortep_allocator_create_prefix(ortep_allocator *a, const void *bytes, size_t len,
+                                                     ortep_shared_prefix **out);
+ORTEP_API ortep_status ortep_allocator_map_prefix(ortep_allocator *a, ortep_shared_prefix *prefix, void *allocation,
+                                                  size_t allocation_bytes, ortep_shared_commit_info *out);
+/* Drops the handle; the memory stays while a mapping holds it. NULL: no-op. */
+ORTEP_API void ortep_allocator_destroy_prefix(ortep_allocator *a, ortep_shared_prefix *prefix);
 ORTEP_API ortep_status ortep_allocator_get_stats(const ortep_allocator *a, ortep_mem_stats *out);
 /* Frees the allocator object itself (not its live allocations). NULL is a no-op. */
 ORTEP_API void ortep_allocator_destroy(ortep_allocator *a);
@@ -142,6 +160,27 @@ typedef struct ortep_governor ortep_governor;
  * must outlive the allocator. Per-allocator counters through
  * ortep_allocator_get_stats. Thread-safe. Destroy with ortep_allocator_destroy. */
 ORTEP_API ortep_status ortep_host_allocator_create(ortep_governor *governor, ortep_allocator **out);
+
+/* --- the host virtual allocator ------------------------------------------ */
+/* Host memory straight from the OS (mmap), with both optional capabilities:
+ * reserve is PROT_NONE | MAP_NORESERVE address space, commit maps populated
+ * anonymous pages over a range, decommit maps PROT_NONE over it again (the
+ * pages go back to the OS), a shared prefix is a memfd mapped MAP_SHARED |
+ * MAP_FIXED read-only. The governor's HOST tier is charged for committed
+ * pages and prefixes only, so a budget bounds memory, not address space;
+ * commits_on_demand is true when a governor is given. An ordinary allocate
+ * is a reservation committed whole. Linux only (ORTEP_E_NOT_SUPPORTED
+ * elsewhere). Thread-safe. */
+ORTEP_API ortep_status ortep_host_virtual_allocator_create(ortep_governor *governor, ortep_allocator **out);
+
+/* --- the CUDA virtual allocator ------------------------------------------ */
+/* The same capabilities on GPU `device` over the CUDA virtual memory API
+ * (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap,
+ * cuMemRelease; granules of cuMemGetAllocationGranularity), charged to the
+ * governor's DEVICE tier; newly committed memory is zeroed. In the CUDA
+ * module: ORTEP_E_NOT_SUPPORTED in a build without CUDA or on a device
+ * without virtual memory management. */
+ORTEP_API ortep_status ortep_cuda_virtual_allocator_create(int device, ortep_governor *governor, ortep_allocator **out);
 
 /* --- the CUDA pool allocator ------------------------------------------------- */
 /* Device memory on GPU `device` from its cudaMemPool (release threshold

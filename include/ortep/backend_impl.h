@@ -150,6 +150,24 @@ struct ortep_ep {
   uint32_t id; /* set by the registry */
 };
 
+/* The optional capabilities' entries (allocator.h describes them; the
+ * ortep_allocator_* dispatchers validate every range first). */
+typedef struct ortep_virtual_backing {
+  size_t granularity; /* bytes: every range is widened to whole granules */
+  ortep_status (*reserve)(ortep_allocator *self, size_t bytes, size_t align, void **out);
+  /* *newly_owned_bytes: physical bytes this commit added. */
+  ortep_status (*commit)(ortep_allocator *self, const ortep_commit_range *range, uint64_t *newly_owned_bytes);
+  /* *released_bytes: physical bytes this decommit gave back. */
+  ortep_status (*decommit)(ortep_allocator *self, const ortep_commit_range *range, uint64_t *released_bytes);
+} ortep_virtual_backing;
+
+typedef struct ortep_shared_mapping {
+  ortep_status (*create_prefix)(ortep_allocator *self, const void *bytes, size_t len, ortep_shared_prefix **out);
+  ortep_status (*map_prefix)(ortep_allocator *self, ortep_shared_prefix *prefix, void *allocation,
+                             size_t allocation_bytes, ortep_shared_commit_info *out);
+  void (*destroy_prefix)(ortep_allocator *self, ortep_shared_prefix *prefix);
+} ortep_shared_mapping;
+
 typedef struct ortep_allocator_vtable {
   const char *name; /* for messages: "host", "cuda_pool", "fault" ... */
   /* Required. Called only with a power-of-two align and a size that does not
@@ -163,9 +181,9 @@ typedef struct ortep_allocator_vtable {
   uint64_t (*deallocate_with_unmapped)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
   ortep_release_outcome (*release)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
   bool (*commits_on_demand)(const ortep_allocator *self);
-  /* The seeds' lazy virtual backing and shared mappings: no backend
-   * implements them yet (the paged-KV work gives the host and CUDA ones);
-   * the fault wrapper forwards them, so one is testable through it. */
+  /* The seeds' lazy virtual backing and shared mappings (NULL: none): the
+   * host and CUDA virtual allocators implement both; the fault wrapper
+   * forwards them, injecting failures into reserve, commit and prefixes. */
   const ortep_virtual_backing *(*virtual_backing)(ortep_allocator *self);
   const ortep_shared_mapping *(*shared_mapping)(ortep_allocator *self);
   ortep_status (*stats)(const ortep_allocator *self, ortep_mem_stats *out);
