@@ -144,6 +144,12 @@ ortep_status ortep_cuda_pool_allocator_create(int device, void *stream, ortep_go
   return mod.pool_create(device, stream, governor, out);
 }
 
+ortep_status ortep_cuda_virtual_allocator_create(int device, ortep_governor *governor, ortep_allocator **out) {
+  if (out) *out = NULL;
+  if (!have_module()) return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", why_not);
+  return mod.vmm_create(device, governor, out);
+}
+
 ortep_status ortep_cuda_device_info_get(int device, ortep_cuda_device_info *out) {
   if (out) memset(out, 0, sizeof *out);
   if (!have_module()) return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", why_not);
@@ -170,6 +176,12 @@ ortep_status ortep_cuda_pool_allocator_create(int device, void *stream, ortep_go
   return ortep__fail(ORTEP_E_NOT_SUPPORTED,
                      "this build of ortep has no CUDA support (the CUDA Toolkit was not found at configure time); "
                      "rebuild with the toolkit installed");
+}
+
+ortep_status ortep_cuda_virtual_allocator_create(int device, ortep_governor *governor, ortep_allocator **out) {
+  (void)device, (void)governor;
+  if (out) *out = NULL;
+  return ortep__fail(ORTEP_E_NOT_SUPPORTED, NO_CUDA_BUILD);
 }
 
 ortep_status ortep_cuda_device_info_get(int device, ortep_cuda_device_info *out) {

@@ -20,7 +20,7 @@
 #include "kernels/opset.h"
 #include "ortep/cuda_ep.h"
 
-#define ORTEP__CUDA_MODULE_ABI   3
+#define ORTEP__CUDA_MODULE_ABI   4
 #define ORTEP__CUDA_MODULE_ENTRY "ortep_cuda_module_init"
 
 typedef struct ortep__cuda_host {
@@ -55,9 +55,12 @@ typedef struct ortep__cuda_module {
   ortep_status (*ep_create)(ortep_governor *governor, ortep_ep **out);
   ortep_status (*pool_create)(int device, void *stream, ortep_governor *governor, ortep_allocator **out);
   ortep_status (*device_info)(int device, ortep_cuda_device_info *out);
+  ortep_status (*vmm_create)(int device, ortep_governor *governor, ortep_allocator **out);
 } ortep__cuda_module;
 
-/* The module's implementations (ep.c; the pool is arena/cuda_pool.c). */
+/* The module's implementations (ep.c; the pool is arena/cuda_pool.c, the
+ * virtual allocator arena/cuda_vmm.c). */
+ortep_status ortep__cuda_vmm_create(int device, ortep_governor *governor, ortep_allocator **out);
 bool ortep__cuda_available(char *why, size_t len);
 ortep_status ortep__cuda_ep_create(ortep_governor *governor, ortep_ep **out);
 ortep_status ortep__cuda_device_info(int device, ortep_cuda_device_info *out);
