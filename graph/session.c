@@ -49,6 +49,7 @@ typedef struct slot {
   uint32_t first, last;
   bool persistent;  /* graph inputs/outputs: never share memory, shared by every graph of the session */
   bool bound;       /* an initializer bound in place or uploaded: not planned */
+  bool external;    /* options.external_values: the caller's memory (ortep_session_bind_value), not planned */
   uint32_t graph;   /* the graph whose steps use it (persistent: the first that declared it) */
   const void *src;  /* bound: the initializer's host data (graphs share one binding of the same bytes) */
   size_t src_bytes; /* bound: the initializer's size, as the graphs declare it */
@@ -138,6 +139,7 @@ struct ortep_session {
   void *staging; /* host bounce buffer for device-to-device copies across EPs */
   size_t staging_bytes;
   atomic_flag running; /* a run is in progress: an overlapping run is refused */
+  size_t unbound;      /* external values not bound yet: running is refused while any is */
   uint64_t *prof_ns;   /* options.profile: eager nanoseconds per step */
 };
 
@@ -482,6 +484,8 @@ static ortep_status build_steps(ortep_session *s, uint32_t gi, const ortep_node_
     if (!shared) {
       if ((st = add_slot(s, gi, v, e, dt, bytes, 0, &sl)) != ORTEP_OK) return st;
       s->slots[sl].persistent = true;
+      for (size_t x = 0; x < s->opts.n_external_values; x++)
+        if (!strcmp(s->opts.external_values[x], v)) s->slots[sl].external = true, s->unbound++;
       if (!ortep__strmap_put(&s->io, s->slots[sl].name, sl)) return oom("the value index");
     }
     if (!ortep__strmap_put(&var->home, s->slots[sl].name, sl)) return oom("the value index");
@@ -565,7 +569,8 @@ static ortep_status plan_part(ortep_session *s, uint32_t e, uint32_t gi, bool pe
   size_t n = 0;
   for (size_t i = 0; i < s->n_slots; i++) {
     const slot *x = &s->slots[i];
-    if (x->ep != e || x->bound || x->persistent != persistent || (!persistent && x->graph != gi)) continue;
+    if (x->ep != e || x->bound || x->external || x->persistent != persistent || (!persistent && x->graph != gi))
+      continue;
     /* persistent values live through every step of every graph */
     t[n] = (ortep_plan_tensor){x->bytes, SLOT_ALIGN, persistent ? 0 : x->first,
                                persistent ? (uint32_t)s->n_steps : x->last};
@@ -616,7 +621,7 @@ static ortep_status plan_memory(ortep_session *s) {
     }
     for (size_t i = 0; i < s->n_slots; i++) {
       slot *sl = &s->slots[i];
-      if (sl->ep != e || sl->bound) continue;
+      if (sl->ep != e || sl->bound || sl->external) continue;
       if ((st = ortep_arena_at(es->arena, sl->offset, sl->bytes, &sl->ptr)) != ORTEP_OK) goto out;
     }
   }
@@ -870,11 +875,25 @@ static ortep_status busy(void) {
                      "time");
 }
 
+static ortep_status unbound(const ortep_session *s, const char *call) {
+  const char *name = "?";
+  for (size_t i = 0; i < s->n_slots; i++)
+    if (s->slots[i].external && !s->slots[i].ptr) {
+      name = s->slots[i].name;
+      break;
+    }
+  return ortep__fail(ORTEP_E_STATE,
+                     "%s: external value '%s' (and %zu in all) has no memory yet; bind it with "
+                     "ortep_session_bind_value first",
+                     call, name, s->unbound);
+}
+
 ortep_status ortep_session_run_graph(ortep_session *s, size_t graph) {
   if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_run: session is NULL");
   if (graph >= s->n_graphs)
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "ortep_session_run_graph: graph %zu of a session of %zu", graph,
                        s->n_graphs);
+  if (s->unbound) return unbound(s, "ortep_session_run");
   if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire)) return busy();
   /* one check per step: with no tool attached the trace-free loop runs */
   variant *var = &s->graphs[graph];
@@ -887,6 +906,7 @@ ortep_status ortep_session_run(ortep_session *s) { return ortep_session_run_grap
 
 ortep_status ortep__session_run_untraced(ortep_session *s) {
   if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_run: session is NULL");
+  if (s->unbound) return unbound(s, "ortep_session_run");
   if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire)) return busy();
   ortep_status st = run_untraced(s, &s->graphs[0]);
   atomic_flag_clear_explicit(&s->running, memory_order_release);
@@ -970,6 +990,20 @@ static void drop_placement(ortep_session *s) {
   }
 }
 
+/* Every external value must name a graph input. */
+static ortep_status check_externals(const ortep_session *s) {
+  for (size_t x = 0; x < s->opts.n_external_values; x++) {
+    const char *v = s->opts.external_values[x];
+    uint32_t sl;
+    if (!v || !ortep__strmap_get(&s->io, v, &sl) || !s->slots[sl].external)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                         "external value '%s' is not a graph input of the session; external values are graph inputs "
+                         "whose memory the caller provides",
+                         v ? v : "(null)");
+  }
+  return ORTEP_OK;
+}
+
 ortep_status ortep_session_create_multi(const ortep_graph *const *graphs, size_t n_graphs, ortep_ep_registry *registry,
                                         const ortep_session_options *options, ortep_session **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_create: out is NULL");
@@ -1005,6 +1039,7 @@ ortep_status ortep_session_create_multi(const ortep_graph *const *graphs, size_t
   for (uint32_t gi = 0; st == ORTEP_OK && gi < s->n_graphs; gi++) st = place_graph(s, gi);
   for (uint32_t gi = 0; st == ORTEP_OK && gi < s->n_graphs; gi++) st = build_graph(s, gi);
   drop_placement(s);
+  if (st == ORTEP_OK) st = check_externals(s);
   if (st == ORTEP_OK) {
     ortep__trace_push(ORTEP__TRACE_MEMORY_PLANNING, s->n_slots);
     st = plan_memory(s);
@@ -1050,9 +1085,51 @@ ortep_status ortep_session_value(const ortep_session *s, const char *name, ortep
   return ORTEP_OK;
 }
 
-ortep_status ortep_session_write(ortep_session *s, const char *name, const void *src, size_t len) {
+/* A value that can be read or written: bound if external. */
+static ortep_status find_usable(const ortep_session *s, const char *name, const char *call, uint32_t *sl) {
+  ortep_status st = find_io(s, name, sl);
+  if (st == ORTEP_OK && !s->slots[*sl].ptr)
+    return ortep__fail(ORTEP_E_STATE,
+                       "%s '%s': the external value has no memory yet; bind it with "
+                       "ortep_session_bind_value first",
+                       call, name);
+  return st;
+}
+
+ortep_status ortep_session_bind_value(ortep_session *s, const char *name, void *ptr, size_t bytes) {
   uint32_t sl = 0;
   ortep_status st = find_io(s, name, &sl);
+  if (st != ORTEP_OK) return st;
+  slot *x = &s->slots[sl];
+  if (!x->external)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "binding '%s': it lives in the session's planned arena; only values named in "
+                       "options.external_values take the caller's memory",
+                       name);
+  if (!ptr || bytes != x->bytes || ((uintptr_t)ptr & (SLOT_ALIGN - 1)))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "binding '%s': needs %zu bytes at a %d-byte aligned address on %s (got %zu bytes at %p)", name,
+                       x->bytes, SLOT_ALIGN, ep_name(s, x->ep), bytes, ptr);
+  if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire)) return busy();
+  if (!x->ptr) s->unbound--;
+  bool moved = x->ptr && x->ptr != ptr;
+  x->ptr = ptr;
+  for (size_t i = 0; i < s->n_steps; i++) { /* the kernels' pointer arrays */
+    step *sp = &s->steps[i];
+    if (sp->kind != STEP_NODE || !sp->in_ptrs) continue;
+    for (size_t j = 0; j < sp->n_in; j++)
+      if (sp->in[j] == sl) sp->in_ptrs[j] = ptr;
+    for (size_t j = 0; j < sp->n_out; j++)
+      if (sp->out[j] == sl) sp->out_ptrs[j] = ptr;
+  }
+  if (moved) reset_graphs(s);
+  atomic_flag_clear_explicit(&s->running, memory_order_release);
+  return ORTEP_OK;
+}
+
+ortep_status ortep_session_write(ortep_session *s, const char *name, const void *src, size_t len) {
+  uint32_t sl = 0;
+  ortep_status st = find_usable(s, name, "writing", &sl);
   if (st != ORTEP_OK) return st;
   if (len != s->slots[sl].bytes)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "writing '%s': %zu bytes given, the value holds %zu", name, len,
@@ -1063,7 +1140,7 @@ ortep_status ortep_session_write(ortep_session *s, const char *name, const void 
 
 ortep_status ortep_session_read(ortep_session *s, const char *name, void *dst, size_t len) {
   uint32_t sl = 0;
-  ortep_status st = find_io(s, name, &sl);
+  ortep_status st = find_usable(s, name, "reading", &sl);
   if (st != ORTEP_OK) return st;
   if (len > s->slots[sl].bytes)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "reading '%s': %zu bytes asked, the value holds %zu", name, len,

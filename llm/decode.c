@@ -327,7 +327,10 @@ static ortep_status open_session(ortep_decoder *d, const ortep_decoder_options *
   if ((st = ortep__llama_build_redraw(d->model, d->max_seq, &d->graphs[d->n_graphs])) != ORTEP_OK) return st;
   if (d->n_graphs > 1 && !(d->positions = ortep__malloc(d->tokens[1] * sizeof *d->positions)))
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for %zu prefill positions", d->tokens[1]);
-  ortep_session_options so = {o->eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH, o->forced_seams, o->seam_every, o->profile};
+  ortep_session_options so = {.mode = o->eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH,
+                              .forced_seams = o->forced_seams,
+                              .seam_every = o->seam_every,
+                              .profile = o->profile};
   st =
       ortep_session_create_multi((const ortep_graph *const *)d->graphs, d->n_graphs + 1, d->registry, &so, &d->session);
   if (st == ORTEP_OK) d->prepared = ortep__model_release_prepared(d->model, d->session);

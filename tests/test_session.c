@@ -334,6 +334,63 @@ START_TEST(values_and_io_checks) {
 }
 END_TEST
 
+/* External values: x in the caller's memory, not the arena; unbound, the
+ * session refuses to run; rebound, a captured graph follows the new memory. */
+START_TEST(external_values_live_in_the_callers_memory) {
+  ortep_ep_registry *r = registry(false, false);
+  ortep_graph *g = small_graph(ortep_ep_registry_get(r, 0));
+  ortep_session *s;
+  const char *bad[] = {"a"}, *ext[] = {"x"};
+  ck_assert_status(
+      ortep_session_create(g, r, &(ortep_session_options){.external_values = bad, .n_external_values = 1}, &s),
+      ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("external value 'a' is not a graph input");
+  ortep_session_stats planned, ext_stats;
+  ck_assert_ok(ortep_session_create(g, r, NULL, &s));
+  ortep_session_get_stats(s, &planned);
+  ortep_session_destroy(s);
+  ck_assert_ok(ortep_session_create(
+      g, r, &(ortep_session_options){.mode = ORTEP_RUN_GRAPH, .external_values = ext, .n_external_values = 1}, &s));
+  ortep_session_get_stats(s, &ext_stats);
+  ck_assert_uint_lt(ext_stats.planned_bytes, planned.planned_bytes); /* x is not in the arena */
+  void *p = (void *)1;
+  ck_assert_ok(ortep_session_value(s, "x", NULL, &p, NULL));
+  ck_assert_ptr_null(p);
+  ck_assert_status(ortep_session_run(s), ORTEP_E_STATE);
+  ck_assert_error_mentions("external value 'x' (and 1 in all) has no memory yet");
+  float x[8] = {0};
+  ck_assert_status(ortep_session_write(s, "x", x, sizeof x), ORTEP_E_STATE);
+  ck_assert_error_mentions("bind it with ortep_session_bind_value");
+  _Alignas(256) float m1[8], m2[8];
+  ck_assert_status(ortep_session_bind_value(s, "x", m1, 16), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("needs 32 bytes at a 256-byte aligned address");
+  ck_assert_status(ortep_session_bind_value(s, "x", (char *)m1 + 4, 32), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_status(ortep_session_bind_value(s, "y", m1, 32), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("only values named in options.external_values");
+  ck_assert_ok(ortep_session_bind_value(s, "x", m1, sizeof m1));
+  ck_assert_ok(ortep_session_value(s, "x", NULL, &p, NULL));
+  ck_assert_ptr_eq(p, m1);
+  /* the caller writes the memory directly; the session computes from it */
+  float want[16], y[16];
+  run_graph(r, g, ORTEP_RUN_EAGER, 2, want, NULL);
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 8; i++) m1[i] = m2[i] = (float)(i - 3) * 0.5f + (float)k;
+    if (k == 1) ck_assert_ok(ortep_session_bind_value(s, "x", m2, sizeof m2)); /* after a capture */
+    if (k == 1) memset(m1, 0, sizeof m1);                                      /* the old memory is no longer read */
+    ck_assert_ok(ortep_session_run(s));
+    ck_assert_ok(ortep_session_read(s, "y", y + 8 * k, 8 * sizeof *y));
+  }
+  ck_assert_mem_eq(y, want, sizeof y);
+  ck_assert_ok(ortep_session_read(s, "x", x, sizeof x));
+  ck_assert_mem_eq(x, m2, sizeof x);
+  ortep_session_get_stats(s, &ext_stats);
+  ck_assert_uint_eq(ext_stats.captures, 2); /* the rebinding dropped the first */
+  ortep_session_destroy(s);
+  ortep_graph_destroy(g);
+  ortep_ep_registry_destroy(r);
+}
+END_TEST
+
 /* x -> Sigmoid -> a; a * w2 -> y: the same input and output names as
  * small_graph (shared by a multi-graph session), another computation; y_len
  * other than 8 declares x and y [1, y_len], which conflicts. */
@@ -429,6 +486,7 @@ int main(void) {
   tcase_add_test(tc, recording_failure_becomes_a_seam_and_replay_still_matches);
   tcase_add_test(tc, unplaceable_nodes_and_bad_graphs_are_named);
   tcase_add_test(tc, values_and_io_checks);
+  tcase_add_test(tc, external_values_live_in_the_callers_memory);
   tcase_add_test(tc, graphs_of_one_session_share_io_and_memory);
   suite_add_tcase(su, tc);
   return test_run(su);

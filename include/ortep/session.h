@@ -59,6 +59,12 @@ typedef struct ortep_session_options {
   /* Time every step of an eager run (two clock reads per node): read with
    * ortep_session_profile. Off by default. */
   bool profile;
+  /* Graph inputs whose memory the caller provides (KV caches on virtual
+   * backing): they are left out of the planned arena, and each must be bound
+   * with ortep_session_bind_value before the first run. Every name must be a
+   * graph input of some graph of the session. */
+  const char *const *external_values;
+  size_t n_external_values;
 } ortep_session_options;
 
 typedef struct ortep_session_stats {
@@ -102,6 +108,14 @@ ORTEP_API void ortep_session_destroy(ortep_session *session);
  * EP's planned arena; fixed for the session's lifetime) and size. */
 ORTEP_API ortep_status ortep_session_value(const ortep_session *session, const char *name, ortep_ep **ep,
                                            void **device_ptr, size_t *bytes);
+/* Gives external value `name` (options.external_values) its memory: bytes
+ * (exactly the value's size) at ptr, on the value's EP (ortep_session_value
+ * says which) and 256-byte aligned; the caller keeps it valid, at the same
+ * address, until the session is destroyed or the value is bound again. A
+ * rebinding drops the captured graphs (they hold the old address). Before
+ * every external value is bound, ortep_session_value gives a NULL pointer
+ * and running, writing or reading is refused (ORTEP_E_STATE). */
+ORTEP_API ortep_status ortep_session_bind_value(ortep_session *session, const char *name, void *ptr, size_t bytes);
 /* Host -> a graph input / graph output -> host, through the owning EP. */
 ORTEP_API ortep_status ortep_session_write(ortep_session *session, const char *name, const void *src, size_t len);
 ORTEP_API ortep_status ortep_session_read(ortep_session *session, const char *name, void *dst, size_t len);
