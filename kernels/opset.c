@@ -359,13 +359,16 @@ static bool check_gqa(ctx *c) {
   size_t cap = 0;
   for (int i = 3; i < 5; i++) {
     const ortep_shape *s = &c->shapes[i];
-    bool r3 = s->rank == 3 && (size_t)s->dims[0] == (size_t)kv && (size_t)s->dims[2] == hd;
-    bool r4 = s->rank == 4 && s->dims[0] == 1 && (size_t)s->dims[1] == (size_t)kv && (size_t)s->dims[3] == hd;
+    /* position-major (BSNH): one position's heads side by side, so the
+     * positions written so far are one prefix of the cache's memory */
+    bool r3 = s->rank == 3 && (size_t)s->dims[1] == (size_t)kv && (size_t)s->dims[2] == hd;
+    bool r4 = s->rank == 4 && s->dims[0] == 1 && (size_t)s->dims[2] == (size_t)kv && (size_t)s->dims[3] == hd;
     if (c->dtypes[i] != ORTEP_DTYPE_F32 || !(r3 || r4))
       return refuse(c,
-                    "%s must be the f32 KV cache [kv_num_heads, capacity, head_dim] (or [1, kv, capacity, head_dim])",
+                    "%s must be the f32 KV cache [capacity, kv_num_heads, head_dim] (or [1, capacity, kv, head_dim]): "
+                    "position-major, not ONNX Runtime's [batch, kv, capacity, head_dim]",
                     i == 3 ? "past_key" : "past_value");
-    cap = (size_t)s->dims[r3 ? 1 : 2];
+    cap = (size_t)s->dims[r3 ? 0 : 1];
   }
   if (!ortep_shape_equal(&c->shapes[3], &c->shapes[4]))
     return refuse(c, "past_key and past_value must have the same shape");

@@ -227,7 +227,7 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   ortep_graph_set_opset(b.g, "", 17);
   ortep_graph_set_opset(b.g, ORTEP_DOMAIN_MS, 1);
   ortep_graph_set_opset(b.g, ORTEP_DOMAIN_ORTEP, 1);
-  ortep_shape ids = {2, {1, (int64_t)tokens}}, cache = {3, {KV, S, HD}};
+  ortep_shape ids = {2, {1, (int64_t)tokens}}, cache = {3, {S, KV, HD}};
   char tok_in[64], pos_in[64];
   ortep__llama_input_names(tokens, tok_in, pos_in, sizeof tok_in);
   b.st = ortep_graph_add_input(b.g, tok_in, ORTEP_DTYPE_I32, &ids);

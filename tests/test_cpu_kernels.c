@@ -399,8 +399,8 @@ START_TEST(split_across_workers_bitwise_equal_to_one_thread) {
     g_cpu = cpu_with_threads(threads[t]);
     tattr at[] = {{"num_heads", 0, NH, 0}, {"kv_num_heads", 0, KV, 0}};
     tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q}, {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
-                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v}, {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc},
-                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc},  {ORTEP_DTYPE_I32, SHAPE(1), &pos}};
+                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v}, {ORTEP_DTYPE_F32, SHAPE(CAP, KV, HD), kc},
+                 {ORTEP_DTYPE_F32, SHAPE(CAP, KV, HD), vc},  {ORTEP_DTYPE_I32, SHAPE(1), &pos}};
     ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){att[t]}, 1));
     tin lins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, K), x}, {ORTEP_DTYPE_F32, SHAPE(N, K), w}};
     ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, lins, 2, (void *[]){lin[t]}, 1));
@@ -438,25 +438,25 @@ START_TEST(group_query_attention_decode_steps_and_bad_slots) {
     double want[NH * HD];
     fill(&r, q, NH * HD, 1.0f), fill(&r, k, KV * HD, 1.0f), fill(&r, v, KV * HD, 1.0f);
     tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q}, {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
-                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v}, {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc},
-                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc},  {ORTEP_DTYPE_I32, SHAPE(1), &p}};
+                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v}, {ORTEP_DTYPE_F32, SHAPE(CAP, KV, HD), kc},
+                 {ORTEP_DTYPE_F32, SHAPE(CAP, KV, HD), vc},  {ORTEP_DTYPE_I32, SHAPE(1), &p}};
     ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){out}, 1));
     for (int g = 0; g < KV; g++)
       for (int i = 0; i < HD; i++)
-        kref[(g * CAP + p) * HD + i] = k[g * HD + i], vref[(g * CAP + p) * HD + i] = v[g * HD + i];
+        kref[(p * KV + g) * HD + i] = k[g * HD + i], vref[(p * KV + g) * HD + i] = v[g * HD + i];
     for (int h = 0; h < NH; h++) {
       int g = h / (NH / KV);
       double sc[CAP], mx = -1e300, den = 0;
       for (int t = 0; t <= p; t++) {
         double d = 0;
-        for (int i = 0; i < HD; i++) d += (double)q[h * HD + i] * kref[(g * CAP + t) * HD + i];
+        for (int i = 0; i < HD; i++) d += (double)q[h * HD + i] * kref[(t * KV + g) * HD + i];
         sc[t] = d / sqrt((double)HD);
         mx = sc[t] > mx ? sc[t] : mx;
       }
       for (int t = 0; t <= p; t++) den += (sc[t] = exp(sc[t] - mx));
       for (int i = 0; i < HD; i++) {
         double s = 0;
-        for (int t = 0; t <= p; t++) s += sc[t] / den * vref[(g * CAP + t) * HD + i];
+        for (int t = 0; t <= p; t++) s += sc[t] / den * vref[(t * KV + g) * HD + i];
         want[h * HD + i] = s;
       }
     }
@@ -470,8 +470,8 @@ START_TEST(group_query_attention_decode_steps_and_bad_slots) {
   fill(&r, q, NH * HD, 1.0f), fill(&r, k, KV * HD, 1.0f), fill(&r, v, KV * HD, 1.0f);
   int32_t bad = CAP;
   tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q}, {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
-               {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v}, {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc},
-               {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc},  {ORTEP_DTYPE_I32, SHAPE(1), &bad}};
+               {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v}, {ORTEP_DTYPE_F32, SHAPE(CAP, KV, HD), kc},
+               {ORTEP_DTYPE_F32, SHAPE(CAP, KV, HD), vc},  {ORTEP_DTYPE_I32, SHAPE(1), &bad}};
   memset(out, 0x7f, sizeof out);
   ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){out}, 1));
   ck_assert_uint_eq(error_bits(), ORTEP_ERROR_KV_SLOT);
@@ -854,15 +854,15 @@ START_TEST(group_query_attention_over_a_chunk_matches_token_steps) {
   int32_t pos[T];
   for (int t = 0; t < T; t++) pos[t] = P0 + t;
   tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, T, NH * HD), q},   {ORTEP_DTYPE_F32, SHAPE(1, T, KV * HD), k},
-               {ORTEP_DTYPE_F32, SHAPE(1, T, KV * HD), v},   {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc[0]},
-               {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc[0]}, {ORTEP_DTYPE_I32, SHAPE(1, T), pos}};
+               {ORTEP_DTYPE_F32, SHAPE(1, T, KV * HD), v},   {ORTEP_DTYPE_F32, SHAPE(CAP, KV, HD), kc[0]},
+               {ORTEP_DTYPE_F32, SHAPE(CAP, KV, HD), vc[0]}, {ORTEP_DTYPE_I32, SHAPE(1, T), pos}};
   ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){chunk}, 1));
   for (int t = 0; t < T; t++) {
     tin one[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q + t * NH * HD},
                  {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k + t * KV * HD},
                  {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v + t * KV * HD},
-                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), kc[1]},
-                 {ORTEP_DTYPE_F32, SHAPE(KV, CAP, HD), vc[1]},
+                 {ORTEP_DTYPE_F32, SHAPE(CAP, KV, HD), kc[1]},
+                 {ORTEP_DTYPE_F32, SHAPE(CAP, KV, HD), vc[1]},
                  {ORTEP_DTYPE_I32, SHAPE(1), &pos[t]}};
     ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, one, 6, (void *[]){steps + t * NH * HD}, 1));
   }
@@ -895,8 +895,8 @@ START_TEST(group_query_attention_over_a_chunk_matches_token_steps) {
   for (int t = 0; t < 2; t++) {
     g_cpu = cpu_with_threads(threads[t]);
     tin bins[] = {{ORTEP_DTYPE_F32, SHAPE(1, BT, BNH * HD), bq}, {ORTEP_DTYPE_F32, SHAPE(1, BT, KV * HD), bk},
-                  {ORTEP_DTYPE_F32, SHAPE(1, BT, KV * HD), bv},  {ORTEP_DTYPE_F32, SHAPE(KV, BCAP, HD), bkc},
-                  {ORTEP_DTYPE_F32, SHAPE(KV, BCAP, HD), bvc},   {ORTEP_DTYPE_I32, SHAPE(1, BT), bpos}};
+                  {ORTEP_DTYPE_F32, SHAPE(1, BT, KV * HD), bv},  {ORTEP_DTYPE_F32, SHAPE(BCAP, KV, HD), bkc},
+                  {ORTEP_DTYPE_F32, SHAPE(BCAP, KV, HD), bvc},   {ORTEP_DTYPE_I32, SHAPE(1, BT), bpos}};
     ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, bat, 2, bins, 6, (void *[]){bout[t]}, 1));
     ck_assert_uint_eq(error_bits(), 0);
     ortep_ep_destroy(g_cpu);

@@ -165,7 +165,7 @@ ORTEP_API size_t ortep_decoder_vocab_size(const ortep_decoder *decoder);
 ORTEP_API size_t ortep_decoder_max_seq_len(const ortep_decoder *decoder);
 /* The name of a layer's KV cache in the decode-step graph ("past_key.3",
  * "past_value.3"): a session value (ortep_session_value) of f32
- * [kv_heads, max_seq_len, head_dim]. Writes into buf; returns buf. */
+ * [max_seq_len, kv_heads, head_dim] (position-major). Writes into buf; returns buf. */
 ORTEP_API const char *ortep_decoder_kv_name(size_t layer, bool value, char *buf, size_t len);
 /* The device error word seen at the last failed step (0 when none). */
 ORTEP_API uint32_t ortep_decoder_last_error_bits(const ortep_decoder *decoder);

@@ -542,8 +542,8 @@ void ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, flo
     size_t slot = (size_t)p;
     const float *kt = k + t * kv_heads * head_dim, *vt = v + t * kv_heads * head_dim;
     for (size_t g = 0; g < kv_heads; g++) {
-      memcpy(k_cache + (g * capacity + slot) * head_dim, kt + g * head_dim, head_dim * sizeof *k);
-      memcpy(v_cache + (g * capacity + slot) * head_dim, vt + g * head_dim, head_dim * sizeof *v);
+      memcpy(k_cache + (slot * kv_heads + g) * head_dim, kt + g * head_dim, head_dim * sizeof *k);
+      memcpy(v_cache + (slot * kv_heads + g) * head_dim, vt + g * head_dim, head_dim * sizeof *v);
     }
   }
 }
@@ -551,25 +551,25 @@ void ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, flo
 void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos, size_t heads,
                           size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *sc, float *out,
                           size_t i0, size_t i1) {
-  size_t group = heads / kv_heads;
+  size_t group = heads / kv_heads, row = kv_heads * head_dim; /* position-major caches */
   for (size_t item = i0; item < i1; item++) {
     size_t t = item / heads, h = item % heads, g = h / group;
     int32_t p = pos[t];
     if (p < 0 || (size_t)p >= capacity) continue; /* zeroed and latched by write_kv */
     size_t slot = (size_t)p;
     const float *qh = q + item * head_dim;
-    const float *kc = k_cache + g * capacity * head_dim;
-    const float *vc = v_cache + g * capacity * head_dim;
+    const float *kc = k_cache + g * head_dim;
+    const float *vc = v_cache + g * head_dim;
     float mx = -INFINITY;
     for (size_t s = 0; s <= slot; s++) {
-      sc[s] = dots.f32(qh, kc + s * head_dim, head_dim) * scale;
+      sc[s] = dots.f32(qh, kc + s * row, head_dim) * scale;
       if (sc[s] > mx) mx = sc[s];
     }
     float denom = 0.0f;
     for (size_t s = 0; s <= slot; s++) denom += (sc[s] = expf(sc[s] - mx));
     float *oh = out + item * head_dim;
     memset(oh, 0, head_dim * sizeof *oh);
-    for (size_t s = 0; s <= slot; s++) dots.axpy(sc[s] / denom, vc + s * head_dim, oh, head_dim);
+    for (size_t s = 0; s <= slot; s++) dots.axpy(sc[s] / denom, vc + s * row, oh, head_dim);
   }
 }
 
@@ -584,12 +584,13 @@ void ortep__cpu_gqa_chunk_heads(const float *q, const float *k_cache, const floa
                                 size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
                                 float scale, float *scores, float *out, size_t h0, size_t h1) {
   size_t group = heads / kv_heads, p0 = (size_t)pos[0], span = p0 + tokens, row = heads * head_dim;
+  size_t kv_row = kv_heads * head_dim; /* position-major caches: position s of head g at s * kv_row + g * head_dim */
   for (size_t h = h0; h < h1; h++) {
     size_t g = h / group;
-    const float *kc = k_cache + g * capacity * head_dim, *vc = v_cache + g * capacity * head_dim;
+    const float *kc = k_cache + g * head_dim, *vc = v_cache + g * head_dim;
     /* scores[t, s] = q_t . k_s over every position the chunk reaches */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)tokens, (int)span, (int)head_dim, scale, q + h * head_dim,
-                (int)row, kc, (int)head_dim, 0.0f, scores, (int)span);
+                (int)row, kc, (int)kv_row, 0.0f, scores, (int)span);
     for (size_t t = 0; t < tokens; t++) { /* causal: token t sees positions 0..p0 + t */
       float *sc = scores + t * span, mx = -INFINITY, denom = 0.0f;
       size_t last = p0 + t;
@@ -600,7 +601,7 @@ void ortep__cpu_gqa_chunk_heads(const float *q, const float *k_cache, const floa
       for (size_t s2 = last + 1; s2 < span; s2++) sc[s2] = 0.0f;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)tokens, (int)head_dim, (int)span, 1.0f, scores,
-                (int)span, vc, (int)head_dim, 0.0f, out + h * head_dim, (int)row);
+                (int)span, vc, (int)kv_row, 0.0f, out + h * head_dim, (int)row);
   }
 }
 

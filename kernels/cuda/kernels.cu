@@ -384,7 +384,7 @@ __global__ void k_kv_write(const float *k, const float *v, float *kc, float *vc,
     if (e == 0) atomicOr(err, BIT_KV);
     return;
   }
-  size_t g = e / hd, d = e % hd, at = (g * cap + (size_t)p) * hd + d;
+  size_t g = e / hd, d = e % hd, at = ((size_t)p * kv + g) * hd + d; /* position-major caches */
   kc[at] = k[i];
   vc[at] = v[i];
 }
@@ -408,12 +408,14 @@ __global__ void k_gqa(const float *q, const float *kc, const float *vc, const in
     for (size_t d = threadIdx.x; d < hd; d += blockDim.x) oh[d] = 0.0f;
     return;
   }
-  const float *qh = q + item * hd, *K = kc + g * cap * hd, *V = vc + g * cap * hd;
+  /* position-major caches: position t of head g at t * kv * hd + g * hd */
+  const float *qh = q + item * hd, *K = kc + g * hd, *V = vc + g * hd;
+  size_t row = kv * hd;
   float *sc = scores + item * cap;
   unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   for (int t = (int)warp; t <= p; t += (int)warps) {
     float d = 0.0f;
-    for (size_t i = lane; i < hd; i += 32) d += qh[i] * K[(size_t)t * hd + i];
+    for (size_t i = lane; i < hd; i += 32) d += qh[i] * K[(size_t)t * row + i];
     d = warp_sum(d);
     if (lane == 0) sc[t] = d * scale;
   }
@@ -430,7 +432,7 @@ __global__ void k_gqa(const float *q, const float *kc, const float *vc, const in
     float acc = 0.0f;
     if (tg < groups) {
 #pragma unroll 4
-      for (int t = (int)tg; t <= p; t += (int)groups) acc += sc[t] * V[(size_t)t * hd + d];
+      for (int t = (int)tg; t <= p; t += (int)groups) acc += sc[t] * V[(size_t)t * row + d];
     }
     part[threadIdx.x] = acc;
     __syncthreads();
@@ -443,7 +445,7 @@ __global__ void k_gqa(const float *q, const float *kc, const float *vc, const in
     for (size_t d = threadIdx.x; d < hd; d += blockDim.x) {
       float acc = 0.0f;
 #pragma unroll 4
-      for (int t = 0; t <= p; t++) acc += sc[t] * V[(size_t)t * hd + d];
+      for (int t = 0; t <= p; t++) acc += sc[t] * V[(size_t)t * row + d];
       oh[d] = acc / den;
     }
   }
