@@ -44,6 +44,8 @@ struct ortep_decoder {
   size_t tokens[ORTEP__MAX_BUCKETS + 1];
   size_t n_graphs;
   ortep_session *session;
+  ortep__kv *kv;  /* the KV caches: reserved for max_seq positions, committed as they are held (kv.c) */
+  int32_t *ids;   /* the token at each position the caches hold (ids[0, pos)) */
   /* every graph's token-id and position inputs (session values) */
   char in_name[ORTEP__MAX_BUCKETS + 1][2][64];
   int32_t *positions; /* host staging for a chunk's positions (the largest bucket) */
@@ -82,6 +84,8 @@ struct ortep_decoder {
 void ortep_decoder_close(ortep_decoder *d) {
   if (!d) return;
   ortep_session_destroy(d->session); /* graphs reset before arenas go */
+  ortep__kv_close(d->kv);            /* and before the caches they point into */
+  ortep__free(d->ids);
   for (size_t g = 0; g <= d->n_graphs; g++) ortep_graph_destroy(d->graphs[g]);
   ortep__free(d->positions);
   ortep_model_close(d->model);
@@ -128,21 +132,6 @@ static ortep_status apply_governor_config(ortep_governor *g, const ortep_config 
   return ORTEP_OK;
 }
 
-/* Clears a value (a KV cache) in place from a small static block of zeros:
- * no temporary buffer the size of the cache. */
-static ortep_status zero_value(ortep_decoder *d, const char *name) {
-  static const unsigned char zeros[64 << 10];
-  ortep_ep *ep;
-  void *p;
-  size_t bytes;
-  ortep_buffer b;
-  ortep_status st = ortep_session_value(d->session, name, &ep, &p, &bytes);
-  if (st == ORTEP_OK) st = ortep_buffer_wrap_borrowed_mut(p, ortep_ep_device(ep), bytes, 1, &b);
-  for (size_t at = 0; st == ORTEP_OK && at < bytes; at += sizeof zeros)
-    st = ortep_ep_copy_from_host_at(ep, zeros, bytes - at < sizeof zeros ? bytes - at : sizeof zeros, &b, at);
-  return st;
-}
-
 /* Default host budget when the caller sets none: three quarters of physical
  * memory, so an absurd config is refused with an ortep error instead of
  * ending in the kernel's OOM killer. */
@@ -169,20 +158,23 @@ static ortep_status check_size(ortep_decoder *d, const ortep_model_config *c, bo
   uint64_t T = d->tokens[1 < d->n_graphs ? 1 : 0];
   uint64_t chunk = (2 * T * (8 * H + 3 * q + 4 * kv + 3 * I) + 2 * V) * f;
   if (d->n_graphs > 1 && chunk > act) act = chunk;
-  uint64_t need = (on_host ? kv_bytes + act : 0) + rope, budget = ortep_governor_budget(d->governor, ORTEP_TIER_HOST);
+  /* the KV caches are reserved, not committed: what must fit now is the rest,
+   * and the caches may grow to their capacity within what is left */
+  uint64_t need = (on_host ? act : 0) + rope, budget = ortep_governor_budget(d->governor, ORTEP_TIER_HOST);
   ortep_mem_stats used;
   ortep_governor_get_stats(d->governor, ORTEP_TIER_HOST, &used);
   if (budget == ORTEP_BUDGET_UNLIMITED || (used.current_bytes <= budget && need <= budget - used.current_bytes))
     return ORTEP_OK;
   char b[6][32];
   return ortep__fail(ORTEP_E_BUDGET_EXCEEDED,
-                     "the decoder needs about %s of host memory (KV caches %s for max_seq_len %zu, activations up to "
-                     "%s, rotary tables %s) but the host budget is %s with %s in use; lower max_seq_len, or raise "
-                     "ortep.host.budget_bytes",
+                     "the decoder needs about %s of host memory up front (activations up to %s, rotary tables %s; "
+                     "the KV caches, up to %s for max_seq_len %zu, are committed as tokens arrive) but the host "
+                     "budget is %s with %s in use; lower max_seq_len, or raise ortep.host.budget_bytes",
                      ortep__format_bytes(need, b[0], 32),
-                     on_host ? ortep__format_bytes(kv_bytes, b[1], 32) : "0 B (on the GPU)", d->max_seq,
                      on_host ? ortep__format_bytes(act, b[2], 32) : "0 B (on the GPU)",
-                     ortep__format_bytes(rope, b[3], 32), ortep__format_bytes(budget, b[4], 32),
+                     ortep__format_bytes(rope, b[3], 32),
+                     on_host ? ortep__format_bytes(kv_bytes, b[1], 32) : "0 B (on the GPU)", d->max_seq,
+                     ortep__format_bytes(budget, b[4], 32),
                      ortep__format_bytes(used.current_bytes, b[5], 32));
 }
 
@@ -304,7 +296,7 @@ static ortep_status open_weights(ortep_decoder *d, const char *dir, const ortep_
 static ortep_status size_steps(ortep_decoder *d, const ortep_decoder_options *o) {
   const ortep_model_config *c = ortep_model_get_config(d->model);
   size_t limit = (size_t)c->max_position_embeddings;
-  d->max_seq = o->max_seq_len ? o->max_seq_len : (limit < 1024 ? limit : 1024);
+  d->max_seq = o->max_seq_len ? o->max_seq_len : limit; /* reserved, not committed: the whole context costs nothing */
   if (d->max_seq > limit || d->max_seq > INT32_MAX)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "max_seq_len %zu exceeds the model's max_position_embeddings %zu",
                        d->max_seq, limit);
@@ -327,13 +319,27 @@ static ortep_status open_session(ortep_decoder *d, const ortep_decoder_options *
   if ((st = ortep__llama_build_redraw(d->model, d->max_seq, &d->graphs[d->n_graphs])) != ORTEP_OK) return st;
   if (d->n_graphs > 1 && !(d->positions = ortep__malloc(d->tokens[1] * sizeof *d->positions)))
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for %zu prefill positions", d->tokens[1]);
+  /* the KV caches are the decoder's (kv.c), not the arena's */
+  size_t layers = (size_t)ortep_model_get_config(d->model)->num_hidden_layers;
+  char(*kv_names)[32] = ortep__calloc(2 * layers, sizeof *kv_names);
+  const char **ext = ortep__calloc(2 * layers, sizeof *ext);
+  if (!kv_names || !ext) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for the KV caches' names");
+  for (size_t i = 0; st == ORTEP_OK && i < 2 * layers; i++)
+    ext[i] = ortep_decoder_kv_name(i / 2, i % 2, kv_names[i], sizeof kv_names[i]);
   ortep_session_options so = {.mode = o->eager ? ORTEP_RUN_EAGER : ORTEP_RUN_GRAPH,
                               .forced_seams = o->forced_seams,
                               .seam_every = o->seam_every,
-                              .profile = o->profile};
-  st =
-      ortep_session_create_multi((const ortep_graph *const *)d->graphs, d->n_graphs + 1, d->registry, &so, &d->session);
+                              .profile = o->profile,
+                              .external_values = ext,
+                              .n_external_values = 2 * layers};
+  if (st == ORTEP_OK)
+    st = ortep_session_create_multi((const ortep_graph *const *)d->graphs, d->n_graphs + 1, d->registry, &so,
+                                    &d->session);
+  ortep__free(kv_names), ortep__free(ext);
   if (st == ORTEP_OK) d->prepared = ortep__model_release_prepared(d->model, d->session);
+  if (st == ORTEP_OK) st = ortep__kv_open(d->session, layers, d->max_seq, d->governor, o->host_allocator, &d->kv);
+  if (st == ORTEP_OK && !(d->ids = ortep__malloc(d->max_seq * sizeof *d->ids)))
+    st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for the ids of %zu positions", d->max_seq);
   return st;
 }
 
@@ -347,15 +353,11 @@ static bool runs_nodes(const ortep_decoder *d, const ortep_ep *ep) {
 }
 
 /* Step 6: the state a step starts from: greedy parameters on the device,
- * zeroed KV caches, the other EPs whose words the sync must fold in, clean
- * error words. */
+ * the other EPs whose words the sync must fold in, clean error words. (The
+ * KV caches need no clearing: a position is written before it is read.) */
 static ortep_status prime_state(ortep_decoder *d) {
   ortep_status st = ortep_session_value(d->session, ORTEP_OUTPUT_RESULT, &d->ep, NULL, NULL);
   if (st == ORTEP_OK) st = write_params(d);
-  const ortep_model_config *c = ortep_model_get_config(d->model);
-  char name[64];
-  for (size_t l = 0; st == ORTEP_OK && l < (size_t)c->num_hidden_layers; l++)
-    for (int v = 0; st == ORTEP_OK && v < 2; v++) st = zero_value(d, ortep_decoder_kv_name(l, v, name, sizeof name));
   for (uint32_t i = 0; st == ORTEP_OK && i < ortep_ep_registry_count(d->registry); i++) {
     ortep_ep *ep = ortep_ep_registry_get(d->registry, i);
     if (ep != d->ep && ortep_ep_error_word_ptr(ep) && runs_nodes(d, ep) &&
@@ -426,7 +428,15 @@ static ortep_status launch(ortep_decoder *d, size_t g, const int32_t *ids, int32
     pos = d->positions;
   }
   d->last_token = ids[n - 1];
-  ortep_status st = write_params(d);
+  ortep_status st = ORTEP_OK;
+  /* memory for the positions this launch writes, committed before it runs
+   * (never inside a captured graph); a position outside the cache is the
+   * device's to refuse (KV_SLOT), so nothing is held or recorded for it */
+  if (position >= 0 && (size_t)position + n <= d->max_seq) {
+    st = ortep__kv_hold(d->kv, (size_t)position + n);
+    memcpy(d->ids + position, ids, n * sizeof *ids);
+  }
+  if (st == ORTEP_OK) st = write_params(d);
   if (st == ORTEP_OK) st = ortep_session_write(d->session, d->in_name[g][0], ids, n * sizeof *ids);
   if (st == ORTEP_OK) st = ortep_session_write(d->session, d->in_name[g][1], pos, n * sizeof *pos);
   if (st == ORTEP_OK) st = ortep_session_run_graph(d->session, g);
@@ -659,6 +669,72 @@ ortep_status ortep_decoder_prefill(ortep_decoder *d, const int32_t *tokens, size
   return st != ORTEP_OK ? st : leave(d, prefill(d, tokens, n, next));
 }
 
+/* The decoder forgets positions n.. : nothing pending, the memory past n
+ * given back. */
+static ortep_status drop_to(ortep_decoder *d, size_t n) {
+  d->pos = n;
+  d->have_next = false;
+  d->fed = true;
+  d->logits_valid = false;
+  return ortep__kv_drop(d->kv, n);
+}
+
+static ortep_status prefill_conversation(ortep_decoder *d, const int32_t *ids, size_t n, int32_t *next,
+                                         size_t *reused) {
+  if (d->failed) return refuse_failed(d);
+  if (n == 0) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_prefill_conversation: the conversation is empty");
+  /* an emitted token not yet run is held in all but memory: run it if the
+   * conversation continues with it, forget it otherwise */
+  size_t held = d->pos, common = 0;
+  bool pending = d->have_next && !d->fed;
+  while (common < held && common < n && d->ids[common] == ids[common]) common++;
+  if (pending && common == held && n > held && ids[held] == d->next) {
+    ortep_status st = feed_emitted(d, 0);
+    if (st != ORTEP_OK) return st;
+    common = ++held;
+  }
+  if (common == n) common = n - 1; /* the last id runs: its logits choose next */
+  ortep_status st = common < d->pos || pending ? drop_to(d, common) : ORTEP_OK;
+  if (st != ORTEP_OK) return st;
+  if (reused) *reused = common;
+  return prefill(d, ids + common, n - common, next);
+}
+
+ortep_status ortep_decoder_prefill_conversation(ortep_decoder *d, const int32_t *ids, size_t n, int32_t *next,
+                                                size_t *reused) {
+  if (reused) *reused = 0;
+  if (!d || (n && !ids))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_prefill_conversation: NULL argument");
+  ortep_status st = enter(d, "ortep_decoder_prefill_conversation");
+  return st != ORTEP_OK ? st : leave(d, prefill_conversation(d, ids, n, next, reused));
+}
+
+ortep_status ortep_decoder_truncate(ortep_decoder *d, size_t n) {
+  if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_truncate: decoder is NULL");
+  ortep_status st = enter(d, "ortep_decoder_truncate");
+  if (st != ORTEP_OK) return st;
+  if (n > d->pos)
+    return leave(d, ortep__fail(ORTEP_E_OUT_OF_RANGE,
+                                "ortep_decoder_truncate: %zu positions asked to be kept, but the caches hold %zu", n,
+                                d->pos));
+  return leave(d, drop_to(d, n));
+}
+
+size_t ortep_decoder_tokens(const ortep_decoder *d, int32_t *dst, size_t cap) {
+  if (!d) return 0;
+  if (dst) memcpy(dst, d->ids, (cap < d->pos ? cap : d->pos) * sizeof *dst);
+  return d->pos;
+}
+
+void ortep_decoder_kv_stats(const ortep_decoder *d, ortep_kv_stats *out) {
+  if (!out) return;
+  *out = (ortep_kv_stats){0};
+  if (!d) return;
+  ortep__kv_usage u;
+  ortep__kv_stats(d->kv, &u);
+  *out = (ortep_kv_stats){d->max_seq, u.positions, u.reserved_bytes, u.committed_bytes, u.shared_bytes, u.commits};
+}
+
 static bool in_ids(int32_t t, const int32_t *ids, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (ids[i] == t) return true;
@@ -748,6 +824,7 @@ ortep_status ortep_decoder_reset(ortep_decoder *d) {
    * failed step dropped them already (finish). A server resetting per
    * request re-captures nothing. */
   st = reset_error_words(d);
+  if (st == ORTEP_OK) st = ortep__kv_drop(d->kv, 0); /* the caches' memory goes back */
   d->pos = 0;
   d->have_next = false;
   d->fed = true;

@@ -17,4 +17,27 @@ bool ortep__model_weights_private(const ortep_model *model);
  * Returns how many were prepared. */
 size_t ortep__model_release_prepared(ortep_model *model, const ortep_session *session);
 
+/* The decoder's KV caches on virtual backing (kv.c): one reservation per
+ * cache for the whole capacity, bound into the session as external values,
+ * memory committed as positions are held and given back as they are dropped. */
+typedef struct ortep__kv ortep__kv;
+typedef struct ortep__kv_usage {
+  uint64_t reserved_bytes, committed_bytes, shared_bytes, commits;
+  size_t positions;
+} ortep__kv_usage;
+/* Reserves and binds the 2 x layers caches the session's graphs declare
+ * (capacity positions each); the host caches come from host_allocator when it
+ * has virtual backing, else from a host virtual allocator charged to g. */
+ortep_status ortep__kv_open(ortep_session *session, size_t layers, size_t capacity, ortep_governor *g,
+                            ortep_allocator *host_allocator, ortep__kv **out);
+void ortep__kv_close(ortep__kv *kv);
+/* Memory for positions [0, positions) in every cache (a no-op when held). */
+ortep_status ortep__kv_hold(ortep__kv *kv, size_t positions);
+/* Keeps positions [0, positions); the memory wholly past them goes back. */
+ortep_status ortep__kv_drop(ortep__kv *kv, size_t positions);
+/* child (fresh, the same shape) takes parent's first positions, the whole
+ * granules of them shared read-only between the two. */
+ortep_status ortep__kv_share(ortep__kv *parent, ortep__kv *child, size_t positions);
+void ortep__kv_stats(const ortep__kv *kv, ortep__kv_usage *out);
+
 #endif

@@ -10,9 +10,12 @@
  * 8-byte read brings both to the host; a non-zero error word fails the
  * step with ORTEP_E_DEVICE_VALIDATION naming the bits, the token is not
  * emitted and the captured graph is invalidated. After warm-up a step makes
- * no allocation. The KV cache (capacity max_seq_len per layer) lives in the
- * EP's planned arena; attention reads the position from device memory, so
- * the cache grows without re-capture.
+ * no allocation. The KV caches are reserved for the whole context
+ * (max_seq_len positions, by default the model's) at addresses that never
+ * change, and memory is committed as positions are held, before the step
+ * that writes them (never inside a captured graph), and given back as they
+ * are dropped; attention reads the position from device memory, so the
+ * cache grows without re-capture.
  *
  * Threads: a decoder is used by one thread at a time; different decoders are
  * independent. A call that overlaps another call on the same decoder returns
@@ -39,7 +42,7 @@ typedef struct ortep_decoder ortep_decoder;
 
 typedef struct ortep_decoder_options {
   const char *ep;                  /* "auto" (default: CUDA when built and a device exists, else CPU), "cpu", "cuda" */
-  size_t max_seq_len;              /* KV-cache capacity; 0: min(max_position_embeddings, 1024) */
+  size_t max_seq_len;              /* KV-cache capacity; 0: the model's max_position_embeddings (reserved, not committed) */
   bool eager;                      /* false (default): graph mode (segments + seams); true: eager */
   const char *forced_seams;        /* op types / node names to run as seams (session.h) */
   uint32_t seam_every;             /* session.h */
@@ -73,6 +76,39 @@ ORTEP_API void ortep_decoder_close(ortep_decoder *decoder);
  * logits equal token-by-token logits within float rounding (the sums run in
  * another order). *next may be NULL. */
 ORTEP_API ortep_status ortep_decoder_prefill(ortep_decoder *decoder, const int32_t *tokens, size_t n, int32_t *next);
+
+/* A conversation, turn after turn: ids is the whole conversation so far
+ * (every turn's prompt and reply, as the caller would prefill it from the
+ * start). The longest common prefix with the tokens the caches hold is kept
+ * (*reused, may be NULL, says how many), the rest of what the caches hold is
+ * dropped, and only the new suffix runs, so a turn costs its own tokens. At
+ * least the last id runs (its logits choose *next), so giving the same
+ * conversation twice reruns one token. A generated token that was emitted
+ * and not yet run counts as held when the conversation continues with it.
+ * Errors as ortep_decoder_prefill's; on one, the caches keep the common
+ * prefix and nothing is pending. */
+ORTEP_API ortep_status ortep_decoder_prefill_conversation(ortep_decoder *decoder, const int32_t *ids, size_t n,
+                                                          int32_t *next, size_t *reused);
+
+/* Keeps positions [0, n) and drops the rest: the position becomes n, nothing
+ * is pending (a prefill or a step continues), and the memory wholly past n
+ * goes back. n greater than the position is ORTEP_E_OUT_OF_RANGE. */
+ORTEP_API ortep_status ortep_decoder_truncate(ortep_decoder *decoder, size_t n);
+
+/* The token ids the caches hold, positions 0.. (at most cap into dst, which
+ * may be NULL with cap 0); returns how many the caches hold (the position). */
+ORTEP_API size_t ortep_decoder_tokens(const ortep_decoder *decoder, int32_t *dst, size_t cap);
+
+/* What the KV caches take. */
+typedef struct ortep_kv_stats {
+  size_t capacity;          /* positions reserved (max_seq_len) */
+  size_t positions;         /* positions backed by memory now */
+  uint64_t reserved_bytes;  /* address space for the whole capacity (costs no memory) */
+  uint64_t committed_bytes; /* memory this decoder's caches own */
+  uint64_t shared_bytes;    /* mapped read-only from a prefix shared with forks (owned once among them) */
+  uint64_t commits;         /* commits that added memory, since open: one per cache per granule boundary crossed */
+} ortep_kv_stats;
+ORTEP_API void ortep_decoder_kv_stats(const ortep_decoder *decoder, ortep_kv_stats *out);
 
 /* Called with each generated token; return false to stop. */
 typedef bool (*ortep_token_callback)(int32_t token, size_t index, void *user);

@@ -1,0 +1,238 @@
+/* test_kv.c: the decoder's KV caches on virtual backing: the whole context
+ * reserved and committed as tokens arrive (the governor and the kernel's page
+ * tables are the witnesses), memory given back on truncation and reset,
+ * conversations that reuse what the caches hold, and forks that share a
+ * prefix's memory. */
+#include <math.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static char g_dir[64];
+static void setup(void) { test_model_dir(g_dir, sizeof g_dir, "tiny", ORTEP_DTYPE_F32); }
+static void teardown(void) { test_model_dir_remove(g_dir); }
+
+static ortep_decoder *open_kv(ortep_governor *g, size_t max_seq) {
+  ortep_decoder *d;
+  ck_assert_ok(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = max_seq, .governor = g},
+                                  &d));
+  return d;
+}
+
+static uint64_t host_bytes(ortep_governor *g) {
+  ortep_mem_stats s;
+  ortep_governor_get_stats(g, ORTEP_TIER_HOST, &s);
+  return s.current_bytes;
+}
+
+/* The tokens run through the model so far: every graph's steps times its
+ * tokens per step (the prefill chunks and the decode step). */
+static uint64_t tokens_run(ortep_decoder *d) {
+  uint64_t n = 0;
+  ortep_session *s = ortep_decoder_session(d);
+  for (size_t g = 0; ortep_decoder_graph_tokens(d, g); g++) {
+    ortep_session_stats st;
+    ck_assert_ok(ortep_session_get_graph_stats(s, g, &st));
+    n += st.steps * ortep_decoder_graph_tokens(d, g);
+  }
+  return n;
+}
+
+static int32_t *ramp(size_t n, int32_t seed) {
+  int32_t *ids = malloc(n * sizeof *ids);
+  for (size_t i = 0; i < n; i++) ids[i] = (int32_t)((seed + (int32_t)i * 37) % 500 + 3);
+  return ids;
+}
+
+START_TEST(the_whole_context_is_reserved_and_memory_follows_the_tokens) {
+  ortep_governor *g;
+  ck_assert_ok(ortep_governor_create(&g));
+  ortep_decoder *d = open_kv(g, 0);
+  ortep_model_config cfg;
+  ck_assert_ok(ortep_model_config_read(g_dir, &cfg));
+  const ortep_model_config *c = &cfg;
+  ck_assert_uint_eq(ortep_decoder_max_seq_len(d), (size_t)c->max_position_embeddings); /* the default */
+  ortep_kv_stats k;
+  ortep_decoder_kv_stats(d, &k);
+  size_t row = (size_t)c->num_key_value_heads * (size_t)c->head_dim * sizeof(float), caches = 2 * (size_t)c->num_hidden_layers;
+  ck_assert_uint_eq(k.capacity, (size_t)c->max_position_embeddings);
+  ck_assert_uint_eq(k.reserved_bytes, caches * row * k.capacity);
+  ck_assert_uint_eq(k.committed_bytes, 0);
+  uint64_t before = host_bytes(g);
+  /* 40 positions: each cache commits the pages holding them, no more */
+  int32_t *ids = ramp(40, 1), next;
+  ck_assert_ok(ortep_decoder_prefill(d, ids, 40, &next));
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), per = (40 * row + page - 1) / page * page;
+  ortep_decoder_kv_stats(d, &k);
+  ck_assert_uint_eq(k.positions, 40);
+  ck_assert_uint_eq(k.committed_bytes, caches * per);
+  ck_assert_uint_eq(host_bytes(g) - before, caches * per); /* charged to the governor as committed */
+  /* steps commit only when they cross a page: count the boundaries */
+  uint64_t commits = k.commits;
+  size_t steps = 3 * page / row;
+  ck_assert_uint_lt(40 + steps + 1, k.capacity);
+  size_t generated;
+  ck_assert_ok(ortep_decoder_generate(d, steps + 1, NULL, NULL, &generated));
+  ortep_decoder_kv_stats(d, &k);
+  size_t held = ortep_decoder_position(d), pages_then = per / page, pages_now = (held * row + page - 1) / page;
+  ck_assert_uint_eq(k.commits - commits, caches * (pages_now - pages_then));
+  ck_assert_uint_eq(k.committed_bytes, caches * pages_now * page);
+  /* truncation gives back the pages wholly past what is kept */
+  ck_assert_ok(ortep_decoder_truncate(d, 10));
+  ortep_decoder_kv_stats(d, &k);
+  ck_assert_uint_eq(k.committed_bytes, caches * ((10 * row + page - 1) / page * page));
+  ck_assert_uint_eq(ortep_decoder_position(d), 10);
+  ck_assert_status(ortep_decoder_truncate(d, 11), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_error_mentions("the caches hold 10");
+  ck_assert_status(ortep_decoder_generate(d, 1, NULL, NULL, NULL), ORTEP_E_STATE); /* nothing pending */
+  ck_assert_ok(ortep_decoder_reset(d));
+  ortep_decoder_kv_stats(d, &k);
+  ck_assert_uint_eq(k.committed_bytes, 0);
+  ck_assert_uint_eq(host_bytes(g), before);
+  free(ids);
+  ortep_decoder_close(d);
+  ck_assert_uint_eq(host_bytes(g), 0);
+  ortep_governor_destroy(g);
+}
+END_TEST
+
+/* A truncated decoder continues exactly like one that never held the rest. */
+START_TEST(truncation_continues_like_a_fresh_prefill) {
+  ortep_decoder *a = open_kv(NULL, 256), *b = open_kv(NULL, 256);
+  int32_t *ids = ramp(70, 5), na, nb;
+  ck_assert_ok(ortep_decoder_prefill(a, ids, 70, &na));
+  ck_assert_ok(ortep_decoder_truncate(a, 33));
+  int32_t held[70];
+  ck_assert_uint_eq(ortep_decoder_tokens(a, held, 70), 33);
+  ck_assert_mem_eq(held, ids, 33 * sizeof *ids);
+  int32_t tail[] = {7, 8, 9};
+  ck_assert_ok(ortep_decoder_prefill(a, tail, 3, &na));
+  int32_t *both = malloc(36 * sizeof *both);
+  memcpy(both, ids, 33 * sizeof *ids), memcpy(both + 33, tail, sizeof tail);
+  ck_assert_ok(ortep_decoder_prefill(b, both, 36, &nb));
+  ck_assert_int_eq(na, nb);
+  float la[512], lb[512];
+  size_t v = ortep_decoder_vocab_size(a);
+  ck_assert_ok(ortep_decoder_logits(a, la, v));
+  ck_assert_ok(ortep_decoder_logits(b, lb, v));
+  for (size_t i = 0; i < v; i++) ck_assert_float_eq_tol(la[i], lb[i], 1e-4f);
+  free(ids), free(both);
+  ortep_decoder_close(a), ortep_decoder_close(b);
+}
+END_TEST
+
+static bool keep(int32_t t, size_t i, void *user) {
+  int32_t *out = user;
+  out[i] = t;
+  return true;
+}
+
+/* Three turns of a chat, each prefilled as the whole conversation so far,
+ * equal one prefill of the whole text; each turn ran only its own tokens. */
+START_TEST(a_conversation_runs_only_each_turns_new_tokens) {
+  ortep_decoder *d = open_kv(NULL, 0), *ref = open_kv(NULL, 0);
+  int32_t conv[400];
+  size_t n = 0;
+  int32_t *turn[3] = {ramp(60, 1), ramp(25, 2), ramp(9, 3)};
+  size_t len[3] = {60, 25, 9};
+  int32_t next = 0;
+  for (int t = 0; t < 3; t++) {
+    memcpy(conv + n, turn[t], len[t] * sizeof *conv);
+    n += len[t];
+    uint64_t before = tokens_run(d);
+    size_t reused = 99;
+    ck_assert_ok(ortep_decoder_prefill_conversation(d, conv, n, &next, &reused));
+    uint64_t ran = tokens_run(d) - before;
+    /* the turn's prompt, plus the last reply token (emitted, not yet run) */
+    ck_assert_uint_eq(reused, t == 0 ? 0 : n - len[t]);
+    ck_assert_uint_eq(ran, t == 0 ? len[0] : len[t] + 1);
+    int32_t reply[8];
+    size_t got;
+    ck_assert_ok(ortep_decoder_generate(d, 8, keep, reply, &got));
+    ck_assert_uint_eq(got, 8);
+    memcpy(conv + n, reply, sizeof reply);
+    n += 8;
+  }
+  /* the same conversation in one prefill */
+  int32_t whole_next;
+  ck_assert_ok(ortep_decoder_prefill(ref, conv, n, &whole_next));
+  size_t reused;
+  ck_assert_ok(ortep_decoder_prefill_conversation(d, conv, n, &next, &reused));
+  ck_assert_uint_eq(reused, n - 1); /* all held but the last reply token, which runs */
+  ck_assert_int_eq(next, whole_next);
+  float l1[512], l2[512];
+  size_t v = ortep_decoder_vocab_size(d);
+  ck_assert_ok(ortep_decoder_logits(d, l1, v));
+  ck_assert_ok(ortep_decoder_logits(ref, l2, v));
+  for (size_t i = 0; i < v; i++) ck_assert_float_eq_tol(l1[i], l2[i], 1e-4f);
+  int32_t held[400];
+  ck_assert_uint_eq(ortep_decoder_tokens(d, held, 400), n);
+  ck_assert_mem_eq(held, conv, n * sizeof *conv);
+  /* an edit in the middle keeps what comes before it */
+  conv[30] = conv[30] == 4 ? 5 : 4;
+  uint64_t before = tokens_run(d);
+  ck_assert_ok(ortep_decoder_prefill_conversation(d, conv, n, &next, &reused));
+  ck_assert_uint_eq(reused, 30);
+  ck_assert_uint_eq(tokens_run(d) - before, n - 30);
+  ck_assert_status(ortep_decoder_prefill_conversation(d, conv, 0, &next, NULL), ORTEP_E_INVALID_ARGUMENT);
+  for (int t = 0; t < 3; t++) free(turn[t]);
+  ortep_decoder_close(d), ortep_decoder_close(ref);
+}
+END_TEST
+
+/* The budget bounds committed memory: a decoder whose whole context would
+ * not fit opens, and fails cleanly, naming the KV caches, when the tokens it
+ * holds outgrow the budget. */
+/* The tiny preset with a longer context: its caches then reserve more than
+ * the rest of the decoder takes. */
+static void long_context(const char *dir, long positions) {
+  char path[128], buf[4096], out[4200];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "r");
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *at = strstr(buf, "\"max_position_embeddings\"");
+  ck_assert_ptr_nonnull(at);
+  char *end = strpbrk(at + 26, ",}");
+  snprintf(out, sizeof out, "%.*s\"max_position_embeddings\": %ld%s", (int)(at - buf), buf, positions, end);
+  f = fopen(path, "w");
+  fputs(out, f);
+  fclose(f);
+}
+
+START_TEST(a_budget_bounds_the_tokens_held_not_the_context) {
+  long_context(g_dir, 65536);
+  ortep_governor *g;
+  ck_assert_ok(ortep_governor_create(&g));
+  ortep_decoder *probe = open_kv(g, 0);
+  uint64_t base = host_bytes(g); /* the decoder without its caches' memory */
+  ortep_kv_stats k;
+  ortep_decoder_kv_stats(probe, &k);
+  ortep_decoder_close(probe);
+  /* room for the decoder and a quarter of the caches' reservation */
+  ck_assert_ok(ortep_governor_set_budget(g, ORTEP_TIER_HOST, base + k.reserved_bytes / 4));
+  ortep_decoder *d = open_kv(g, 0);
+  int32_t *ids = ramp(k.capacity, 9), next;
+  ck_assert_status(ortep_decoder_prefill(d, ids, k.capacity - 1, &next), ORTEP_E_BUDGET_EXCEEDED);
+  ck_assert_error_mentions("the KV caches need memory for");
+  ck_assert_ok(ortep_decoder_reset(d));
+  ck_assert_ok(ortep_decoder_prefill(d, ids, k.capacity / 8, &next)); /* what fits still works */
+  free(ids);
+  ortep_decoder_close(d);
+  ck_assert_uint_eq(host_bytes(g), 0);
+  ortep_governor_destroy(g);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("kv");
+  TCase *tc = tcase_create("decoder");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, the_whole_context_is_reserved_and_memory_follows_the_tokens);
+  tcase_add_test(tc, truncation_continues_like_a_fresh_prefill);
+  tcase_add_test(tc, a_conversation_runs_only_each_turns_new_tokens);
+  tcase_add_test(tc, a_budget_bounds_the_tokens_held_not_the_context);
+  suite_add_tcase(s, tc);
+  return test_run(s);
+}
