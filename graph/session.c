@@ -371,6 +371,27 @@ static ortep_status prepare_initializer(ortep_session *s, uint32_t gi, const cha
   return ORTEP_OK;
 }
 
+/* options.initializers_from: the other session's binding of the same bytes
+ * on an EP of the same name and device, used as it is (prepared or
+ * uploaded, it stays the other session's). */
+static bool from_donor(ortep_session *s, uint32_t e, slot *sl, const char *v) {
+  const ortep_session *o = s->opts.initializers_from;
+  if (!o) return false;
+  ortep_ep *ep = s->eps[e].ep;
+  for (size_t i = 0; i < o->n_slots; i++) {
+    const slot *x = &o->slots[i];
+    ortep_ep *xe = o->eps[x->ep].ep;
+    if (!x->bound || !x->ptr || x->src != sl->src || x->src_bytes != sl->src_bytes || x->dtype != sl->dtype ||
+        strcmp(x->name, v) || strcmp(ortep_ep_name(xe), ortep_ep_name(ep)) ||
+        ortep_ep_device(xe).type != ortep_ep_device(ep).type || ortep_ep_device(xe).index != ortep_ep_device(ep).index)
+      continue;
+    sl->ptr = x->ptr, sl->prepared = x->prepared, sl->shape = x->shape;
+    if (x->prepared) s->eps[e].prepared++;
+    return true;
+  }
+  return false;
+}
+
 /* The slot holding value v on EP e for graph gi, creating an initializer
  * binding or a cross-EP copy as needed. */
 static ortep_status slot_for(ortep_session *s, uint32_t gi, const char *v, uint32_t e, uint32_t *out) {
@@ -400,6 +421,7 @@ static ortep_status slot_for(ortep_session *s, uint32_t gi, const char *v, uint3
     if (!p)
       return ortep__fail(ORTEP_E_NOT_ALLOCATED, "initializer '%s' has no data; allocate and fill it before the session",
                          v);
+    if (from_donor(s, e, sl, v)) return ORTEP_OK;
     bool prepared = false;
     if (readable && (st = prepare_initializer(s, gi, v, e, init, *out, &prepared)) != ORTEP_OK) return st;
     if (prepared) return ORTEP_OK;

@@ -31,9 +31,18 @@
 #define ORTEP__MAX_BUCKETS 12 /* prefill chunk sizes: at most this many graphs besides the decode step */
 
 struct ortep_decoder {
+  /* Forks (ortep_decoder_fork) share their origin's governor, model and
+   * prepared weights (its session binds them), and its KV allocators: the
+   * origin lives until its last fork is closed (refs counts itself and its
+   * forks); a fork owns its EPs, session and caches. */
+  _Atomic size_t refs;
+  ortep_decoder *origin;      /* NULL: this decoder is its own origin */
+  ortep_decoder_options opts; /* as opened; its strings the decoder's own */
+  char *forced;
+  ortep__kv_memory *kv_memory; /* the origin's */
   ortep_governor *governor;
   bool owns_governor;
-  ortep_config *ep_config; /* the EPs' config when ortep.weights_layout rewrote it (else the caller's) */
+  ortep_config *ep_config; /* the EPs' config: the caller's, copied, with ortep.weights_layout applied */
   ortep_ep_registry *registry;
   ortep_ep *ep;
   ortep_model *model;
@@ -44,8 +53,8 @@ struct ortep_decoder {
   size_t tokens[ORTEP__MAX_BUCKETS + 1];
   size_t n_graphs;
   ortep_session *session;
-  ortep__kv *kv;  /* the KV caches: reserved for max_seq positions, committed as they are held (kv.c) */
-  int32_t *ids;   /* the token at each position the caches hold (ids[0, pos)) */
+  ortep__kv *kv; /* the KV caches: reserved for max_seq positions, committed as they are held (kv.c) */
+  int32_t *ids;  /* the token at each position the caches hold (ids[0, pos)) */
   /* every graph's token-id and position inputs (session values) */
   char in_name[ORTEP__MAX_BUCKETS + 1][2][64];
   int32_t *positions; /* host staging for a chunk's positions (the largest bucket) */
@@ -81,18 +90,36 @@ struct ortep_decoder {
   size_t prepared;    /* weights an EP holds in a layout of its own (the CPU EP's blocked projections) */
 };
 
-void ortep_decoder_close(ortep_decoder *d) {
-  if (!d) return;
+/* Drops one reference; the last frees what the decoder owns, then lets go
+ * of its origin. */
+static void release(ortep_decoder *d) {
+  if (atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) != 1) return;
   ortep_session_destroy(d->session); /* graphs reset before arenas go */
   ortep__kv_close(d->kv);            /* and before the caches they point into */
   ortep__free(d->ids);
   for (size_t g = 0; g <= d->n_graphs; g++) ortep_graph_destroy(d->graphs[g]);
   ortep__free(d->positions);
-  ortep_model_close(d->model);
+  ortep_decoder *origin = d->origin;
+  if (!origin) ortep_model_close(d->model); /* a private copy is the CPU EP's: before the EPs go */
   ortep_ep_registry_destroy(d->registry);
   ortep_config_destroy(d->ep_config);
-  if (d->owns_governor) ortep_governor_destroy(d->governor);
+  ortep__free(d->forced);
+  if (!origin) {
+    ortep__kv_memory_destroy(d->kv_memory);
+    if (d->owns_governor) ortep_governor_destroy(d->governor);
+  }
   ortep__free(d);
+  if (origin) release(origin);
+}
+
+void ortep_decoder_close(ortep_decoder *d) {
+  if (!d) return;
+  /* what only this decoder uses goes now, even while forks keep its weights */
+  ortep_session_destroy(d->session);
+  d->session = NULL;
+  ortep__kv_close(d->kv);
+  d->kv = NULL;
+  release(d);
 }
 
 #define WEIGHTS_KEY "ortep.weights"
@@ -166,16 +193,14 @@ static ortep_status check_size(ortep_decoder *d, const ortep_model_config *c, bo
   if (budget == ORTEP_BUDGET_UNLIMITED || (used.current_bytes <= budget && need <= budget - used.current_bytes))
     return ORTEP_OK;
   char b[6][32];
-  return ortep__fail(ORTEP_E_BUDGET_EXCEEDED,
-                     "the decoder needs about %s of host memory up front (activations up to %s, rotary tables %s; "
-                     "the KV caches, up to %s for max_seq_len %zu, are committed as tokens arrive) but the host "
-                     "budget is %s with %s in use; lower max_seq_len, or raise ortep.host.budget_bytes",
-                     ortep__format_bytes(need, b[0], 32),
-                     on_host ? ortep__format_bytes(act, b[2], 32) : "0 B (on the GPU)",
-                     ortep__format_bytes(rope, b[3], 32),
-                     on_host ? ortep__format_bytes(kv_bytes, b[1], 32) : "0 B (on the GPU)", d->max_seq,
-                     ortep__format_bytes(budget, b[4], 32),
-                     ortep__format_bytes(used.current_bytes, b[5], 32));
+  return ortep__fail(
+      ORTEP_E_BUDGET_EXCEEDED,
+      "the decoder needs about %s of host memory up front (activations up to %s, rotary tables %s; "
+      "the KV caches, up to %s for max_seq_len %zu, are committed as tokens arrive) but the host "
+      "budget is %s with %s in use; lower max_seq_len, or raise ortep.host.budget_bytes",
+      ortep__format_bytes(need, b[0], 32), on_host ? ortep__format_bytes(act, b[2], 32) : "0 B (on the GPU)",
+      ortep__format_bytes(rope, b[3], 32), on_host ? ortep__format_bytes(kv_bytes, b[1], 32) : "0 B (on the GPU)",
+      d->max_seq, ortep__format_bytes(budget, b[4], 32), ortep__format_bytes(used.current_bytes, b[5], 32));
 }
 
 /* Initialises ep and hands it to the registry. Ownership has one rule: ep
@@ -234,13 +259,12 @@ static ortep_status ep_config(ortep_decoder *d, const ortep_config *config) {
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "%s = '%s': use auto (the default: blocked when the CPU runs the step), blocked or row_major",
                        LAYOUT_KEY, lm);
-  if (!lm) return ORTEP_OK; /* the caller's config as it is */
-  ortep_status st = ortep_config_create(&d->ep_config);
+  ortep_status st = ortep_config_create(&d->ep_config); /* a copy: forks are made from it after open */
   for (size_t i = 0; st == ORTEP_OK && i < ortep_config_count(config); i++) {
     const char *k = ortep_config_key(config, i);
     st = ortep_config_set(d->ep_config, k, ortep_config_get(config, k));
   }
-  if (st == ORTEP_OK)
+  if (st == ORTEP_OK && lm)
     st = ortep_config_set(d->ep_config, "cpu.weights_layout", strcmp(lm, "row_major") ? "blocked" : "row_major");
   return st;
 }
@@ -248,11 +272,12 @@ static ortep_status ep_config(ortep_decoder *d, const ortep_config *config) {
 /* Step 2: the EPs: the GPU first when wanted and usable (placement prefers
  * its lower cost), then the CPU EP, the host EP that owns initializers.
  * *cpu is the CPU EP, owned by the registry from here on. */
-static ortep_status open_eps(ortep_decoder *d, const ortep_decoder_options *o, const char *want, ortep_ep **cpu) {
+static ortep_status open_eps(ortep_decoder *d, const ortep_decoder_options *o, const ortep_config *config,
+                             const char *want, ortep_ep **cpu) {
   *cpu = NULL;
-  ortep_status st = ep_config(d, o->config);
+  ortep_status st = ep_config(d, config);
   if (st != ORTEP_OK) return st;
-  const ortep_config *cfg = d->ep_config ? d->ep_config : o->config;
+  const ortep_config *cfg = d->ep_config;
   if ((st = ortep_ep_registry_create(&d->registry)) != ORTEP_OK ||
       (st = o->host_allocator ? ortep_cpu_ep_create_with_allocator(o->host_allocator, cpu)
                               : ortep_cpu_ep_create(d->governor, cpu)) != ORTEP_OK)
@@ -331,13 +356,15 @@ static ortep_status open_session(ortep_decoder *d, const ortep_decoder_options *
                               .seam_every = o->seam_every,
                               .profile = o->profile,
                               .external_values = ext,
-                              .n_external_values = 2 * layers};
+                              .n_external_values = 2 * layers,
+                              .initializers_from = d->origin ? d->origin->session : NULL};
   if (st == ORTEP_OK)
     st = ortep_session_create_multi((const ortep_graph *const *)d->graphs, d->n_graphs + 1, d->registry, &so,
                                     &d->session);
   ortep__free(kv_names), ortep__free(ext);
   if (st == ORTEP_OK) d->prepared = ortep__model_release_prepared(d->model, d->session);
-  if (st == ORTEP_OK) st = ortep__kv_open(d->session, layers, d->max_seq, d->governor, o->host_allocator, &d->kv);
+  if (st == ORTEP_OK && !d->kv_memory) st = ortep__kv_memory_create(d->governor, o->host_allocator, &d->kv_memory);
+  if (st == ORTEP_OK) st = ortep__kv_open(d->session, layers, d->max_seq, d->kv_memory, &d->kv);
   if (st == ORTEP_OK && !(d->ids = ortep__malloc(d->max_seq * sizeof *d->ids)))
     st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for the ids of %zu positions", d->max_seq);
   return st;
@@ -378,10 +405,19 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   ortep_decoder *d = ortep__calloc(1, sizeof *d);
   if (!d) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the decoder");
   atomic_flag_clear(&d->busy);
+  atomic_init(&d->refs, 1);
   d->fed = true;
+  d->opts = o;
+  d->opts.config = NULL; /* copied into ep_config */
+  d->opts.ep = !strcmp(want, "cpu") ? "cpu" : !strcmp(want, "cuda") ? "cuda" : "auto";
+  if (o.forced_seams && !(d->forced = ortep__strdup(o.forced_seams))) {
+    ortep__free(d);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the decoder");
+  }
+  d->opts.forced_seams = d->forced;
   ortep_ep *cpu = NULL;
   ortep_status st = open_governor(d, &o);
-  if (st == ORTEP_OK) st = open_eps(d, &o, want, &cpu);
+  if (st == ORTEP_OK) st = open_eps(d, &o, o.config, want, &cpu);
   if (st == ORTEP_OK) st = open_weights(d, dir, o.config, cpu);
   if (st == ORTEP_OK) st = size_steps(d, &o);
   if (st == ORTEP_OK) st = open_session(d, &o, cpu);
@@ -682,7 +718,8 @@ static ortep_status drop_to(ortep_decoder *d, size_t n) {
 static ortep_status prefill_conversation(ortep_decoder *d, const int32_t *ids, size_t n, int32_t *next,
                                          size_t *reused) {
   if (d->failed) return refuse_failed(d);
-  if (n == 0) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_prefill_conversation: the conversation is empty");
+  if (n == 0)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_prefill_conversation: the conversation is empty");
   /* an emitted token not yet run is held in all but memory: run it if the
    * conversation continues with it, forget it otherwise */
   size_t held = d->pos, common = 0;
@@ -709,14 +746,80 @@ ortep_status ortep_decoder_prefill_conversation(ortep_decoder *d, const int32_t 
   return st != ORTEP_OK ? st : leave(d, prefill_conversation(d, ids, n, next, reused));
 }
 
+/* A fork's sequence state: the parent's positions (their KV shared), ids,
+ * pending token, draw, logits and the device's token history. */
+static ortep_status copy_sequence(ortep_decoder *d, ortep_decoder *p) {
+  ortep_status st = ortep__kv_hold(p->kv, p->pos); /* held already: the shared range is backed */
+  if (st == ORTEP_OK) st = ortep__kv_share(p->kv, d->kv, p->pos);
+  if (st != ORTEP_OK) return st;
+  memcpy(d->ids, p->ids, p->pos * sizeof *d->ids);
+  d->pos = p->pos, d->next = p->next, d->have_next = p->have_next, d->fed = p->fed, d->last_token = p->last_token;
+  d->sampling = p->sampling, d->sp = p->sp, d->next_sampled = p->next_sampled, d->next_sp = p->next_sp;
+  size_t bytes = 0;
+  if ((st = ortep_session_value(d->session, ORTEP_INPUT_HISTORY, NULL, NULL, &bytes)) != ORTEP_OK) return st;
+  int32_t *hist = ortep__calloc(1, bytes > d->max_seq * sizeof *hist ? bytes : d->max_seq * sizeof *hist);
+  if (!hist) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "fork: no memory for the token history");
+  memcpy(hist, p->ids, p->pos * sizeof *hist);
+  st = ortep_session_write(d->session, ORTEP_INPUT_HISTORY, hist, bytes);
+  ortep__free(hist);
+  if (st == ORTEP_OK && p->logits_valid) { /* a redraw of the pending token reads them */
+    float *l = ortep__malloc(d->vocab * sizeof *l);
+    if (!l) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "fork: no memory for the logits");
+    st = ortep_session_read(p->session, ORTEP_OUTPUT_LOGITS, l, d->vocab * sizeof *l);
+    if (st == ORTEP_OK) st = ortep_session_write(d->session, ORTEP_OUTPUT_LOGITS, l, d->vocab * sizeof *l);
+    ortep__free(l);
+    d->logits_valid = st == ORTEP_OK;
+  }
+  return st;
+}
+
+static ortep_status fork_decoder(ortep_decoder *p, ortep_decoder **out) {
+  if (p->failed) return refuse_failed(p);
+  ortep_decoder *root = p->origin ? p->origin : p;
+  ortep_decoder *d = ortep__calloc(1, sizeof *d);
+  if (!d) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the fork");
+  atomic_flag_clear(&d->busy);
+  atomic_init(&d->refs, 1);
+  atomic_fetch_add_explicit(&root->refs, 1, memory_order_relaxed);
+  d->origin = root;
+  d->opts = root->opts;
+  d->opts.forced_seams = NULL;
+  d->opts.max_seq_len = root->max_seq;
+  d->fed = true;
+  d->governor = root->governor, d->model = root->model, d->kv_memory = root->kv_memory, d->prepared = root->prepared;
+  ortep_status st = ORTEP_OK;
+  if (root->forced && !(d->forced = ortep__strdup(root->forced)))
+    st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the fork");
+  d->opts.forced_seams = d->forced;
+  ortep_ep *cpu = NULL;
+  if (st == ORTEP_OK) st = open_eps(d, &d->opts, root->ep_config, d->opts.ep, &cpu);
+  if (st == ORTEP_OK) st = size_steps(d, &d->opts);
+  if (st == ORTEP_OK) st = open_session(d, &d->opts, cpu);
+  if (st == ORTEP_OK) st = prime_state(d);
+  if (st == ORTEP_OK) st = copy_sequence(d, p);
+  if (st != ORTEP_OK) {
+    ortep_decoder_close(d);
+    return ortep__wrap(st, "forking the decoder at position %zu", p->pos);
+  }
+  *out = d;
+  return ORTEP_OK;
+}
+
+ortep_status ortep_decoder_fork(ortep_decoder *parent, ortep_decoder **out) {
+  if (out) *out = NULL;
+  if (!parent || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_fork: NULL argument");
+  ortep_status st = enter(parent, "ortep_decoder_fork");
+  return st != ORTEP_OK ? st : leave(parent, fork_decoder(parent, out));
+}
+
 ortep_status ortep_decoder_truncate(ortep_decoder *d, size_t n) {
   if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_truncate: decoder is NULL");
   ortep_status st = enter(d, "ortep_decoder_truncate");
   if (st != ORTEP_OK) return st;
   if (n > d->pos)
-    return leave(d, ortep__fail(ORTEP_E_OUT_OF_RANGE,
-                                "ortep_decoder_truncate: %zu positions asked to be kept, but the caches hold %zu", n,
-                                d->pos));
+    return leave(
+        d, ortep__fail(ORTEP_E_OUT_OF_RANGE,
+                       "ortep_decoder_truncate: %zu positions asked to be kept, but the caches hold %zu", n, d->pos));
   return leave(d, drop_to(d, n));
 }
 

@@ -21,15 +21,21 @@ size_t ortep__model_release_prepared(ortep_model *model, const ortep_session *se
  * cache for the whole capacity, bound into the session as external values,
  * memory committed as positions are held and given back as they are dropped. */
 typedef struct ortep__kv ortep__kv;
+/* Where caches come from: the allocators, created on first use (a host
+ * virtual allocator charged to g, unless host_allocator has virtual backing;
+ * a CUDA one per GPU). One per decoder and its forks, so their caches can
+ * share mappings; it outlives every cache made from it. */
+typedef struct ortep__kv_memory ortep__kv_memory;
+ortep_status ortep__kv_memory_create(ortep_governor *g, ortep_allocator *host_allocator, ortep__kv_memory **out);
+void ortep__kv_memory_destroy(ortep__kv_memory *m);
 typedef struct ortep__kv_usage {
   uint64_t reserved_bytes, committed_bytes, shared_bytes, commits;
   size_t positions;
 } ortep__kv_usage;
-/* Reserves and binds the 2 x layers caches the session's graphs declare
- * (capacity positions each); the host caches come from host_allocator when it
- * has virtual backing, else from a host virtual allocator charged to g. */
-ortep_status ortep__kv_open(ortep_session *session, size_t layers, size_t capacity, ortep_governor *g,
-                            ortep_allocator *host_allocator, ortep__kv **out);
+/* Reserves (from mem) and binds the 2 x layers caches the session's graphs
+ * declare, capacity positions each. */
+ortep_status ortep__kv_open(ortep_session *session, size_t layers, size_t capacity, ortep__kv_memory *mem,
+                            ortep__kv **out);
 void ortep__kv_close(ortep__kv *kv);
 /* Memory for positions [0, positions) in every cache (a no-op when held). */
 ortep_status ortep__kv_hold(ortep__kv *kv, size_t positions);

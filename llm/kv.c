@@ -29,44 +29,64 @@ typedef struct kv_value {
   ortep_buffer buf;
   void *base;
   size_t bytes;
-  size_t committed; /* bytes from the start backed by memory (private or shared) */
-  size_t shared;    /* bytes from the start mapped from a shared prefix (read-only) */
+  size_t committed;            /* bytes from the start backed by memory (private or shared) */
+  size_t shared;               /* bytes from the start mapped from a shared prefix (read-only) */
   ortep_shared_prefix *prefix; /* the prefix this cache created for its forks (NULL: none) */
 } kv_value;
 
-struct ortep__kv {
-  ortep_allocator *host, *device; /* created here (NULL when the caller's is used, or not needed) */
+struct ortep__kv_memory {
+  ortep_governor *governor;
+  ortep_allocator *host, *device; /* created here, on first use */
   ortep_allocator *host_in;       /* the caller's host allocator, when it has virtual backing */
+};
+
+ortep_status ortep__kv_memory_create(ortep_governor *g, ortep_allocator *host_allocator, ortep__kv_memory **out) {
+  if (!(*out = ortep__calloc(1, sizeof **out)))
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for the KV caches' allocators");
+  (*out)->governor = g;
+  if (host_allocator && ortep_allocator_has_virtual_backing(host_allocator)) (*out)->host_in = host_allocator;
+  return ORTEP_OK;
+}
+
+void ortep__kv_memory_destroy(ortep__kv_memory *m) {
+  if (!m) return;
+  ortep_allocator_destroy(m->host);
+  ortep_allocator_destroy(m->device);
+  ortep__free(m);
+}
+
+struct ortep__kv {
+  ortep__kv_memory *mem;
   kv_value *v;
   size_t n, capacity, row; /* row: bytes per position in one cache */
   size_t held;             /* positions backed in every cache */
   uint64_t commits;        /* commit calls that added memory */
 };
 
-static ortep_allocator *allocator_for(ortep__kv *kv, ortep_ep *ep, ortep_governor *g, ortep_status *st) {
+static ortep_allocator *allocator_for(ortep__kv_memory *m, ortep_ep *ep, ortep_status *st) {
   ortep_device dev = ortep_ep_device(ep);
   *st = ORTEP_OK;
   if (ortep_device_is_host_accessible(dev)) {
-    if (kv->host_in) return kv->host_in;
-    if (!kv->host) *st = ortep_host_virtual_allocator_create(g, &kv->host);
-    return kv->host;
+    if (m->host_in) return m->host_in;
+    if (!m->host) *st = ortep_host_virtual_allocator_create(m->governor, &m->host);
+    return m->host;
   }
-  if (!kv->device) {
-    *st = ortep_cuda_virtual_allocator_create((int)dev.index, g, &kv->device);
+  if (!m->device) {
+    *st = ortep_cuda_virtual_allocator_create((int)dev.index, m->governor, &m->device);
     if (*st == ORTEP_E_NOT_SUPPORTED) { /* no VMM: whole caches, committed up front */
       ortep_clear_error();
       *st = ORTEP_OK;
       return NULL;
     }
   }
-  return kv->device;
+  return m->device;
 }
 
-static ortep_status place_value(ortep__kv *kv, ortep_session *s, const char *name, ortep_governor *g) {
+static ortep_status place_value(ortep__kv *kv, ortep_session *s, const char *name) {
   kv_value *x = &kv->v[kv->n];
   ortep_status st = ortep_session_value(s, name, &x->ep, NULL, &x->bytes);
   if (st != ORTEP_OK) return st;
-  x->alloc = allocator_for(kv, x->ep, g, &st);
+  x->alloc = allocator_for(kv->mem, x->ep, &st);
   if (st != ORTEP_OK) return ortep__wrap(st, "the KV cache '%s'", name);
   if (x->alloc) {
     st = ortep_allocator_reserve(x->alloc, x->bytes, 4096, &x->base);
@@ -80,8 +100,7 @@ static ortep_status place_value(ortep__kv *kv, ortep_session *s, const char *nam
   return ortep_session_bind_value(s, name, x->base, x->bytes);
 }
 
-ortep_status ortep__kv_open(ortep_session *s, size_t layers, size_t capacity, ortep_governor *g,
-                            ortep_allocator *host_allocator, ortep__kv **out) {
+ortep_status ortep__kv_open(ortep_session *s, size_t layers, size_t capacity, ortep__kv_memory *mem, ortep__kv **out) {
   *out = NULL;
   ortep__kv *kv = ortep__calloc(1, sizeof *kv);
   kv_value *v = ortep__calloc(2 * layers + 1, sizeof *v);
@@ -91,12 +110,12 @@ ortep_status ortep__kv_open(ortep_session *s, size_t layers, size_t capacity, or
   }
   kv->v = v;
   kv->capacity = capacity;
-  if (host_allocator && ortep_allocator_has_virtual_backing(host_allocator)) kv->host_in = host_allocator;
+  kv->mem = mem;
   ortep_status st = ORTEP_OK;
   char name[64];
   for (size_t l = 0; st == ORTEP_OK && l < layers; l++)
     for (int val = 0; st == ORTEP_OK && val < 2; val++)
-      st = place_value(kv, s, ortep_decoder_kv_name(l, val, name, sizeof name), g);
+      st = place_value(kv, s, ortep_decoder_kv_name(l, val, name, sizeof name));
   if (st == ORTEP_OK) kv->row = kv->v[0].bytes / capacity;
   for (size_t i = 0; st == ORTEP_OK && i < kv->n; i++) /* caches allocated whole start zeroed, as committed ones */
     if (!kv->v[i].alloc) {
@@ -126,8 +145,6 @@ void ortep__kv_close(ortep__kv *kv) {
     }
   }
   ortep__free(kv->v);
-  ortep_allocator_destroy(kv->host);
-  ortep_allocator_destroy(kv->device);
   ortep__free(kv);
 }
 

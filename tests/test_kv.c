@@ -14,8 +14,8 @@ static void teardown(void) { test_model_dir_remove(g_dir); }
 
 static ortep_decoder *open_kv(ortep_governor *g, size_t max_seq) {
   ortep_decoder *d;
-  ck_assert_ok(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = max_seq, .governor = g},
-                                  &d));
+  ck_assert_ok(
+      ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = max_seq, .governor = g}, &d));
   return d;
 }
 
@@ -54,7 +54,8 @@ START_TEST(the_whole_context_is_reserved_and_memory_follows_the_tokens) {
   ck_assert_uint_eq(ortep_decoder_max_seq_len(d), (size_t)c->max_position_embeddings); /* the default */
   ortep_kv_stats k;
   ortep_decoder_kv_stats(d, &k);
-  size_t row = (size_t)c->num_key_value_heads * (size_t)c->head_dim * sizeof(float), caches = 2 * (size_t)c->num_hidden_layers;
+  size_t row = (size_t)c->num_key_value_heads * (size_t)c->head_dim * sizeof(float),
+         caches = 2 * (size_t)c->num_hidden_layers;
   ck_assert_uint_eq(k.capacity, (size_t)c->max_position_embeddings);
   ck_assert_uint_eq(k.reserved_bytes, caches * row * k.capacity);
   ck_assert_uint_eq(k.committed_bytes, 0);
@@ -225,6 +226,130 @@ START_TEST(a_budget_bounds_the_tokens_held_not_the_context) {
 }
 END_TEST
 
+static void greedy(ortep_decoder *d, size_t n, int32_t *out) {
+  size_t got;
+  ck_assert_ok(ortep_decoder_generate(d, n, keep, out, &got));
+  ck_assert_uint_eq(got, n);
+}
+
+/* A fork decodes exactly as an independent decoder given the same calls,
+ * and forking changes nothing for the parent. */
+START_TEST(a_fork_decodes_like_an_independent_decoder) {
+  ortep_decoder *p = open_kv(NULL, 0), *ref = open_kv(NULL, 0), *f, *ff;
+  int32_t *ids = ramp(150, 4), next, want[24], got[24];
+  ck_assert_ok(ortep_decoder_prefill(p, ids, 150, &next));
+  ck_assert_ok(ortep_decoder_fork(p, &f));
+  ck_assert_uint_eq(ortep_decoder_position(f), 150);
+  int32_t held[150];
+  ck_assert_uint_eq(ortep_decoder_tokens(f, held, 150), 150);
+  ck_assert_mem_eq(held, ids, sizeof held);
+  ck_assert_ok(ortep_decoder_prefill(ref, ids, 150, &next));
+  greedy(ref, 24, want);
+  greedy(f, 24, got);
+  ck_assert_mem_eq(got, want, sizeof got);
+  greedy(p, 24, got); /* the parent continues as if nothing happened */
+  ck_assert_mem_eq(got, want, sizeof got);
+  /* a sampled draw of the pending token and the steps after it, too */
+  ck_assert_ok(ortep_decoder_reset(ref));
+  ck_assert_ok(ortep_decoder_prefill(ref, ids, 150, &next));
+  ck_assert_ok(ortep_decoder_fork(ref, &ff));
+  ortep_sampling smp = {.temperature = 0.9f, .top_k = 20, .repetition_penalty = 1.3f, .seed = 7};
+  ortep_generate_options go = {.max_tokens = 16, .ignore_eos = true, .sampling = &smp};
+  ortep_generate_result r1, r2;
+  int32_t s1[16], s2[16];
+  ck_assert_ok(ortep_decoder_generate_ex(ref, &go, keep, s1, &r1));
+  ck_assert_ok(ortep_decoder_generate_ex(ff, &go, keep, s2, &r2));
+  ck_assert_uint_eq(r1.generated, 16);
+  ck_assert_mem_eq(s1, s2, sizeof s1);
+  /* close the parent first: the fork keeps working on the shared weights */
+  ortep_decoder_close(ref);
+  ck_assert_ok(ortep_decoder_generate_ex(ff, &go, keep, s2, &r2));
+  ortep_decoder_close(ff);
+  ortep_decoder_close(p);
+  greedy(f, 4, got);
+  ortep_decoder_close(f);
+  free(ids);
+}
+END_TEST
+
+/* N forks of a prefix hold its whole pages once: exactly what the books say. */
+START_TEST(forks_hold_a_shared_prefix_once) {
+  ortep_governor *g;
+  ck_assert_ok(ortep_governor_create(&g));
+  ortep_decoder *p = open_kv(g, 0), *f[8];
+  int32_t *ids = ramp(300, 2), next;
+  ck_assert_ok(ortep_decoder_prefill(p, ids, 300, &next));
+  ortep_kv_stats k;
+  ortep_decoder_kv_stats(p, &k);
+  size_t caches = 4, row = k.reserved_bytes / caches / k.capacity, page = (size_t)sysconf(_SC_PAGESIZE);
+  uint64_t whole = 300 * row / page * page, before = host_bytes(g), solo = k.committed_bytes;
+  for (int i = 0; i < 8; i++) ck_assert_ok(ortep_decoder_fork(p, &f[i]));
+  ortep_decoder_kv_stats(p, &k);
+  ck_assert_uint_eq(k.shared_bytes, caches * whole); /* the parent's whole pages are the shared copy now */
+  ck_assert_uint_eq(k.committed_bytes, solo - caches * whole);
+  uint64_t kv_total = k.committed_bytes + caches * whole;
+  for (int i = 0; i < 8; i++) {
+    ortep_kv_stats c;
+    ortep_decoder_kv_stats(f[i], &c);
+    ck_assert_uint_eq(c.shared_bytes, caches * whole);
+    ck_assert_uint_eq(c.committed_bytes, caches * ((300 * row + page - 1) / page * page - whole)); /* the last page */
+    kv_total += c.committed_bytes;
+    int32_t t[2] = {(int32_t)i + 3, 9};
+    ck_assert_ok(ortep_decoder_prefill(f[i], t, 2, &next)); /* each its own suffix */
+  }
+  /* the governor saw the shared pages once (the forks' sessions and caches
+   * besides): committed KV across all nine is one prefix plus their pages */
+  ck_assert_uint_lt(kv_total, 2 * solo);
+  ck_assert_uint_gt(host_bytes(g), before);
+  /* truncating the parent into the shared prefix unshares its pages; the
+   * forks keep theirs and still decode like the parent did */
+  int32_t want[8], got[8];
+  ortep_decoder *ref = open_kv(g, 0);
+  ck_assert_ok(ortep_decoder_prefill(ref, ids, 300, &next));
+  int32_t t0[2] = {3, 9};
+  ck_assert_ok(ortep_decoder_prefill(ref, t0, 2, &next));
+  greedy(ref, 8, want);
+  ck_assert_ok(ortep_decoder_truncate(p, 100));
+  ortep_decoder_kv_stats(p, &k);
+  ck_assert_uint_eq(k.shared_bytes, caches * (100 * row / page * page));
+  int32_t other[3] = {11, 12, 13};
+  ck_assert_ok(ortep_decoder_prefill(p, other, 3, &next));
+  greedy(p, 8, got);
+  greedy(f[0], 8, got);
+  ck_assert_mem_eq(got, want, sizeof got);
+  for (int i = 0; i < 8; i++) ortep_decoder_close(f[i]);
+  ortep_decoder_close(p), ortep_decoder_close(ref);
+  ck_assert_uint_eq(host_bytes(g), 0);
+  ortep_governor_destroy(g);
+  free(ids);
+}
+END_TEST
+
+/* The fork's weights are its parent's: the prepared (blocked) projections
+ * are not prepared again. */
+START_TEST(a_fork_holds_no_second_copy_of_the_weights) {
+  char dir[64];
+  test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_BF16);
+  ortep_governor *g;
+  ck_assert_ok(ortep_governor_create(&g));
+  ortep_decoder *p, *f, *q;
+  ortep_decoder_options o = {.ep = "cpu", .governor = g};
+  ck_assert_ok(ortep_decoder_open(dir, &o, &p));
+  ck_assert_uint_gt(ortep_decoder_blocked_weights(p), 0);
+  uint64_t a = host_bytes(g);
+  ck_assert_ok(ortep_decoder_fork(p, &f));
+  uint64_t b = host_bytes(g);
+  ck_assert_ok(ortep_decoder_open(dir, &o, &q));
+  uint64_t c = host_bytes(g);
+  ck_assert_uint_eq(ortep_decoder_blocked_weights(f), ortep_decoder_blocked_weights(p));
+  ck_assert_uint_lt(b - a, c - b); /* a second copy of the blocked weights would make them equal */
+  ortep_decoder_close(p), ortep_decoder_close(f), ortep_decoder_close(q);
+  ck_assert_uint_eq(host_bytes(g), 0);
+  ortep_governor_destroy(g);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("kv");
   TCase *tc = tcase_create("decoder");
@@ -233,6 +358,9 @@ int main(void) {
   tcase_add_test(tc, truncation_continues_like_a_fresh_prefill);
   tcase_add_test(tc, a_conversation_runs_only_each_turns_new_tokens);
   tcase_add_test(tc, a_budget_bounds_the_tokens_held_not_the_context);
+  tcase_add_test(tc, a_fork_decodes_like_an_independent_decoder);
+  tcase_add_test(tc, forks_hold_a_shared_prefix_once);
+  tcase_add_test(tc, a_fork_holds_no_second_copy_of_the_weights);
   suite_add_tcase(s, tc);
   return test_run(s);
 }

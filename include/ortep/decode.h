@@ -41,13 +41,13 @@ ORTEP_BEGIN_DECLS
 typedef struct ortep_decoder ortep_decoder;
 
 typedef struct ortep_decoder_options {
-  const char *ep;                  /* "auto" (default: CUDA when built and a device exists, else CPU), "cpu", "cuda" */
-  size_t max_seq_len;              /* KV-cache capacity; 0: the model's max_position_embeddings (reserved, not committed) */
-  bool eager;                      /* false (default): graph mode (segments + seams); true: eager */
-  const char *forced_seams;        /* op types / node names to run as seams (session.h) */
-  uint32_t seam_every;             /* session.h */
-  const ortep_config *config;      /* EP options ("cpu.threads") and governor budgets ("ortep.host.budget_bytes") */
-  ortep_governor *governor;        /* charge this governor instead of a private one (must outlive the decoder) */
+  const char *ep;             /* "auto" (default: CUDA when built and a device exists, else CPU), "cpu", "cuda" */
+  size_t max_seq_len;         /* KV-cache capacity; 0: the model's max_position_embeddings (reserved, not committed) */
+  bool eager;                 /* false (default): graph mode (segments + seams); true: eager */
+  const char *forced_seams;   /* op types / node names to run as seams (session.h) */
+  uint32_t seam_every;        /* session.h */
+  const ortep_config *config; /* EP options ("cpu.threads") and governor budgets ("ortep.host.budget_bytes") */
+  ortep_governor *governor;   /* charge this governor instead of a private one (must outlive the decoder) */
   ortep_allocator *host_allocator; /* back the CPU EP with this allocator (must outlive the decoder) */
   bool profile;                    /* time every node of eager steps (ortep_session_profile) */
   /* Prefill chunking: 0 (default) automatic: chunks of 256, 128, 64, ..., 2
@@ -94,6 +94,20 @@ ORTEP_API ortep_status ortep_decoder_prefill_conversation(ortep_decoder *decoder
  * is pending (a prefill or a step continues), and the memory wholly past n
  * goes back. n greater than the position is ORTEP_E_OUT_OF_RANGE. */
 ORTEP_API ortep_status ortep_decoder_truncate(ortep_decoder *decoder, size_t n);
+
+/* A second conversation from this one's current state, e.g. many chats
+ * after one long system prompt: the fork decodes exactly as a decoder given
+ * the same calls would (same options, tokens, pending token and draw), and
+ * shares what can be shared. The model's weights are held once (the fork's
+ * session binds the parent's prepared weights; its governor is the
+ * parent's), and the KV of the positions held is shared: every whole page
+ * (GPU: granule) of them is one read-only physical copy mapped into the
+ * parent and all its forks, and only the page the prefix ends in is copied,
+ * so N forks of a long prompt hold its KV once. The fork has its own EPs,
+ * session and caches, and may run on another thread than its parent. Close
+ * forks and parent in any order: the weights stay until the last is closed.
+ * A decoder that failed (device validation) cannot be forked. */
+ORTEP_API ortep_status ortep_decoder_fork(ortep_decoder *parent, ortep_decoder **out);
 
 /* The token ids the caches hold, positions 0.. (at most cap into dst, which
  * may be NULL with cap 0); returns how many the caches hold (the position). */

@@ -65,6 +65,11 @@ typedef struct ortep_session_options {
    * graph input of some graph of the session. */
   const char *const *external_values;
   size_t n_external_values;
+  /* Weights held once by several sessions (forked decoders): an initializer
+   * over the same bytes that this session bound on an EP of the same name
+   * and device, prepared into the EP's layout or uploaded, is used from there
+   * instead of being prepared or uploaded again. It must outlive this one. */
+  const ortep_session *initializers_from;
 } ortep_session_options;
 
 typedef struct ortep_session_stats {
