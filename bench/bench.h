@@ -58,5 +58,6 @@ int bench_prefill_main(int argc, char **argv);
 int bench_decode_main(int argc, char **argv);
 int bench_replay_main(int argc, char **argv);
 int bench_tokenizer_main(int argc, char **argv);
+int bench_kv_main(int argc, char **argv);
 
 #endif

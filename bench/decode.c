@@ -43,7 +43,7 @@ typedef struct mode_result {
   double read_bw, frac; /* the read before each run (median) and each run over it (median); 0: not measured */
   double launch_us;     /* host time per token up to the sync */
   double ttft_ms;       /* time to first token: the prefill call (median of runs) */
-  size_t kernels, graph_kernels, segments, seams, planned, lower_bound, naive, kv_bytes;
+  size_t kernels, graph_kernels, segments, seams, planned, lower_bound, naive, kv_bytes, kv_committed;
   double allocs_per_step;
   int32_t *tokens;
   size_t ntokens;
@@ -451,11 +451,9 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
     r->kernels = st.kernels_per_step, r->segments = st.segments, r->seams = st.seams;
     r->graph_kernels = st.graph_kernel_nodes;
     r->planned = st.planned_bytes, r->lower_bound = st.lower_bound_bytes, r->naive = st.naive_bytes;
-    char n[64];
-    size_t bytes;
-    for (size_t l = 0;
-         ortep_session_value(s, ortep_decoder_kv_name(l, false, n, sizeof n), NULL, NULL, &bytes) == ORTEP_OK; l++)
-      r->kv_bytes += 2 * bytes; /* a layer's key and value caches are the same size */
+    ortep_kv_stats kv;
+    ortep_decoder_kv_stats(d, &kv);
+    r->kv_bytes = kv.reserved_bytes, r->kv_committed = kv.committed_bytes;
     r->nseams = ortep_session_seam_count(s);
     r->seam_text = calloc(r->nseams + 1, sizeof *r->seam_text);
     if (!r->seam_text) r->nseams = 0;
@@ -763,7 +761,8 @@ static void report_table(const decode_opts *o, const decode_run *r) {
   ROW("planned arena (KiB)", "%14.1f", (double)res[i].planned / 1024.0);
   ROW("  lower bound (KiB)", "%14.1f", (double)res[i].lower_bound / 1024.0);
   ROW("  naive sum (KiB)", "%14.1f", (double)res[i].naive / 1024.0);
-  ROW("KV cache (KiB)", "%14.1f", (double)res[i].kv_bytes / 1024.0);
+  ROW("KV reserved (KiB)", "%14.1f", (double)res[i].kv_bytes / 1024.0);
+  ROW("KV committed (KiB)", "%14.1f", (double)res[i].kv_committed / 1024.0);
 #undef ROW
   for (int i = 0; i < NMODES; i++)
     for (size_t k = 0; res[i].ran && k < res[i].nseams && k < 8; k++)
@@ -804,7 +803,8 @@ static void mode_json(cJSON *jm, int i, const mode_result *res, const decode_opt
   cJSON_AddNumberToObject(m, "planned_arena_bytes", (double)res->planned);
   cJSON_AddNumberToObject(m, "lower_bound_bytes", (double)res->lower_bound);
   cJSON_AddNumberToObject(m, "naive_sum_bytes", (double)res->naive);
-  cJSON_AddNumberToObject(m, "kv_cache_bytes", (double)res->kv_bytes);
+  cJSON_AddNumberToObject(m, "kv_reserved_bytes", (double)res->kv_bytes);
+  cJSON_AddNumberToObject(m, "kv_committed_bytes", (double)res->kv_committed);
   cJSON *jt = cJSON_AddArrayToObject(m, "token_ids");
   for (size_t t = 0; t < res->ntokens; t++) cJSON_AddItemToArray(jt, cJSON_CreateNumber(res->tokens[t]));
 }

@@ -18,6 +18,8 @@ static const char usage[] =
     "            for several prompt lengths\n"
     "  replay    per-node overhead of eager dispatch vs replay, with no-op kernels\n"
     "  tokenizer open and encode times of tokenizer.json files with many added tokens\n"
+    "  kv        the KV caches on virtual backing: committed memory by positions held, decode\n"
+    "            speed with the whole context reserved, a chat turn's prefill, forks' memory\n"
     "  alloc     allocator microbenchmark: arena, slab, mimalloc and glibc malloc on a\n"
     "            decode-like and a random pattern, plus the memory planner's figures\n"
     "\n"
@@ -42,8 +44,9 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "prefill") == 0) return bench_prefill_main(argc - 1, argv + 1);
   if (strcmp(cmd, "replay") == 0) return bench_replay_main(argc - 1, argv + 1);
   if (strcmp(cmd, "tokenizer") == 0) return bench_tokenizer_main(argc - 1, argv + 1);
-  fprintf(stderr, "ortep-bench: unknown command '%s'; the commands are: decode, prefill, replay, tokenizer, alloc\n",
-          cmd);
+  if (strcmp(cmd, "kv") == 0) return bench_kv_main(argc - 1, argv + 1);
+  fprintf(stderr,
+          "ortep-bench: unknown command '%s'; the commands are: decode, prefill, replay, tokenizer, kv, alloc\n", cmd);
   fputs(usage, stderr);
   return BENCH_EXIT_USAGE;
 }

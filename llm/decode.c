@@ -53,8 +53,9 @@ struct ortep_decoder {
   size_t tokens[ORTEP__MAX_BUCKETS + 1];
   size_t n_graphs;
   ortep_session *session;
-  ortep__kv *kv; /* the KV caches: reserved for max_seq positions, committed as they are held (kv.c) */
-  int32_t *ids;  /* the token at each position the caches hold (ids[0, pos)) */
+  ortep_tensor *rope[2]; /* the rotary tables every graph views (the origin's, for a fork) */
+  ortep__kv *kv;         /* the KV caches: reserved for max_seq positions, committed as they are held (kv.c) */
+  int32_t *ids;          /* the token at each position the caches hold (ids[0, pos)) */
   /* every graph's token-id and position inputs (session values) */
   char in_name[ORTEP__MAX_BUCKETS + 1][2][64];
   int32_t *positions; /* host staging for a chunk's positions (the largest bucket) */
@@ -98,6 +99,8 @@ static void release(ortep_decoder *d) {
   ortep__kv_close(d->kv);            /* and before the caches they point into */
   ortep__free(d->ids);
   for (size_t g = 0; g <= d->n_graphs; g++) ortep_graph_destroy(d->graphs[g]);
+  ortep_tensor_release(d->rope[0]);
+  ortep_tensor_release(d->rope[1]);
   ortep__free(d->positions);
   ortep_decoder *origin = d->origin;
   if (!origin) ortep_model_close(d->model); /* a private copy is the CPU EP's: before the EPs go */
@@ -336,9 +339,18 @@ static ortep_status size_steps(ortep_decoder *d, const ortep_decoder_options *o)
 /* Step 5: the graphs (the decode step, the prefill chunks, the redraw) and
  * one session over them, and the names of every graph's inputs. */
 static ortep_status open_session(ortep_decoder *d, const ortep_decoder_options *o, ortep_ep *cpu) {
-  ortep_status st;
+  ortep_status st = ORTEP_OK;
+  if (d->origin) { /* the same bytes: the session binds the origin's */
+    for (int i = 0; i < 2 && st == ORTEP_OK; i++)
+      st = ortep_tensor_view_as(d->origin->rope[i], 0, ORTEP_DTYPE_F32, ortep_tensor_shape(d->origin->rope[i]),
+                                &d->rope[i]);
+  } else {
+    st = ortep__llama_rope_tables(d->model, cpu, d->max_seq, d->rope);
+  }
+  if (st != ORTEP_OK) return st;
   for (size_t g = 0; g < d->n_graphs; g++) {
-    if ((st = ortep__llama_build(d->model, cpu, d->max_seq, d->tokens[g], &d->graphs[g])) != ORTEP_OK) return st;
+    if ((st = ortep__llama_build(d->model, cpu, d->max_seq, d->tokens[g], d->rope, &d->graphs[g])) != ORTEP_OK)
+      return st;
     ortep__llama_input_names(d->tokens[g], d->in_name[g][0], d->in_name[g][1], sizeof d->in_name[g][0]);
   }
   if ((st = ortep__llama_build_redraw(d->model, d->max_seq, &d->graphs[d->n_graphs])) != ORTEP_OK) return st;

@@ -119,34 +119,45 @@ static void linear(builder *b, const char *name, const char *in, const char *con
   if (gate_up) attr_i(b, id, "gate_up", 1);
 }
 
-static void rope_tables(builder *b, size_t rows, int64_t head_dim, double theta) {
-  if (b->st != ORTEP_OK) return;
-  size_t half = (size_t)head_dim / 2;
+ortep_status ortep__llama_rope_tables(const ortep_model *m, ortep_ep *host, size_t rows, ortep_tensor *out[2]) {
+  const ortep_model_config *c = ortep_model_get_config(m);
+  size_t half = (size_t)c->head_dim / 2;
   ortep_shape s = {2, {(int64_t)rows, (int64_t)half}};
-  ortep_tensor *c = NULL, *sn = NULL;
+  out[0] = out[1] = NULL;
   float *cd, *sd;
-  b->st = ortep_tensor_create(b->host, ORTEP_DTYPE_F32, &s, false, &c);
-  if (b->st == ORTEP_OK) b->st = ortep_tensor_create(b->host, ORTEP_DTYPE_F32, &s, false, &sn);
-  if (b->st == ORTEP_OK) b->st = ortep_tensor_host_data_mut(c, ORTEP_DTYPE_F32, (void **)&cd);
-  if (b->st == ORTEP_OK) b->st = ortep_tensor_host_data_mut(sn, ORTEP_DTYPE_F32, (void **)&sd);
-  if (b->st == ORTEP_OK)
+  double *inv = ortep__malloc((half ? half : 1) * sizeof *inv);
+  ortep_status st = inv ? ORTEP_OK : ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the rotary frequencies");
+  if (st == ORTEP_OK) st = ortep_tensor_create(host, ORTEP_DTYPE_F32, &s, false, &out[0]);
+  if (st == ORTEP_OK) st = ortep_tensor_create(host, ORTEP_DTYPE_F32, &s, false, &out[1]);
+  if (st == ORTEP_OK) st = ortep_tensor_host_data_mut(out[0], ORTEP_DTYPE_F32, (void **)&cd);
+  if (st == ORTEP_OK) st = ortep_tensor_host_data_mut(out[1], ORTEP_DTYPE_F32, (void **)&sd);
+  for (size_t i = 0; st == ORTEP_OK && i < half; i++)
+    inv[i] = pow(c->rope_theta, -2.0 * (double)i / (double)c->head_dim);
+  if (st == ORTEP_OK)
     for (size_t p = 0; p < rows; p++)
       for (size_t i = 0; i < half; i++) {
-        double inv = pow(theta, -2.0 * (double)i / (double)head_dim);
-        double a = (double)p * inv;
+        double a = (double)p * inv[i];
         cd[p * half + i] = (float)cos(a);
         sd[p * half + i] = (float)sin(a);
       }
-  if (b->st == ORTEP_OK) {
-    b->st = ortep_graph_add_initializer(b->g, "rope.cos", c);
-    c = NULL;
+  ortep__free(inv);
+  if (st != ORTEP_OK) {
+    ortep_tensor_release(out[0]), ortep_tensor_release(out[1]);
+    out[0] = out[1] = NULL;
+    return ortep__wrap(st, "the rotary tables (%zu positions)", rows);
   }
-  if (b->st == ORTEP_OK) {
-    b->st = ortep_graph_add_initializer(b->g, "rope.sin", sn);
-    sn = NULL;
+  return ORTEP_OK;
+}
+
+/* The tables as this graph's initializers: views, so every graph of the
+ * decoder (and its forks) binds the same bytes once. */
+static void rope_tables(builder *b, ortep_tensor *const rope[2]) {
+  static const char *const names[2] = {"rope.cos", "rope.sin"};
+  for (int i = 0; i < 2 && b->st == ORTEP_OK; i++) {
+    ortep_tensor *v = NULL;
+    b->st = ortep_tensor_view_as(rope[i], 0, ORTEP_DTYPE_F32, ortep_tensor_shape(rope[i]), &v);
+    if (b->st == ORTEP_OK) b->st = ortep_graph_add_initializer(b->g, names[i], v);
   }
-  ortep_tensor_release(c);
-  ortep_tensor_release(sn);
 }
 
 void ortep__llama_input_names(size_t tokens, char *token_ids, char *positions, size_t len) {
@@ -214,7 +225,7 @@ const char *ortep_decoder_kv_name(size_t layer, bool value, char *buf, size_t le
 }
 
 ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max_seq, size_t tokens,
-                                ortep_graph **out) {
+                                ortep_tensor *const rope[2], ortep_graph **out) {
   const ortep_model_config *c = ortep_model_get_config(m);
   *out = NULL;
   if (tokens < 1 || tokens > max_seq)
@@ -232,7 +243,7 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   ortep__llama_input_names(tokens, tok_in, pos_in, sizeof tok_in);
   b.st = ortep_graph_add_input(b.g, tok_in, ORTEP_DTYPE_I32, &ids);
   if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, pos_in, ORTEP_DTYPE_I32, &ids);
-  rope_tables(&b, (size_t)S, HD, c->rope_theta);
+  rope_tables(&b, rope);
   char h[64] = "h.0";
   value(&b, h, 1, 1, H);
   weight(&b, "model.embed_tokens.weight");

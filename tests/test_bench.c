@@ -83,6 +83,9 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
       {"prefill --threads 2000", "--threads '2000'"},
       {"tokenizer --added 10,0", "--added '0'"},
       {"tokenizer --text-bytes 1.5", "--text-bytes '1.5'"},
+      {"kv --forks 0", "--forks '0'"},
+      {"kv --positions 16,x", "--positions 'x'"},
+      {"kv --preset huge", "--preset 'huge'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     ck_assert_int_eq(bench(NULL, cases[i].args, err, sizeof err), 2);
@@ -93,9 +96,9 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
 END_TEST
 
 START_TEST(help_for_every_command) {
-  const char *cmds[] = {"--help",        "decode --help",  "alloc --help",
-                        "replay --help", "prefill --help", "tokenizer --help"};
-  for (size_t i = 0; i < 6; i++) ck_assert_int_eq(bench(NULL, cmds[i], NULL, 0), 0);
+  const char *cmds[] = {"--help",        "decode --help",  "alloc --help",     "replay --help",
+                        "prefill --help", "tokenizer --help", "kv --help"};
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) ck_assert_int_eq(bench(NULL, cmds[i], NULL, 0), 0);
 }
 END_TEST
 
@@ -138,7 +141,7 @@ START_TEST(decode_runs_every_mode_and_writes_the_documented_json) {
                           "planned_arena_bytes",
                           "lower_bound_bytes",
                           "naive_sum_bytes",
-                          "kv_cache_bytes",
+                          "kv_reserved_bytes", "kv_committed_bytes",
                           "token_ids"};
   for (int m = 0; m < 3; m++) {
     const cJSON *o = cJSON_GetObjectItem(modes, names[m]);
@@ -365,6 +368,23 @@ START_TEST(alloc_replay_and_tokenizer_write_json) {
   ck_assert_int_eq(cJSON_GetArraySize(counts), 2);
   has(cJSON_GetArrayItem(counts, 1), "open_ms");
   has(cJSON_GetArrayItem(counts, 1), "encode_ms");
+  cJSON_Delete(j);
+  /* kv: the memory rows say committed grows with the positions held, under the reservation */
+  snprintf(args, sizeof args, "kv --ep cpu --positions 16,200,9000 --runs 1 --tokens 4 --forks 3 --json %s/kv.json",
+           g_tmp);
+  ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
+  j = read_json("kv.json");
+  cJSON *mem = cJSON_GetObjectItem(j, "memory");
+  ck_assert_int_eq(cJSON_GetArraySize(mem), 2); /* 9000 is past the tiny preset's context: skipped */
+  double c0 = cJSON_GetObjectItem(cJSON_GetArrayItem(mem, 0), "committed_bytes")->valuedouble;
+  double c1 = cJSON_GetObjectItem(cJSON_GetArrayItem(mem, 1), "committed_bytes")->valuedouble;
+  double r1 = cJSON_GetObjectItem(cJSON_GetArrayItem(mem, 1), "reserved_bytes")->valuedouble;
+  ck_assert_msg(c0 > 0 && c0 < c1 && c1 < r1, "committed %g then %g of %g reserved", c0, c1, r1);
+  has(cJSON_GetObjectItem(j, "speed"), "whole_context_tokens_per_s");
+  has(cJSON_GetObjectItem(j, "chat"), "turn_ms");
+  cJSON *forks = cJSON_GetObjectItem(j, "forks");
+  ck_assert_double_eq(cJSON_GetObjectItem(forks, "forks")->valuedouble, 3);
+  ck_assert_double_gt(cJSON_GetObjectItem(forks, "shared_bytes")->valuedouble, 0);
   cJSON_Delete(j);
   snprintf(args, sizeof args, "replay --nodes 5 --runs 1 --iters 1 --json /nonexistent/dir/x.json");
   ck_assert_int_eq(bench(NULL, args, err, sizeof err), 1);

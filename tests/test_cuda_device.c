@@ -387,6 +387,98 @@ START_TEST(sampling_on_cuda_draws_what_the_cpu_draws) {
 }
 END_TEST
 
+/* The CUDA virtual allocator: reserve costs nothing, commits add whole
+ * granules (zeroed) charged to the DEVICE tier, decommits give them back, a
+ * shared prefix maps the same bytes into two reservations read-only and is
+ * charged once. Bytes are checked through the CUDA EP's copies. */
+START_TEST(cuda_virtual_allocator_commits_and_shares) {
+  ortep_governor *g;
+  ck_assert_ok(ortep_governor_create(&g));
+  ortep_allocator *a;
+  ck_assert_ok(ortep_cuda_virtual_allocator_create(0, g, &a));
+  ortep_ep *ep;
+  ck_assert_ok(ortep_cuda_ep_create(NULL, &ep));
+  ck_assert_ok(ortep_ep_initialize(ep, NULL));
+  size_t gran = ortep_allocator_granularity(a), R = 16 * gran;
+  ck_assert_uint_gt(gran, 0);
+  void *base, *other;
+  ck_assert_ok(ortep_allocator_reserve(a, R, 256, &base));
+  ck_assert_ok(ortep_allocator_reserve(a, R, 256, &other));
+  ortep_mem_stats st;
+  ortep_governor_get_stats(g, ORTEP_TIER_DEVICE, &st);
+  ck_assert_uint_eq(st.current_bytes, 0);
+  uint64_t got;
+  ortep_commit_range c = {base, R, 256, 10, gran + 1}; /* touches two granules */
+  ck_assert_ok(ortep_allocator_commit(a, &c, &got));
+  ck_assert_uint_eq(got, 2 * gran);
+  ortep_governor_get_stats(g, ORTEP_TIER_DEVICE, &st);
+  ck_assert_uint_eq(st.current_bytes, 2 * gran);
+  ortep_buffer b;
+  ck_assert_ok(ortep_buffer_wrap_borrowed_mut(base, ortep_ep_device(ep), 2 * gran, 256, &b));
+  unsigned char *h = malloc(2 * gran);
+  ck_assert_ok(ortep_ep_copy_to_host(ep, &b, h, 2 * gran));
+  for (size_t i = 0; i < 2 * gran; i += 4093) ck_assert_uint_eq(h[i], 0); /* zeroed */
+  memset(h, 0x5a, 2 * gran);
+  ck_assert_ok(ortep_ep_copy_from_host(ep, h, 2 * gran, &b));
+  ortep_shared_prefix *p;
+  ck_assert_ok(ortep_allocator_create_prefix(a, base, gran, &p));
+  ortep_shared_commit_info info;
+  ck_assert_ok(ortep_allocator_map_prefix(a, p, other, R, &info));
+  ck_assert_uint_eq(info.additional_owned_bytes, gran);
+  ck_assert_ok(ortep_allocator_map_prefix(a, p, base, R, &info)); /* base's first granule makes way */
+  ck_assert_uint_eq(info.additional_owned_bytes, 0);
+  ck_assert_uint_eq(info.released_bytes, gran);
+  ortep_buffer ob;
+  ck_assert_ok(ortep_buffer_wrap_borrowed_mut(other, ortep_ep_device(ep), gran, 256, &ob));
+  memset(h, 0, gran);
+  ck_assert_ok(ortep_ep_copy_to_host(ep, &ob, h, gran));
+  for (size_t i = 0; i < gran; i += 4093) ck_assert_uint_eq(h[i], 0x5a);
+  ortep_governor_get_stats(g, ORTEP_TIER_DEVICE, &st);
+  ck_assert_uint_eq(st.current_bytes, 2 * gran); /* base's second granule + the prefix */
+  ortep_allocator_destroy_prefix(a, p);
+  c = (ortep_commit_range){base, R, 256, 0, 2 * gran};
+  ck_assert_ok(ortep_allocator_decommit(a, &c, &got));
+  ck_assert_uint_eq(got, gran); /* its private granule; the prefix stays for `other` */
+  ck_assert_int_eq(ortep_allocator_release(a, other, R, 256).kind, ORTEP_RELEASE_COMPLETE);
+  ck_assert_int_eq(ortep_allocator_release(a, base, R, 256).kind, ORTEP_RELEASE_COMPLETE);
+  ortep_governor_get_stats(g, ORTEP_TIER_DEVICE, &st);
+  ck_assert_uint_eq(st.current_bytes, 0);
+  free(h);
+  ortep_ep_destroy(ep);
+  ortep_allocator_destroy(a);
+  ortep_governor_destroy(g);
+}
+END_TEST
+
+static bool collect_tokens(int32_t t, size_t i, void *user) {
+  ((int32_t *)user)[i] = t;
+  return true;
+}
+
+/* The decoder's caches on the GPU: committed as positions are held, and a
+ * fork decodes like its parent. */
+START_TEST(kv_caches_grow_and_fork_on_cuda) {
+  ortep_decoder *d, *f;
+  ck_assert_ok(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cuda"}, &d));
+  ortep_kv_stats k;
+  ortep_decoder_kv_stats(d, &k);
+  ck_assert_uint_eq(k.committed_bytes, 0);
+  int32_t ids[40], a[8], b[8], next;
+  for (int i = 0; i < 40; i++) ids[i] = (i * 37 + 3) % 500;
+  ck_assert_ok(ortep_decoder_prefill(d, ids, 40, &next));
+  ortep_decoder_kv_stats(d, &k);
+  ck_assert_uint_gt(k.committed_bytes, 0);
+  ck_assert_uint_lt(k.committed_bytes, k.reserved_bytes + 1);
+  ck_assert_ok(ortep_decoder_fork(d, &f));
+  size_t n;
+  ck_assert_ok(ortep_decoder_generate(d, 8, collect_tokens, a, &n));
+  ck_assert_ok(ortep_decoder_generate(f, 8, collect_tokens, b, &n));
+  ck_assert_mem_eq(a, b, sizeof a);
+  ortep_decoder_close(d);
+  ortep_decoder_close(f);
+}
+END_TEST
+
 int main(void) {
   char why[256];
   if (!ortep_cuda_available(why, sizeof why)) {
@@ -411,6 +503,8 @@ int main(void) {
   tcase_add_test(tc, device_argmax_across_blocks_matches_the_cpu);
   tcase_add_test(tc, chunked_prefill_on_cuda);
   tcase_add_test(tc, sampling_on_cuda_draws_what_the_cpu_draws);
+  tcase_add_test(tc, cuda_virtual_allocator_commits_and_shares);
+  tcase_add_test(tc, kv_caches_grow_and_fork_on_cuda);
   suite_add_tcase(s, tc);
   /* its own case, so the sanitizer runs can leave it out (CK_RUN_CASE=core) */
   TCase *large = tcase_create("large");

@@ -3,9 +3,10 @@
  * Toolkit is found; every call exists in every build and returns
  * ORTEP_E_NOT_SUPPORTED (with the reason) in a build without CUDA.
  *
- * Memory: activations, KV caches and the cuBLAS workspace come from a
- * cudaMemPool (ortep_cuda_pool_allocator_create) on the EP's own stream and
- * are carved before any capture; pinned host memory stages small copies,
+ * Memory: activations and the cuBLAS workspace come from a cudaMemPool
+ * (ortep_cuda_pool_allocator_create) on the EP's own stream and are carved
+ * before any capture; a decoder's KV caches from the CUDA virtual allocator
+ * (allocator.h: reserved whole, committed as positions are held); pinned host memory stages small copies,
  * including the 8-byte per-step (token, error word) result. Kernels: the same
  * op set and semantics as the CPU EP (kernels/opset.c), f16/bf16 weights with
  * f32 accumulation; matrix products through cuBLAS (cublasGemmEx) on the
