@@ -363,15 +363,16 @@ static bool check_gqa(ctx *c) {
      * positions written so far are one prefix of the cache's memory */
     bool r3 = s->rank == 3 && (size_t)s->dims[1] == (size_t)kv && (size_t)s->dims[2] == hd;
     bool r4 = s->rank == 4 && s->dims[0] == 1 && (size_t)s->dims[2] == (size_t)kv && (size_t)s->dims[3] == hd;
-    if (c->dtypes[i] != ORTEP_DTYPE_F32 || !(r3 || r4))
+    bool fp = c->dtypes[i] == ORTEP_DTYPE_F32 || c->dtypes[i] == ORTEP_DTYPE_F16 || c->dtypes[i] == ORTEP_DTYPE_BF16;
+    if (!fp || !(r3 || r4))
       return refuse(c,
-                    "%s must be the f32 KV cache [capacity, kv_num_heads, head_dim] (or [1, capacity, kv, head_dim]): "
-                    "position-major, not ONNX Runtime's [batch, kv, capacity, head_dim]",
+                    "%s must be the f32, f16 or bf16 KV cache [capacity, kv_num_heads, head_dim] (or [1, capacity, "
+                    "kv, head_dim]): position-major, not ONNX Runtime's [batch, kv, capacity, head_dim]",
                     i == 3 ? "past_key" : "past_value");
     cap = (size_t)s->dims[r3 ? 0 : 1];
   }
-  if (!ortep_shape_equal(&c->shapes[3], &c->shapes[4]))
-    return refuse(c, "past_key and past_value must have the same shape");
+  if (!ortep_shape_equal(&c->shapes[3], &c->shapes[4]) || c->dtypes[3] != c->dtypes[4])
+    return refuse(c, "past_key and past_value must have the same shape and dtype");
   if (c->dtypes[5] != ORTEP_DTYPE_I32 || numel(&c->shapes[5]) != tokens)
     return refuse(c,
                   "seqlens_k must be %zu i32: the position of each token (the number of tokens before it), one per "
@@ -387,7 +388,8 @@ static bool check_gqa(ctx *c) {
                                             .kv = (size_t)kv,
                                             .hd = hd,
                                             .cap = cap,
-                                            .scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)hd)};
+                                            .scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)hd),
+                                            .kvdt = c->dtypes[3]};
   }
   return true;
 }

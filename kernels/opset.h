@@ -74,6 +74,7 @@ typedef struct ortep__op_params {
     struct {
       size_t tokens, heads, kv, hd, cap;
       float scale;
+      ortep_dtype kvdt; /* the caches': f32, f16 or bf16 */
     } gqa;
     struct {
       size_t rows, n;

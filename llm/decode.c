@@ -53,6 +53,7 @@ struct ortep_decoder {
   size_t tokens[ORTEP__MAX_BUCKETS + 1];
   size_t n_graphs;
   ortep_session *session;
+  ortep_dtype kv_dtype;  /* the caches' (ortep.kv_dtype) */
   ortep_tensor *rope[2]; /* the rotary tables every graph views (the origin's, for a fork) */
   ortep__kv *kv;         /* the KV caches: reserved for max_seq positions, committed as they are held (kv.c) */
   int32_t *ids;          /* the token at each position the caches hold (ids[0, pos)) */
@@ -127,6 +128,7 @@ void ortep_decoder_close(ortep_decoder *d) {
 
 #define WEIGHTS_KEY "ortep.weights"
 #define LAYOUT_KEY  "ortep.weights_layout"
+#define KV_KEY      "ortep.kv_dtype"
 #define AUTO_CHUNK  256 /* prefill_chunk 0: chunks of 256, 128, 64, ..., 2 */
 
 /* Every key must belong to a component that reads it: ortep.* (the decoder
@@ -154,10 +156,12 @@ static ortep_status apply_governor_config(ortep_governor *g, const ortep_config 
   if (st != ORTEP_OK) return st;
   for (size_t i = 0; i < ortep_config_count(c); i++) {
     const char *k = ortep_config_key(c, i);
-    if (strncmp(k, "ortep.", 6) != 0 || !strcmp(k, WEIGHTS_KEY) || !strcmp(k, LAYOUT_KEY)) continue;
+    if (strncmp(k, "ortep.", 6) != 0 || !strcmp(k, WEIGHTS_KEY) || !strcmp(k, LAYOUT_KEY) || !strcmp(k, KV_KEY))
+      continue;
     st = ortep_governor_configure(g, k, ortep_config_get(c, k));
-    if (st != ORTEP_OK) /* the governor names its own keys; the decoder's two besides */
-      return ortep__wrap(st, "decoder config (ortep.* keys: %s, %s and the governor's)", WEIGHTS_KEY, LAYOUT_KEY);
+    if (st != ORTEP_OK) /* the governor names its own keys; the decoder's three besides */
+      return ortep__wrap(st, "decoder config (ortep.* keys: %s, %s, %s and the governor's)", WEIGHTS_KEY, LAYOUT_KEY,
+                         KV_KEY);
   }
   return ORTEP_OK;
 }
@@ -181,7 +185,7 @@ static ortep_status check_size(ortep_decoder *d, const ortep_model_config *c, bo
   uint64_t f = sizeof(float), S = d->max_seq, L = (uint64_t)c->num_hidden_layers, HD = (uint64_t)c->head_dim;
   uint64_t H = (uint64_t)c->hidden_size, I = (uint64_t)c->intermediate_size, V = (uint64_t)c->vocab_size;
   uint64_t q = (uint64_t)c->num_attention_heads * HD, kv = (uint64_t)c->num_key_value_heads * HD;
-  uint64_t kv_bytes = 2 * L * kv * S * f, rope = S * HD * f; /* cos and sin: S x HD/2 each */
+  uint64_t kv_bytes = 2 * L * kv * S * ortep_dtype_size(d->kv_dtype), rope = S * HD * f; /* cos, sin: S x HD/2 each */
   uint64_t act = (L * (8 * H + 3 * q + 4 * kv + 3 * I) + 2 * V + (uint64_t)c->num_attention_heads * S) * f;
   /* a prefill chunk of T tokens: its layers' activations (the planner reuses
    * them from layer to layer; twice one layer's bounds what it keeps) */
@@ -321,7 +325,28 @@ static ortep_status open_weights(ortep_decoder *d, const char *dir, const ortep_
  * then halves down to 2, so a prompt is cut into at most one chunk of each
  * size below the largest and at most one token goes alone; then whether it
  * all fits the host budget. */
+/* ortep.kv_dtype: f32 (the default), f16 or bf16; 16-bit caches are the CPU
+ * EP's only. */
+static ortep_status kv_dtype(ortep_decoder *d) {
+  const char *v = ortep_config_get(d->ep_config, KV_KEY);
+  d->kv_dtype = ORTEP_DTYPE_F32;
+  if (!v) return ORTEP_OK;
+  if (ortep_dtype_parse(v, &d->kv_dtype) != ORTEP_OK ||
+      (d->kv_dtype != ORTEP_DTYPE_F32 && d->kv_dtype != ORTEP_DTYPE_F16 && d->kv_dtype != ORTEP_DTYPE_BF16)) {
+    ortep_clear_error();
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s = '%s': use f32 (the default), f16 or bf16", KV_KEY, v);
+  }
+  if (d->kv_dtype != ORTEP_DTYPE_F32 && ortep_ep_registry_count(d->registry) > 1)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "%s = %s: 16-bit KV caches are implemented on the CPU EP only, and the step runs on the GPU; "
+                       "use f32, or ep \"cpu\"",
+                       KV_KEY, v);
+  return ORTEP_OK;
+}
+
 static ortep_status size_steps(ortep_decoder *d, const ortep_decoder_options *o) {
+  ortep_status st = kv_dtype(d);
+  if (st != ORTEP_OK) return st;
   const ortep_model_config *c = ortep_model_get_config(d->model);
   size_t limit = (size_t)c->max_position_embeddings;
   d->max_seq = o->max_seq_len ? o->max_seq_len : limit; /* reserved, not committed: the whole context costs nothing */
@@ -349,7 +374,8 @@ static ortep_status open_session(ortep_decoder *d, const ortep_decoder_options *
   }
   if (st != ORTEP_OK) return st;
   for (size_t g = 0; g < d->n_graphs; g++) {
-    if ((st = ortep__llama_build(d->model, cpu, d->max_seq, d->tokens[g], d->rope, &d->graphs[g])) != ORTEP_OK)
+    if ((st = ortep__llama_build(d->model, cpu, d->max_seq, d->tokens[g], d->kv_dtype, d->rope, &d->graphs[g])) !=
+        ORTEP_OK)
       return st;
     ortep__llama_input_names(d->tokens[g], d->in_name[g][0], d->in_name[g][1], sizeof d->in_name[g][0]);
   }

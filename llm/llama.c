@@ -225,7 +225,7 @@ const char *ortep_decoder_kv_name(size_t layer, bool value, char *buf, size_t le
 }
 
 ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max_seq, size_t tokens,
-                                ortep_tensor *const rope[2], ortep_graph **out) {
+                                ortep_dtype kv_dtype, ortep_tensor *const rope[2], ortep_graph **out) {
   const ortep_model_config *c = ortep_model_get_config(m);
   *out = NULL;
   if (tokens < 1 || tokens > max_seq)
@@ -269,8 +269,8 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
     ortep_decoder_kv_name((size_t)l, false, ck, sizeof ck);
     ortep_decoder_kv_name((size_t)l, true, cv, sizeof cv);
     snprintf(hn, sizeof hn, "h.%lld", (long long)l + 1);
-    if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, ck, ORTEP_DTYPE_F32, &cache);
-    if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, cv, ORTEP_DTYPE_F32, &cache);
+    if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, ck, kv_dtype, &cache);
+    if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, cv, kv_dtype, &cache);
     bool bias = c->attention_bias;
     value(&b, n[0], 1, 1, H);
     weight(&b, w[0]);

@@ -22,9 +22,10 @@
  * more: a prefill chunk) with KV caches of max_seq positions; its logits are
  * the last token's. Weight initializers borrow the model's mapped bytes (the
  * model must outlive the graph); host is the host EP that owns initializer
- * tensors; rope the rotary tables of at least max_seq rows. */
+ * tensors; kv_dtype the caches' (f32, f16, bf16); rope the rotary tables of
+ * at least max_seq rows. */
 ortep_status ortep__llama_build(const ortep_model *model, ortep_ep *host, size_t max_seq, size_t tokens,
-                                ortep_tensor *const rope[2], ortep_graph **out);
+                                ortep_dtype kv_dtype, ortep_tensor *const rope[2], ortep_graph **out);
 /* The rotary tables the graphs share (cos, sin: [rows, head_dim / 2] f32 on
  * host), computed once per decoder: every graph holds a view of them. */
 ortep_status ortep__llama_rope_tables(const ortep_model *model, ortep_ep *host, size_t rows, ortep_tensor *out[2]);

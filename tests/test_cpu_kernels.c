@@ -842,6 +842,96 @@ END_TEST
  * the heads split over 3 workers give the bits of one thread; a chunk
  * reaching past the cache (the per-token path) latches KV_SLOT and zeroes
  * just the rows that do not fit. */
+/* 16-bit KV caches (f16, bf16): the new K/V are stored rounded, and
+ * attention is the double-precision attention over the rounded values, both
+ * token by token and over a chunk (whose widened rows give the same within
+ * float rounding); 1 and 3 threads agree bitwise. */
+START_TEST(group_query_attention_over_16_bit_caches) {
+  ortep_dtype dt = _i ? ORTEP_DTYPE_BF16 : ORTEP_DTYPE_F16;
+  enum { NH = 4, KV = 2, HD = 8, CAP = 24, P = 12, T = 6 };
+  test_rng r = test_rng_new(test_seed() + 40 + (uint64_t)_i);
+  uint16_t kc[2][CAP * KV * HD] = {{0}}, vc[2][CAP * KV * HD] = {{0}};
+  float kr[CAP * KV * HD] = {0}, vr[CAP * KV * HD] = {0}; /* the rounded values, position-major */
+  tattr at[] = {{"num_heads", 0, NH, 0}, {"kv_num_heads", 0, KV, 0}};
+  float q[T * NH * HD], k[T * KV * HD], v[T * KV * HD], out[T * NH * HD], chunk[T * NH * HD];
+  for (int32_t p = 0; p < P + T; p++) { /* token by token into cache 0 */
+    float *qt = q + (p >= P ? (p - P) : 0) * NH * HD, *kt = k + (p >= P ? (p - P) : 0) * KV * HD;
+    float *vt = v + (p >= P ? (p - P) : 0) * KV * HD, o[NH * HD];
+    fill(&r, qt, NH * HD, 1.0f), fill(&r, kt, KV * HD, 1.0f), fill(&r, vt, KV * HD, 1.0f);
+    tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), qt},
+                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), kt},
+                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), vt},
+                 {dt, SHAPE(CAP, KV, HD), kc[0]},
+                 {dt, SHAPE(CAP, KV, HD), vc[0]},
+                 {ORTEP_DTYPE_I32, SHAPE(1), &p}};
+    ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){o}, 1));
+    free(as_dtype(kt, KV * HD, dt, kr + p * KV * HD)), free(as_dtype(vt, KV * HD, dt, vr + p * KV * HD));
+    for (int i = 0; i < KV * HD; i++) { /* stored as the format rounds */
+      float back =
+          dt == ORTEP_DTYPE_F16 ? ortep_f16_to_f32(kc[0][p * KV * HD + i]) : ortep_bf16_to_f32(kc[0][p * KV * HD + i]);
+      ck_assert_float_eq(back, kr[p * KV * HD + i]);
+    }
+    double want[NH * HD];
+    for (int h = 0; h < NH; h++) {
+      int g = h / (NH / KV);
+      double sc[CAP], mx = -1e300, den = 0;
+      for (int t = 0; t <= p; t++) {
+        double d = 0;
+        for (int i = 0; i < HD; i++) d += (double)qt[h * HD + i] * kr[(t * KV + g) * HD + i];
+        sc[t] = d / sqrt((double)HD);
+        mx = sc[t] > mx ? sc[t] : mx;
+      }
+      for (int t = 0; t <= p; t++) den += (sc[t] = exp(sc[t] - mx));
+      for (int i = 0; i < HD; i++) {
+        double sum = 0;
+        for (int t = 0; t <= p; t++) sum += sc[t] / den * vr[(t * KV + g) * HD + i];
+        want[h * HD + i] = sum;
+      }
+    }
+    expect_close(o, want, NH * HD, "GroupQueryAttention over 16-bit caches");
+    if (p >= P) memcpy(out + (p - P) * NH * HD, o, sizeof o);
+    if (p == P - 1) memcpy(kc[1], kc[0], sizeof kc[0]), memcpy(vc[1], vc[0], sizeof vc[0]);
+  }
+  /* the last T tokens as one chunk into cache 1 (which holds the first P) */
+  int32_t pos[T];
+  for (int t = 0; t < T; t++) pos[t] = P + t;
+  const char *threads[] = {"1", "3"};
+  ortep_ep *saved = g_cpu;
+  for (int th = 0; th < 2; th++) {
+    g_cpu = cpu_with_threads(threads[th]);
+    uint16_t k1[CAP * KV * HD], v1[CAP * KV * HD];
+    memcpy(k1, kc[1], sizeof k1), memcpy(v1, vc[1], sizeof v1);
+    tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, T, NH * HD), q},
+                 {ORTEP_DTYPE_F32, SHAPE(1, T, KV * HD), k},
+                 {ORTEP_DTYPE_F32, SHAPE(1, T, KV * HD), v},
+                 {dt, SHAPE(CAP, KV, HD), k1},
+                 {dt, SHAPE(CAP, KV, HD), v1},
+                 {ORTEP_DTYPE_I32, SHAPE(1, T), pos}};
+    float c[T * NH * HD];
+    ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){c}, 1));
+    ck_assert_mem_eq(k1, kc[0], sizeof k1); /* the chunk stored what the steps stored */
+    ck_assert_mem_eq(v1, vc[0], sizeof v1);
+    if (th == 0)
+      memcpy(chunk, c, sizeof c);
+    else
+      ck_assert_mem_eq(c, chunk, sizeof c);
+    ck_assert_uint_eq(error_bits(), 0);
+    ortep_ep_destroy(g_cpu);
+  }
+  g_cpu = saved;
+  for (int i = 0; i < T * NH * HD; i++)
+    ck_assert_msg(fabsf(chunk[i] - out[i]) <= 1e-5f * (1.0f + fabsf(out[i])), "[%d]: chunk %.8g, steps %.8g", i,
+                  chunk[i], out[i]);
+  /* the two caches must agree in dtype */
+  tin mixed[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q}, {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
+                 {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), v}, {dt, SHAPE(CAP, KV, HD), kc[0]},
+                 {ORTEP_DTYPE_F32, SHAPE(CAP, KV, HD), kr},  {ORTEP_DTYPE_I32, SHAPE(1), pos}};
+  ck_assert_status(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, mixed, 6, (void *[]){out}, 1),
+                   ORTEP_E_NOT_SUPPORTED);
+  ck_assert_error_mentions("same shape and dtype");
+}
+END_TEST
+
 START_TEST(group_query_attention_over_a_chunk_matches_token_steps) {
   enum { NH = 4, KV = 2, HD = 8, CAP = 16, T = 5, P0 = 3 };
   test_rng r = test_rng_new(test_seed() + 22);
@@ -985,6 +1075,7 @@ int main(void) {
   tcase_add_loop_test(tc, linear_over_many_rows_matches_row_by_row, 0, 3);
   tcase_add_loop_test(tc, linear_over_blocked_weights_matches_row_major, 0, 2);
   tcase_add_test(tc, group_query_attention_over_a_chunk_matches_token_steps);
+  tcase_add_loop_test(tc, group_query_attention_over_16_bit_caches, 0, 2);
   tcase_add_test(tc, refusals_say_what_is_accepted);
   tcase_add_test(tc, prepare_initializer_blocks_linear_weights);
   suite_add_tcase(s, tc);

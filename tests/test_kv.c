@@ -4,6 +4,7 @@
  * conversations that reuse what the caches hold, and forks that share a
  * prefix's memory. */
 #include <math.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -206,19 +207,20 @@ START_TEST(a_budget_bounds_the_tokens_held_not_the_context) {
   long_context(g_dir, 65536);
   ortep_governor *g;
   ck_assert_ok(ortep_governor_create(&g));
-  ortep_decoder *probe = open_kv(g, 0);
-  uint64_t base = host_bytes(g); /* the decoder without its caches' memory */
-  ortep_kv_stats k;
-  ortep_decoder_kv_stats(probe, &k);
-  ortep_decoder_close(probe);
-  /* room for the decoder and a quarter of the caches' reservation */
-  ck_assert_ok(ortep_governor_set_budget(g, ORTEP_TIER_HOST, base + k.reserved_bytes / 4));
   ortep_decoder *d = open_kv(g, 0);
-  int32_t *ids = ramp(k.capacity, 9), next;
-  ck_assert_status(ortep_decoder_prefill(d, ids, k.capacity - 1, &next), ORTEP_E_BUDGET_EXCEEDED);
+  ortep_kv_stats k;
+  ortep_decoder_kv_stats(d, &k);
+  /* what is in use now plus 256 KiB: far less than the whole context's caches */
+  uint64_t budget = host_bytes(g) + (256 << 10);
+  ck_assert_ok(ortep_governor_set_budget(g, ORTEP_TIER_HOST, budget));
+  ck_assert_uint_gt(k.reserved_bytes, budget);
+  int32_t *ids = ramp(1024, 9), next; /* 1024 positions: 512 KiB of caches */
+  ck_assert_status(ortep_decoder_prefill(d, ids, 1024, &next), ORTEP_E_BUDGET_EXCEEDED);
   ck_assert_error_mentions("the KV caches need memory for");
   ck_assert_ok(ortep_decoder_reset(d));
-  ck_assert_ok(ortep_decoder_prefill(d, ids, k.capacity / 8, &next)); /* what fits still works */
+  ck_assert_uint_eq(host_bytes(g), budget - (256 << 10));  /* the reset gave it back */
+  ck_assert_ok(ortep_decoder_prefill(d, ids, 256, &next)); /* what fits works */
+  ck_assert_ok(ortep_decoder_generate(d, 8, NULL, NULL, NULL));
   free(ids);
   ortep_decoder_close(d);
   ck_assert_uint_eq(host_bytes(g), 0);
@@ -350,6 +352,100 @@ START_TEST(a_fork_holds_no_second_copy_of_the_weights) {
 }
 END_TEST
 
+typedef struct gen_job {
+  ortep_decoder *d;
+  int32_t out[32];
+  ortep_status st;
+} gen_job;
+static void *gen_thread(void *arg) {
+  gen_job *j = arg;
+  size_t got = 0;
+  j->st = ortep_decoder_generate(j->d, 32, keep, j->out, &got);
+  if (got != 32 && j->st == ORTEP_OK) j->st = ORTEP_E_INTERNAL;
+  return NULL;
+}
+
+/* A parent and its fork decode on two threads at once, over shared weights
+ * and shared prefix pages (ThreadSanitizer runs this case), each as an
+ * independent decoder would. */
+START_TEST(a_parent_and_its_fork_decode_on_two_threads) {
+  ortep_decoder *p = open_kv(NULL, 0), *ref = open_kv(NULL, 0), *f;
+  int32_t *ids = ramp(90, 6), next, want[32];
+  ck_assert_ok(ortep_decoder_prefill(p, ids, 90, &next));
+  ck_assert_ok(ortep_decoder_prefill(ref, ids, 90, &next));
+  greedy(ref, 32, want);
+  ck_assert_ok(ortep_decoder_fork(p, &f));
+  gen_job a = {.d = p}, b = {.d = f};
+  pthread_t ta, tb;
+  ck_assert_int_eq(pthread_create(&ta, NULL, gen_thread, &a), 0);
+  ck_assert_int_eq(pthread_create(&tb, NULL, gen_thread, &b), 0);
+  pthread_join(ta, NULL), pthread_join(tb, NULL);
+  ck_assert_ok(a.st);
+  ck_assert_ok(b.st);
+  ck_assert_mem_eq(a.out, want, sizeof want);
+  ck_assert_mem_eq(b.out, want, sizeof want);
+  ortep_decoder_close(p), ortep_decoder_close(f), ortep_decoder_close(ref);
+  free(ids);
+}
+END_TEST
+
+static ortep_decoder *open_kv_dtype(const char *dt, size_t max_seq) {
+  ortep_config *c;
+  ck_assert_ok(ortep_config_create(&c));
+  if (dt) ck_assert_ok(ortep_config_set(c, "ortep.kv_dtype", dt));
+  ortep_decoder *d;
+  ck_assert_ok(
+      ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = max_seq, .config = c}, &d));
+  ortep_config_destroy(c);
+  return d;
+}
+
+/* 16-bit caches: half the bytes per position; the logits of a 100-token
+ * prompt and the steps after it stay within 2e-2 of the f32 caches' on the
+ * tiny preset (f16 keeps 11 bits of mantissa, bf16 8), the greedy tokens
+ * the same; forks share them too. */
+START_TEST(sixteen_bit_caches_halve_the_bytes_and_keep_the_tokens) {
+  const char *dts[] = {"f16", "bf16"};
+  ortep_decoder *ref = open_kv_dtype(NULL, 0);
+  int32_t *ids = ramp(100, 8), next, want[16];
+  ck_assert_ok(ortep_decoder_prefill(ref, ids, 100, &next));
+  size_t v = ortep_decoder_vocab_size(ref);
+  float *l32 = malloc(v * sizeof *l32), *l16 = malloc(v * sizeof *l16);
+  ck_assert_ok(ortep_decoder_logits(ref, l32, v));
+  greedy(ref, 16, want);
+  ortep_kv_stats k32;
+  ortep_decoder_kv_stats(ref, &k32);
+  for (int i = 0; i < 2; i++) {
+    ortep_decoder *d = open_kv_dtype(dts[i], 0), *f;
+    ck_assert_ok(ortep_decoder_prefill(d, ids, 100, &next));
+    ck_assert_ok(ortep_decoder_logits(d, l16, v));
+    float worst = 0;
+    for (size_t j = 0; j < v; j++) worst = fmaxf(worst, fabsf(l16[j] - l32[j]) / (1.0f + fabsf(l32[j])));
+    ck_assert_msg(worst <= 2e-2f, "%s caches: logits off by %g", dts[i], (double)worst);
+    ortep_kv_stats k;
+    ortep_decoder_kv_stats(d, &k);
+    ck_assert_uint_eq(k.reserved_bytes * 2, k32.reserved_bytes);
+    ck_assert_ok(ortep_decoder_fork(d, &f));
+    int32_t got[16], forked[16];
+    greedy(d, 16, got);
+    greedy(f, 16, forked);
+    ck_assert_mem_eq(got, want, sizeof got);
+    ck_assert_mem_eq(forked, want, sizeof got);
+    ortep_decoder_close(f), ortep_decoder_close(d);
+  }
+  ortep_decoder *bad;
+  ortep_config *c;
+  ck_assert_ok(ortep_config_create(&c));
+  ck_assert_ok(ortep_config_set(c, "ortep.kv_dtype", "f8"));
+  ck_assert_status(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &bad),
+                   ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("ortep.kv_dtype = 'f8': use f32 (the default), f16 or bf16");
+  ortep_config_destroy(c);
+  free(l32), free(l16), free(ids);
+  ortep_decoder_close(ref);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("kv");
   TCase *tc = tcase_create("decoder");
@@ -361,6 +457,12 @@ int main(void) {
   tcase_add_test(tc, a_fork_decodes_like_an_independent_decoder);
   tcase_add_test(tc, forks_hold_a_shared_prefix_once);
   tcase_add_test(tc, a_fork_holds_no_second_copy_of_the_weights);
+  tcase_add_test(tc, sixteen_bit_caches_halve_the_bytes_and_keep_the_tokens);
   suite_add_tcase(s, tc);
+  /* its own case, so the ThreadSanitizer job can run it alone (kv_threads) */
+  TCase *threads = tcase_create("threads");
+  tcase_add_checked_fixture(threads, setup, teardown);
+  tcase_add_test(threads, a_parent_and_its_fork_decode_on_two_threads);
+  suite_add_tcase(s, threads);
   return test_run(s);
 }

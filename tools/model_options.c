@@ -46,6 +46,7 @@ bool tool_model_option(tool_model *m, int c, const char *arg, int *rc) {
     case TOOL_OPT_EP: m->ep = arg; return true;
     case TOOL_OPT_WEIGHTS: m->weights = arg; return true;
     case TOOL_OPT_LAYOUT: m->layout = arg; return true;
+    case TOOL_OPT_KV_DTYPE: m->kv_dtype = arg; return true;
     case TOOL_OPT_THREADS: {
       uint64_t v;
       if (tool_parse_whole(arg, 1, 1024, &v))
@@ -60,7 +61,8 @@ bool tool_model_option(tool_model *m, int c, const char *arg, int *rc) {
 
 int tool_model_check(tool_model *m, bool default_preset) {
   static const char *const eps[] = {"auto", "cpu", "cuda"}, *const dtypes[] = {"f32", "f16", "bf16"};
-  static const char *const weights[] = {"map", "read"}, *const layouts[] = {"auto", "blocked", "row_major"};
+  static const char *const weights[] = {"map", "read"}, *const layouts[] = {"auto", "blocked", "row_major"},
+                           *const kv[] = {"f32", "f16", "bf16"};
   if (m->model && m->preset) return tool_usage_error(m, "--model and --preset exclude each other; give one");
   if (!m->model && !m->preset) {
     if (!default_preset) return tool_usage_error(m, "give --model DIR or --preset NAME");
@@ -72,6 +74,7 @@ int tool_model_check(tool_model *m, bool default_preset) {
   if (!rc) rc = one_of(m, "--dtype", m->dtype, dtypes, 3, "f32, f16, bf16");
   if (!rc && m->weights) rc = one_of(m, "--weights", m->weights, weights, 2, "map, read");
   if (!rc && m->layout) rc = one_of(m, "--layout", m->layout, layouts, 3, "auto, blocked, row_major");
+  if (!rc && m->kv_dtype) rc = one_of(m, "--kv-dtype", m->kv_dtype, kv, 3, "f32, f16, bf16");
   return rc;
 }
 
@@ -94,13 +97,14 @@ int tool_model_resolve(tool_model *m, bool announce) {
 
 int tool_model_config(const tool_model *m, ortep_config **out) {
   *out = NULL;
-  if (!m->threads && !m->weights && !m->layout) return 0;
+  if (!m->threads && !m->weights && !m->layout && !m->kv_dtype) return 0;
   char threads[24];
   snprintf(threads, sizeof threads, "%ld", m->threads);
   ortep_config *c = NULL;
   if (ortep_config_create(&c) != ORTEP_OK || (m->threads && ortep_config_set(c, "cpu.threads", threads) != ORTEP_OK) ||
       (m->weights && ortep_config_set(c, "ortep.weights", m->weights) != ORTEP_OK) ||
-      (m->layout && ortep_config_set(c, "ortep.weights_layout", m->layout) != ORTEP_OK)) {
+      (m->layout && ortep_config_set(c, "ortep.weights_layout", m->layout) != ORTEP_OK) ||
+      (m->kv_dtype && ortep_config_set(c, "ortep.kv_dtype", m->kv_dtype) != ORTEP_OK)) {
     fprintf(stderr, "%s %s: %s\n", m->prog, m->cmd, ortep_last_error());
     ortep_config_destroy(c);
     return 1;

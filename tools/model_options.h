@@ -18,7 +18,7 @@
 
 typedef struct tool_model {
   const char *prog, *cmd; /* "ortep", "generate": for messages */
-  const char *model, *preset, *dtype, *ep, *weights, *layout;
+  const char *model, *preset, *dtype, *ep, *weights, *layout, *kv_dtype;
   long threads;   /* 0: the CPU EP's default */
   char dir[4096]; /* the model directory, once resolved */
 } tool_model;
@@ -32,14 +32,15 @@ enum {
   TOOL_OPT_EP,
   TOOL_OPT_THREADS,
   TOOL_OPT_WEIGHTS,
-  TOOL_OPT_LAYOUT
+  TOOL_OPT_LAYOUT,
+  TOOL_OPT_KV_DTYPE
 };
 /* clang-format off */
 #define TOOL_MODEL_LONG_OPTIONS                                                                    \
   {"model", required_argument, 0, TOOL_OPT_MODEL},     {"preset", required_argument, 0, TOOL_OPT_PRESET},   \
   {"dtype", required_argument, 0, TOOL_OPT_DTYPE},     {"ep", required_argument, 0, TOOL_OPT_EP},           \
   {"threads", required_argument, 0, TOOL_OPT_THREADS}, {"weights", required_argument, 0, TOOL_OPT_WEIGHTS}, \
-  {"layout", required_argument, 0, TOOL_OPT_LAYOUT}
+  {"layout", required_argument, 0, TOOL_OPT_LAYOUT},   {"kv-dtype", required_argument, 0, TOOL_OPT_KV_DTYPE}
 /* clang-format on */
 #define TOOL_PRESETS "tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b"
 /* The help lines of the shared options, for a program's usage text. */
@@ -52,7 +53,8 @@ enum {
   "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"  \
   "  --weights W      map (default: the file's pages, zero-copy) or read (a private copy in memory)\n" \
   "  --layout L       the projection weights' layout (ortep.weights_layout): auto (default: the CPU\n" \
-  "                   EP's blocked layout when the CPU runs the step), blocked, row_major\n"
+  "                   EP's blocked layout when the CPU runs the step), blocked, row_major\n"           \
+  "  --kv-dtype D     the KV caches' dtype (ortep.kv_dtype): f32 (default), f16 or bf16 (CPU EP only)\n"
 
 /* Whether arg is a whole number in [lo, hi], parsed as one: digits only (no
  * sign, space, fraction or exponent), no rounding through a double. The one

@@ -32,20 +32,21 @@ typedef struct linear_job {
  * its row of scores in the running worker's scratch. */
 typedef struct gqa_job {
   const __typeof__(((ortep__op_params *)0)->p.gqa) *g;
-  const float *q, *kc, *vc;
+  const float *q;
+  ortep__kv_cache cache;
   const int32_t *pos;
   float *out;
   ortep__cpu_pool *pool;
 } gqa_job;
 static void gqa_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const gqa_job *j = ctx;
-  ortep__cpu_gqa_heads(j->q, j->kc, j->vc, j->pos, j->g->heads, j->g->kv, j->g->hd, j->g->cap, j->g->scale,
+  ortep__cpu_gqa_heads(j->q, j->cache, j->pos, j->g->heads, j->g->kv, j->g->hd, j->g->cap, j->g->scale,
                        ortep__cpu_pool_scratch(j->pool, worker), j->out, begin, end);
 }
 
 static void gqa_chunk_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const gqa_job *j = ctx;
-  ortep__cpu_gqa_chunk_heads(j->q, j->kc, j->vc, j->pos, j->g->tokens, j->g->heads, j->g->kv, j->g->hd, j->g->cap,
+  ortep__cpu_gqa_chunk_heads(j->q, j->cache, j->pos, j->g->tokens, j->g->heads, j->g->kv, j->g->hd, j->g->cap,
                              j->g->scale, ortep__cpu_pool_scratch(j->pool, worker), j->out, begin, end);
 }
 
@@ -107,10 +108,10 @@ static cpu_weights W(const void *p, ortep_dtype d) { return (cpu_weights){p, d};
  * pool. */
 static void run_gqa(cpu_kernel *k, const void *const *in, void *const *out, uint32_t *ew) {
   const __typeof__(k->op.p.gqa) *g = &k->op.p.gqa;
-  float *kc = (float *)(uintptr_t)in[3], *vc = (float *)(uintptr_t)in[4];
+  ortep__kv_cache cache = {(void *)(uintptr_t)in[3], (void *)(uintptr_t)in[4], g->kvdt};
   const int32_t *pos = in[5];
-  ortep__cpu_gqa_write_kv(in[1], in[2], kc, vc, pos, g->tokens, g->heads, g->kv, g->hd, g->cap, out[0], ew);
-  gqa_job j = {g, in[0], kc, vc, pos, out[0], k->pool};
+  ortep__cpu_gqa_write_kv(in[1], in[2], cache, pos, g->tokens, g->heads, g->kv, g->hd, g->cap, out[0], ew);
+  gqa_job j = {g, in[0], cache, pos, out[0], k->pool};
   int32_t last = pos[g->tokens - 1]; /* the longest row: the work estimate only */
   size_t span = last >= 0 && (size_t)last < g->cap ? (size_t)last + 1 : g->cap;
   if (ortep__cpu_gqa_chunk_ok(pos, g->tokens, g->cap))
@@ -232,7 +233,9 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   /* per-worker scratch, reserved now (never while a step runs): a row of
    * attention scores, or a block of widened weights for a prefill GEMM */
   size_t scratch = 0;
-  if (k->op.kind == ORTEP__OP_GQA) scratch = k->op.p.gqa.tokens * k->op.p.gqa.cap * sizeof(float);
+  if (k->op.kind == ORTEP__OP_GQA)
+    scratch =
+        ortep__cpu_gqa_scratch(k->op.p.gqa.tokens, k->op.p.gqa.hd, k->op.p.gqa.cap, k->op.p.gqa.kvdt) * sizeof(float);
   if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1) scratch = ortep__cpu_linear_scratch(k->op.p.lin.k);
   st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;
   if (st != ORTEP_OK) {

@@ -529,8 +529,32 @@ void ortep__cpu_rotary(const float *x, const void *pos, bool pos64, size_t token
   }
 }
 
-void ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, float *v_cache, const int32_t *pos,
-                             size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
+/* n values of row into a cache row of dt. */
+static void kv_store(void *cache, size_t at, const float *row, size_t n, ortep_dtype dt) {
+  if (dt == ORTEP_DTYPE_F32) {
+    memcpy((float *)cache + at, row, n * sizeof *row);
+    return;
+  }
+  uint16_t *d = (uint16_t *)cache + at;
+  for (size_t i = 0; i < n; i++) d[i] = dt == ORTEP_DTYPE_F16 ? ortep_f32_to_f16(row[i]) : ortep_f32_to_bf16(row[i]);
+}
+
+/* q . (a cache row at element `at`), in f32. */
+static float kv_dot(const float *q, const void *cache, size_t at, size_t n, ortep_dtype dt) {
+  if (dt == ORTEP_DTYPE_F32) return dots.f32(q, (const float *)cache + at, n);
+  if (dt == ORTEP_DTYPE_F16) return dots.f16(q, (const uint16_t *)cache + at, n);
+  return dots.bf16(q, (const uint16_t *)cache + at, n);
+}
+
+/* A cache row as f32: the row itself, or widened into tmp. */
+static const float *row_f32(const void *cache, size_t at, size_t n, ortep_dtype dt, float *tmp) {
+  if (dt == ORTEP_DTYPE_F32) return (const float *)cache + at;
+  dots.widen((const uint16_t *)cache + at, dt == ORTEP_DTYPE_F16, tmp, n);
+  return tmp;
+}
+
+void ortep__cpu_gqa_write_kv(const float *k, const float *v, ortep__kv_cache c, const int32_t *pos, size_t tokens,
+                             size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
                              uint32_t *error_word) {
   for (size_t t = 0; t < tokens; t++) {
     int32_t p = pos[t];
@@ -539,37 +563,34 @@ void ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, flo
       memset(out + t * heads * head_dim, 0, heads * head_dim * sizeof *out);
       continue;
     }
-    size_t slot = (size_t)p;
-    const float *kt = k + t * kv_heads * head_dim, *vt = v + t * kv_heads * head_dim;
-    for (size_t g = 0; g < kv_heads; g++) {
-      memcpy(k_cache + (slot * kv_heads + g) * head_dim, kt + g * head_dim, head_dim * sizeof *k);
-      memcpy(v_cache + (slot * kv_heads + g) * head_dim, vt + g * head_dim, head_dim * sizeof *v);
-    }
+    /* position-major: the token's heads are one row of kv_heads x head_dim */
+    size_t at = (size_t)p * kv_heads * head_dim, n = kv_heads * head_dim;
+    kv_store(c.k, at, k + t * n, n, c.dt);
+    kv_store(c.v, at, v + t * n, n, c.dt);
   }
 }
 
-void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos, size_t heads,
-                          size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *sc, float *out,
-                          size_t i0, size_t i1) {
+void ortep__cpu_gqa_heads(const float *q, ortep__kv_cache c, const int32_t *pos, size_t heads, size_t kv_heads,
+                          size_t head_dim, size_t capacity, float scale, float *sc, float *out, size_t i0, size_t i1) {
   size_t group = heads / kv_heads, row = kv_heads * head_dim; /* position-major caches */
+  float *vtmp = sc + capacity;
   for (size_t item = i0; item < i1; item++) {
     size_t t = item / heads, h = item % heads, g = h / group;
     int32_t p = pos[t];
     if (p < 0 || (size_t)p >= capacity) continue; /* zeroed and latched by write_kv */
     size_t slot = (size_t)p;
     const float *qh = q + item * head_dim;
-    const float *kc = k_cache + g * head_dim;
-    const float *vc = v_cache + g * head_dim;
     float mx = -INFINITY;
     for (size_t s = 0; s <= slot; s++) {
-      sc[s] = dots.f32(qh, kc + s * row, head_dim) * scale;
+      sc[s] = kv_dot(qh, c.k, s * row + g * head_dim, head_dim, c.dt) * scale;
       if (sc[s] > mx) mx = sc[s];
     }
     float denom = 0.0f;
     for (size_t s = 0; s <= slot; s++) denom += (sc[s] = expf(sc[s] - mx));
     float *oh = out + item * head_dim;
     memset(oh, 0, head_dim * sizeof *oh);
-    for (size_t s = 0; s <= slot; s++) dots.axpy(sc[s] / denom, vc + s * row, oh, head_dim);
+    for (size_t s = 0; s <= slot; s++)
+      dots.axpy(sc[s] / denom, row_f32(c.v, s * row + g * head_dim, head_dim, c.dt, vtmp), oh, head_dim);
   }
 }
 
@@ -580,17 +601,33 @@ bool ortep__cpu_gqa_chunk_ok(const int32_t *pos, size_t tokens, size_t capacity)
   return (size_t)pos[tokens - 1] < capacity;
 }
 
-void ortep__cpu_gqa_chunk_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
-                                size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
-                                float scale, float *scores, float *out, size_t h0, size_t h1) {
+size_t ortep__cpu_gqa_scratch(size_t tokens, size_t head_dim, size_t capacity, ortep_dtype dt) {
+  size_t per_token = capacity + head_dim,
+         chunk = tokens * capacity + (dt == ORTEP_DTYPE_F32 ? 0 : 2 * capacity * head_dim);
+  return per_token > chunk ? per_token : chunk;
+}
+
+void ortep__cpu_gqa_chunk_heads(const float *q, ortep__kv_cache c, const int32_t *pos, size_t tokens, size_t heads,
+                                size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *scores,
+                                float *out, size_t h0, size_t h1) {
   size_t group = heads / kv_heads, p0 = (size_t)pos[0], span = p0 + tokens, row = heads * head_dim;
   size_t kv_row = kv_heads * head_dim; /* position-major caches: position s of head g at s * kv_row + g * head_dim */
+  float *kw = scores + tokens * capacity, *vw = kw + capacity * head_dim;
   for (size_t h = h0; h < h1; h++) {
-    size_t g = h / group;
-    const float *kc = k_cache + g * head_dim, *vc = v_cache + g * head_dim;
+    size_t g = h / group, ld = kv_row;
+    const float *kc, *vc;
+    if (c.dt == ORTEP_DTYPE_F32) {
+      kc = (const float *)c.k + g * head_dim, vc = (const float *)c.v + g * head_dim;
+    } else { /* the head's rows of the span, widened once per head */
+      for (size_t s = 0; s < span; s++) {
+        row_f32(c.k, s * kv_row + g * head_dim, head_dim, c.dt, kw + s * head_dim);
+        row_f32(c.v, s * kv_row + g * head_dim, head_dim, c.dt, vw + s * head_dim);
+      }
+      kc = kw, vc = vw, ld = head_dim;
+    }
     /* scores[t, s] = q_t . k_s over every position the chunk reaches */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)tokens, (int)span, (int)head_dim, scale, q + h * head_dim,
-                (int)row, kc, (int)kv_row, 0.0f, scores, (int)span);
+                (int)row, kc, (int)ld, 0.0f, scores, (int)span);
     for (size_t t = 0; t < tokens; t++) { /* causal: token t sees positions 0..p0 + t */
       float *sc = scores + t * span, mx = -INFINITY, denom = 0.0f;
       size_t last = p0 + t;
@@ -601,7 +638,7 @@ void ortep__cpu_gqa_chunk_heads(const float *q, const float *k_cache, const floa
       for (size_t s2 = last + 1; s2 < span; s2++) sc[s2] = 0.0f;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)tokens, (int)head_dim, (int)span, 1.0f, scores,
-                (int)span, vc, (int)kv_row, 0.0f, out + h * head_dim, (int)row);
+                (int)span, vc, (int)ld, 0.0f, out + h * head_dim, (int)row);
   }
 }
 

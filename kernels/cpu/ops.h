@@ -111,12 +111,17 @@ void ortep__cpu_rotary(const float *x, const void *pos, bool pos64, size_t token
  * then attend over positions 0..pos[t]: causal within a chunk, since a
  * token's later neighbours sit at later positions. scores: capacity floats
  * of the running worker. */
-void ortep__cpu_gqa_write_kv(const float *k, const float *v, float *k_cache, float *v_cache, const int32_t *pos,
-                             size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
+typedef struct ortep__kv_cache {
+  void *k, *v;    /* position-major [capacity, kv_heads, head_dim] */
+  ortep_dtype dt; /* f32, or f16 / bf16 (stored rounded, attended in f32) */
+} ortep__kv_cache;
+void ortep__cpu_gqa_write_kv(const float *k, const float *v, ortep__kv_cache cache, const int32_t *pos, size_t tokens,
+                             size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
                              uint32_t *error_word);
-void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos, size_t heads,
-                          size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *scores, float *out,
-                          size_t i0, size_t i1);
+/* scores: capacity + head_dim floats (a 16-bit V row is widened after them). */
+void ortep__cpu_gqa_heads(const float *q, ortep__kv_cache cache, const int32_t *pos, size_t heads, size_t kv_heads,
+                          size_t head_dim, size_t capacity, float scale, float *scores, float *out, size_t i0,
+                          size_t i1);
 /* A prefill chunk at consecutive positions inside the cache (the common
  * case) runs per head through two sgemms instead: scores = Q K^T over
  * positions 0..pos[0] + tokens - 1 into `scores` (tokens x that many floats
@@ -124,9 +129,13 @@ void ortep__cpu_gqa_heads(const float *q, const float *k_cache, const float *v_c
  * [h0, h1). Within float rounding of the per-token path; bitwise the same
  * for any thread count (a head is one worker's, with the same arguments). */
 bool ortep__cpu_gqa_chunk_ok(const int32_t *pos, size_t tokens, size_t capacity);
-void ortep__cpu_gqa_chunk_heads(const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
-                                size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
-                                float scale, float *scores, float *out, size_t h0, size_t h1);
+/* With 16-bit caches the head's K and V rows of the span are widened into
+ * the scratch after the scores (2 x span x head_dim floats more). */
+void ortep__cpu_gqa_chunk_heads(const float *q, ortep__kv_cache cache, const int32_t *pos, size_t tokens, size_t heads,
+                                size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *scores,
+                                float *out, size_t h0, size_t h1);
+/* The per-worker scratch floats attention needs (the larger of the two paths). */
+size_t ortep__cpu_gqa_scratch(size_t tokens, size_t head_dim, size_t capacity, ortep_dtype cache_dtype);
 /* The sampler (kernels/sampling.h) over n logits (f32 x32 or f16 x16):
  * returns the token; scratch: ORTEP__SAMPLE_SCRATCH_BYTES(n), 8-aligned. */
 uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, const ortep__sample_params *p,

@@ -245,9 +245,21 @@ static void cuda_destroy(ortep_ep *ep) {
 
 static ortep_ep_capabilities cuda_caps(const ortep_ep *ep) { return (ortep_ep_capabilities){true, true, false}; }
 
+/* What the shared op check accepts and this EP's kernels do not (yet). */
+static bool cuda_refuses(const ortep__op_params *p, ortep_kernel_match *out) {
+  if (p->kind != ORTEP__OP_GQA || p->p.gqa.kvdt == ORTEP_DTYPE_F32) return false;
+  out->supported = false;
+  snprintf(out->reason, sizeof out->reason,
+           "%s: 16-bit KV caches are the CPU EP's only; use f32 caches (ortep.kv_dtype = f32) on the GPU",
+           CUDA_EP_NAME);
+  return true;
+}
+
 static void cuda_supports(const ortep_ep *ep, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
                           const ortep_dtype *dtypes, size_t n, ortep_kernel_match *out) {
-  if (ortep__op_check(CUDA_EP_NAME, node, opset, shapes, dtypes, n, out, NULL)) out->cost = CUDA_OP_COST;
+  ortep__op_params p;
+  if (ortep__op_check(CUDA_EP_NAME, node, opset, shapes, dtypes, n, out, &p) && !cuda_refuses(&p, out))
+    out->cost = CUDA_OP_COST;
 }
 
 /* --- kernels --------------------------------------------------------------------- */
@@ -404,7 +416,7 @@ static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const 
   cuda_kernel *k = ortep__calloc(1, sizeof *k);
   if (!k) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel", CUDA_EP_NAME);
   ortep_kernel_match m;
-  if (!ortep__op_check(CUDA_EP_NAME, node, opset, shapes, dtypes, n, &m, &k->op)) {
+  if (!ortep__op_check(CUDA_EP_NAME, node, opset, shapes, dtypes, n, &m, &k->op) || cuda_refuses(&k->op, &m)) {
     ortep__free(k);
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", m.reason);
   }
