@@ -96,7 +96,7 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
 END_TEST
 
 START_TEST(help_for_every_command) {
-  const char *cmds[] = {"--help",        "decode --help",  "alloc --help",     "replay --help",
+  const char *cmds[] = {"--help",         "decode --help",    "alloc --help", "replay --help",
                         "prefill --help", "tokenizer --help", "kv --help"};
   for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) ck_assert_int_eq(bench(NULL, cmds[i], NULL, 0), 0);
 }
@@ -141,7 +141,8 @@ START_TEST(decode_runs_every_mode_and_writes_the_documented_json) {
                           "planned_arena_bytes",
                           "lower_bound_bytes",
                           "naive_sum_bytes",
-                          "kv_reserved_bytes", "kv_committed_bytes",
+                          "kv_reserved_bytes",
+                          "kv_committed_bytes",
                           "token_ids"};
   for (int m = 0; m < 3; m++) {
     const cJSON *o = cJSON_GetObjectItem(modes, names[m]);

@@ -71,7 +71,7 @@ __attribute__((visibility("default"))) bool ortep_cuda_module_init(int abi, cons
 bool ortep_cuda_module_init(int abi, const ortep__cuda_host *host, ortep__cuda_module *out) {
   if (abi != ORTEP__CUDA_MODULE_ABI || !host || host->abi != ORTEP__CUDA_MODULE_ABI || !out) return false;
   H = host;
-  *out = (ortep__cuda_module){ORTEP__CUDA_MODULE_ABI, ortep__cuda_available, ortep__cuda_ep_create,
+  *out = (ortep__cuda_module){ORTEP__CUDA_MODULE_ABI,  ortep__cuda_available,   ortep__cuda_ep_create,
                               ortep__cuda_pool_create, ortep__cuda_device_info, ortep__cuda_vmm_create};
   return true;
 }
