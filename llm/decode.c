@@ -118,9 +118,8 @@ static void release(ortep_decoder *d) {
 
 void ortep_decoder_close(ortep_decoder *d) {
   if (!d) return;
-  /* what only this decoder uses goes now, even while forks keep its weights */
-  ortep_session_destroy(d->session);
-  d->session = NULL;
+  /* the conversation's memory goes now, even while forks keep the weights
+   * (the session stays with them: it holds the weights the forks bind) */
   ortep__kv_close(d->kv);
   d->kv = NULL;
   release(d);
