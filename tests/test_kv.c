@@ -454,6 +454,45 @@ START_TEST(sixteen_bit_caches_halve_the_bytes_and_keep_the_tokens) {
 }
 END_TEST
 
+/* The OOM loop over the caches' whole life: the CPU EP and the caches on a
+ * fault-injecting host virtual allocator, the Nth memory-taking call (an
+ * allocation, a reservation, a commit, a shared prefix, its mapping) failing
+ * in open, prefill, fork and generate until the sequence succeeds; every
+ * failure is a clean error and everything is given back. */
+START_TEST(every_injected_failure_in_the_caches_is_clean) {
+  bool done = false;
+  uint64_t nth;
+  for (nth = 1; !done && nth < 400; nth++) {
+    ortep_governor *g;
+    ck_assert_ok(ortep_governor_create(&g));
+    ortep_allocator *vm, *fa;
+    ck_assert_ok(ortep_host_virtual_allocator_create(g, &vm));
+    ck_assert_ok(ortep_fault_allocator_create(vm, &fa));
+    ortep_fault_allocator_arm(fa, nth, false);
+    ortep_decoder *d = NULL, *f = NULL;
+    int32_t ids[40], next;
+    for (int i = 0; i < 40; i++) ids[i] = (i * 29 + 3) % 500;
+    ortep_status st = ortep_decoder_open(
+        g_dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 128, .governor = g, .host_allocator = fa}, &d);
+    if (st == ORTEP_OK) st = ortep_decoder_prefill(d, ids, 40, &next);
+    if (st == ORTEP_OK) st = ortep_decoder_fork(d, &f);
+    if (st == ORTEP_OK) st = ortep_decoder_prefill(f, ids, 30, &next);
+    if (st == ORTEP_OK) st = ortep_decoder_generate(d, 4, NULL, NULL, NULL);
+    done = st == ORTEP_OK;
+    if (!done)
+      ck_assert_msg(st == ORTEP_E_OUT_OF_MEMORY, "failure %llu: %s", (unsigned long long)nth, ortep_last_error());
+    ortep_decoder_close(f);
+    ortep_decoder_close(d);
+    ck_assert_uint_eq(host_bytes(g), 0);
+    ortep_allocator_destroy(fa);
+    ortep_allocator_destroy(vm);
+    ortep_governor_destroy(g);
+  }
+  ck_assert_msg(done, "the sequence never succeeded in %llu tries", (unsigned long long)nth);
+  ck_assert_uint_gt(nth, 20); /* the calls were reached: ~55 failure points when written */
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("kv");
   TCase *tc = tcase_create("decoder");
@@ -466,6 +505,7 @@ int main(void) {
   tcase_add_test(tc, forks_hold_a_shared_prefix_once);
   tcase_add_test(tc, a_fork_holds_no_second_copy_of_the_weights);
   tcase_add_test(tc, sixteen_bit_caches_halve_the_bytes_and_keep_the_tokens);
+  tcase_add_test(tc, every_injected_failure_in_the_caches_is_clean);
   suite_add_tcase(s, tc);
   /* its own case, so the ThreadSanitizer job can run it alone (kv_threads) */
   TCase *threads = tcase_create("threads");
