@@ -95,6 +95,10 @@ run bench_qwen_f16 300 "$bench" decode --ep cuda --preset qwen2.5-0.5b --dtype f
   --json "$out/decode_qwen_f16.json"
 run bench_prefill_qwen 300 "$bench" prefill --ep cuda --preset qwen2.5-0.5b --dtype bf16 --lengths 16,128,512 --runs 3 \
   --json "$out/prefill_qwen_bf16.json"
+# the KV caches on the CUDA virtual allocator: committed memory by positions,
+# whole context vs a short cache, forks sharing a prefix (never run on a GPU yet)
+run bench_kv_qwen 300 "$bench" kv --ep cuda --preset qwen2.5-0.5b --dtype bf16 --only memory,speed,forks --runs 3 \
+  --json "$out/kv_qwen_bf16.json"
 # The CPU EP's AVX-512 dot products (tested under emulation elsewhere) against
 # its AVX2 ones on this host's CPU, when it has AVX-512F: same model, one after
 # the other (ctest_cpu above already ran the suites on the widest set).
