@@ -98,20 +98,23 @@ static ortep_status check_range(const char *call, const ortep_commit_range *r, u
   return ORTEP_OK;
 }
 
-ortep_status ortep_allocator_commit(ortep_allocator *a, const ortep_commit_range *range, uint64_t *newly_owned) {
-  ortep_status st = check_range("ortep_allocator_commit", range, newly_owned);
+/* commit and decommit: the range checked, an empty one a no-op. */
+static ortep_status range_call(const char *call, ortep_allocator *a, const ortep_commit_range *range, uint64_t *bytes,
+                               bool commit) {
+  ortep_status st = check_range(call, range, bytes);
   if (st != ORTEP_OK) return st;
   const ortep_virtual_backing *vb = vb_of(a);
-  if (!vb) return no_capability("ortep_allocator_commit", a, "virtual backing");
-  return range->bytes ? vb->commit(a, range, newly_owned) : ORTEP_OK;
+  if (!vb) return no_capability(call, a, "virtual backing");
+  if (!range->bytes) return ORTEP_OK;
+  return commit ? vb->commit(a, range, bytes) : vb->decommit(a, range, bytes);
+}
+
+ortep_status ortep_allocator_commit(ortep_allocator *a, const ortep_commit_range *range, uint64_t *newly_owned) {
+  return range_call("ortep_allocator_commit", a, range, newly_owned, true);
 }
 
 ortep_status ortep_allocator_decommit(ortep_allocator *a, const ortep_commit_range *range, uint64_t *released) {
-  ortep_status st = check_range("ortep_allocator_decommit", range, released);
-  if (st != ORTEP_OK) return st;
-  const ortep_virtual_backing *vb = vb_of(a);
-  if (!vb) return no_capability("ortep_allocator_decommit", a, "virtual backing");
-  return range->bytes ? vb->decommit(a, range, released) : ORTEP_OK;
+  return range_call("ortep_allocator_decommit", a, range, released, false);
 }
 
 ortep_status ortep_allocator_create_prefix(ortep_allocator *a, const void *bytes, size_t len,

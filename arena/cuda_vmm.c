@@ -276,30 +276,25 @@ static ortep_status vmm_reserve(ortep_allocator *self, size_t bytes, size_t alig
   return st;
 }
 
-static ortep_status vmm_commit(ortep_allocator *self, const ortep_commit_range *c, uint64_t *newly) {
+/* A commit or decommit of the granules the range touches, under the lock. */
+static ortep_status vmm_range(ortep_allocator *self, const ortep_commit_range *c, uint64_t *bytes, bool commit) {
   vmm_allocator *v = (vmm_allocator *)self;
   cudaSetDevice(v->device); /* the calling thread may have another current */
   size_t g0, g1;
   granule_span(v, c, &g0, &g1);
   pthread_mutex_lock(&v->lock);
   vregion *r;
-  ortep_status st = lookup(v, c->ptr, "commit", &r);
-  if (st == ORTEP_OK) st = commit_locked(v, r, g0, g1, newly);
+  ortep_status st = lookup(v, c->ptr, commit ? "commit" : "decommit", &r);
+  if (st == ORTEP_OK && commit) st = commit_locked(v, r, g0, g1, bytes);
+  if (st == ORTEP_OK && !commit) decommit_locked(v, r, g0, g1, bytes);
   pthread_mutex_unlock(&v->lock);
   return st;
 }
-
+static ortep_status vmm_commit(ortep_allocator *self, const ortep_commit_range *c, uint64_t *newly) {
+  return vmm_range(self, c, newly, true);
+}
 static ortep_status vmm_decommit(ortep_allocator *self, const ortep_commit_range *c, uint64_t *released) {
-  vmm_allocator *v = (vmm_allocator *)self;
-  cudaSetDevice(v->device); /* the calling thread may have another current */
-  size_t g0, g1;
-  granule_span(v, c, &g0, &g1);
-  pthread_mutex_lock(&v->lock);
-  vregion *r;
-  ortep_status st = lookup(v, c->ptr, "decommit", &r);
-  if (st == ORTEP_OK) decommit_locked(v, r, g0, g1, released);
-  pthread_mutex_unlock(&v->lock);
-  return st;
+  return vmm_range(self, c, released, false);
 }
 
 static void drop_region(vmm_allocator *v, vregion *r) {

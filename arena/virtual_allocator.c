@@ -216,28 +216,24 @@ static ortep_status lookup(vm_allocator *v, const void *base, const char *call, 
                      call, base);
 }
 
-static ortep_status vm_commit(ortep_allocator *self, const ortep_commit_range *c, uint64_t *newly) {
+/* A commit or decommit of the pages the range touches, under the lock. */
+static ortep_status vm_range(ortep_allocator *self, const ortep_commit_range *c, uint64_t *bytes, bool commit) {
   vm_allocator *v = (vm_allocator *)self;
   region *r;
   size_t p0, p1;
   page_span(v, c, &p0, &p1);
   pthread_mutex_lock(&v->lock);
-  ortep_status st = lookup(v, c->ptr, "commit", &r);
-  if (st == ORTEP_OK) st = commit_locked(v, r, p0, p1, newly);
+  ortep_status st = lookup(v, c->ptr, commit ? "commit" : "decommit", &r);
+  if (st == ORTEP_OK && commit) st = commit_locked(v, r, p0, p1, bytes);
+  if (st == ORTEP_OK && !commit) decommit_locked(v, r, p0, p1, bytes);
   pthread_mutex_unlock(&v->lock);
   return st;
 }
-
+static ortep_status vm_commit(ortep_allocator *self, const ortep_commit_range *c, uint64_t *newly) {
+  return vm_range(self, c, newly, true);
+}
 static ortep_status vm_decommit(ortep_allocator *self, const ortep_commit_range *c, uint64_t *released) {
-  vm_allocator *v = (vm_allocator *)self;
-  region *r;
-  size_t p0, p1;
-  page_span(v, c, &p0, &p1);
-  pthread_mutex_lock(&v->lock);
-  ortep_status st = lookup(v, c->ptr, "decommit", &r);
-  if (st == ORTEP_OK) decommit_locked(v, r, p0, p1, released);
-  pthread_mutex_unlock(&v->lock);
-  return st;
+  return vm_range(self, c, released, false);
 }
 
 static ortep_status vm_allocate(ortep_allocator *self, size_t bytes, size_t align, void **out) {

@@ -466,21 +466,9 @@ END_TEST
  * the default budget (3/4 of physical memory) from the config alone, before
  * anything is allocated: no OOM killer, and quickly. */
 START_TEST(an_oversized_decoder_is_refused_before_touching_memory) {
-  char dir[64], path[128], buf[4096];
+  char dir[64];
   test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  FILE *f = fopen(path, "r");
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  char *at = strstr(buf, "\"max_position_embeddings\"");
-  ck_assert_ptr_nonnull(at);
-  char out[4200];
-  snprintf(out, sizeof out, "%.*s\"max_position_embeddings\": 4000000000, \"x_old\"%s", (int)(at - buf), buf,
-           at + strlen("\"max_position_embeddings\""));
-  f = fopen(path, "w");
-  fputs(out, f);
-  fclose(f);
+  test_model_set_context(dir, 4000000000LL);
   ortep_decoder *d = NULL;
   ck_assert_status(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = INT32_MAX}, &d),
                    ORTEP_E_BUDGET_EXCEEDED);

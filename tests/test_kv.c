@@ -39,6 +39,18 @@ static uint64_t tokens_run(ortep_decoder *d) {
   return n;
 }
 
+/* The two decoders' last logits agree within tol x (1 + |b|). */
+static void same_logits(ortep_decoder *a, ortep_decoder *b, float tol) {
+  float la[512], lb[512];
+  size_t v = ortep_decoder_vocab_size(a);
+  ck_assert_uint_le(v, 512);
+  ck_assert_ok(ortep_decoder_logits(a, la, v));
+  ck_assert_ok(ortep_decoder_logits(b, lb, v));
+  for (size_t i = 0; i < v; i++)
+    ck_assert_msg(fabsf(la[i] - lb[i]) <= tol * (1.0f + fabsf(lb[i])), "logit %zu: %g vs %g", i, (double)la[i],
+                  (double)lb[i]);
+}
+
 static int32_t *ramp(size_t n, int32_t seed) {
   int32_t *ids = malloc(n * sizeof *ids);
   for (size_t i = 0; i < n; i++) ids[i] = (int32_t)((seed + (int32_t)i * 37) % 500 + 3);
@@ -113,11 +125,7 @@ START_TEST(truncation_continues_like_a_fresh_prefill) {
   memcpy(both, ids, 33 * sizeof *ids), memcpy(both + 33, tail, sizeof tail);
   ck_assert_ok(ortep_decoder_prefill(b, both, 36, &nb));
   ck_assert_int_eq(na, nb);
-  float la[512], lb[512];
-  size_t v = ortep_decoder_vocab_size(a);
-  ck_assert_ok(ortep_decoder_logits(a, la, v));
-  ck_assert_ok(ortep_decoder_logits(b, lb, v));
-  for (size_t i = 0; i < v; i++) ck_assert_float_eq_tol(la[i], lb[i], 1e-4f);
+  same_logits(a, b, 1e-4f);
   free(ids), free(both);
   ortep_decoder_close(a), ortep_decoder_close(b);
 }
@@ -162,11 +170,7 @@ START_TEST(a_conversation_runs_only_each_turns_new_tokens) {
   ck_assert_ok(ortep_decoder_prefill_conversation(d, conv, n, &next, &reused));
   ck_assert_uint_eq(reused, n - 1); /* all held but the last reply token, which runs */
   ck_assert_int_eq(next, whole_next);
-  float l1[512], l2[512];
-  size_t v = ortep_decoder_vocab_size(d);
-  ck_assert_ok(ortep_decoder_logits(d, l1, v));
-  ck_assert_ok(ortep_decoder_logits(ref, l2, v));
-  for (size_t i = 0; i < v; i++) ck_assert_float_eq_tol(l1[i], l2[i], 1e-4f);
+  same_logits(d, ref, 1e-4f);
   int32_t held[400];
   ck_assert_uint_eq(ortep_decoder_tokens(d, held, 400), n);
   ck_assert_mem_eq(held, conv, n * sizeof *conv);
@@ -185,26 +189,8 @@ END_TEST
 /* The budget bounds committed memory: a decoder whose whole context would
  * not fit opens, and fails cleanly, naming the KV caches, when the tokens it
  * holds outgrow the budget. */
-/* The tiny preset with a longer context: its caches then reserve more than
- * the rest of the decoder takes. */
-static void long_context(const char *dir, long positions) {
-  char path[128], buf[4096], out[4200];
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  FILE *f = fopen(path, "r");
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  char *at = strstr(buf, "\"max_position_embeddings\"");
-  ck_assert_ptr_nonnull(at);
-  char *end = strpbrk(at + 26, ",}");
-  snprintf(out, sizeof out, "%.*s\"max_position_embeddings\": %ld%s", (int)(at - buf), buf, positions, end);
-  f = fopen(path, "w");
-  fputs(out, f);
-  fclose(f);
-}
-
 START_TEST(a_budget_bounds_the_tokens_held_not_the_context) {
-  long_context(g_dir, 65536);
+  test_model_set_context(g_dir, 65536); /* its caches then reserve more than the rest of the decoder takes */
   ortep_governor *g;
   ck_assert_ok(ortep_governor_create(&g));
   ortep_decoder *d = open_kv(g, 0);

@@ -273,6 +273,24 @@ static inline void test_model_dir(char *dir, size_t len, const char *preset, ort
   ck_assert_ptr_nonnull(mkdtemp(dir));
   ck_assert_ok(ortep_model_write_synthetic(dir, preset, dtype, 1234));
 }
+/* Rewrites the model's max_position_embeddings in config.json. */
+static inline void test_model_set_context(const char *dir, long long positions) {
+  char path[128], buf[4096], out[4200];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *at = strstr(buf, "\"max_position_embeddings\"");
+  ck_assert_ptr_nonnull(at);
+  char *end = strpbrk(at + strlen("\"max_position_embeddings\""), ",}");
+  ck_assert_ptr_nonnull(end);
+  snprintf(out, sizeof out, "%.*s\"max_position_embeddings\": %lld%s", (int)(at - buf), buf, positions, end);
+  ck_assert_ptr_nonnull(f = fopen(path, "w"));
+  fputs(out, f);
+  fclose(f);
+}
 static inline void test_model_dir_remove(const char *dir) {
   char p[512];
   snprintf(p, sizeof p, "%s/config.json", dir);

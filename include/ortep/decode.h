@@ -120,7 +120,7 @@ typedef struct ortep_kv_stats {
   uint64_t reserved_bytes;  /* address space for the whole capacity (costs no memory) */
   uint64_t committed_bytes; /* memory this decoder's caches own */
   uint64_t shared_bytes;    /* mapped read-only from a prefix shared with forks (owned once among them) */
-  uint64_t commits;         /* commits that added memory, since open: one per cache per granule boundary crossed */
+  uint64_t commits; /* commit calls that added memory, since open (per cache; a launch crossing pages makes one) */
 } ortep_kv_stats;
 ORTEP_API void ortep_decoder_kv_stats(const ortep_decoder *decoder, ortep_kv_stats *out);
 
