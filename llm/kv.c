@@ -278,12 +278,13 @@ ortep_status ortep__kv_share(ortep__kv *parent, ortep__kv *child, size_t positio
   ortep_status st = ORTEP_OK;
   for (size_t i = 0; st == ORTEP_OK && i < parent->n; i++) {
     kv_value *x = &parent->v[i], *y = &child->v[i];
-    if (x->alloc && y->alloc && x->alloc == y->alloc) {
+    if (x->alloc && x->alloc == y->alloc && ortep_allocator_has_shared_mapping(x->alloc)) {
       st = share_value(child, x, y, positions * parent->row);
       continue;
     }
     /* no shared mappings between these two (whole caches on a GPU without
-     * VMM, or separate allocators): the prefix is copied */
+     * VMM, a caller's allocator with virtual backing alone): the prefix is
+     * copied */
     size_t bytes = positions * parent->row;
     if (y->alloc) {
       uint64_t added;

@@ -440,6 +440,64 @@ START_TEST(sixteen_bit_caches_halve_the_bytes_and_keep_the_tokens) {
 }
 END_TEST
 
+/* A caller's host allocator with virtual backing and no shared mappings: the
+ * caches live on it, and a fork copies the prefix instead of sharing it. */
+typedef struct vb_only {
+  ortep_allocator base;
+  ortep_allocator *inner;
+  ortep_virtual_backing vb;
+} vb_only;
+#define VB_INNER(s) (((vb_only *)(s))->inner)
+static ortep_status vo_alloc(ortep_allocator *s, size_t b, size_t a, void **o) {
+  return ortep_allocator_allocate(VB_INNER(s), b, a, o);
+}
+static void vo_free(ortep_allocator *s, void *p, size_t b, size_t a) {
+  ortep_allocator_deallocate(VB_INNER(s), p, b, a);
+}
+static ortep_release_outcome vo_release(ortep_allocator *s, void *p, size_t b, size_t a) {
+  return ortep_allocator_release(VB_INNER(s), p, b, a);
+}
+static ortep_device_key vo_device(const ortep_allocator *s) { return ortep_device_key_host(); }
+static ortep_status vo_reserve(ortep_allocator *s, size_t b, size_t a, void **o) {
+  return ortep_allocator_reserve(VB_INNER(s), b, a, o);
+}
+static ortep_status vo_commit(ortep_allocator *s, const ortep_commit_range *r, uint64_t *n) {
+  return ortep_allocator_commit(VB_INNER(s), r, n);
+}
+static ortep_status vo_decommit(ortep_allocator *s, const ortep_commit_range *r, uint64_t *n) {
+  return ortep_allocator_decommit(VB_INNER(s), r, n);
+}
+static const ortep_virtual_backing *vo_vb(ortep_allocator *s) { return &((vb_only *)s)->vb; }
+static const ortep_allocator_vtable vo_vt = {.name = "vb_only",
+                                             .allocate = vo_alloc,
+                                             .deallocate = vo_free,
+                                             .device = vo_device,
+                                             .release = vo_release,
+                                             .virtual_backing = vo_vb};
+
+START_TEST(a_fork_over_an_allocator_without_shared_mappings_copies_the_prefix) {
+  vb_only a = {{&vo_vt}, NULL, {0}};
+  ck_assert_ok(ortep_host_virtual_allocator_create(NULL, &a.inner));
+  a.vb = (ortep_virtual_backing){ortep_allocator_granularity(a.inner), vo_reserve, vo_commit, vo_decommit};
+  ortep_decoder *d, *f, *ref = open_kv(NULL, 0);
+  ck_assert_ok(ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .host_allocator = &a.base}, &d));
+  int32_t *ids = ramp(100, 12), next, want[8], got[8];
+  ck_assert_ok(ortep_decoder_prefill(d, ids, 100, &next));
+  ck_assert_ok(ortep_decoder_prefill(ref, ids, 100, &next));
+  ck_assert_ok(ortep_decoder_fork(d, &f));
+  ortep_kv_stats k;
+  ortep_decoder_kv_stats(f, &k);
+  ck_assert_uint_eq(k.shared_bytes, 0); /* copied, not shared */
+  ck_assert_uint_gt(k.committed_bytes, 0);
+  greedy(ref, 8, want);
+  greedy(f, 8, got);
+  ck_assert_mem_eq(got, want, sizeof got);
+  ortep_decoder_close(f), ortep_decoder_close(d), ortep_decoder_close(ref);
+  ortep_allocator_destroy(a.inner);
+  free(ids);
+}
+END_TEST
+
 /* The OOM loop over the caches' whole life: the CPU EP and the caches on a
  * fault-injecting host virtual allocator, the Nth memory-taking call (an
  * allocation, a reservation, a commit, a shared prefix, its mapping) failing
@@ -492,6 +550,7 @@ int main(void) {
   tcase_add_test(tc, a_fork_holds_no_second_copy_of_the_weights);
   tcase_add_test(tc, sixteen_bit_caches_halve_the_bytes_and_keep_the_tokens);
   tcase_add_test(tc, every_injected_failure_in_the_caches_is_clean);
+  tcase_add_test(tc, a_fork_over_an_allocator_without_shared_mappings_copies_the_prefix);
   suite_add_tcase(s, tc);
   /* its own case, so the ThreadSanitizer job can run it alone (kv_threads) */
   TCase *threads = tcase_create("threads");
