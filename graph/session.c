@@ -425,7 +425,7 @@ static ortep_status slot_for(ortep_session *s, uint32_t gi, const char *v, uint3
     bool prepared = false;
     if (readable && (st = prepare_initializer(s, gi, v, e, init, *out, &prepared)) != ORTEP_OK) return st;
     if (prepared) return ORTEP_OK;
-    if (readable && ((uintptr_t)p % ortep_dtype_size(dt)) == 0) {
+    if (readable && ((uintptr_t)p % ortep_dtype_align(dt)) == 0) {
       sl->ptr = p; /* BORROWED in place: zero-copy */
       return ORTEP_OK;
     }

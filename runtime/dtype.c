@@ -2,6 +2,7 @@
  * dtype.c: element types, shapes with overflow-checked sizes, and f16 /
  * bf16 conversions (bit manipulation, round to nearest even).
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -10,7 +11,7 @@
 
 size_t ortep_dtype_size(ortep_dtype d) {
   switch (d) {
-#define SZ(name, str, size) \
+#define SZ(name, str, size, block) \
   case ORTEP_DTYPE_##name: return size;
     ORTEP_DTYPE_MAP(SZ)
 #undef SZ
@@ -18,9 +19,23 @@ size_t ortep_dtype_size(ortep_dtype d) {
   }
 }
 
+size_t ortep_dtype_block(ortep_dtype d) {
+  switch (d) {
+#define BL(name, str, size, block) \
+  case ORTEP_DTYPE_##name: return block;
+    ORTEP_DTYPE_MAP(BL)
+#undef BL
+    default: return 0;
+  }
+}
+
+bool ortep_dtype_is_quantized(ortep_dtype d) { return ortep_dtype_block(d) > 1; }
+
+size_t ortep_dtype_align(ortep_dtype d) { return ortep_dtype_is_quantized(d) ? 2 : ortep_dtype_size(d); }
+
 const char *ortep_dtype_name(ortep_dtype d) {
   switch (d) {
-#define NM(name, str, size) \
+#define NM(name, str, size, block) \
   case ORTEP_DTYPE_##name: return str;
     ORTEP_DTYPE_MAP(NM)
 #undef NM
@@ -40,7 +55,8 @@ ortep_status ortep_dtype_parse(const char *name, ortep_dtype *out) {
     if (strcasecmp(name, ortep_dtype_name((ortep_dtype)d)) == 0) return *out = (ortep_dtype)d, ORTEP_OK;
   for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
     if (strcasecmp(name, aliases[i].alias) == 0) return *out = aliases[i].d, ORTEP_OK;
-  return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "unknown dtype '%s'; known: f32, f16, bf16, i32, i64, u8, bool", name);
+  return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                     "unknown dtype '%s'; known: f32, f16, bf16, i32, i64, u8, bool, q8_0, q4_0", name);
 }
 
 bool ortep_dtype_is_float(ortep_dtype d) {
@@ -106,10 +122,20 @@ ortep_status ortep_shape_numel(const ortep_shape *s, size_t *out) {
 }
 
 ortep_status ortep_shape_bytes(const ortep_shape *s, ortep_dtype dtype, size_t *out) {
-  size_t n, es = ortep_dtype_size(dtype);
+  size_t n, es = ortep_dtype_size(dtype), block = ortep_dtype_block(dtype);
   if (!es) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "unknown dtype value %d", (int)dtype);
   ortep_status st = ortep_shape_numel(s, &n);
   if (st != ORTEP_OK) return st;
+  if (block > 1) {
+    char b[160];
+    if (!s->rank || s->dims[s->rank - 1] % (int64_t)block)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                         "shape %s of %s: %s stores blocks of %zu along the innermost dimension, so it must be a "
+                         "multiple of %zu",
+                         ortep_shape_format(s, b, sizeof b), ortep_dtype_name(dtype), ortep_dtype_name(dtype), block,
+                         block);
+    n /= block; /* blocks */
+  }
   if (n > SIZE_MAX / es) {
     char b[160];
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "shape %s of %s: the byte size overflows size_t",
@@ -172,4 +198,69 @@ uint16_t ortep_f32_to_bf16(float f) {
   if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
   u += 0x7fff + ((u >> 16) & 1);
   return (uint16_t)(u >> 16);
+}
+
+/* --- q8_0 / q4_0 (dtype.h) ----------------------------------------------------
+ * The reference quantizers, in llama.cpp's order of operations: the scale is
+ * computed in f32 and stored as f16 (round to nearest even), the values
+ * divided by the unrounded scale. */
+#define QK 32
+
+static ortep_status check_blocks(const char *what, ortep_dtype d, const void *a, const void *b, size_t n) {
+  if (!a || !b) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: NULL argument", what);
+  if (d != ORTEP_DTYPE_Q8_0 && d != ORTEP_DTYPE_Q4_0)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: %s is not a block-quantized dtype; use q8_0 or q4_0", what,
+                       ortep_dtype_name(d));
+  if (n % QK)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: %zu values; %s takes whole blocks of %d", what, n,
+                       ortep_dtype_name(d), QK);
+  return ORTEP_OK;
+}
+
+static void put_f16(uint8_t *p, uint16_t h) { p[0] = (uint8_t)h, p[1] = (uint8_t)(h >> 8); }
+static uint16_t get_f16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+static void quantize_q8_0(const float *x, uint8_t *y) {
+  float amax = 0.0f;
+  for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(y, ortep_f32_to_f16(d));
+  for (int j = 0; j < QK; j++) y[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+}
+
+static void quantize_q4_0(const float *x, uint8_t *y) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < QK; j++)
+    if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+  const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(y, ortep_f32_to_f16(d));
+  for (int j = 0; j < QK / 2; j++) {
+    int8_t a = (int8_t)(x[j] * id + 8.5f), b = (int8_t)(x[j + QK / 2] * id + 8.5f);
+    uint8_t lo = (uint8_t)(a < 15 ? a : 15), hi = (uint8_t)(b < 15 ? b : 15);
+    y[2 + j] = (uint8_t)(lo | hi << 4);
+  }
+}
+
+ortep_status ortep_quantize(ortep_dtype dtype, const float *x, size_t n, void *out) {
+  ortep_status st = check_blocks("ortep_quantize", dtype, x, out, n);
+  if (st != ORTEP_OK) return st;
+  uint8_t *y = out;
+  size_t bytes = ortep_dtype_size(dtype);
+  for (size_t b = 0; b < n / QK; b++, y += bytes)
+    (dtype == ORTEP_DTYPE_Q8_0 ? quantize_q8_0 : quantize_q4_0)(x + b * QK, y);
+  return ORTEP_OK;
+}
+
+ortep_status ortep_dequantize(ortep_dtype dtype, const void *blocks, size_t n, float *out) {
+  ortep_status st = check_blocks("ortep_dequantize", dtype, blocks, out, n);
+  if (st != ORTEP_OK) return st;
+  const uint8_t *y = blocks;
+  size_t bytes = ortep_dtype_size(dtype);
+  for (size_t b = 0; b < n / QK; b++, y += bytes) {
+    float d = ortep_f16_to_f32(get_f16(y)), *o = out + b * QK;
+    for (int j = 0; j < QK; j++)
+      o[j] = dtype == ORTEP_DTYPE_Q8_0 ? d * (float)(int8_t)y[2 + j]
+                                       : d * (float)((j < QK / 2 ? y[2 + j] & 15 : y[2 + j - QK / 2] >> 4) - 8);
+  }
+  return ORTEP_OK;
 }

@@ -134,9 +134,9 @@ ortep_status ortep_tensor_view(const ortep_tensor *t, size_t offset, size_t size
   size_t es = ortep_dtype_size(t->dtype);
   if (offset % es || size % es)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                       "tensor view at %zu of %zu bytes: both must be multiples of the %s element size (%zu)", offset,
-                       size, ortep_dtype_name(t->dtype), es);
-  ortep_shape s = {1, {(int64_t)(size / es)}};
+                       "tensor view at %zu of %zu bytes: both must be multiples of the %s %s size (%zu)", offset, size,
+                       ortep_dtype_name(t->dtype), ortep_dtype_is_quantized(t->dtype) ? "block" : "element", es);
+  ortep_shape s = {1, {(int64_t)(size / es * ortep_dtype_block(t->dtype))}};
   return view_checked(t, offset, size, t->dtype, &s, out);
 }
 
@@ -172,7 +172,9 @@ ortep_status ortep_tensor_ensure_allocated(ortep_tensor *t) {
 bool ortep_tensor_is_allocated(const ortep_tensor *t) { return t && t->st->allocated; }
 ortep_dtype ortep_tensor_dtype(const ortep_tensor *t) { return t->dtype; }
 const ortep_shape *ortep_tensor_shape(const ortep_tensor *t) { return &t->shape; }
-size_t ortep_tensor_numel(const ortep_tensor *t) { return t->size / ortep_dtype_size(t->dtype); }
+size_t ortep_tensor_numel(const ortep_tensor *t) {
+  return t->size / ortep_dtype_size(t->dtype) * ortep_dtype_block(t->dtype);
+}
 size_t ortep_tensor_size(const ortep_tensor *t) { return t->size; }
 size_t ortep_tensor_offset(const ortep_tensor *t) { return t->offset; }
 uint64_t ortep_tensor_storage_id(const ortep_tensor *t) { return t->st->id; }
