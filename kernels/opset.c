@@ -115,6 +115,15 @@ static bool blocked_refused(ctx *c, const char *what) {
                  what, c->ep);
 }
 
+/* q8_0 / q4_0 weights run on the CPU EP only, for now. */
+static bool quant_refused(ctx *c, const char *what) {
+  if (!strcmp(c->ep, "cpu_ep")) return false;
+  return !refuse(c,
+                 "%s is block-quantized (q8_0/q4_0); %s has no kernels for them yet: run the step on the CPU EP "
+                 "(ep \"cpu\"), or open the model with its weights as stored",
+                 what, c->ep);
+}
+
 /* ortep:Embedding: the token lookup out[n, H] = table[ids[n], :] over a
  * table [V, H] of f32/f16/bf16, or a 16-bit blocked one [V/4, H/16, 4, 16]
  * (a tied embedding, blocked for the lm_head that reads it too). It runs
@@ -123,19 +132,23 @@ static bool blocked_refused(ctx *c, const char *what) {
 static bool check_embedding(ctx *c) {
   if (!common(c, 2, 2, false)) return false;
   const ortep_shape *d = &c->shapes[0];
-  bool blocked = d->rank == 4;
+  bool blocked = d->rank == 4, quant = ortep_dtype_is_quantized(c->dtypes[0]);
+  size_t cols = quant ? ORTEP__QUANT_COLS : ORTEP__LINEAR_COLS;
+  if (quant && quant_refused(c, "the table")) return false;
   if (blocked && blocked_refused(c, "the table")) return false;
-  if (blocked ? (c->dtypes[0] != ORTEP_DTYPE_BF16 && c->dtypes[0] != ORTEP_DTYPE_F16) ||
-                    d->dims[2] != ORTEP__LINEAR_ROWS || d->dims[3] != ORTEP__LINEAR_COLS
-              : d->rank != 2 || !is_w(c->dtypes[0]))
-    return refuse(c, "the table must be f32/f16/bf16 [V, H], or bf16/f16 blocked [V/4, H/16, 4, 16]; got %s of rank %u",
+  if (blocked ? (!quant && c->dtypes[0] != ORTEP_DTYPE_BF16 && c->dtypes[0] != ORTEP_DTYPE_F16) ||
+                    d->dims[2] != ORTEP__LINEAR_ROWS || d->dims[3] != (int64_t)cols
+              : d->rank != 2 || !(is_w(c->dtypes[0]) || quant) || (quant && d->dims[1] % ORTEP__QUANT_COLS))
+    return refuse(c,
+                  "the table must be f32/f16/bf16/q8_0/q4_0 [V, H] (q8_0/q4_0: H a multiple of 32), or blocked "
+                  "bf16/f16 [V/4, H/16, 4, 16] or q8_0/q4_0 [V/4, H/32, 4, 32]; got %s of rank %u",
                   dn(c->dtypes[0]), d->rank);
   if (c->dtypes[1] != ORTEP_DTYPE_I32 && c->dtypes[1] != ORTEP_DTYPE_I64)
     return refuse(c, "ids must be i32 or i64, got %s", dn(c->dtypes[1]));
   if (c->k) {
     c->k->kind = ORTEP__OP_GATHER;
     c->k->p.gather.rows = (size_t)d->dims[0] * (blocked ? ORTEP__LINEAR_ROWS : 1);
-    c->k->p.gather.h = (size_t)d->dims[1] * (blocked ? ORTEP__LINEAR_COLS : 1);
+    c->k->p.gather.h = (size_t)d->dims[1] * (blocked ? cols : 1);
     c->k->p.gather.n = numel(&c->shapes[1]);
     c->k->p.gather.tdt = c->dtypes[0];
     c->k->p.gather.idx64 = c->dtypes[1] == ORTEP_DTYPE_I64;
@@ -420,7 +433,7 @@ static bool check_linear(ctx *c) {
   if (!common(c, 2, 8, true)) return false;
   bool gate_up = ortep_node_attr_int_or(c->node, "gate_up", 0) != 0;
   size_t k = last_dim(&c->shapes[0]), groups = 0, m = k ? numel(&c->shapes[0]) / k : 0;
-  __typeof__(c->k->p.lin) p = {.m = m, .k = k};
+  __typeof__(c->k->p.lin) p = {.m = m, .k = k, .quant = ORTEP_DTYPE_COUNT};
   for (size_t g = 0; g < ORTEP__LINEAR_GROUPS; g++) {
     size_t wi = 1 + 2 * g, bi = wi + 1;
     if (!present(c, wi)) {
@@ -429,26 +442,35 @@ static bool check_linear(ctx *c) {
     }
     if (g != groups) return refuse(c, "weight %zu is given without weight %zu; fill the groups in order", g, groups);
     const ortep_shape *ws = &c->shapes[wi];
-    bool blocked = ws->rank == 4;
+    bool blocked = ws->rank == 4, quant = ortep_dtype_is_quantized(c->dtypes[wi]);
+    size_t cols = quant ? ORTEP__QUANT_COLS : ORTEP__LINEAR_COLS;
+    char what[32];
+    snprintf(what, sizeof what, "weight %zu", g);
+    if (quant && quant_refused(c, what)) return false;
     if (blocked) {
-      char what[32];
-      snprintf(what, sizeof what, "weight %zu", g);
       if (blocked_refused(c, what)) return false;
-      if ((c->dtypes[wi] != ORTEP_DTYPE_BF16 && c->dtypes[wi] != ORTEP_DTYPE_F16) ||
-          ws->dims[2] != ORTEP__LINEAR_ROWS || ws->dims[3] != ORTEP__LINEAR_COLS ||
-          (size_t)ws->dims[1] * ORTEP__LINEAR_COLS != k)
+      if ((!quant && c->dtypes[wi] != ORTEP_DTYPE_BF16 && c->dtypes[wi] != ORTEP_DTYPE_F16) ||
+          ws->dims[2] != ORTEP__LINEAR_ROWS || ws->dims[3] != (int64_t)cols || (size_t)ws->dims[1] * cols != k)
         return refuse(c,
-                      "a blocked weight %zu must be bf16/f16 [N/4, %zu, 4, 16] (K = %zu); got %s of shape [%lld, "
-                      "%lld, %lld, %lld]",
-                      g, k / ORTEP__LINEAR_COLS, k, dn(c->dtypes[wi]), (long long)ws->dims[0], (long long)ws->dims[1],
-                      (long long)ws->dims[2], (long long)ws->dims[3]);
-    } else if (ws->rank != 2 || !is_w(c->dtypes[wi]) || (size_t)ws->dims[1] != k) {
-      return refuse(c, "weight %zu must be f32/f16/bf16 [N, %zu] (the Hugging Face Linear layout); got %s of rank %u",
+                      "a blocked weight %zu must be bf16/f16 [N/4, %zu, 4, 16] or q8_0/q4_0 [N/4, %zu, 4, 32] (K = "
+                      "%zu); got %s of shape [%lld, %lld, %lld, %lld]",
+                      g, k / ORTEP__LINEAR_COLS, k / ORTEP__QUANT_COLS, k, dn(c->dtypes[wi]), (long long)ws->dims[0],
+                      (long long)ws->dims[1], (long long)ws->dims[2], (long long)ws->dims[3]);
+    } else if (ws->rank != 2 || !(is_w(c->dtypes[wi]) || quant) || (size_t)ws->dims[1] != k ||
+               (quant && k % ORTEP__QUANT_COLS)) {
+      return refuse(c,
+                    "weight %zu must be f32/f16/bf16/q8_0/q4_0 [N, %zu] (the Hugging Face Linear layout; q8_0/q4_0: K "
+                    "a multiple of 32); got %s of rank %u",
                     g, k, dn(c->dtypes[wi]), ws->rank);
     }
     if (g && blocked != p.blocked)
       return refuse(c, "weight %zu is %s but weight 0 is %s; a node's weights must share one layout", g,
                     blocked ? "blocked" : "[N, K]", p.blocked ? "blocked" : "[N, K]");
+    ortep_dtype qd = quant ? c->dtypes[wi] : ORTEP_DTYPE_COUNT;
+    if (g && qd != p.quant)
+      return refuse(c, "weight %zu is %s but weight 0 is %s; a node's weights are all float or all of one block type",
+                    g, dn(c->dtypes[wi]), dn(p.wdt[0]));
+    p.quant = qd;
     p.blocked = blocked;
     p.n[g] = (size_t)ws->dims[0] * (blocked ? ORTEP__LINEAR_ROWS : 1);
     p.wdt[g] = c->dtypes[wi];

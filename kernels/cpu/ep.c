@@ -390,8 +390,10 @@ static void cpu_graph_counts(const ortep_ep *ep, uint64_t *inst, uint64_t *upd) 
 
 /* --- preparing initializers: the blocked layout (kernels/opset.h) ---------------- */
 static bool blockable(ortep_dtype dt, const ortep_shape *s) {
-  return (dt == ORTEP_DTYPE_BF16 || dt == ORTEP_DTYPE_F16) && s->rank == 2 && s->dims[0] > 0 && s->dims[1] > 0 &&
-         s->dims[0] % ORTEP__LINEAR_ROWS == 0 && s->dims[1] % ORTEP__LINEAR_COLS == 0;
+  bool quant = ortep_dtype_is_quantized(dt);
+  return (dt == ORTEP_DTYPE_BF16 || dt == ORTEP_DTYPE_F16 || quant) && s->rank == 2 && s->dims[0] > 0 &&
+         s->dims[1] > 0 && s->dims[0] % ORTEP__LINEAR_ROWS == 0 &&
+         s->dims[1] % (quant ? ORTEP__QUANT_COLS : ORTEP__LINEAR_COLS) == 0;
 }
 
 /* Whether a use reads the blocked layout: a weight of an ortep:Linear all
@@ -411,19 +413,38 @@ static bool takes_blocked(const ortep_initializer_use *u, bool *linear) {
   return *linear = true;
 }
 
-/* A 16-bit projection weight (and a tied embedding read by the lm_head) into
- * the blocked layout: in place when the session allows it (a model's private
- * copy), else into a copy of this EP's, charged to its governor. An
- * embedding read only by its lookup gains nothing and is left as it is. */
+/* A 16-bit or q8_0 / q4_0 projection weight (and a tied embedding read by
+ * the lm_head) into the blocked layout: in place when the session allows it
+ * (a model's private copy), else into a copy of this EP's, charged to its
+ * governor. An embedding read only by its lookup gains nothing and is left
+ * as it is. */
+static ortep_status prepare_quant(ortep_ep *ep, const ortep_initializer *in, size_t n, size_t k, ortep_buffer *out) {
+  if (in->writable) {
+    void *quad = ortep__malloc(ortep__cpu_quant_quad_bytes(in->dtype, k));
+    if (!quad) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to repack '%s'", CPU_EP_NAME, in->name);
+    ortep__cpu_quant_block_in_place(in->dtype, in->writable, n, k, quad);
+    ortep__free(quad);
+    return ortep_buffer_wrap_borrowed_mut(in->writable, ep->device, in->bytes, 2, out);
+  }
+  ortep_status st = ortep_ep_allocate(ep, in->bytes, 64, out);
+  if (st != ORTEP_OK)
+    return ortep__wrap(st, "repacking '%s' (%zu bytes) into the blocked layout (cpu.weights_layout)", in->name,
+                       in->bytes);
+  ortep__cpu_quant_block(in->dtype, in->data, n, k, out->ptr);
+  return ORTEP_OK;
+}
+
 static ortep_status cpu_prepare(ortep_ep *ep, const ortep_initializer *in, ortep_shape *shape, ortep_buffer *out) {
   const cpu_ep *e = self_of(ep);
   bool ok = !e->row_major && blockable(in->dtype, &in->shape) && in->n_uses, linear = false;
   for (size_t i = 0; ok && i < in->n_uses; i++) ok = takes_blocked(&in->uses[i], &linear);
   if (!ok || !linear) return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s keeps '%s' as it is", CPU_EP_NAME, in->name);
   size_t n = (size_t)in->shape.dims[0], k = (size_t)in->shape.dims[1];
-  *shape = (ortep_shape){
-      4,
-      {(int64_t)(n / ORTEP__LINEAR_ROWS), (int64_t)(k / ORTEP__LINEAR_COLS), ORTEP__LINEAR_ROWS, ORTEP__LINEAR_COLS}};
+  bool quant = ortep_dtype_is_quantized(in->dtype);
+  size_t cols = quant ? ORTEP__QUANT_COLS : ORTEP__LINEAR_COLS;
+  *shape =
+      (ortep_shape){4, {(int64_t)(n / ORTEP__LINEAR_ROWS), (int64_t)(k / cols), ORTEP__LINEAR_ROWS, (int64_t)cols}};
+  if (quant) return prepare_quant(ep, in, n, k, out);
   if (in->writable) {
     uint16_t *rows = ortep__malloc(ORTEP__LINEAR_ROWS * k * sizeof *rows);
     if (!rows) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to repack '%s'", CPU_EP_NAME, in->name);

@@ -15,7 +15,9 @@ typedef struct cpu_kernel {
   ortep__op_params op;
   ortep__cpu_pool *pool; /* the EP's workers (NULL: run inline) */
   float *xperm;          /* a blocked bf16 Linear over one row: x as its kernel reads it (k floats) */
-  void *sample_scratch;  /* ortep:SelectToken: the sampler's, made with the kernel, never during a step */
+  void *xq_mem;          /* a q8_0 / q4_0 Linear over one row: x quantized (ortep__cpu_qx_bytes) */
+  ortep__cpu_qx xq;
+  void *sample_scratch; /* ortep:SelectToken: the sampler's, made with the kernel, never during a step */
 } cpu_kernel;
 
 /* ortep:Linear over the pool: every output row is one item, computed whole
@@ -23,7 +25,8 @@ typedef struct cpu_kernel {
 typedef struct linear_job {
   const __typeof__(((ortep__op_params *)0)->p.lin) *p;
   const float *x, *res;
-  const float *xb; /* blocked weights: x as the bf16 kernel reads it */
+  const float *xb;         /* blocked weights: x as the bf16 kernel reads it */
+  const ortep__cpu_qx *xq; /* q8_0 / q4_0 weights: x quantized */
   cpu_weights w[ORTEP__LINEAR_GROUPS], b[ORTEP__LINEAR_GROUPS];
   float *y[ORTEP__LINEAR_GROUPS];
   ortep__cpu_pool *pool;
@@ -53,6 +56,11 @@ static void gqa_chunk_task(void *ctx, size_t worker, size_t begin, size_t end) {
 static void linear_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
   ortep__cpu_linear(j->x, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin, end);
+}
+static void linear_quant_task(void *ctx, size_t worker, size_t begin, size_t end) {
+  const linear_job *j = ctx;
+  ortep__cpu_linear_quant(j->xq, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->p->blocked, j->res, j->y,
+                          begin, end);
 }
 static void linear_blocked_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
@@ -126,14 +134,19 @@ static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
   const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
   /* x permuted for the bf16 blocked kernel once per run, not per item */
   const float *xb = k->xperm ? ortep__cpu_blocked_x(in[0], p->k, k->xperm) : in[0];
-  linear_job j = {p, in[0], p->residual ? in[7] : NULL, xb, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
+  linear_job j = {p, in[0], p->residual ? in[7] : NULL, xb, &k->xq, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
   for (size_t g = 0; g < p->groups; g++) {
     j.w[g] = W(in[1 + 2 * g], p->wdt[g]);
     j.b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
     if (!p->gate_up) j.y[g] = out[g];
   }
   size_t per = p->gate_up ? 2 * p->k : p->k;
-  if (p->m > 1)
+  if (p->m == 1 && k->xq_mem) {
+    /* x quantized once per run, then integer dot products (quant.c) */
+    ortep__cpu_quantize_x(in[0], p->k, &k->xq);
+    size_t items = ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / (p->blocked ? 4 : 1);
+    ortep__cpu_pool_for(k->pool, items, (p->blocked ? 4 : 1) * per / 4, linear_quant_task, &j);
+  } else if (p->m > 1)
     ortep__cpu_pool_for(k->pool, ortep__cpu_linear_blocks(p->m, p->groups, p->n, p->gate_up),
                         per * 128 * (p->m < 256 ? p->m : 256), linear_gemm_task, &j);
   else if (p->blocked)
@@ -212,6 +225,7 @@ static ortep_status cpu_record(ortep_kernel *self, const ortep_kernel_io *io) {
 static void cpu_destroy(ortep_kernel *self) {
   cpu_kernel *k = (cpu_kernel *)self;
   ortep__free(k->xperm);
+  ortep__free(k->xq_mem);
   ortep__free(k->sample_scratch);
   ortep__free(k);
 }
@@ -250,6 +264,14 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   if (bf16 && !(k->xperm = ortep__malloc(lin->k * sizeof *k->xperm))) {
     ortep__free(k);
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu activations", CPU_EP_NAME, lin->k);
+  }
+  if (k->op.kind == ORTEP__OP_LINEAR && lin->quant != ORTEP_DTYPE_COUNT && lin->m == 1) {
+    if (!(k->xq_mem = ortep__malloc(ortep__cpu_qx_bytes(lin->k)))) {
+      ortep__free(k);
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu quantized activations", CPU_EP_NAME,
+                         lin->k);
+    }
+    ortep__cpu_qx_init(k->xq_mem, lin->k, &k->xq);
   }
   if (k->op.kind == ORTEP__OP_SELECT &&
       !(k->sample_scratch = ortep__malloc(ORTEP__SAMPLE_SCRATCH_BYTES(k->op.p.sel.n)))) {

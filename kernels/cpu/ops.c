@@ -29,7 +29,9 @@ void ortep__cpu_gather(cpu_weights table, bool blocked, size_t rows, size_t h, c
       continue;
     }
     size_t base = (size_t)r * h;
-    if (blocked)
+    if (ortep_dtype_is_quantized(table.dtype))
+      ortep__cpu_quant_row_f32(table.dtype, table.data, blocked, (size_t)r, h, dst);
+    else if (blocked)
       blocked_row_f32(table, (size_t)r, h, dst);
     else if (table.dtype == ORTEP_DTYPE_F32)
       memcpy(dst, (const float *)table.data + base, h * sizeof *dst);
@@ -338,7 +340,9 @@ static void blocked_row_f32(cpu_weights w, size_t r, size_t k, float *dst) {
  * into dst; a blocked weight's rows are gathered back out of their blocks. */
 static const float *rows_f32(cpu_weights w, bool blocked, size_t j0, size_t nb, size_t k, float *dst) {
   if (w.dtype == ORTEP_DTYPE_F32) return (const float *)w.data + j0 * k;
-  if (!blocked)
+  if (ortep_dtype_is_quantized(w.dtype))
+    for (size_t r = 0; r < nb; r++) ortep__cpu_quant_row_f32(w.dtype, w.data, blocked, j0 + r, k, dst + r * k);
+  else if (!blocked)
     dots.widen((const uint16_t *)w.data + j0 * k, w.dtype == ORTEP_DTYPE_F16, dst, nb * k);
   else
     for (size_t r = 0; r < nb; r++) blocked_row_f32(w, j0 + r, k, dst + r * k);

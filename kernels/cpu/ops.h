@@ -11,7 +11,8 @@
 #include "runtime/internal.h"
 #include "kernels/sampling.h"
 
-/* A weight operand: data of one float dtype. */
+/* A weight operand: data of one float dtype (or, where a kernel says so, of
+ * q8_0 / q4_0). */
 typedef struct cpu_weights {
   const void *data;
   ortep_dtype dtype;
@@ -149,6 +150,38 @@ uint32_t ortep__cpu_select(const float *logits, size_t n, const int32_t *tokens,
  * rows at a time through rows (4 k values). */
 void ortep__cpu_to_blocked(const uint16_t *src, size_t n, size_t k, uint16_t *dst);
 void ortep__cpu_to_blocked_in_place(uint16_t *w, size_t n, size_t k, uint16_t *rows);
+/* q8_0 / q4_0 weights (quant.c). The blocked layout (kernels/opset.h) from
+ * GGUF's row-major blocks of [n, k] (n % 4 == 0, k % 32 == 0): into dst, or
+ * in place one quad of rows at a time through quad_tmp
+ * (ortep__cpu_quant_quad_bytes). */
+void ortep__cpu_quant_block(ortep_dtype dt, const void *src, size_t n, size_t k, void *dst);
+void ortep__cpu_quant_block_in_place(ortep_dtype dt, void *w, size_t n, size_t k, void *quad_tmp);
+size_t ortep__cpu_quant_quad_bytes(ortep_dtype dt, size_t k);
+/* Row r of a q8_0 / q4_0 weight [., k] (row-major or blocked) as f32. */
+void ortep__cpu_quant_row_f32(ortep_dtype dt, const void *w, bool blocked, size_t r, size_t k, float *dst);
+/* x[k] quantized for the integer dot products: 32-value blocks of int8 q
+ * with an f32 scale d each, and per four values -8 and -128 times their sum
+ * (the offsets of q4_0's and of q8_0's unsigned operands). */
+typedef struct ortep__cpu_qx {
+  int8_t *q;
+  float *d;
+  int32_t *bias4, *bias8;
+} ortep__cpu_qx;
+size_t ortep__cpu_qx_bytes(size_t k);
+void ortep__cpu_qx_init(void *mem, size_t k, ortep__cpu_qx *qx);
+void ortep__cpu_quantize_x(const float *x, size_t k, const ortep__cpu_qx *qx);
+/* Row r of w times the quantized x, in the order quant.c defines (bitwise
+ * the same for every SIMD variant). */
+float ortep__cpu_quant_dot(ortep_dtype dt, const void *w, bool blocked, size_t r, size_t k, const ortep__cpu_qx *x);
+/* ortep:Linear over one row with q8_0 / q4_0 weights: items as
+ * ortep__cpu_linear_blocked's (quads of outputs) when blocked, else as
+ * ortep__cpu_linear's for m = 1. */
+void ortep__cpu_linear_quant(const ortep__cpu_qx *x, size_t k, size_t groups, const cpu_weights *w,
+                             const cpu_weights *b, const size_t *n, bool gate_up, bool blocked, const float *res,
+                             float *const *y, size_t begin, size_t end);
+/* "avx512-vnni", "avx2" or "portable": the integer dot products in use. */
+const char *ortep__cpu_quant_simd_name(void);
+
 /* Softmax over rows of n. */
 void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y);
 /* Index of the first maximum of x[n] skipping NaN; 0 (and the bit) when all are NaN. */
