@@ -53,7 +53,7 @@ typedef struct mode_result {
 
 static const char decode_usage[] =
     "usage: ortep-bench decode [--model DIR | --preset NAME] [--ep auto|cpu|cuda]\n"
-    "                          [--dtype f32|f16|bf16] [--mode eager|graph|segmented|all] [--seam OP,...]\n"
+    "                          [--dtype f32|f16|bf16|q8_0|q4_0] [--mode eager|graph|segmented|all] [--seam OP,...]\n"
     "                          [--prompt-len P] [--tokens N] [--warmup W] [--runs R] [--threads N]\n"
     "                          [--weights map|read] [--layout auto|blocked|row_major] [--json FILE]\n"
     "                          [--explain] [--profile]\n"
@@ -228,15 +228,16 @@ typedef struct linear_bench {
   ortep_kernel_io io;
 } linear_bench;
 static bool linear_open(linear_bench *b, size_t threads, ortep_dtype dtype, size_t k, bool blocked) {
-  size_t esize = ortep_dtype_size(dtype);
-  blocked = blocked && esize == 2 && k % 16 == 0;
-  *b = (linear_bench){.host = stream_host(), .rows = BOUND_BYTES / (k * esize) / 4 * 4, .blocked = blocked};
-  b->bytes = b->rows * k * esize;
+  bool quant = ortep_dtype_is_quantized(dtype);
+  size_t cols = quant ? 32 : 16, row_bytes = k / ortep_dtype_block(dtype) * ortep_dtype_size(dtype);
+  blocked = blocked && (ortep_dtype_size(dtype) == 2 || quant) && k % cols == 0;
+  *b = (linear_bench){.host = stream_host(), .rows = BOUND_BYTES / row_bytes / 4 * 4, .blocked = blocked};
+  b->bytes = b->rows * row_bytes;
   b->w = stream_alloc(b->host, b->bytes), b->x = malloc(k * sizeof *b->x), b->y = malloc(b->rows * sizeof *b->y);
   char v[32];
   snprintf(v, sizeof v, "%zu", threads);
   ortep_shape shapes[2] = {{2, {1, (int64_t)k}}, {2, {(int64_t)b->rows, (int64_t)k}}};
-  if (blocked) shapes[1] = (ortep_shape){4, {(int64_t)b->rows / 4, (int64_t)k / 16, 4, 16}};
+  if (blocked) shapes[1] = (ortep_shape){4, {(int64_t)b->rows / 4, (int64_t)(k / cols), 4, (int64_t)cols}};
   ortep_dtype dtypes[2] = {ORTEP_DTYPE_F32, dtype};
   if (!b->w || !b->x || !b->y || ortep_cpu_ep_create(NULL, &b->ep) != ORTEP_OK ||
       ortep_config_create(&b->cfg) != ORTEP_OK || ortep_config_set(b->cfg, "cpu.threads", v) != ORTEP_OK ||
@@ -249,6 +250,8 @@ static bool linear_open(linear_bench *b, size_t threads, ortep_dtype dtype, size
   for (size_t i = 0; i < k; i++) b->x[i] = 1.0f / (float)(1 + i % 7);
   if (dtype == ORTEP_DTYPE_F32)
     for (size_t i = 0; i < b->bytes / 4; i++) ((float *)b->w)[i] = 1.0f + (float)(i % 61) / 64.0f;
+  else if (quant) /* f16 scales 2^-7 and small quants: any bytes are valid blocks, these are finite */
+    for (size_t i = 0; i < b->bytes / 2; i++) ((uint16_t *)b->w)[i] = (uint16_t)(0x2000u + i % 61);
   else
     for (size_t i = 0; i < b->bytes / 2; i++)
       ((uint16_t *)b->w)[i] = (uint16_t)((dtype == ORTEP_DTYPE_BF16 ? 0x3f80u : 0x3c00u) + i % 61);
@@ -559,6 +562,37 @@ static int parse(int argc, char **argv, decode_opts *o) {
   return -1;
 }
 
+/* --dtype q8_0 / q4_0: the sizes the decoder's weights will have once
+ * quantized at open (model.h), from the stored ones: the projections, and
+ * the embedding / lm_head as --embedding-dtype says (q8_0 by default). */
+static size_t quant_bytes(const ortep_safetensors_entry *e, ortep_dtype to) {
+  size_t n = e->size / ortep_dtype_size(e->dtype);
+  return n / 32 * ortep_dtype_size(to);
+}
+static void quantized_sizes(const decode_opts *o, const ortep_model *mdl, decode_run *r, size_t *embed_bytes) {
+  ortep_dtype proj, emb = ORTEP_DTYPE_Q8_0;
+  ortep_dtype_parse(o->m.dtype, &proj);
+  bool stored = o->m.embedding_dtype && !strcmp(o->m.embedding_dtype, "stored");
+  if (o->m.embedding_dtype && !stored) ortep_dtype_parse(o->m.embedding_dtype, &emb);
+  static const char *const names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                      "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+  char n[160];
+  for (int64_t l = 0; l < r->cfg.num_hidden_layers; l++)
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+      snprintf(n, sizeof n, "model.layers.%lld.%s.weight", (long long)l, names[i]);
+      const ortep_safetensors_entry *e = ortep_model_tensor(mdl, n);
+      if (e) r->weight_bytes = r->weight_bytes - e->size + quant_bytes(e, proj);
+    }
+  const char *tables[] = {"model.embed_tokens.weight", "lm_head.weight"};
+  for (size_t i = 0; i < 2 && !stored; i++) {
+    const ortep_safetensors_entry *e = ortep_model_tensor(mdl, tables[i]);
+    if (!e) continue;
+    r->weight_bytes = r->weight_bytes - e->size + quant_bytes(e, emb);
+    if (!i) *embed_bytes = quant_bytes(e, emb);
+  }
+  r->wdtype = proj;
+}
+
 /* The model (written the first time for a preset), its sizes, the prompt and
  * the --json file: -1 to go on, else the exit code. */
 static int prepare(decode_opts *o, decode_run *r) {
@@ -576,10 +610,12 @@ static int prepare(decode_opts *o, decode_run *r) {
   r->has_wdtype = proj != NULL;
   r->wdtype = proj ? proj->dtype : ORTEP_DTYPE_F32;
   const ortep_safetensors_entry *embed = ortep_model_tensor(mdl, "model.embed_tokens.weight");
+  size_t embed_bytes = embed->size;
+  if (tool_model_quantized(&o->m)) quantized_sizes(o, mdl, r, &embed_bytes);
   /* per token every weight is read once, except an untied embedding table,
    * of which one row is read */
   r->read_per_token =
-      r->weight_bytes - (r->cfg.tie_word_embeddings ? 0 : embed->size - embed->size / (size_t)r->cfg.vocab_size);
+      r->weight_bytes - (r->cfg.tie_word_embeddings ? 0 : embed_bytes - embed_bytes / (size_t)r->cfg.vocab_size);
   ortep_model_close(mdl);
   if ((size_t)o->plen + (size_t)o->tokens + (size_t)o->warmup + 1 > (size_t)r->cfg.max_position_embeddings)
     return bench_usage_error("decode", "--prompt-len + --tokens + --warmup exceeds the model's %lld positions",
@@ -715,8 +751,9 @@ static void report_bound(const decode_run *r) {
         "= %.0f%% of the peak read",
         (long long)r->cfg.hidden_size, r->krows, (long long)r->cfg.hidden_size, ortep_dtype_name(r->wdtype),
         r->kblocked ? " blocked" : "",
-        (double)(r->krows * (size_t)r->cfg.hidden_size * ortep_dtype_size(r->wdtype)) / 1048576.0, r->threads_used,
-        r->kbw / 1e9, 100.0 * r->kbw / r->bw);
+        (double)(r->krows * (size_t)r->cfg.hidden_size / ortep_dtype_block(r->wdtype) * ortep_dtype_size(r->wdtype)) /
+            1048576.0,
+        r->threads_used, r->kbw / 1e9, 100.0 * r->kbw / r->bw);
     if (binding(r))
       printf("; %s decode reaches %.0f%% of it%s\n", modes[b].name, 100.0 * decode_over_kernel(r),
              res[b].frac > 0 ? " (its fraction of the read before each run over the kernel's of the peak)" : "");

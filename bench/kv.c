@@ -74,7 +74,12 @@ static int32_t *ids_for(size_t n, size_t vocab, unsigned seed) {
 }
 
 static int open_decoder(const kv_opts *o, const ortep_config *cfg, size_t cap, ortep_governor *g, ortep_decoder **d) {
-  ortep_decoder_options dopt = {.ep = o->m.ep, .max_seq_len = cap, .config = cfg, .governor = g};
+  ortep_decoder_options dopt = {.ep = o->m.ep,
+                                .max_seq_len = cap,
+                                .config = cfg,
+                                .governor = g,
+                                .progress = tool_progress,
+                                .progress_ctx = (void *)&o->m};
   return ortep_decoder_open(o->m.dir, &dopt, d) == ORTEP_OK ? 0 : fail("opening the decoder");
 }
 

@@ -347,7 +347,8 @@ static int cmd_generate(int argc, char **argv) {
   if ((rc = prompt_tokens(&a, &c, &tok, &detok, &ids, &n)) != 0 || (rc = context_for(&c, n, a.max_tokens, &max_seq)))
     goto out;
   if ((rc = tool_model_config(&a.src, &config)) != 0) goto out;
-  ortep_decoder_options o = {.ep = a.src.ep, .max_seq_len = max_seq, .config = config};
+  ortep_decoder_options o = {
+      .ep = a.src.ep, .max_seq_len = max_seq, .config = config, .progress = tool_progress, .progress_ctx = &a.src};
   double t0 = now_s();
   if (ortep_decoder_open(a.src.dir, &o, &d) != ORTEP_OK) {
     rc = ortep_last_status() == ORTEP_E_INVALID_ARGUMENT && strstr(ortep_last_error(), "EP")

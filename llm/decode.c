@@ -128,6 +128,8 @@ void ortep_decoder_close(ortep_decoder *d) {
 #define WEIGHTS_KEY "ortep.weights"
 #define LAYOUT_KEY  "ortep.weights_layout"
 #define KV_KEY      "ortep.kv_dtype"
+#define WDTYPE_KEY  "ortep.weights_dtype"
+#define EDTYPE_KEY  "ortep.embedding_dtype"
 #define AUTO_CHUNK  256 /* prefill_chunk 0: chunks of 256, 128, 64, ..., 2 */
 
 /* Every key must belong to a component that reads it: ortep.* (the decoder
@@ -155,12 +157,13 @@ static ortep_status apply_governor_config(ortep_governor *g, const ortep_config 
   if (st != ORTEP_OK) return st;
   for (size_t i = 0; i < ortep_config_count(c); i++) {
     const char *k = ortep_config_key(c, i);
-    if (strncmp(k, "ortep.", 6) != 0 || !strcmp(k, WEIGHTS_KEY) || !strcmp(k, LAYOUT_KEY) || !strcmp(k, KV_KEY))
+    if (strncmp(k, "ortep.", 6) != 0 || !strcmp(k, WEIGHTS_KEY) || !strcmp(k, LAYOUT_KEY) || !strcmp(k, KV_KEY) ||
+        !strcmp(k, WDTYPE_KEY) || !strcmp(k, EDTYPE_KEY))
       continue;
     st = ortep_governor_configure(g, k, ortep_config_get(c, k));
-    if (st != ORTEP_OK) /* the governor names its own keys; the decoder's three besides */
-      return ortep__wrap(st, "decoder config (ortep.* keys: %s, %s, %s and the governor's)", WEIGHTS_KEY, LAYOUT_KEY,
-                         KV_KEY);
+    if (st != ORTEP_OK) /* the governor names its own keys; the decoder's besides */
+      return ortep__wrap(st, "decoder config (ortep.* keys: %s, %s, %s, %s, %s and the governor's)", WEIGHTS_KEY,
+                         LAYOUT_KEY, KV_KEY, WDTYPE_KEY, EDTYPE_KEY);
   }
   return ORTEP_OK;
 }
@@ -304,8 +307,10 @@ static ortep_status open_eps(ortep_decoder *d, const ortep_decoder_options *o, c
   return register_ep(d, *cpu, cfg);
 }
 
-/* Step 3: the model, mapped or read (ortep.weights). */
-static ortep_status open_weights(ortep_decoder *d, const char *dir, const ortep_config *config, ortep_ep *cpu) {
+/* Step 3: the model, mapped or read (ortep.weights), quantized at open when
+ * ortep.weights_dtype / ortep.embedding_dtype ask (model.h). */
+static ortep_status open_weights(ortep_decoder *d, const char *dir, const ortep_config *config, ortep_ep *cpu,
+                                 const ortep_decoder_options *o) {
   const char *wm = ortep_config_get(config, WEIGHTS_KEY);
   if (wm && strcmp(wm, "map") && strcmp(wm, "read"))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s = '%s': use map (the default: zero-copy) or read (a private copy)",
@@ -316,8 +321,18 @@ static ortep_status open_weights(ortep_decoder *d, const char *dir, const ortep_
                        "%s = blocked is the CPU EP's layout, but the step runs on the GPU; use auto or row_major, or "
                        "ep \"cpu\"",
                        LAYOUT_KEY);
-  ortep_model_options mo = {wm && !strcmp(wm, "read") ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu};
-  return ortep_model_open_with(dir, &mo, &d->model);
+  const char *wd = ortep_config_get(config, WDTYPE_KEY), *ed = ortep_config_get(config, EDTYPE_KEY);
+  bool quantized = (wd && strcmp(wd, "stored")) || (ed && strcmp(ed, "stored"));
+  if (quantized && ortep_ep_registry_count(d->registry) > 1)
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED,
+                       "%s / %s: q8_0 and q4_0 weights run on the CPU EP only for now (the CUDA EP has no kernels for "
+                       "them yet), but the step would run on the GPU; use ep \"cpu\", or the weights as stored",
+                       WDTYPE_KEY, EDTYPE_KEY);
+  ortep_model_options mo = {
+      wm && !strcmp(wm, "read") ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu, wd, ed, o->progress, o->progress_ctx};
+  ortep_status st = ortep_model_open_with(dir, &mo, &d->model);
+  if (st != ORTEP_OK && (wd || ed)) ortep__wrap(st, "opening the model with %s = %s", WDTYPE_KEY, wd ? wd : "stored");
+  return st;
 }
 
 /* Step 4: the cache's capacity and the chunk sizes: prefill_chunk (or 256),
@@ -455,7 +470,7 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   ortep_ep *cpu = NULL;
   ortep_status st = open_governor(d, &o);
   if (st == ORTEP_OK) st = open_eps(d, &o, o.config, want, &cpu);
-  if (st == ORTEP_OK) st = open_weights(d, dir, o.config, cpu);
+  if (st == ORTEP_OK) st = open_weights(d, dir, o.config, cpu, &o);
   if (st == ORTEP_OK) st = size_steps(d, &o);
   if (st == ORTEP_OK) st = open_session(d, &o, cpu);
   if (st == ORTEP_OK) st = prime_state(d);

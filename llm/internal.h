@@ -8,9 +8,10 @@
 #include "runtime/internal.h"
 #include "runtime/strmap.h"
 
-/* Whether the model's weights are its own private copy (ortep.weights =
- * read), which an EP may rearrange in place when it prepares them. */
-bool ortep__model_weights_private(const ortep_model *model);
+/* Whether a weight of the model (ortep_model_tensor's) is its own private
+ * copy (ortep.weights = read, or quantized at open), which an EP may
+ * rearrange in place when it prepares it. */
+bool ortep__model_weight_private(const ortep_model *model, const ortep_safetensors_entry *e);
 /* After a session over the model's graphs is built: the weights an EP
  * prepared into a layout of its own are no longer read from the file, so a
  * mapped model drops their resident pages (a weight is then held once).

@@ -65,13 +65,13 @@ static void weight(builder *b, const char *name) {
     return;
   }
   ortep_tensor *t = NULL;
-  size_t es = ortep_dtype_size(e->dtype);
+  size_t es = ortep_dtype_align(e->dtype);
   if ((uintptr_t)e->data % es == 0) {
     ortep_buffer buf;
-    /* a private copy (ortep.weights = read) is the model's to give: an EP may
-     * prepare it in place; mapped file pages are read-only */
+    /* a private copy (ortep.weights = read, or quantized) is the model's to
+     * give: an EP may prepare it in place; mapped file pages are read-only */
     b->st =
-        ortep__model_weights_private(b->m)
+        ortep__model_weight_private(b->m, e)
             ? ortep_buffer_wrap_borrowed_mut((void *)(uintptr_t)e->data, ortep_ep_device(b->host), e->size, es, &buf)
             : ortep_buffer_wrap_borrowed(e->data, ortep_ep_device(b->host), e->size, es, &buf);
     if (b->st == ORTEP_OK) b->st = ortep_tensor_from_borrowed(b->host, e->dtype, &e->shape, &buf, &t);

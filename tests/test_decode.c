@@ -587,7 +587,9 @@ START_TEST(blocked_weights_decode_like_row_major_ones) {
     ck_assert_ok(ortep_config_set(c, "ortep.weights_layot", "row_major"));
     ck_assert_status(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &d),
                      ORTEP_E_INVALID_ARGUMENT);
-    ck_assert_error_mentions("ortep.* keys: ortep.weights, ortep.weights_layout, ortep.kv_dtype and the governor's");
+    ck_assert_error_mentions(
+        "ortep.* keys: ortep.weights, ortep.weights_layout, ortep.kv_dtype, ortep.weights_dtype, ortep.embedding_dtype "
+        "and the governor's");
     ck_assert_error_mentions("unknown governor setting 'ortep.weights_layot'; known: ortep.host.budget_bytes");
     ortep_config_destroy(c);
     test_model_dir_remove(dir);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 bool tool_parse_whole(const char *arg, uint64_t lo, uint64_t hi, uint64_t *out) {
   if (arg[0] < '0' || arg[0] > '9') return false;
@@ -47,6 +48,7 @@ bool tool_model_option(tool_model *m, int c, const char *arg, int *rc) {
     case TOOL_OPT_WEIGHTS: m->weights = arg; return true;
     case TOOL_OPT_LAYOUT: m->layout = arg; return true;
     case TOOL_OPT_KV_DTYPE: m->kv_dtype = arg; return true;
+    case TOOL_OPT_EMBEDDING_DTYPE: m->embedding_dtype = arg; return true;
     case TOOL_OPT_THREADS: {
       uint64_t v;
       if (tool_parse_whole(arg, 1, 1024, &v))
@@ -60,7 +62,8 @@ bool tool_model_option(tool_model *m, int c, const char *arg, int *rc) {
 }
 
 int tool_model_check(tool_model *m, bool default_preset) {
-  static const char *const eps[] = {"auto", "cpu", "cuda"}, *const dtypes[] = {"f32", "f16", "bf16"};
+  static const char *const eps[] = {"auto", "cpu", "cuda"}, *const dtypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0"},
+                           *const edtypes[] = {"q8_0", "q4_0", "stored"};
   static const char *const weights[] = {"map", "read"}, *const layouts[] = {"auto", "blocked", "row_major"},
                            *const kv[] = {"f32", "f16", "bf16"};
   if (m->model && m->preset) return tool_usage_error(m, "--model and --preset exclude each other; give one");
@@ -71,7 +74,11 @@ int tool_model_check(tool_model *m, bool default_preset) {
   if (!m->ep) m->ep = "auto";
   if (!m->dtype) m->dtype = "f32";
   int rc = one_of(m, "--ep", m->ep, eps, 3, "auto, cpu, cuda");
-  if (!rc) rc = one_of(m, "--dtype", m->dtype, dtypes, 3, "f32, f16, bf16");
+  if (!rc) rc = one_of(m, "--dtype", m->dtype, dtypes, 5, "f32, f16, bf16, q8_0, q4_0");
+  if (!rc && m->embedding_dtype)
+    rc = one_of(m, "--embedding-dtype", m->embedding_dtype, edtypes, 3, "q8_0, q4_0, stored");
+  if (!rc && m->embedding_dtype && !tool_model_quantized(m))
+    rc = tool_usage_error(m, "--embedding-dtype goes with --dtype q8_0 or q4_0 (the weights quantized at open)");
   if (!rc && m->weights) rc = one_of(m, "--weights", m->weights, weights, 2, "map, read");
   if (!rc && m->layout) rc = one_of(m, "--layout", m->layout, layouts, 3, "auto, blocked, row_major");
   if (!rc && m->kv_dtype) rc = one_of(m, "--kv-dtype", m->kv_dtype, kv, 3, "f32, f16, bf16");
@@ -84,10 +91,11 @@ int tool_model_resolve(tool_model *m, bool announce) {
     return 0;
   }
   ortep_dtype dt;
-  ortep_dtype_parse(m->dtype, &dt); /* checked by tool_model_check */
+  ortep_dtype_parse(m->dtype, &dt);                        /* checked by tool_model_check */
+  if (ortep_dtype_is_quantized(dt)) dt = ORTEP_DTYPE_BF16; /* written in bf16, quantized at open */
   if (announce)
-    fprintf(stderr, "%s %s: the synthetic %s preset (%s), written to the cache on first use\n", m->prog, m->cmd,
-            m->preset, m->dtype);
+    fprintf(stderr, "%s %s: the synthetic %s preset (%s%s), written to the cache on first use\n", m->prog, m->cmd,
+            m->preset, ortep_dtype_name(dt), tool_model_quantized(m) ? ", quantized at open" : "");
   if (ortep_model_synthetic_cached(m->preset, dt, m->dir, sizeof m->dir, NULL) == ORTEP_OK) return 0;
   if (ortep_last_status() == ORTEP_E_INVALID_ARGUMENT) /* an unknown preset */
     return tool_usage_error(m, "--preset '%s': %s", m->preset, ortep_last_error());
@@ -95,20 +103,44 @@ int tool_model_resolve(tool_model *m, bool announce) {
   return 1;
 }
 
+bool tool_model_quantized(const tool_model *m) {
+  return m->dtype && (!strcmp(m->dtype, "q8_0") || !strcmp(m->dtype, "q4_0"));
+}
+
 int tool_model_config(const tool_model *m, ortep_config **out) {
   *out = NULL;
-  if (!m->threads && !m->weights && !m->layout && !m->kv_dtype) return 0;
+  bool q = tool_model_quantized(m);
+  if (!m->threads && !m->weights && !m->layout && !m->kv_dtype && !q) return 0;
   char threads[24];
   snprintf(threads, sizeof threads, "%ld", m->threads);
   ortep_config *c = NULL;
   if (ortep_config_create(&c) != ORTEP_OK || (m->threads && ortep_config_set(c, "cpu.threads", threads) != ORTEP_OK) ||
       (m->weights && ortep_config_set(c, "ortep.weights", m->weights) != ORTEP_OK) ||
       (m->layout && ortep_config_set(c, "ortep.weights_layout", m->layout) != ORTEP_OK) ||
-      (m->kv_dtype && ortep_config_set(c, "ortep.kv_dtype", m->kv_dtype) != ORTEP_OK)) {
+      (m->kv_dtype && ortep_config_set(c, "ortep.kv_dtype", m->kv_dtype) != ORTEP_OK) ||
+      (q && ortep_config_set(c, "ortep.weights_dtype", m->dtype) != ORTEP_OK) ||
+      (m->embedding_dtype && ortep_config_set(c, "ortep.embedding_dtype", m->embedding_dtype) != ORTEP_OK)) {
     fprintf(stderr, "%s %s: %s\n", m->prog, m->cmd, ortep_last_error());
     ortep_config_destroy(c);
     return 1;
   }
   *out = c;
   return 0;
+}
+
+void tool_progress(void *ctx, const char *what, size_t done, size_t total) {
+  tool_model *m = ctx;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+  if (m->progress_t0 == 0.0) m->progress_t0 = now;
+  if (now - m->progress_t0 > 1.0 || (m->progress_shown && done == total)) {
+    fprintf(stderr, "\r%s %s: %s: %3.0f%%", m->prog, m->cmd, what,
+            total ? 100.0 * (double)done / (double)total : 100.0);
+    m->progress_shown = true;
+  }
+  if (done >= total) {
+    if (m->progress_shown) fprintf(stderr, " (%.1f s)\n", now - m->progress_t0);
+    m->progress_t0 = 0.0, m->progress_shown = false;
+  }
 }

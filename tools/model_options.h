@@ -18,8 +18,10 @@
 
 typedef struct tool_model {
   const char *prog, *cmd; /* "ortep", "generate": for messages */
-  const char *model, *preset, *dtype, *ep, *weights, *layout, *kv_dtype;
-  long threads;   /* 0: the CPU EP's default */
+  const char *model, *preset, *dtype, *ep, *weights, *layout, *kv_dtype, *embedding_dtype;
+  long threads;       /* 0: the CPU EP's default */
+  double progress_t0; /* tool_progress: when the step began (0: not yet) */
+  bool progress_shown;
   char dir[4096]; /* the model directory, once resolved */
 } tool_model;
 
@@ -33,14 +35,16 @@ enum {
   TOOL_OPT_THREADS,
   TOOL_OPT_WEIGHTS,
   TOOL_OPT_LAYOUT,
-  TOOL_OPT_KV_DTYPE
+  TOOL_OPT_KV_DTYPE,
+  TOOL_OPT_EMBEDDING_DTYPE
 };
 /* clang-format off */
 #define TOOL_MODEL_LONG_OPTIONS                                                                    \
   {"model", required_argument, 0, TOOL_OPT_MODEL},     {"preset", required_argument, 0, TOOL_OPT_PRESET},   \
   {"dtype", required_argument, 0, TOOL_OPT_DTYPE},     {"ep", required_argument, 0, TOOL_OPT_EP},           \
   {"threads", required_argument, 0, TOOL_OPT_THREADS}, {"weights", required_argument, 0, TOOL_OPT_WEIGHTS}, \
-  {"layout", required_argument, 0, TOOL_OPT_LAYOUT},   {"kv-dtype", required_argument, 0, TOOL_OPT_KV_DTYPE}
+  {"layout", required_argument, 0, TOOL_OPT_LAYOUT},   {"kv-dtype", required_argument, 0, TOOL_OPT_KV_DTYPE}, \
+  {"embedding-dtype", required_argument, 0, TOOL_OPT_EMBEDDING_DTYPE}
 /* clang-format on */
 #define TOOL_PRESETS "tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b"
 /* The help lines of the shared options, for a program's usage text. */
@@ -48,7 +52,9 @@ enum {
   "  --model DIR      a model directory (config.json + model.safetensors [+ tokenizer.json])\n"        \
   "  --preset NAME    a synthetic preset (random weights): " TOOL_PRESETS                              \
   "\n"                                                                                                 \
-  "  --dtype D        the preset's weight dtype: f32 (default), f16, bf16\n"                           \
+  "  --dtype D        the weights: f32 (default), f16, bf16 (a preset's, as written); q8_0, q4_0:\n"   \
+  "                   the projections quantized at open (a preset written in bf16; CPU EP only)\n"     \
+  "  --embedding-dtype D  with q8_0/q4_0: the embedding and lm_head, q8_0 (default), q4_0, stored\n"   \
   "  --ep E           auto (default: CUDA when a GPU is present), cpu, cuda\n"                         \
   "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"  \
   "  --weights W      map (default: the file's pages, zero-copy) or read (a private copy in memory)\n" \
@@ -73,8 +79,17 @@ int tool_model_check(tool_model *m, bool default_preset);
  * copy (written on first use; announce says so on stderr). 0, 1 (a failure,
  * printed) or 2 (a usage error). */
 int tool_model_resolve(tool_model *m, bool announce);
-/* The decoder's config for --threads, --weights, --layout (*out NULL when
+/* Whether --dtype quantizes at open (q8_0, q4_0). */
+bool tool_model_quantized(const tool_model *m);
+/* The decoder's config for --threads, --weights, --layout, --kv-dtype,
+ * --dtype q8_0/q4_0, --embedding-dtype (*out NULL when
  * none is given; the caller destroys it). 0, or 1 with the reason printed. */
 int tool_model_config(const tool_model *m, ortep_config **out);
+
+/* A progress callback (ortep_progress_fn) for ortep_decoder_options: ctx is
+ * the tool_model. It prints "<prog> <cmd>: quantizing the weights: 40%" on
+ * stderr once the step has taken more than a second (quiet below that),
+ * and ends the line when the step is done. */
+void tool_progress(void *ctx, const char *what, size_t done, size_t total);
 
 #endif

@@ -56,6 +56,10 @@ typedef struct ortep_decoder_options {
    * per chunk size, captured at its first use, all sharing the KV caches and
    * one arena. */
   size_t prefill_chunk;
+  /* Progress of quantizing the weights at open (ortep.weights_dtype): called
+   * as each tensor is done (model.h); NULL: none. */
+  ortep_progress_fn progress;
+  void *progress_ctx;
 } ortep_decoder_options;
 
 /* Opens model_dir (model.h), builds the decode-step graph and a session on
