@@ -53,7 +53,8 @@ typedef struct slot {
   uint32_t graph;   /* the graph whose steps use it (persistent: the first that declared it) */
   const void *src;  /* bound: the initializer's host data (graphs share one binding of the same bytes) */
   size_t src_bytes; /* bound: the initializer's size, as the graphs declare it */
-  bool prepared;    /* bound: the EP holds it in a layout of its own (shape below), in an upload */
+  bool prepared;    /* bound: the EP holds it in a layout of its own (pdtype, shape below), in an upload */
+  ortep_dtype pdtype;
   ortep_shape shape;
   size_t offset;
   void *ptr;
@@ -126,6 +127,7 @@ typedef struct ep_state {
 
 struct ortep_session {
   ortep_session_options opts;
+  size_t prep_done, prep_total; /* opts.progress: the initializer bytes prepared so far, and all of them */
   char *forced;
   ep_state *eps;
   size_t n_eps;
@@ -350,13 +352,21 @@ static ortep_status prepare_initializer(ortep_session *s, uint32_t gi, const cha
     mut = NULL; /* a read-only borrow (mapped file pages) */
     ortep_clear_error();
   }
-  ortep_initializer in = {
-      v, ortep_tensor_dtype(init), {0}, ortep_tensor_data_ptr(init), ortep_tensor_size(init), mut, uses, n};
+  ortep_initializer in = {v,
+                          ortep_tensor_dtype(init),
+                          {0},
+                          ortep_tensor_data_ptr(init),
+                          ortep_tensor_size(init),
+                          mut,
+                          uses,
+                          n,
+                          ortep_graph_initializer_preference(s->graphs[gi].graph, v)};
   ortep_graph_value_info(s->graphs[gi].graph, v, NULL, &in.shape);
   ortep_buffer b = {0};
   ortep_shape shape;
+  ortep_dtype dtype;
   if (st == ORTEP_OK && !ORTEP__GROW(es->uploads, es->uploads_cap, es->n_uploads + 1)) st = oom("an upload");
-  if (st == ORTEP_OK) st = ortep_ep_prepare_initializer(es->ep, &in, &shape, &b);
+  if (st == ORTEP_OK) st = ortep_ep_prepare_initializer(es->ep, &in, &dtype, &shape, &b);
   ortep__free(uses);
   if (st == ORTEP_E_NOT_SUPPORTED) {
     ortep_clear_error();
@@ -365,8 +375,11 @@ static ortep_status prepare_initializer(ortep_session *s, uint32_t gi, const cha
   if (st != ORTEP_OK) return ortep__wrap(st, "preparing initializer '%s' on %s", v, ortep_ep_name(es->ep));
   es->uploads[es->n_uploads++] = b;
   es->prepared++;
+  s->prep_done += in.bytes;
+  if (s->opts.prepared) s->opts.prepared(s->opts.prepared_ctx, v);
+  if (s->opts.progress) s->opts.progress(s->opts.progress_ctx, "preparing the weights", s->prep_done, s->prep_total);
   slot *x = &s->slots[sl];
-  x->ptr = b.ptr, x->prepared = true, x->shape = shape;
+  x->ptr = b.ptr, x->prepared = true, x->pdtype = dtype, x->shape = shape;
   *prepared = true;
   return ORTEP_OK;
 }
@@ -385,7 +398,7 @@ static bool from_donor(ortep_session *s, uint32_t e, slot *sl, const char *v) {
         strcmp(x->name, v) || strcmp(ortep_ep_name(xe), ortep_ep_name(ep)) ||
         ortep_ep_device(xe).type != ortep_ep_device(ep).type || ortep_ep_device(xe).index != ortep_ep_device(ep).index)
       continue;
-    sl->ptr = x->ptr, sl->prepared = x->prepared, sl->shape = x->shape;
+    sl->ptr = x->ptr, sl->prepared = x->prepared, sl->pdtype = x->pdtype, sl->shape = x->shape;
     if (x->prepared) s->eps[e].prepared++;
     return true;
   }
@@ -574,8 +587,9 @@ static ortep_status make_kernels(ortep_session *s, const variant *var) {
     step *sp = &s->steps[i];
     if (sp->kind != STEP_NODE) continue;
     node_signature(var->graph, sp->node, shapes, dtypes);
-    for (size_t j = 0; j < sp->n_in; j++) /* an initializer the EP prepared: the shape it chose */
-      if (sp->in[j] != NONE && s->slots[sp->in[j]].prepared) shapes[j] = s->slots[sp->in[j]].shape;
+    for (size_t j = 0; j < sp->n_in; j++) /* an initializer the EP prepared: the dtype and shape it chose */
+      if (sp->in[j] != NONE && s->slots[sp->in[j]].prepared)
+        shapes[j] = s->slots[sp->in[j]].shape, dtypes[j] = s->slots[sp->in[j]].pdtype;
     ortep_status st = ortep_ep_get_kernel(s->eps[sp->ep].ep, sp->node, shapes, dtypes, sp->n_in,
                                           node_opset(var->graph, sp->node), &sp->kernel);
     if (st != ORTEP_OK)
@@ -1059,7 +1073,11 @@ ortep_status ortep_session_create_multi(const ortep_graph *const *graphs, size_t
   for (size_t gi = 0; gi < n_graphs; gi++) nodes += ortep_graph_node_count(graphs[gi]);
   ortep__trace_push(ORTEP__TRACE_SESSION_BUILD, nodes);
   for (uint32_t gi = 0; st == ORTEP_OK && gi < s->n_graphs; gi++) st = place_graph(s, gi);
+  for (size_t i = 0; i < ortep_graph_initializer_count(graphs[0]); i++) /* the graphs share their weights */
+    s->prep_total += ortep_tensor_size(ortep_graph_initializer(graphs[0], ortep_graph_initializer_name(graphs[0], i)));
   for (uint32_t gi = 0; st == ORTEP_OK && gi < s->n_graphs; gi++) st = build_graph(s, gi);
+  if (st == ORTEP_OK && s->prep_done && s->opts.progress) /* the end of the step (what was not prepared is done too) */
+    s->opts.progress(s->opts.progress_ctx, "preparing the weights", s->prep_total, s->prep_total);
   drop_placement(s);
   if (st == ORTEP_OK) st = check_externals(s);
   if (st == ORTEP_OK) {
@@ -1173,8 +1191,16 @@ ortep_status ortep_session_read(ortep_session *s, const char *name, void *dst, s
 
 /* --- introspection ---------------------------------------------------------------------- */
 bool ortep_session_initializer_prepared(const ortep_session *s, const char *name) {
+  return ortep_session_initializer_form(s, name, NULL, NULL);
+}
+
+bool ortep_session_initializer_form(const ortep_session *s, const char *name, ortep_dtype *dtype, ortep_shape *shape) {
   for (size_t i = 0; s && name && i < s->n_slots; i++)
-    if (s->slots[i].prepared && strcmp(s->slots[i].name, name) == 0) return true;
+    if (s->slots[i].prepared && strcmp(s->slots[i].name, name) == 0) {
+      if (dtype) *dtype = s->slots[i].pdtype;
+      if (shape) *shape = s->slots[i].shape;
+      return true;
+    }
   return false;
 }
 

@@ -53,7 +53,8 @@ struct ortep_decoder {
   size_t tokens[ORTEP__MAX_BUCKETS + 1];
   size_t n_graphs;
   ortep_session *session;
-  ortep_dtype kv_dtype;  /* the caches' (ortep.kv_dtype) */
+  ortep__llama_dtypes
+      dtypes;            /* the caches' (ortep.kv_dtype) and the weights' (ortep.weights_dtype, _embedding_dtype) */
   ortep_tensor *rope[2]; /* the rotary tables every graph views (the origin's, for a fork) */
   ortep__kv *kv;         /* the KV caches: reserved for max_seq positions, committed as they are held (kv.c) */
   int32_t *ids;          /* the token at each position the caches hold (ids[0, pos)) */
@@ -187,7 +188,7 @@ static ortep_status check_size(ortep_decoder *d, const ortep_model_config *c, bo
   uint64_t f = sizeof(float), S = d->max_seq, L = (uint64_t)c->num_hidden_layers, HD = (uint64_t)c->head_dim;
   uint64_t H = (uint64_t)c->hidden_size, I = (uint64_t)c->intermediate_size, V = (uint64_t)c->vocab_size;
   uint64_t q = (uint64_t)c->num_attention_heads * HD, kv = (uint64_t)c->num_key_value_heads * HD;
-  uint64_t kv_bytes = 2 * L * kv * S * ortep_dtype_size(d->kv_dtype), rope = S * HD * f; /* cos, sin: S x HD/2 each */
+  uint64_t kv_bytes = 2 * L * kv * S * ortep_dtype_size(d->dtypes.kv), rope = S * HD * f; /* cos, sin: S x HD/2 each */
   uint64_t act = (L * (8 * H + 3 * q + 4 * kv + 3 * I) + 2 * V + (uint64_t)c->num_attention_heads * S) * f;
   /* a prefill chunk of T tokens: its layers' activations (the planner reuses
    * them from layer to layer; twice one layer's bounds what it keeps) */
@@ -307,10 +308,8 @@ static ortep_status open_eps(ortep_decoder *d, const ortep_decoder_options *o, c
   return register_ep(d, *cpu, cfg);
 }
 
-/* Step 3: the model, mapped or read (ortep.weights), quantized at open when
- * ortep.weights_dtype / ortep.embedding_dtype ask (model.h). */
-static ortep_status open_weights(ortep_decoder *d, const char *dir, const ortep_config *config, ortep_ep *cpu,
-                                 const ortep_decoder_options *o) {
+/* Step 3: the model, mapped or read (ortep.weights). */
+static ortep_status open_weights(ortep_decoder *d, const char *dir, const ortep_config *config, ortep_ep *cpu) {
   const char *wm = ortep_config_get(config, WEIGHTS_KEY);
   if (wm && strcmp(wm, "map") && strcmp(wm, "read"))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s = '%s': use map (the default: zero-copy) or read (a private copy)",
@@ -321,36 +320,56 @@ static ortep_status open_weights(ortep_decoder *d, const char *dir, const ortep_
                        "%s = blocked is the CPU EP's layout, but the step runs on the GPU; use auto or row_major, or "
                        "ep \"cpu\"",
                        LAYOUT_KEY);
-  const char *wd = ortep_config_get(config, WDTYPE_KEY), *ed = ortep_config_get(config, EDTYPE_KEY);
-  bool quantized = (wd && strcmp(wd, "stored")) || (ed && strcmp(ed, "stored"));
-  if (quantized && ortep_ep_registry_count(d->registry) > 1)
-    return ortep__fail(ORTEP_E_NOT_SUPPORTED,
-                       "%s / %s: q8_0 and q4_0 weights run on the CPU EP only for now (the CUDA EP has no kernels for "
-                       "them yet), but the step would run on the GPU; use ep \"cpu\", or the weights as stored",
-                       WDTYPE_KEY, EDTYPE_KEY);
-  ortep_model_options mo = {
-      wm && !strcmp(wm, "read") ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu, wd, ed, o->progress, o->progress_ctx};
-  ortep_status st = ortep_model_open_with(dir, &mo, &d->model);
-  if (st != ORTEP_OK && (wd || ed)) ortep__wrap(st, "opening the model with %s = %s", WDTYPE_KEY, wd ? wd : "stored");
-  return st;
+  ortep_model_options mo = {wm && !strcmp(wm, "read") ? ORTEP_WEIGHTS_READ : ORTEP_WEIGHTS_MAP, cpu};
+  return ortep_model_open_with(dir, &mo, &d->model);
 }
 
 /* Step 4: the cache's capacity and the chunk sizes: prefill_chunk (or 256),
  * then halves down to 2, so a prompt is cut into at most one chunk of each
  * size below the largest and at most one token goes alone; then whether it
  * all fits the host budget. */
+/* ortep.weights_dtype (the projections) and ortep.embedding_dtype (the
+ * embedding and lm_head): q8_0, q4_0 or stored; the embedding's default is
+ * q8_0 once the projections are quantized, stored otherwise. The graphs ask
+ * the EP to store them so (ortep_graph_prefer_initializer_dtype): the CPU EP
+ * quantizes them when it prepares them. */
+static ortep_status quant_choice(const char *key, const char *v, const char *fallback, ortep_dtype *out) {
+  if (!v) v = fallback;
+  if (!strcmp(v, "stored")) return *out = ORTEP_DTYPE_COUNT, ORTEP_OK;
+  if (!strcmp(v, "q8_0")) return *out = ORTEP_DTYPE_Q8_0, ORTEP_OK;
+  if (!strcmp(v, "q4_0")) return *out = ORTEP_DTYPE_Q4_0, ORTEP_OK;
+  return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s = '%s': use q8_0, q4_0 or stored (the weights as in the file)", key,
+                     v);
+}
+static ortep_status weights_dtype(ortep_decoder *d) {
+  ortep_status st =
+      quant_choice(WDTYPE_KEY, ortep_config_get(d->ep_config, WDTYPE_KEY), "stored", &d->dtypes.projections);
+  if (st == ORTEP_OK)
+    st = quant_choice(EDTYPE_KEY, ortep_config_get(d->ep_config, EDTYPE_KEY),
+                      d->dtypes.projections == ORTEP_DTYPE_COUNT ? "stored" : "q8_0", &d->dtypes.embedding);
+  if (st == ORTEP_OK && (d->dtypes.projections != ORTEP_DTYPE_COUNT || d->dtypes.embedding != ORTEP_DTYPE_COUNT) &&
+      ortep_ep_registry_count(d->registry) > 1)
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED,
+                       "%s / %s: q8_0 and q4_0 weights run on the CPU EP only for now (the CUDA EP has no kernels for "
+                       "them yet), but the step would run on the GPU; use ep \"cpu\", or the weights as stored",
+                       WDTYPE_KEY, EDTYPE_KEY);
+  return st;
+}
+
 /* ortep.kv_dtype: f32 (the default), f16 or bf16; 16-bit caches are the CPU
  * EP's only. */
 static ortep_status kv_dtype(ortep_decoder *d) {
+  ortep_status wst = weights_dtype(d);
+  if (wst != ORTEP_OK) return wst;
   const char *v = ortep_config_get(d->ep_config, KV_KEY);
-  d->kv_dtype = ORTEP_DTYPE_F32;
+  d->dtypes.kv = ORTEP_DTYPE_F32;
   if (!v) return ORTEP_OK;
-  if (ortep_dtype_parse(v, &d->kv_dtype) != ORTEP_OK ||
-      (d->kv_dtype != ORTEP_DTYPE_F32 && d->kv_dtype != ORTEP_DTYPE_F16 && d->kv_dtype != ORTEP_DTYPE_BF16)) {
+  if (ortep_dtype_parse(v, &d->dtypes.kv) != ORTEP_OK ||
+      (d->dtypes.kv != ORTEP_DTYPE_F32 && d->dtypes.kv != ORTEP_DTYPE_F16 && d->dtypes.kv != ORTEP_DTYPE_BF16)) {
     ortep_clear_error();
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s = '%s': use f32 (the default), f16 or bf16", KV_KEY, v);
   }
-  if (d->kv_dtype != ORTEP_DTYPE_F32 && ortep_ep_registry_count(d->registry) > 1)
+  if (d->dtypes.kv != ORTEP_DTYPE_F32 && ortep_ep_registry_count(d->registry) > 1)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "%s = %s: 16-bit KV caches are implemented on the CPU EP only, and the step runs on the GPU; "
                        "use f32, or ep \"cpu\"",
@@ -388,7 +407,7 @@ static ortep_status open_session(ortep_decoder *d, const ortep_decoder_options *
   }
   if (st != ORTEP_OK) return st;
   for (size_t g = 0; g < d->n_graphs; g++) {
-    if ((st = ortep__llama_build(d->model, cpu, d->max_seq, d->tokens[g], d->kv_dtype, d->rope, &d->graphs[g])) !=
+    if ((st = ortep__llama_build(d->model, cpu, d->max_seq, d->tokens[g], &d->dtypes, d->rope, &d->graphs[g])) !=
         ORTEP_OK)
       return st;
     ortep__llama_input_names(d->tokens[g], d->in_name[g][0], d->in_name[g][1], sizeof d->in_name[g][0]);
@@ -409,7 +428,11 @@ static ortep_status open_session(ortep_decoder *d, const ortep_decoder_options *
                               .profile = o->profile,
                               .external_values = ext,
                               .n_external_values = 2 * layers,
-                              .initializers_from = d->origin ? d->origin->session : NULL};
+                              .initializers_from = d->origin ? d->origin->session : NULL,
+                              .progress = o->progress,
+                              .progress_ctx = o->progress_ctx,
+                              .prepared = ortep__model_release_weight,
+                              .prepared_ctx = d->model};
   if (st == ORTEP_OK)
     st = ortep_session_create_multi((const ortep_graph *const *)d->graphs, d->n_graphs + 1, d->registry, &so,
                                     &d->session);
@@ -470,7 +493,7 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   ortep_ep *cpu = NULL;
   ortep_status st = open_governor(d, &o);
   if (st == ORTEP_OK) st = open_eps(d, &o, o.config, want, &cpu);
-  if (st == ORTEP_OK) st = open_weights(d, dir, o.config, cpu, &o);
+  if (st == ORTEP_OK) st = open_weights(d, dir, o.config, cpu);
   if (st == ORTEP_OK) st = size_steps(d, &o);
   if (st == ORTEP_OK) st = open_session(d, &o, cpu);
   if (st == ORTEP_OK) st = prime_state(d);

@@ -8,15 +8,17 @@
 #include "runtime/internal.h"
 #include "runtime/strmap.h"
 
-/* Whether a weight of the model (ortep_model_tensor's) is its own private
- * copy (ortep.weights = read, or quantized at open), which an EP may
- * rearrange in place when it prepares it. */
-bool ortep__model_weight_private(const ortep_model *model, const ortep_safetensors_entry *e);
+/* Whether the model's weights are its own private copy (ortep.weights =
+ * read), which an EP may rearrange in place when it prepares them. */
+bool ortep__model_weights_private(const ortep_model *model);
 /* After a session over the model's graphs is built: the weights an EP
  * prepared into a layout of its own are no longer read from the file, so a
  * mapped model drops their resident pages (a weight is then held once).
  * Returns how many were prepared. */
 size_t ortep__model_release_prepared(ortep_model *model, const ortep_session *session);
+/* The same for one weight, as the session prepares it (a session's
+ * options.prepared callback: ctx is the model). */
+void ortep__model_release_weight(void *model, const char *name);
 
 /* The decoder's KV caches on virtual backing (kv.c): one reservation per
  * cache for the whole capacity, bound into the session as external values,

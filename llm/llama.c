@@ -47,6 +47,7 @@ typedef struct builder {
   ortep_ep *host;
   int64_t tokens;
   ortep_status st;
+  ortep_dtype prefer; /* for the weights weight() adds: a block type, or ORTEP_DTYPE_COUNT */
 } builder;
 
 static void value(builder *b, const char *name, int64_t d0, int64_t d1, int64_t d2) {
@@ -68,10 +69,10 @@ static void weight(builder *b, const char *name) {
   size_t es = ortep_dtype_align(e->dtype);
   if ((uintptr_t)e->data % es == 0) {
     ortep_buffer buf;
-    /* a private copy (ortep.weights = read, or quantized) is the model's to
-     * give: an EP may prepare it in place; mapped file pages are read-only */
+    /* a private copy (ortep.weights = read) is the model's to give: an EP may
+     * prepare it in place; mapped file pages are read-only */
     b->st =
-        ortep__model_weight_private(b->m, e)
+        ortep__model_weights_private(b->m)
             ? ortep_buffer_wrap_borrowed_mut((void *)(uintptr_t)e->data, ortep_ep_device(b->host), e->size, es, &buf)
             : ortep_buffer_wrap_borrowed(e->data, ortep_ep_device(b->host), e->size, es, &buf);
     if (b->st == ORTEP_OK) b->st = ortep_tensor_from_borrowed(b->host, e->dtype, &e->shape, &buf, &t);
@@ -83,6 +84,8 @@ static void weight(builder *b, const char *name) {
     b->st = ortep_graph_add_initializer(b->g, name, t);
   else
     ortep_tensor_release(t);
+  if (b->st == ORTEP_OK && b->prefer != ORTEP_DTYPE_COUNT)
+    b->st = ortep_graph_prefer_initializer_dtype(b->g, name, b->prefer);
 }
 
 static ortep_node_id node(builder *b, const char *op, const char *domain, const char *name, const char *const *in,
@@ -200,7 +203,7 @@ static void select_token(builder *b, const char *logits, const char *tokens, con
 
 ortep_status ortep__llama_build_redraw(const ortep_model *m, size_t max_seq, ortep_graph **out) {
   const ortep_model_config *c = ortep_model_get_config(m);
-  builder b = {NULL, m, NULL, 1, ORTEP_OK};
+  builder b = {NULL, m, NULL, 1, ORTEP_OK, ORTEP_DTYPE_COUNT};
   *out = NULL;
   if ((b.st = ortep_graph_create(&b.g)) != ORTEP_OK) return b.st;
   ortep_graph_set_opset(b.g, ORTEP_DOMAIN_ORTEP, 1);
@@ -225,12 +228,13 @@ const char *ortep_decoder_kv_name(size_t layer, bool value, char *buf, size_t le
 }
 
 ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max_seq, size_t tokens,
-                                ortep_dtype kv_dtype, ortep_tensor *const rope[2], ortep_graph **out) {
+                                const ortep__llama_dtypes *dt, ortep_tensor *const rope[2], ortep_graph **out) {
+  ortep_dtype kv_dtype = dt->kv;
   const ortep_model_config *c = ortep_model_get_config(m);
   *out = NULL;
   if (tokens < 1 || tokens > max_seq)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "a step of %zu tokens: use 1 to max_seq_len (%zu)", tokens, max_seq);
-  builder b = {NULL, m, host, (int64_t)tokens, ORTEP_OK};
+  builder b = {NULL, m, host, (int64_t)tokens, ORTEP_OK, ORTEP_DTYPE_COUNT};
   *out = NULL;
   if ((b.st = ortep_graph_create(&b.g)) != ORTEP_OK) return b.st;
   int64_t H = c->hidden_size, I = c->intermediate_size, NH = c->num_attention_heads, KV = c->num_key_value_heads;
@@ -246,7 +250,9 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   rope_tables(&b, rope);
   char h[64] = "h.0";
   value(&b, h, 1, 1, H);
+  b.prefer = dt->embedding;
   weight(&b, "model.embed_tokens.weight");
+  b.prefer = ORTEP_DTYPE_COUNT;
   /* ortep:Embedding reads the table row-major or in the CPU EP's blocked
    * layout, so a tied table the EP blocks for the lm_head is held once */
   node(&b, "Embedding", ORTEP_DOMAIN_ORTEP, "embed", (const char *[]){"model.embed_tokens.weight", tok_in}, 2,
@@ -277,6 +283,9 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
     ortep_node_id id =
         node(&b, "SimplifiedLayerNormalization", "", nm[0], (const char *[]){h, w[0]}, 2, (const char *[]){n[0]}, 1);
     attr_f(&b, id, "epsilon", eps);
+    if (b.st == ORTEP_OK && bias) /* the biases first: only the projections' weights are quantized */
+      weight(&b, w[9]), weight(&b, w[10]), weight(&b, w[11]);
+    b.prefer = dt->projections;
     linear(&b, nm[1], n[0], (const char *[]){w[1], w[2], w[3]}, bias ? (const char *[]){w[9], w[10], w[11]} : NULL, 3,
            (const char *[]){n[1], n[2], n[3]}, (int64_t[]){NH * HD, KV * HD, KV * HD}, false, NULL);
     for (int r = 0; r < 2; r++) {
@@ -291,14 +300,17 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
     attr_i(&b, id, "num_heads", NH);
     attr_i(&b, id, "kv_num_heads", KV);
     linear(&b, nm[5], n[6], (const char *[]){w[4]}, NULL, 1, (const char *[]){n[7]}, (int64_t[]){H}, false, NULL);
+    b.prefer = ORTEP_DTYPE_COUNT;
     value(&b, n[8], 1, 1, H);
     value(&b, n[9], 1, 1, H);
     weight(&b, w[5]);
     id = node(&b, "SkipSimplifiedLayerNormalization", ORTEP_DOMAIN_MS, nm[6], (const char *[]){n[7], h, w[5]}, 3,
               (const char *[]){n[8], "", "", n[9]}, 4);
     attr_f(&b, id, "epsilon", eps);
+    b.prefer = dt->projections;
     linear(&b, nm[7], n[8], (const char *[]){w[6], w[7]}, NULL, 2, (const char *[]){n[10]}, (int64_t[]){I}, true, NULL);
     linear(&b, nm[8], n[10], (const char *[]){w[8]}, NULL, 1, (const char *[]){hn}, (int64_t[]){H}, false, n[9]);
+    b.prefer = ORTEP_DTYPE_COUNT;
     snprintf(h, sizeof h, "%s", hn);
 #undef NAME
 #undef W
@@ -318,9 +330,11 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   ortep_node_id id = node(&b, "SimplifiedLayerNormalization", "", "final_norm",
                           (const char *[]){h, "model.norm.weight"}, 2, (const char *[]){"final"}, 1);
   attr_f(&b, id, "epsilon", eps);
+  b.prefer = dt->embedding; /* a tied table was added (and asked for) above */
   linear(&b, "lm_head", "final",
          (const char *[]){c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}, NULL, 1,
          (const char *[]){ORTEP_OUTPUT_LOGITS}, (int64_t[]){V}, false, NULL);
+  b.prefer = ORTEP_DTYPE_COUNT;
   select_token(&b, ORTEP_OUTPUT_LOGITS, tok_in, pos_in, (size_t)S);
   if (b.st == ORTEP_OK) b.st = ortep_graph_add_output(b.g, ORTEP_OUTPUT_LOGITS);
   if (b.st != ORTEP_OK) {

@@ -24,8 +24,15 @@
  * model must outlive the graph); host is the host EP that owns initializer
  * tensors; kv_dtype the caches' (f32, f16, bf16); rope the rotary tables of
  * at least max_seq rows. */
+/* What a decoder asks of its graphs: the KV caches' dtype, and the block
+ * types the projections and the embedding / lm_head are to be stored in by
+ * the EP that prepares them (ORTEP_DTYPE_COUNT: as stored;
+ * ortep_graph_prefer_initializer_dtype). */
+typedef struct ortep__llama_dtypes {
+  ortep_dtype kv, projections, embedding;
+} ortep__llama_dtypes;
 ortep_status ortep__llama_build(const ortep_model *model, ortep_ep *host, size_t max_seq, size_t tokens,
-                                ortep_dtype kv_dtype, ortep_tensor *const rope[2], ortep_graph **out);
+                                const ortep__llama_dtypes *dtypes, ortep_tensor *const rope[2], ortep_graph **out);
 /* The rotary tables the graphs share (cos, sin: [rows, head_dim / 2] f32 on
  * host), computed once per decoder: every graph holds a view of them. */
 ortep_status ortep__llama_rope_tables(const ortep_model *model, ortep_ep *host, size_t rows, ortep_tensor *out[2]);

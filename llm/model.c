@@ -18,13 +18,8 @@
 struct ortep_model {
   ortep_model_config config;
   ortep_safetensors *weights;
-  ortep_ep *host;    /* READ mode or quantized: owns `copy` and `qcopy` */
+  ortep_ep *host;    /* READ mode: owns `copy` */
   ortep_buffer copy; /* READ mode: the file's bytes in host memory */
-  /* quantized at open: the entries (names borrowed from `weights`), their
-   * blocks in one host buffer */
-  ortep_safetensors_entry *quant;
-  size_t n_quant;
-  ortep_buffer qcopy;
 };
 
 #define CFG_FAIL(...) ortep__fail(ORTEP_E_FORMAT, "config.json: " __VA_ARGS__)
@@ -320,94 +315,6 @@ ortep_status ortep_model_config_read(const char *dir, ortep_model_config *out) {
   return st;
 }
 
-/* --- quantizing at open (ortep_model_options.weights_dtype) ------------------ */
-/* "q8_0", "q4_0", or NULL / "stored" (*out = ORTEP_DTYPE_COUNT: as stored). */
-static ortep_status quant_choice(const char *key, const char *v, const char *fallback, ortep_dtype *out) {
-  if (!v) v = fallback;
-  if (!v || !strcmp(v, "stored")) return *out = ORTEP_DTYPE_COUNT, ORTEP_OK;
-  if (!strcmp(v, "q8_0")) return *out = ORTEP_DTYPE_Q8_0, ORTEP_OK;
-  if (!strcmp(v, "q4_0")) return *out = ORTEP_DTYPE_Q4_0, ORTEP_OK;
-  return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s = '%s': use q8_0, q4_0 or stored (the weights as in the file)", key,
-                     v);
-}
-
-static bool is_projection(const char *name) {
-  static const char *const suffix[] = {".q_proj.weight",    ".k_proj.weight",  ".v_proj.weight",   ".o_proj.weight",
-                                       ".gate_proj.weight", ".up_proj.weight", ".down_proj.weight"};
-  size_t n = strlen(name);
-  for (size_t i = 0; i < sizeof suffix / sizeof *suffix; i++) {
-    size_t k = strlen(suffix[i]);
-    if (n > k && !strcmp(name + n - k, suffix[i])) return true;
-  }
-  return false;
-}
-
-/* One row of a float weight widened to f32. */
-static void widen_row(const ortep_safetensors_entry *e, size_t row, size_t k, float *out) {
-  const void *p = (const char *)e->data + row * k * ortep_dtype_size(e->dtype);
-  for (size_t j = 0; j < k; j++)
-    out[j] = e->dtype == ORTEP_DTYPE_F32    ? ((const float *)p)[j]
-             : e->dtype == ORTEP_DTYPE_BF16 ? ortep_bf16_to_f32(((const uint16_t *)p)[j])
-                                            : ortep_f16_to_f32(((const uint16_t *)p)[j]);
-}
-
-/* Every projection (and the embedding / lm_head) the options ask for into
- * one host buffer, row by row; the source pages of a mapped file are dropped
- * as each tensor is done, so the peak holds the quantized bytes and one
- * tensor of the file. */
-static ortep_status quantize_weights(ortep_model *m, const ortep_model_options *o) {
-  ortep_dtype proj = ORTEP_DTYPE_COUNT, embed = ORTEP_DTYPE_COUNT;
-  ortep_status st = quant_choice("weights_dtype", o->weights_dtype, NULL, &proj);
-  if (st == ORTEP_OK)
-    st = quant_choice("embedding_dtype", o->embedding_dtype, proj == ORTEP_DTYPE_COUNT ? "stored" : "q8_0", &embed);
-  if (st != ORTEP_OK || (proj == ORTEP_DTYPE_COUNT && embed == ORTEP_DTYPE_COUNT)) return st;
-  if (!o->host)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                       "quantizing the weights at open needs options.host, the EP whose memory holds them");
-  size_t n = ortep_safetensors_count(m->weights), bytes = 0, values = 0;
-  if (!(m->quant = ortep__calloc(n ? n : 1, sizeof *m->quant)))
-    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the quantized weights' table");
-  size_t max_k = 0;
-  for (size_t i = 0; i < n; i++) {
-    const ortep_safetensors_entry *e = ortep_safetensors_at(m->weights, i);
-    bool is_embed = !strcmp(e->name, "model.embed_tokens.weight") || !strcmp(e->name, "lm_head.weight");
-    ortep_dtype to = is_embed ? embed : is_projection(e->name) ? proj : ORTEP_DTYPE_COUNT;
-    if (to == ORTEP_DTYPE_COUNT || e->shape.rank != 2) continue;
-    ortep_safetensors_entry *q = &m->quant[m->n_quant];
-    *q = (ortep_safetensors_entry){e->name, to, e->shape, NULL, 0};
-    if ((st = ortep_shape_bytes(&e->shape, to, &q->size)) != ORTEP_OK)
-      return ortep__wrap(st, "quantizing tensor '%s' to %s: its rows of %lld values are not whole blocks of 32",
-                         e->name, ortep_dtype_name(to), (long long)e->shape.dims[1]);
-    q->data = (const void *)(uintptr_t)bytes; /* its offset until the buffer exists */
-    bytes += (q->size + 63) & ~(size_t)63;
-    values += (size_t)e->shape.dims[0] * (size_t)e->shape.dims[1];
-    if ((size_t)e->shape.dims[1] > max_k) max_k = (size_t)e->shape.dims[1];
-    m->n_quant++;
-  }
-  if (!m->n_quant) return ORTEP_OK;
-  if ((st = ortep_ep_allocate(m->host, bytes, 64, &m->qcopy)) != ORTEP_OK)
-    return ortep__wrap(st, "quantizing %zu weights at open (%zu bytes)", m->n_quant, bytes);
-  float *row = ortep__malloc(max_k * sizeof *row);
-  if (!row) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory to quantize a row of %zu values", max_k);
-  size_t done = 0;
-  for (size_t i = 0; i < m->n_quant; i++) {
-    ortep_safetensors_entry *q = &m->quant[i];
-    const ortep_safetensors_entry *e = ortep_safetensors_find(m->weights, q->name);
-    size_t rows = (size_t)q->shape.dims[0], k = (size_t)q->shape.dims[1], rb = q->size / rows;
-    uint8_t *dst = (uint8_t *)m->qcopy.ptr + (uintptr_t)q->data;
-    q->data = dst;
-    for (size_t r = 0; r < rows; r++) {
-      widen_row(e, r, k, row);
-      ortep_quantize(q->dtype, row, k, dst + r * rb);
-    }
-    if (!m->copy.ptr) ortep__safetensors_release(m->weights, e); /* mapped: its pages are not read again */
-    done += rows * k;
-    if (o->progress) o->progress(o->progress_ctx, "quantizing the weights", done, values);
-  }
-  ortep__free(row);
-  return ORTEP_OK;
-}
-
 ortep_status ortep_model_open(const char *dir, ortep_model **out) { return ortep_model_open_with(dir, NULL, out); }
 
 ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *options, ortep_model **out) {
@@ -422,7 +329,7 @@ ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *o
                        "ortep_model_open: ORTEP_WEIGHTS_READ needs options.host, the EP whose memory holds the copy");
   ortep_model *m = ortep__calloc(1, sizeof *m);
   if (!m) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the model");
-  m->host = o.host;
+  if (o.weights == ORTEP_WEIGHTS_READ) m->host = o.host;
   char path[4096];
   ortep_status st = ortep_model_config_read(dir, &m->config);
   if (st == ORTEP_OK) {
@@ -430,7 +337,6 @@ ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *o
     st = o.weights == ORTEP_WEIGHTS_READ ? read_weights(m, path) : ortep_safetensors_open(path, &m->weights);
   }
   if (st == ORTEP_OK && (st = check_weights(m)) != ORTEP_OK) ortep__wrap(st, "%s", dir);
-  if (st == ORTEP_OK && (st = quantize_weights(m, &o)) != ORTEP_OK) ortep__wrap(st, "%s", dir);
   if (st != ORTEP_OK) {
     ortep_model_close(m);
     return st;
@@ -443,27 +349,15 @@ void ortep_model_close(ortep_model *m) {
   if (!m) return;
   ortep_safetensors_close(m->weights);
   if (m->copy.ptr) ortep_ep_deallocate(m->host, &m->copy);
-  if (m->qcopy.ptr) ortep_ep_deallocate(m->host, &m->qcopy);
-  ortep__free(m->quant);
   ortep__free(m);
 }
 
 const ortep_model_config *ortep_model_get_config(const ortep_model *m) { return m ? &m->config : NULL; }
-
-static const ortep_safetensors_entry *quantized(const ortep_model *m, const char *name) {
-  for (size_t i = 0; m && name && i < m->n_quant; i++)
-    if (!strcmp(m->quant[i].name, name)) return &m->quant[i];
-  return NULL;
-}
-
 const ortep_safetensors_entry *ortep_model_tensor(const ortep_model *m, const char *name) {
-  const ortep_safetensors_entry *q = quantized(m, name);
-  return q ? q : m ? ortep_safetensors_find(m->weights, name) : NULL;
+  return m ? ortep_safetensors_find(m->weights, name) : NULL;
 }
 
-bool ortep__model_weight_private(const ortep_model *m, const ortep_safetensors_entry *e) {
-  return m && (m->copy.ptr || (m->n_quant && e >= m->quant && e < m->quant + m->n_quant));
-}
+bool ortep__model_weights_private(const ortep_model *m) { return m && m->copy.ptr; }
 
 size_t ortep__model_release_prepared(ortep_model *m, const ortep_session *s) {
   size_t n = 0;
@@ -475,11 +369,14 @@ size_t ortep__model_release_prepared(ortep_model *m, const ortep_session *s) {
   }
   return n;
 }
+void ortep__model_release_weight(void *model, const char *name) {
+  ortep_model *m = model;
+  const ortep_safetensors_entry *e = ortep_safetensors_find(m->weights, name);
+  if (e && !m->copy.ptr) ortep__safetensors_release(m->weights, e);
+}
+
 size_t ortep_model_weight_bytes(const ortep_model *m) {
   size_t n = 0;
-  for (size_t i = 0; m && i < ortep_safetensors_count(m->weights); i++) {
-    const ortep_safetensors_entry *e = ortep_safetensors_at(m->weights, i), *q = quantized(m, e->name);
-    n += q ? q->size : e->size;
-  }
+  for (size_t i = 0; m && i < ortep_safetensors_count(m->weights); i++) n += ortep_safetensors_at(m->weights, i)->size;
   return n;
 }

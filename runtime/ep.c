@@ -436,18 +436,20 @@ size_t ortep_ep_graph_kernel_nodes(const ortep_ep *ep) {
 }
 bool ortep_ep_prepares_initializers(const ortep_ep *ep) { return ep && ep->vtable->prepare_initializer; }
 
-ortep_status ortep_ep_prepare_initializer(ortep_ep *ep, const ortep_initializer *init, ortep_shape *shape,
-                                          ortep_buffer *out) {
+ortep_status ortep_ep_prepare_initializer(ortep_ep *ep, const ortep_initializer *init, ortep_dtype *dtype,
+                                          ortep_shape *shape, ortep_buffer *out) {
   NEED_EP(ep, "ortep_ep_prepare_initializer");
-  if (!init || !init->name || !init->data || !shape || !out || (init->n_uses && !init->uses))
+  if (!init || !init->name || !init->data || !dtype || !shape || !out || (init->n_uses && !init->uses))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: prepare_initializer: NULL argument", ortep_ep_name(ep));
   if (!ep->vtable->prepare_initializer)
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s prepares no initializers", ortep_ep_name(ep));
   *out = (ortep_buffer){0};
-  ortep_status st = ep->vtable->prepare_initializer(ep, init, shape, out);
+  *dtype = init->dtype;
+  ortep_status st = ep->vtable->prepare_initializer(ep, init, dtype, shape, out);
   bool in_place = out->owner == ORTEP_BUFFER_BORROWED_MUT && init->writable && out->ptr == init->writable;
   if (st == ORTEP_OK &&
-      (!out->ptr || (out->owner != ORTEP_BUFFER_OWNED && !in_place) || !ortep_device_equal(out->device, ep->device)))
+      (!out->ptr || (out->owner == ORTEP_BUFFER_BORROWED_MUT && !in_place) ||
+       !ortep_device_equal(out->device, ep->device) || (*dtype != init->dtype && !ortep_dtype_is_quantized(*dtype))))
     return ortep__fail(ORTEP_E_INTERNAL, "%s prepared '%s' into a buffer that is not its own (a bug in that EP)",
                        ortep_ep_name(ep), init->name);
   return st;

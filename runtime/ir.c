@@ -39,6 +39,7 @@ typedef struct value {
 typedef struct initializer {
   char *name;
   ortep_tensor *tensor;
+  ortep_dtype prefer; /* ORTEP_DTYPE_COUNT: none */
 } initializer;
 
 typedef struct opset {
@@ -191,7 +192,7 @@ ortep_status ortep_graph_add_initializer(ortep_graph *g, const char *name, ortep
     ortep_tensor_release(t);
     return OOM("an initializer");
   }
-  g->inits[g->n_inits++] = (initializer){n, t};
+  g->inits[g->n_inits++] = (initializer){n, t, ORTEP_DTYPE_COUNT};
   return ORTEP_OK;
 }
 
@@ -461,6 +462,42 @@ ortep_tensor *ortep_graph_initializer(const ortep_graph *g, const char *name) {
   return NULL;
 }
 size_t ortep_graph_initializer_count(const ortep_graph *g) { return g ? g->n_inits : 0; }
+
+ortep_status ortep_graph_prefer_initializer_dtype(ortep_graph *g, const char *name, ortep_dtype dtype) {
+  if (!g || !name) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_graph_prefer_initializer_dtype: NULL argument");
+  if (!ortep_dtype_is_quantized(dtype))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "initializer '%s': a preferred dtype is a block type an EP may store it in (q8_0, q4_0); "
+                       "got %s",
+                       name, ortep_dtype_name(dtype));
+  for (size_t i = 0; i < g->n_inits; i++)
+    if (strcmp(g->inits[i].name, name) == 0) {
+      ortep_dtype have = ortep_tensor_dtype(g->inits[i].tensor);
+      const ortep_shape *sh = ortep_tensor_shape(g->inits[i].tensor);
+      size_t bytes;
+      if (!ortep_dtype_is_float(have))
+        return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                           "initializer '%s' is %s: only f32/f16/bf16 ones can be stored as %s", name,
+                           ortep_dtype_name(have), ortep_dtype_name(dtype));
+      if (ortep_shape_bytes(sh, dtype, &bytes) != ORTEP_OK) {
+        char b[160];
+        return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                           "initializer '%s' %s cannot be stored as %s: its rows of %lld values are not whole "
+                           "blocks of %zu",
+                           name, ortep_shape_format(sh, b, sizeof b), ortep_dtype_name(dtype),
+                           sh->rank ? (long long)sh->dims[sh->rank - 1] : 0LL, ortep_dtype_block(dtype));
+      }
+      g->inits[i].prefer = dtype;
+      return ORTEP_OK;
+    }
+  return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_graph_prefer_initializer_dtype: no initializer '%s'", name);
+}
+
+ortep_dtype ortep_graph_initializer_preference(const ortep_graph *g, const char *name) {
+  for (size_t i = 0; g && name && i < g->n_inits; i++)
+    if (strcmp(g->inits[i].name, name) == 0) return g->inits[i].prefer;
+  return ORTEP_DTYPE_COUNT;
+}
 const char *ortep_graph_initializer_name(const ortep_graph *g, size_t i) {
   return g && i < g->n_inits ? g->inits[i].name : NULL;
 }

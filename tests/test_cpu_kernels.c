@@ -1020,14 +1020,16 @@ START_TEST(prepare_initializer_blocks_linear_weights) {
   ck_assert_ok(ortep_graph_add_node(g, "Embedding", ORTEP_DOMAIN_ORTEP, "emb", (const char *[]){"w", "x"}, 2,
                                     (const char *[]){"y"}, 1, &emb));
   ortep_initializer_use uses[2] = {{g, ortep_graph_node(g, lin), 1}, {g, ortep_graph_node(g, emb), 0}};
-  ortep_initializer in = {"w", ORTEP_DTYPE_F16, ws, w, sizeof w, NULL, uses, 2};
+  ortep_initializer in = {"w", ORTEP_DTYPE_F16, ws, w, sizeof w, NULL, uses, 2, ORTEP_DTYPE_COUNT};
   ortep_shape shape;
+  ortep_dtype dt;
   ortep_buffer b;
   for (int in_place = 0; in_place < 2; in_place++) {
     memcpy(copy, w, sizeof w);
     in.data = copy, in.writable = in_place ? copy : NULL;
-    ck_assert_ok(ortep_ep_prepare_initializer(g_cpu, &in, &shape, &b));
+    ck_assert_ok(ortep_ep_prepare_initializer(g_cpu, &in, &dt, &shape, &b));
     ck_assert_int_eq(shape.rank, 4);
+    ck_assert_int_eq(dt, ORTEP_DTYPE_F16); /* blocked, not converted */
     ck_assert(shape.dims[0] == N / 4 && shape.dims[1] == K / 16 && shape.dims[2] == 4 && shape.dims[3] == 16);
     ck_assert_int_eq(b.owner, in_place ? ORTEP_BUFFER_BORROWED_MUT : ORTEP_BUFFER_OWNED);
     const uint16_t *bw = b.ptr;
@@ -1038,9 +1040,9 @@ START_TEST(prepare_initializer_blocks_linear_weights) {
   }
   in.data = w, in.writable = NULL;
   in.n_uses = 1, in.uses = &uses[1]; /* the lookup alone gains nothing */
-  ck_assert_status(ortep_ep_prepare_initializer(g_cpu, &in, &shape, &b), ORTEP_E_NOT_SUPPORTED);
+  ck_assert_status(ortep_ep_prepare_initializer(g_cpu, &in, &dt, &shape, &b), ORTEP_E_NOT_SUPPORTED);
   in.n_uses = 2, in.uses = uses, in.dtype = ORTEP_DTYPE_F32; /* not 16-bit */
-  ck_assert_status(ortep_ep_prepare_initializer(g_cpu, &in, &shape, &b), ORTEP_E_NOT_SUPPORTED);
+  ck_assert_status(ortep_ep_prepare_initializer(g_cpu, &in, &dt, &shape, &b), ORTEP_E_NOT_SUPPORTED);
   in.dtype = ORTEP_DTYPE_F16;
   ortep_config *c;
   ck_assert_ok(ortep_config_create(&c));
@@ -1048,7 +1050,7 @@ START_TEST(prepare_initializer_blocks_linear_weights) {
   ortep_ep *rm;
   ck_assert_ok(ortep_cpu_ep_create(NULL, &rm));
   ck_assert_ok(ortep_ep_initialize(rm, c));
-  ck_assert_status(ortep_ep_prepare_initializer(rm, &in, &shape, &b), ORTEP_E_NOT_SUPPORTED);
+  ck_assert_status(ortep_ep_prepare_initializer(rm, &in, &dt, &shape, &b), ORTEP_E_NOT_SUPPORTED);
   ortep_ep_destroy(rm);
   ck_assert_ok(ortep_config_set(c, "cpu.weights_layout", "diagonal"));
   ck_assert_ok(ortep_cpu_ep_create(NULL, &rm));

@@ -264,6 +264,68 @@ START_TEST(q8_0_extremes_do_not_saturate) {
 }
 END_TEST
 
+/* The CPU EP's prepare_initializer asked for a block type (ortep_initializer
+ * .prefer): a bf16 Linear weight comes back as that dtype, blocked, its
+ * bytes the quantizer's blocks repacked (ortep__cpu_quant_block), into a copy
+ * or in place over a private one; a weight that is not whole blocks of 32
+ * is left as it is. */
+START_TEST(prepare_quantizes_what_the_graph_asks) {
+  enum { N = 8, K = 64 };
+  uint16_t w[N * K], copy[N * K];
+  float f[N * K];
+  for (size_t i = 0; i < N * K; i++) w[i] = ortep_f32_to_bf16((float)((int)(i * 37 % 101) - 50) / 64.0f);
+  for (size_t i = 0; i < N * K; i++) f[i] = ortep_bf16_to_f32(w[i]);
+  ortep_dtype types[2] = {ORTEP_DTYPE_Q8_0, ORTEP_DTYPE_Q4_0};
+  ortep_ep *cpu = test_cpu_ep();
+  ortep_graph *g;
+  ck_assert_ok(ortep_graph_create(&g));
+  ortep_shape ws = SHAPE(N, K), xs = SHAPE(1, K), ys = SHAPE(1, N);
+  ck_assert_ok(ortep_graph_add_input(g, "x", ORTEP_DTYPE_F32, &xs));
+  ck_assert_ok(ortep_graph_add_value(g, "y", ORTEP_DTYPE_F32, &ys));
+  ortep_tensor *t;
+  ck_assert_ok(ortep_tensor_create(cpu, ORTEP_DTYPE_BF16, &ws, true, &t));
+  ck_assert_ok(ortep_graph_add_initializer(g, "w", t));
+  ortep_node_id lin;
+  ck_assert_ok(ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "lin", (const char *[]){"x", "w"}, 2,
+                                    (const char *[]){"y"}, 1, &lin));
+  ortep_initializer_use use = {g, ortep_graph_node(g, lin), 1};
+  for (int q = 0; q < 2; q++) {
+    ck_assert_ok(ortep_graph_prefer_initializer_dtype(g, "w", types[q]));
+    size_t bytes = N * K / 32 * ortep_dtype_size(types[q]);
+    uint8_t *want = malloc(bytes), *rows = malloc(bytes);
+    ck_assert_ok(ortep_quantize(types[q], f, N * K, rows));
+    ortep__cpu_quant_block(types[q], rows, N, K, want);
+    for (int in_place = 0; in_place < 2; in_place++) {
+      memcpy(copy, w, sizeof w);
+      ortep_initializer in = {"w", ORTEP_DTYPE_BF16, ws, copy, sizeof copy, in_place ? copy : NULL, &use, 1, types[q]};
+      ortep_dtype dt;
+      ortep_shape shape;
+      ortep_buffer b;
+      ck_assert_ok(ortep_ep_prepare_initializer(cpu, &in, &dt, &shape, &b));
+      ck_assert_int_eq(dt, types[q]);
+      ck_assert(shape.rank == 4 && shape.dims[0] == N / 4 && shape.dims[1] == K / 32 && shape.dims[3] == 32);
+      ck_assert_uint_eq(b.size, bytes);
+      ck_assert_mem_eq(b.ptr, want, bytes);
+      ck_assert_int_eq(b.owner, in_place ? ORTEP_BUFFER_BORROWED_MUT : ORTEP_BUFFER_OWNED);
+      ck_assert_ok(ortep_ep_deallocate(cpu, &b));
+    }
+    free(want), free(rows);
+  }
+  /* rows of 48 values are not whole blocks: the graph refuses the request */
+  ortep_shape odd = SHAPE(8, 48);
+  ck_assert_ok(ortep_tensor_create(cpu, ORTEP_DTYPE_BF16, &odd, true, &t));
+  ck_assert_ok(ortep_graph_add_initializer(g, "odd", t));
+  ck_assert_status(ortep_graph_prefer_initializer_dtype(g, "odd", ORTEP_DTYPE_Q8_0), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(ortep_last_error(), "not whole blocks of 32"));
+  ck_assert_status(ortep_graph_prefer_initializer_dtype(g, "w", ORTEP_DTYPE_F16), ORTEP_E_INVALID_ARGUMENT);
+  ortep_graph_destroy(g);
+  uint64_t a, fr;
+  ortep_ep_allocation_counts(cpu, &a, &fr);
+  ck_assert_uint_eq(a, fr);
+  ortep_ep_destroy(cpu);
+}
+END_TEST
+
 /* --- the decoder ----------------------------------------------------------------- */
 static ortep_config *quant_config(const char *wd, const char *threads) {
   ortep_config *c;
@@ -273,12 +335,22 @@ static ortep_config *quant_config(const char *wd, const char *threads) {
   return c;
 }
 
-/* src's weights as the model quantized at open holds them, dequantized into
- * an f32 checkpoint at dst (config.json copied): what the reference runs. */
+static bool is_projection(const char *name) {
+  static const char *const suffix[] = {".q_proj.weight",    ".k_proj.weight",  ".v_proj.weight",   ".o_proj.weight",
+                                       ".gate_proj.weight", ".up_proj.weight", ".down_proj.weight"};
+  size_t n = strlen(name);
+  for (size_t i = 0; i < sizeof suffix / sizeof *suffix; i++)
+    if (n > strlen(suffix[i]) && !strcmp(name + n - strlen(suffix[i]), suffix[i])) return true;
+  return false;
+}
+
+/* src's bf16 weights as ortep.weights_dtype = wd stores them (the
+ * projections wd, the embedding and lm_head q8_0: ortep_quantize of each
+ * widened row, as the CPU EP quantizes them), dequantized into an f32
+ * checkpoint at dst (config.json copied): what the reference runs. */
 static void write_dequantized(const char *src, const char *wd, const char *dst) {
-  ortep_ep *cpu = test_cpu_ep();
-  ortep_model *m;
-  ck_assert_ok(ortep_model_open_with(src, &(ortep_model_options){.host = cpu, .weights_dtype = wd}, &m));
+  ortep_dtype q;
+  ck_assert_ok(ortep_dtype_parse(wd, &q));
   char path[256];
   snprintf(path, sizeof path, "%s/model.safetensors", src);
   ortep_safetensors *st;
@@ -286,14 +358,19 @@ static void write_dequantized(const char *src, const char *wd, const char *dst) 
   size_t n = ortep_safetensors_count(st);
   ortep_safetensors_entry *e = calloc(n, sizeof *e);
   for (size_t i = 0; i < n; i++) {
-    const ortep_safetensors_entry *t = ortep_model_tensor(m, ortep_safetensors_at(st, i)->name);
-    size_t count = 1;
-    for (uint32_t d = 0; d < t->shape.rank; d++) count *= (size_t)t->shape.dims[d];
+    const ortep_safetensors_entry *t = ortep_safetensors_at(st, i);
+    size_t count = t->size / 2, k = (size_t)t->shape.dims[t->shape.rank - 1];
     float *f = malloc(count * sizeof *f);
-    if (ortep_dtype_is_quantized(t->dtype))
-      ck_assert_ok(ortep_dequantize(t->dtype, t->data, count, f));
-    else
-      for (size_t j = 0; j < count; j++) f[j] = ortep_bf16_to_f32(((const uint16_t *)t->data)[j]);
+    for (size_t j = 0; j < count; j++) f[j] = ortep_bf16_to_f32(((const uint16_t *)t->data)[j]);
+    bool table = !strcmp(t->name, "model.embed_tokens.weight") || !strcmp(t->name, "lm_head.weight");
+    ortep_dtype to = table ? ORTEP_DTYPE_Q8_0 : is_projection(t->name) ? q : ORTEP_DTYPE_COUNT;
+    if (to != ORTEP_DTYPE_COUNT) {
+      uint8_t *blocks = malloc(count / 32 * ortep_dtype_size(to));
+      for (size_t r = 0; r < count / k; r++)
+        ck_assert_ok(ortep_quantize(to, f + r * k, k, blocks + r * k / 32 * ortep_dtype_size(to)));
+      ck_assert_ok(ortep_dequantize(to, blocks, count, f));
+      free(blocks);
+    }
     e[i] = (ortep_safetensors_entry){t->name, ORTEP_DTYPE_F32, t->shape, f, count * sizeof *f};
   }
   snprintf(path, sizeof path, "%s/model.safetensors", dst);
@@ -301,8 +378,6 @@ static void write_dequantized(const char *src, const char *wd, const char *dst) 
   for (size_t i = 0; i < n; i++) free((void *)(uintptr_t)e[i].data);
   free(e);
   ortep_safetensors_close(st);
-  ortep_model_close(m);
-  ortep_ep_destroy(cpu);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "cp %s/config.json %s/config.json", src, dst);
   ck_assert_int_eq(system(cmd), 0);
@@ -392,6 +467,7 @@ END_TEST
 /* Logits of 12 greedy steps after a prompt (prefilled in chunks). */
 static void run_logits(const char *dir, const char *wd, const char *threads, bool eager, float *out, size_t V) {
   ortep_config *cfg = quant_config(wd, threads);
+  if (eager) ck_assert_ok(ortep_config_set(cfg, "ortep.weights", "read")); /* quantized in place */
   ortep_decoder *d;
   ck_assert_ok(ortep_decoder_open(
       dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 64, .config = cfg, .eager = eager}, &d));
@@ -415,7 +491,7 @@ START_TEST(quantized_decoding_is_deterministic) {
   for (int i = 0; i < 2; i++) {
     run_logits(dir, wd[i], "1", false, a, V);
     run_logits(dir, wd[i], "2", true, b, V);
-    ck_assert_msg(!memcmp(a, b, 12 * V * sizeof *a), "%s: 1 thread replayed != 2 threads eager", wd[i]);
+    ck_assert_msg(!memcmp(a, b, 12 * V * sizeof *a), "%s: 1 thread replayed != 2 threads eager, read", wd[i]);
     run_logits(dir, wd[i], "3", false, b, V);
     ck_assert_msg(!memcmp(a, b, 12 * V * sizeof *a), "%s: 1 thread != 3 threads", wd[i]);
   }
@@ -424,60 +500,65 @@ START_TEST(quantized_decoding_is_deterministic) {
 }
 END_TEST
 
-START_TEST(quantizing_refuses_what_it_cannot_do) {
+/* What the decoder's session holds a weight in. */
+static ortep_dtype held_as(ortep_decoder *d, const char *name) {
+  ortep_dtype dt = ORTEP_DTYPE_COUNT;
+  ortep_session_initializer_form(ortep_decoder_session(d), name, &dt, NULL);
+  return dt;
+}
+
+START_TEST(quantizing_stores_what_was_asked_and_refuses_what_it_cannot) {
   char dir[64];
+  test_model_dir(dir, sizeof dir, "tiny-llama", ORTEP_DTYPE_BF16);
+  /* the projections as asked; the embedding and lm_head q8_0 by default, or as stored */
+  ortep_config *cfg = quant_config("q4_0", NULL);
+  ortep_decoder *d = NULL;
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = cfg}, &d));
+  ck_assert_int_eq(held_as(d, "model.layers.1.self_attn.k_proj.weight"), ORTEP_DTYPE_Q4_0);
+  ck_assert_int_eq(held_as(d, "model.layers.0.mlp.down_proj.weight"), ORTEP_DTYPE_Q4_0);
+  ck_assert_int_eq(held_as(d, "lm_head.weight"), ORTEP_DTYPE_Q8_0);
+  ck_assert_int_eq(held_as(d, "model.embed_tokens.weight"), ORTEP_DTYPE_Q8_0); /* a lookup table: quantized only */
+  ck_assert_int_eq(held_as(d, "model.norm.weight"), ORTEP_DTYPE_COUNT);        /* not prepared */
+  ortep_shape sh;
+  ck_assert(ortep_session_initializer_form(ortep_decoder_session(d), "model.embed_tokens.weight", NULL, &sh));
+  ck_assert_int_eq(sh.rank, 2);
+  ck_assert(ortep_session_initializer_form(ortep_decoder_session(d), "lm_head.weight", NULL, &sh));
+  ck_assert_int_eq(sh.rank, 4);
+  ortep_decoder_close(d);
+  ck_assert_ok(ortep_config_set(cfg, "ortep.embedding_dtype", "stored"));
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = cfg}, &d));
+  ck_assert_int_eq(held_as(d, "model.layers.0.self_attn.o_proj.weight"), ORTEP_DTYPE_Q4_0);
+  ck_assert_int_eq(held_as(d, "lm_head.weight"), ORTEP_DTYPE_BF16); /* blocked, as stored */
+  ortep_decoder_close(d);
+  ortep_config_destroy(cfg);
+  /* an unknown dtype names the choices */
+  cfg = quant_config("q5_1", NULL);
+  ck_assert_status(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = cfg}, &d),
+                   ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_ptr_null(d);
+  ck_assert_ptr_nonnull(strstr(ortep_last_error(), "q8_0, q4_0 or stored"));
+  ortep_config_destroy(cfg);
+  /* a budget too small for the quantized copies: refused, nothing held after */
+  ortep_governor *g;
+  ck_assert_ok(ortep_governor_create(&g));
+  ck_assert_ok(ortep_governor_set_budget(g, ORTEP_TIER_HOST, 600 << 10));
+  cfg = quant_config("q8_0", NULL);
+  ck_assert_status(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = cfg, .governor = g}, &d),
+                   ORTEP_E_BUDGET_EXCEEDED);
+  ck_assert_ptr_null(d);
+  ortep_mem_stats ms;
+  ortep_governor_get_stats(g, ORTEP_TIER_HOST, &ms);
+  ck_assert_uint_eq(ms.current_bytes, 0);
+  ortep_governor_destroy(g);
+  test_model_dir_remove(dir);
   /* tiny's intermediate size 176 is not whole blocks of 32: down_proj's rows */
   test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_BF16);
-  ortep_config *cfg = quant_config("q8_0", NULL);
-  ortep_decoder *d = NULL;
   ck_assert_status(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = cfg}, &d),
                    ORTEP_E_INVALID_ARGUMENT);
   ck_assert_ptr_null(d);
   ck_assert_msg(strstr(ortep_last_error(), "down_proj.weight") && strstr(ortep_last_error(), "176"), "%s",
                 ortep_last_error());
   ortep_config_destroy(cfg);
-  /* an unknown dtype names the choices */
-  cfg = quant_config("q5_1", NULL);
-  ck_assert_status(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = cfg}, &d),
-                   ORTEP_E_INVALID_ARGUMENT);
-  ck_assert_ptr_nonnull(strstr(ortep_last_error(), "q8_0, q4_0 or stored"));
-  ortep_config_destroy(cfg);
-  /* the embedding may stay as stored while the projections are quantized... */
-  ortep_ep *cpu = test_cpu_ep();
-  ortep_model *m = NULL;
-  test_model_dir_remove(dir);
-  test_model_dir(dir, sizeof dir, "tiny-llama", ORTEP_DTYPE_BF16);
-  ck_assert_ok(ortep_model_open_with(
-      dir, &(ortep_model_options){.host = cpu, .weights_dtype = "q4_0", .embedding_dtype = "stored"}, &m));
-  ck_assert_int_eq(ortep_model_tensor(m, "model.embed_tokens.weight")->dtype, ORTEP_DTYPE_BF16);
-  ck_assert_int_eq(ortep_model_tensor(m, "model.layers.1.self_attn.k_proj.weight")->dtype, ORTEP_DTYPE_Q4_0);
-  ck_assert_int_eq(ortep_model_tensor(m, "model.norm.weight")->dtype, ORTEP_DTYPE_BF16);
-  ortep_model_close(m);
-  /* ... or by default be q8_0 (and lm_head with it) */
-  ck_assert_ok(ortep_model_open_with(dir, &(ortep_model_options){.host = cpu, .weights_dtype = "q4_0"}, &m));
-  ck_assert_int_eq(ortep_model_tensor(m, "model.embed_tokens.weight")->dtype, ORTEP_DTYPE_Q8_0);
-  ck_assert_int_eq(ortep_model_tensor(m, "lm_head.weight")->dtype, ORTEP_DTYPE_Q8_0);
-  ortep_model_close(m);
-  /* without a host EP there is nowhere to put them */
-  ck_assert_status(ortep_model_open_with(dir, &(ortep_model_options){.weights_dtype = "q8_0"}, &m),
-                   ORTEP_E_INVALID_ARGUMENT);
-  ck_assert_ptr_null(m);
-  /* a budget too small for the quantized copy: refused, nothing leaked */
-  ortep_governor *g;
-  ck_assert_ok(ortep_governor_create(&g));
-  ck_assert_ok(ortep_governor_set_budget(g, ORTEP_TIER_HOST, 4096));
-  ortep_ep *tight;
-  ck_assert_ok(ortep_cpu_ep_create(g, &tight));
-  ck_assert_ok(ortep_ep_initialize(tight, NULL));
-  ck_assert_status(ortep_model_open_with(dir, &(ortep_model_options){.host = tight, .weights_dtype = "q8_0"}, &m),
-                   ORTEP_E_BUDGET_EXCEEDED);
-  ck_assert_ptr_null(m);
-  ortep_ep_destroy(tight);
-  ortep_mem_stats ms;
-  ortep_governor_get_stats(g, ORTEP_TIER_HOST, &ms);
-  ck_assert_uint_eq(ms.current_bytes, 0);
-  ortep_governor_destroy(g);
-  ortep_ep_destroy(cpu);
   test_model_dir_remove(dir);
 }
 END_TEST
@@ -519,10 +600,11 @@ int main(void) {
   tcase_add_test(tc, q8_0_linear_matches_double_precision);
   tcase_add_test(tc, q4_0_linear_matches_double_precision);
   tcase_add_test(tc, q8_0_extremes_do_not_saturate);
+  tcase_add_test(tc, prepare_quantizes_what_the_graph_asks);
   tcase_add_test(tc, q8_0_decoder_matches_the_reference);
   tcase_add_test(tc, q4_0_decoder_matches_the_reference);
   tcase_add_test(tc, quantized_decoding_is_deterministic);
-  tcase_add_test(tc, quantizing_refuses_what_it_cannot_do);
+  tcase_add_test(tc, quantizing_stores_what_was_asked_and_refuses_what_it_cannot);
   tcase_add_test(tc, other_eps_refuse_quantized_weights);
   suite_add_tcase(s, tc);
   return test_run(s);

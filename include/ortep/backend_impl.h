@@ -72,6 +72,9 @@ typedef struct ortep_initializer {
   void *writable;
   const ortep_initializer_use *uses;
   size_t n_uses;
+  /* The block type the graph asks it be stored in (ir.h:
+   * ortep_graph_prefer_initializer_dtype), or ORTEP_DTYPE_COUNT. */
+  ortep_dtype prefer;
 } ortep_initializer;
 
 typedef struct ortep_ep_vtable {
@@ -127,14 +130,18 @@ typedef struct ortep_ep_vtable {
   /* Optional: the EP's chance to hold an initializer in a layout of its own
    * (a blocked or quantized copy its kernels read faster) when a session
    * binds it. ORTEP_OK: *out is an OWNED buffer of this EP, charged to its
-   * governor, holding the prepared bytes, and *shape the shape its kernels
-   * are given for that input (get_kernel sees it, for every use);
+   * governor, holding the prepared bytes, and *dtype / *shape the dtype and
+   * shape its kernels are given for that input (get_kernel sees them, for
+   * every use; *dtype comes in as init->dtype: a quantizing EP changes it);
    * ORTEP_E_NOT_SUPPORTED: leave it as it is; another status fails the
    * session. Called once per initializer and EP, outside any capture. With
    * init->writable it may rearrange the bytes where they are and return a
-   * BORROWED_MUT buffer over them (no copy, no charge). */
-  ortep_status (*prepare_initializer)(ortep_ep *self, const ortep_initializer *init, ortep_shape *shape,
-                                      ortep_buffer *out);
+   * BORROWED_MUT buffer over them (no copy, no charge); from a loaded EP
+   * context (load_context) it may return a read-only BORROWED buffer over
+   * that context's bytes, which the EP's owner keeps alive while the EP
+   * lives. */
+  ortep_status (*prepare_initializer)(ortep_ep *self, const ortep_initializer *init, ortep_dtype *dtype,
+                                      ortep_shape *shape, ortep_buffer *out);
   /* The EP-context contract of the seeds (a compiled or prepared state saved
    * and loaded): no shipped EP implements it yet and the dispatchers answer
    * "none" / not supported, naming the EP; the quantized-weights work makes
@@ -198,9 +205,10 @@ struct ortep_allocator {
 ORTEP_API bool ortep_ep_prepares_initializers(const ortep_ep *ep);
 /* The dispatcher of prepare_initializer: checks the arguments, gives
  * ORTEP_E_NOT_SUPPORTED for an EP without the entry, and refuses a result
- * that is not an owned buffer of the EP's device. */
-ORTEP_API ortep_status ortep_ep_prepare_initializer(ortep_ep *ep, const ortep_initializer *init, ortep_shape *shape,
-                                                    ortep_buffer *out);
+ * that is not an owned (or in-place, or borrowed) buffer of the EP's device,
+ * or whose dtype is not the initializer's or a block type. */
+ORTEP_API ortep_status ortep_ep_prepare_initializer(ortep_ep *ep, const ortep_initializer *init, ortep_dtype *dtype,
+                                                    ortep_shape *shape, ortep_buffer *out);
 
 ORTEP_END_DECLS
 

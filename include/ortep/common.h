@@ -36,6 +36,10 @@ ORTEP_API bool ortep_debug_checks_enabled(void);
 /* Whether the host allocator is mimalloc (false: the system allocator). */
 ORTEP_API bool ortep_uses_mimalloc(void);
 
+/* Progress of a long step (preparing the weights of a session): done of
+ * total units so far, what names the step. Called from the calling thread. */
+typedef void (*ortep_progress_fn)(void *ctx, const char *what, size_t done, size_t total);
+
 ORTEP_END_DECLS
 
 #endif

@@ -90,6 +90,14 @@ ORTEP_API ortep_status ortep_graph_value_info(const ortep_graph *graph, const ch
 /* The initializer of that name, or NULL. The graph keeps ownership. */
 ORTEP_API ortep_tensor *ortep_graph_initializer(const ortep_graph *graph, const char *name);
 ORTEP_API size_t ortep_graph_initializer_count(const ortep_graph *graph);
+/* Asks that an f32/f16/bf16 initializer be stored as a block type (q8_0,
+ * q4_0) by an EP that can: the EP that prepares it for its kernels
+ * quantizes it then (backend_impl.h: prepare_initializer; the CPU EP does),
+ * the graph's value keeps its logical dtype, and an EP that cannot keeps it
+ * as it is. ortep_graph_initializer_preference: the request, or
+ * ORTEP_DTYPE_COUNT for none. */
+ORTEP_API ortep_status ortep_graph_prefer_initializer_dtype(ortep_graph *graph, const char *name, ortep_dtype dtype);
+ORTEP_API ortep_dtype ortep_graph_initializer_preference(const ortep_graph *graph, const char *name);
 ORTEP_API const char *ortep_graph_initializer_name(const ortep_graph *graph, size_t i);
 
 /* --- nodes --------------------------------------------------------------- */

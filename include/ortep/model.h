@@ -59,32 +59,19 @@ ORTEP_API ortep_status ortep_model_open(const char *dir, ortep_model **out);
  * and refused by its budget), so later changes to the file cannot harm the
  * process, at the price of a copy of the weights in memory. */
 typedef enum ortep_weights_mode { ORTEP_WEIGHTS_MAP = 0, ORTEP_WEIGHTS_READ = 1 } ortep_weights_mode;
-/* Progress of a long step of opening (quantizing the weights): done of total
- * units so far, what names the step. Called from the opening thread. */
-typedef void (*ortep_progress_fn)(void *ctx, const char *what, size_t done, size_t total);
 typedef struct ortep_model_options {
   ortep_weights_mode weights;
-  ortep_ep *host; /* READ, or quantizing: allocates the copy; must outlive the model */
-  /* Quantize at open (dtype.h): "q8_0" or "q4_0" for every projection (q/k/v,
-   * o, gate/up, down); NULL or "stored": as in the file. embedding_dtype:
-   * the embedding and the lm_head, "q8_0" (the default when the projections
-   * are quantized), "q4_0" or "stored". Each quantized row must be a multiple
-   * of 32 values (refused naming the tensor). The quantized weights are a
-   * private copy from `host`, charged to its governor; the mapped pages they
-   * came from are dropped. */
-  const char *weights_dtype, *embedding_dtype;
-  ortep_progress_fn progress; /* may be NULL */
-  void *progress_ctx;
+  ortep_ep *host; /* READ: allocates the copy; must outlive the model */
 } ortep_model_options;
 ORTEP_API ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *options, ortep_model **out);
 ORTEP_API void ortep_model_close(ortep_model *model);
 ORTEP_API const ortep_model_config *ortep_model_get_config(const ortep_model *model);
-/* A weight by its Hugging Face name (NULL when absent), as in the file or,
- * quantized at open, as quantized (its dtype q8_0 or q4_0, its shape the
- * logical [N, K]). (An EP may hold its own layout of a weight while a session
- * runs it: the CPU EP's blocked projections, cpu.weights_layout.) */
+/* A weight by its Hugging Face name (NULL when absent), as in the file. (An
+ * EP may hold its own form of a weight while a session runs it: the CPU EP's
+ * blocked or quantized projections, ortep.weights_layout and
+ * ortep.weights_dtype.) */
 ORTEP_API const ortep_safetensors_entry *ortep_model_tensor(const ortep_model *model, const char *name);
-/* The bytes of every weight (quantized ones at their quantized size). */
+/* The bytes of every weight. */
 ORTEP_API size_t ortep_model_weight_bytes(const ortep_model *model);
 
 /* Writes a synthetic model (deterministic pseudo-random weights from seed,

@@ -70,6 +70,15 @@ typedef struct ortep_session_options {
    * and device, prepared into the EP's layout or uploaded, is used from there
    * instead of being prepared or uploaded again. It must outlive this one. */
   const ortep_session *initializers_from;
+  /* Called as the EPs prepare initializers (a blocked or quantized copy),
+   * with the bytes done of those that are candidates; NULL: none. */
+  ortep_progress_fn progress;
+  void *progress_ctx;
+  /* Called once an EP holds initializer `name` in a form of its own, so the
+   * bytes it came from are not read again (a mapped model drops their pages
+   * at once, keeping the peak near one copy); NULL: none. */
+  void (*prepared)(void *ctx, const char *name);
+  void *prepared_ctx;
 } ortep_session_options;
 
 typedef struct ortep_session_stats {
@@ -140,6 +149,11 @@ ORTEP_API void ortep_session_get_stats(const ortep_session *session, ortep_sessi
  * when the session bound it: the CPU EP's blocked 16-bit weights); the
  * file's bytes under it are then no longer read. */
 ORTEP_API bool ortep_session_initializer_prepared(const ortep_session *session, const char *name);
+/* The dtype and shape the EP holds a prepared initializer in (a blocked or
+ * quantized form: what its kernels read); false when it is not prepared.
+ * dtype and shape may be NULL. */
+ORTEP_API bool ortep_session_initializer_form(const ortep_session *session, const char *name, ortep_dtype *dtype,
+                                              ortep_shape *shape);
 ORTEP_API ortep_status ortep_session_get_graph_stats(const ortep_session *session, size_t graph,
                                                      ortep_session_stats *out);
 /* The seams, in execution order: node name, op type, reason. */

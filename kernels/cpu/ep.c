@@ -397,9 +397,10 @@ static bool blockable(ortep_dtype dt, const ortep_shape *s) {
 }
 
 /* Whether a use reads the blocked layout: a weight of an ortep:Linear all
- * of whose weights can be blocked (a node's weights share one layout), or
- * the table of an ortep:Embedding. *linear: it is a Linear's weight. */
-static bool takes_blocked(const ortep_initializer_use *u, bool *linear) {
+ * of whose weights can be blocked (a node's weights share one layout) and
+ * are asked for the same block type (prefer, or none), or the table of an
+ * ortep:Embedding. *linear: it is a Linear's weight. */
+static bool takes_blocked(const ortep_initializer_use *u, ortep_dtype prefer, bool *linear) {
   const char *op = ortep_node_op_type(u->node);
   if (strcmp(ortep_node_domain(u->node), ORTEP_DOMAIN_ORTEP) != 0) return false;
   if (!strcmp(op, "Embedding")) return u->input == 0;
@@ -408,56 +409,99 @@ static bool takes_blocked(const ortep_initializer_use *u, bool *linear) {
     const char *name = w < ortep_node_input_count(u->node) ? ortep_node_input(u->node, w) : "";
     ortep_dtype dt;
     ortep_shape sh;
-    if (*name && (ortep_graph_value_info(u->graph, name, &dt, &sh) != ORTEP_OK || !blockable(dt, &sh))) return false;
+    if (!*name) continue;
+    if (ortep_graph_value_info(u->graph, name, &dt, &sh) != ORTEP_OK ||
+        ortep_graph_initializer_preference(u->graph, name) != prefer)
+      return false;
+    if (!blockable(prefer != ORTEP_DTYPE_COUNT ? prefer : dt, &sh)) return false;
   }
   return *linear = true;
 }
 
-/* A 16-bit or q8_0 / q4_0 projection weight (and a tied embedding read by
- * the lm_head) into the blocked layout: in place when the session allows it
- * (a model's private copy), else into a copy of this EP's, charged to its
- * governor. An embedding read only by its lookup gains nothing and is left
- * as it is. */
-static ortep_status prepare_quant(ortep_ep *ep, const ortep_initializer *in, size_t n, size_t k, ortep_buffer *out) {
-  if (in->writable) {
-    void *quad = ortep__malloc(ortep__cpu_quant_quad_bytes(in->dtype, k));
-    if (!quad) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to repack '%s'", CPU_EP_NAME, in->name);
-    ortep__cpu_quant_block_in_place(in->dtype, in->writable, n, k, quad);
-    ortep__free(quad);
-    return ortep_buffer_wrap_borrowed_mut(in->writable, ep->device, in->bytes, 2, out);
-  }
-  ortep_status st = ortep_ep_allocate(ep, in->bytes, 64, out);
-  if (st != ORTEP_OK)
-    return ortep__wrap(st, "repacking '%s' (%zu bytes) into the blocked layout (cpu.weights_layout)", in->name,
-                       in->bytes);
-  ortep__cpu_quant_block(in->dtype, in->data, n, k, out->ptr);
-  return ORTEP_OK;
+/* One f32/f16/bf16 row of k values widened to f32. */
+static void widen_row(ortep_dtype dt, const void *src, size_t k, float *out) {
+  for (size_t j = 0; j < k; j++)
+    out[j] = dt == ORTEP_DTYPE_F32    ? ((const float *)src)[j]
+             : dt == ORTEP_DTYPE_BF16 ? ortep_bf16_to_f32(((const uint16_t *)src)[j])
+                                      : ortep_f16_to_f32(((const uint16_t *)src)[j]);
 }
 
-static ortep_status cpu_prepare(ortep_ep *ep, const ortep_initializer *in, ortep_shape *shape, ortep_buffer *out) {
-  const cpu_ep *e = self_of(ep);
-  bool ok = !e->row_major && blockable(in->dtype, &in->shape) && in->n_uses, linear = false;
-  for (size_t i = 0; ok && i < in->n_uses; i++) ok = takes_blocked(&in->uses[i], &linear);
-  if (!ok || !linear) return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s keeps '%s' as it is", CPU_EP_NAME, in->name);
-  size_t n = (size_t)in->shape.dims[0], k = (size_t)in->shape.dims[1];
-  bool quant = ortep_dtype_is_quantized(in->dtype);
-  size_t cols = quant ? ORTEP__QUANT_COLS : ORTEP__LINEAR_COLS;
-  *shape =
-      (ortep_shape){4, {(int64_t)(n / ORTEP__LINEAR_ROWS), (int64_t)(k / cols), ORTEP__LINEAR_ROWS, (int64_t)cols}};
-  if (quant) return prepare_quant(ep, in, n, k, out);
-  if (in->writable) {
-    uint16_t *rows = ortep__malloc(ORTEP__LINEAR_ROWS * k * sizeof *rows);
-    if (!rows) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to repack '%s'", CPU_EP_NAME, in->name);
-    ortep__cpu_to_blocked_in_place(in->writable, n, k, rows);
-    ortep__free(rows);
-    return ortep_buffer_wrap_borrowed_mut(in->writable, ep->device, in->bytes, 2, out);
+/* A float [n, k] weight quantized row by row (ortep_quantize: llama.cpp's
+ * rounding) into dst, GGUF's row-major blocks. dst may be the source itself
+ * (a private copy, quantized in place): row r's blocks end before row r + 1's
+ * source begins, and each row is widened into `row` before it is written. */
+static void quantize_rows(ortep_dtype to, ortep_dtype from, const void *src, size_t n, size_t k, void *dst,
+                          float *row) {
+  size_t in_row = k * ortep_dtype_size(from), out_row = k / ORTEP__QUANT_COLS * ortep_dtype_size(to);
+  for (size_t r = 0; r < n; r++) {
+    widen_row(from, (const char *)src + r * in_row, k, row);
+    ortep_quantize(to, row, k, (char *)dst + r * out_row);
   }
-  ortep_status st = ortep_ep_allocate(ep, in->bytes, 64, out);
-  if (st != ORTEP_OK)
-    return ortep__wrap(st, "repacking '%s' (%zu bytes) into the blocked layout (cpu.weights_layout)", in->name,
-                       in->bytes);
-  ortep__cpu_to_blocked(in->data, n, k, out->ptr);
-  return ORTEP_OK;
+}
+
+/* A weight into the layout (and, asked for, the block type) its kernels
+ * read fastest: a 16-bit or q8_0 / q4_0 projection weight (and a tied
+ * embedding read by the lm_head) into the blocked layout of kernels/opset.h;
+ * a float one the graph asks to be stored as q8_0 / q4_0 quantized first
+ * (an embedding read only by its lookup: quantized, not blocked). In place
+ * when the session allows it (a model's private copy), else into a copy of
+ * this EP's, charged to its governor. Otherwise left as it is. */
+static ortep_status cpu_prepare(ortep_ep *ep, const ortep_initializer *in, ortep_dtype *dtype, ortep_shape *shape,
+                                ortep_buffer *out) {
+  const cpu_ep *e = self_of(ep);
+  bool quantize = in->prefer != ORTEP_DTYPE_COUNT && ortep_dtype_is_float(in->dtype) && in->shape.rank == 2 &&
+                  in->shape.dims[1] % ORTEP__QUANT_COLS == 0;
+  ortep_dtype to = quantize ? in->prefer : in->dtype;
+  bool ok = blockable(to, &in->shape) && in->n_uses, linear = false;
+  for (size_t i = 0; ok && i < in->n_uses; i++)
+    ok = takes_blocked(&in->uses[i], quantize ? to : ORTEP_DTYPE_COUNT, &linear);
+  bool block = ok && linear && !e->row_major;
+  if (!block && !(quantize && ok))
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s keeps '%s' as it is", CPU_EP_NAME, in->name);
+  size_t n = (size_t)in->shape.dims[0], k = (size_t)in->shape.dims[1], bytes = in->bytes;
+  bool quant = ortep_dtype_is_quantized(to);
+  size_t cols = quant ? ORTEP__QUANT_COLS : ORTEP__LINEAR_COLS;
+  if (quantize) ortep_shape_bytes(&in->shape, to, &bytes); /* K % 32 == 0: cannot fail */
+  *dtype = to;
+  *shape =
+      block ? (ortep_shape){4,
+                            {(int64_t)(n / ORTEP__LINEAR_ROWS), (int64_t)(k / cols), ORTEP__LINEAR_ROWS, (int64_t)cols}}
+            : in->shape;
+  /* scratch: a widened row (quantizing), or a quad of rows / four 16-bit rows (repacking in place) */
+  size_t tmp = quantize ? k * sizeof(float) : 0;
+  if (block && (in->writable || quantize)) { /* quantized blocks are repacked where they were written */
+    size_t quad = quant ? ortep__cpu_quant_quad_bytes(to, k) : ORTEP__LINEAR_ROWS * k * sizeof(uint16_t);
+    if (quad > tmp) tmp = quad;
+  }
+  void *scratch = tmp ? ortep__malloc(tmp) : NULL;
+  if (tmp && !scratch)
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to prepare '%s' (%zu bytes of scratch)", CPU_EP_NAME,
+                       in->name, tmp);
+  ortep_status st = ORTEP_OK;
+  void *dst = in->writable;
+  if (!dst) {
+    st = ortep_ep_allocate(ep, bytes, 64, out);
+    if (st != ORTEP_OK) {
+      ortep__free(scratch);
+      return quantize ? ortep__wrap(st, "quantizing '%s' to %s (%zu bytes%s; ortep.weights_dtype)", in->name,
+                                    ortep_dtype_name(to), bytes, block ? ", blocked" : "")
+                      : ortep__wrap(st, "repacking '%s' (%zu bytes) into the blocked layout (cpu.weights_layout)",
+                                    in->name, bytes);
+    }
+    dst = out->ptr;
+  }
+  const void *src = in->data;
+  if (quantize) {
+    quantize_rows(to, in->dtype, src, n, k, dst, scratch);
+    src = dst; /* repacked where it lies */
+  }
+  if (block && quant)
+    src == dst ? ortep__cpu_quant_block_in_place(to, dst, n, k, scratch) : ortep__cpu_quant_block(to, src, n, k, dst);
+  else if (block)
+    src == dst ? ortep__cpu_to_blocked_in_place(dst, n, k, scratch) : ortep__cpu_to_blocked(src, n, k, dst);
+  ortep__free(scratch);
+  if (in->writable) st = ortep_buffer_wrap_borrowed_mut(in->writable, ep->device, bytes, 2, out);
+  return st;
 }
 
 static const ortep_ep_vtable cpu_vtable = {
