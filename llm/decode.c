@@ -89,8 +89,9 @@ struct ortep_decoder {
   atomic_flag busy;  /* set while a call runs: a second thread is refused */
   uint32_t last_bits;
   uint64_t steps;
-  uint64_t launch_ns; /* host time in steps up to the sync (what launching costs on a GPU) */
-  size_t prepared;    /* weights an EP holds in a layout of its own (the CPU EP's blocked projections) */
+  uint64_t launch_ns;    /* host time in steps up to the sync (what launching costs on a GPU) */
+  size_t prepared;       /* weights an EP holds in a layout of its own (the CPU EP's blocked projections) */
+  ortep__wcache *wcache; /* the origin's weights cache (weights_cache.c); NULL for a fork */
 };
 
 /* Drops one reference; the last frees what the decoder owns, then lets go
@@ -107,6 +108,7 @@ static void release(ortep_decoder *d) {
   ortep_decoder *origin = d->origin;
   if (!origin) ortep_model_close(d->model); /* a private copy is the CPU EP's: before the EPs go */
   ortep_ep_registry_destroy(d->registry);
+  ortep__wcache_close(d->wcache); /* the mapping the CPU EP served weights from: after it */
   ortep_config_destroy(d->ep_config);
   ortep__free(d->forced);
   if (!origin) {
@@ -131,6 +133,7 @@ void ortep_decoder_close(ortep_decoder *d) {
 #define KV_KEY      "ortep.kv_dtype"
 #define WDTYPE_KEY  "ortep.weights_dtype"
 #define EDTYPE_KEY  "ortep.embedding_dtype"
+#define CACHE_KEY   "ortep.weights_cache"
 #define AUTO_CHUNK  256 /* prefill_chunk 0: chunks of 256, 128, 64, ..., 2 */
 
 /* Every key must belong to a component that reads it: ortep.* (the decoder
@@ -159,12 +162,12 @@ static ortep_status apply_governor_config(ortep_governor *g, const ortep_config 
   for (size_t i = 0; i < ortep_config_count(c); i++) {
     const char *k = ortep_config_key(c, i);
     if (strncmp(k, "ortep.", 6) != 0 || !strcmp(k, WEIGHTS_KEY) || !strcmp(k, LAYOUT_KEY) || !strcmp(k, KV_KEY) ||
-        !strcmp(k, WDTYPE_KEY) || !strcmp(k, EDTYPE_KEY))
+        !strcmp(k, WDTYPE_KEY) || !strcmp(k, EDTYPE_KEY) || !strcmp(k, CACHE_KEY))
       continue;
     st = ortep_governor_configure(g, k, ortep_config_get(c, k));
     if (st != ORTEP_OK) /* the governor names its own keys; the decoder's besides */
-      return ortep__wrap(st, "decoder config (ortep.* keys: %s, %s, %s, %s, %s and the governor's)", WEIGHTS_KEY,
-                         LAYOUT_KEY, KV_KEY, WDTYPE_KEY, EDTYPE_KEY);
+      return ortep__wrap(st, "decoder config (ortep.* keys: %s, %s, %s, %s, %s, %s and the governor's)", WEIGHTS_KEY,
+                         LAYOUT_KEY, KV_KEY, WDTYPE_KEY, EDTYPE_KEY, CACHE_KEY);
   }
   return ORTEP_OK;
 }
@@ -454,6 +457,26 @@ static bool runs_nodes(const ortep_decoder *d, const ortep_ep *ep) {
   return false;
 }
 
+/* Step 4b: the weights cache, when the CPU EP runs the whole step: keyed by
+ * what decides the prepared weights (the dtypes asked for, the layout, the
+ * weights mode) besides the model file and the EP's context keys. */
+static ortep_status open_cache(ortep_decoder *d, const char *dir, ortep_ep *cpu) {
+  if (ortep_ep_registry_count(d->registry) != 1) return ORTEP_OK;
+  const char *lm = ortep_config_get(d->ep_config, LAYOUT_KEY), *wm = ortep_config_get(d->ep_config, WEIGHTS_KEY);
+  char file[4200], opts[256];
+  snprintf(file, sizeof file, "%s/model.safetensors", dir);
+  snprintf(opts, sizeof opts, "ortep weights cache; projections %s; embedding %s; layout %s; weights %s",
+           d->dtypes.projections == ORTEP_DTYPE_COUNT ? "stored" : ortep_dtype_name(d->dtypes.projections),
+           d->dtypes.embedding == ORTEP_DTYPE_COUNT ? "stored" : ortep_dtype_name(d->dtypes.embedding),
+           lm ? lm : "auto", wm ? wm : "map");
+  return ortep__wcache_open(ortep_config_get(d->ep_config, CACHE_KEY), file, opts, cpu, &d->wcache);
+}
+
+void ortep_decoder_weights_cache(const ortep_decoder *d, ortep_weights_cache_info *out) {
+  if (!out) return;
+  ortep__wcache_info(d ? d->wcache : NULL, out);
+}
+
 /* Step 6: the state a step starts from: greedy parameters on the device,
  * the other EPs whose words the sync must fold in, clean error words. (The
  * KV caches need no clearing: a position is written before it is read.) */
@@ -495,7 +518,9 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   if (st == ORTEP_OK) st = open_eps(d, &o, o.config, want, &cpu);
   if (st == ORTEP_OK) st = open_weights(d, dir, o.config, cpu);
   if (st == ORTEP_OK) st = size_steps(d, &o);
+  if (st == ORTEP_OK) st = open_cache(d, dir, cpu);
   if (st == ORTEP_OK) st = open_session(d, &o, cpu);
+  if (st == ORTEP_OK) ortep__wcache_save(d->wcache, cpu, d->prepared);
   if (st == ORTEP_OK) st = prime_state(d);
   if (st != ORTEP_OK) {
     ortep_decoder_close(d);

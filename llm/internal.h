@@ -14,11 +14,25 @@ bool ortep__model_weights_private(const ortep_model *model);
 /* After a session over the model's graphs is built: the weights an EP
  * prepared into a layout of its own are no longer read from the file, so a
  * mapped model drops their resident pages (a weight is then held once).
- * Returns how many were prepared. */
+ * Returns how many the EP holds in a form of its own (blocked, quantized;
+ * not the small constants it merely copies). */
 size_t ortep__model_release_prepared(ortep_model *model, const ortep_session *session);
 /* The same for one weight, as the session prepares it (a session's
  * options.prepared callback: ctx is the model). */
 void ortep__model_release_weight(void *model, const char *name);
+
+/* The weights cache (weights_cache.c, decode.h): opened before the session
+ * (setting: ortep.weights_cache; options: what the decoder asks of the
+ * weights), a file found valid is loaded into the CPU EP's context; saved
+ * after the session when the EP prepared what the file did not hold.
+ * Never fails but for memory: what goes wrong is the info's reason. */
+typedef struct ortep__wcache ortep__wcache;
+ortep_status ortep__wcache_open(const char *setting, const char *model_file, const char *options, ortep_ep *cpu,
+                                ortep__wcache **out);
+void ortep__wcache_save(ortep__wcache *w, ortep_ep *cpu, size_t prepared);
+void ortep__wcache_info(const ortep__wcache *w, ortep_weights_cache_info *out);
+/* After the EP is gone: the mapping it served from. */
+void ortep__wcache_close(ortep__wcache *w);
 
 /* The decoder's KV caches on virtual backing (kv.c): one reservation per
  * cache for the whole capacity, bound into the session as external values,

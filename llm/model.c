@@ -363,9 +363,11 @@ size_t ortep__model_release_prepared(ortep_model *m, const ortep_session *s) {
   size_t n = 0;
   for (size_t i = 0; m && i < ortep_safetensors_count(m->weights); i++) {
     const ortep_safetensors_entry *e = ortep_safetensors_at(m->weights, i);
-    if (!ortep_session_initializer_prepared(s, e->name)) continue;
-    n++;
-    if (!m->copy.ptr) ortep__safetensors_release(m->weights, e); /* mapped: drop its pages */
+    ortep_dtype dt;
+    ortep_shape sh;
+    if (!ortep_session_initializer_form(s, e->name, &dt, &sh)) continue;
+    if (dt != e->dtype || !ortep_shape_equal(&sh, &e->shape)) n++; /* a form of its own, not a copy */
+    if (!m->copy.ptr) ortep__safetensors_release(m->weights, e);   /* mapped: drop its pages */
   }
   return n;
 }

@@ -458,15 +458,17 @@ ortep_status ortep_ep_prepare_initializer(ortep_ep *ep, const ortep_initializer 
 size_t ortep_ep_context_source_keys(const ortep_ep *ep, const char **out, size_t cap) {
   return ep && ep->vtable->context_source_keys ? ep->vtable->context_source_keys(ep, out, cap) : 0;
 }
-ortep_status ortep_ep_save_context(ortep_ep *ep, void **blob, size_t *len) {
+ortep_status ortep_ep_save_context(ortep_ep *ep, ortep_context_write_fn write, void *ctx, size_t *len) {
   NEED_EP(ep, "ortep_ep_save_context");
+  if (!len) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: save_context: len is NULL", ortep_ep_name(ep));
   if (!ep->vtable->save_context)
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: EPContext is not supported (this EP has no compile step)",
                        ortep_ep_name(ep));
-  return ep->vtable->save_context(ep, blob, len);
+  return ep->vtable->save_context(ep, write, ctx, len);
 }
 ortep_status ortep_ep_load_context(ortep_ep *ep, const void *blob, size_t len) {
   NEED_EP(ep, "ortep_ep_load_context");
+  if (!blob && len) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: load_context: blob is NULL", ortep_ep_name(ep));
   if (!ep->vtable->load_context)
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s: EPContext is not supported (this EP has no compile step)",
                        ortep_ep_name(ep));

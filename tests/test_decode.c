@@ -588,8 +588,9 @@ START_TEST(blocked_weights_decode_like_row_major_ones) {
     ck_assert_status(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &d),
                      ORTEP_E_INVALID_ARGUMENT);
     ck_assert_error_mentions(
-        "ortep.* keys: ortep.weights, ortep.weights_layout, ortep.kv_dtype, ortep.weights_dtype, ortep.embedding_dtype "
-        "and the governor's");
+        "ortep.* keys: ortep.weights, ortep.weights_layout, ortep.kv_dtype, ortep.weights_dtype, "
+        "ortep.embedding_dtype, "
+        "ortep.weights_cache and the governor's");
     ck_assert_error_mentions("unknown governor setting 'ortep.weights_layot'; known: ortep.host.budget_bytes");
     ortep_config_destroy(c);
     test_model_dir_remove(dir);
@@ -924,6 +925,7 @@ static ortep_decoder *open_charged(ortep_governor *gov, const char *dir, const c
   ck_assert_ok(ortep_config_create(&c));
   ck_assert_ok(ortep_config_set(c, "ortep.weights", weights));
   ck_assert_ok(ortep_config_set(c, "ortep.weights_layout", layout));
+  ck_assert_ok(ortep_config_set(c, "ortep.weights_cache", "off")); /* what preparing costs (test_quant: the cache) */
   ortep_mem_stats a, b;
   ortep_governor_get_stats(gov, ORTEP_TIER_HOST, &a);
   ortep_decoder *d = NULL;
@@ -1014,7 +1016,8 @@ START_TEST(blocked_weights_are_held_once) {
 END_TEST
 
 /* Which weights are blocked: an untied lm_head is, the untied embedding
- * table (only its looked-up rows are read) is not, f32 weights are not. */
+ * table (only its looked-up rows are read) is not, f32 weights are not; a
+ * norm's scale is copied as it is (a small constant). */
 START_TEST(blocked_weights_take_only_what_fits) {
   char dir[64];
   test_model_dir(dir, sizeof dir, "tiny-llama", ORTEP_DTYPE_BF16);
@@ -1024,7 +1027,9 @@ START_TEST(blocked_weights_take_only_what_fits) {
   ck_assert(ortep_session_initializer_prepared(s, "lm_head.weight"));
   ck_assert(ortep_session_initializer_prepared(s, "model.layers.1.mlp.down_proj.weight"));
   ck_assert(!ortep_session_initializer_prepared(s, "model.embed_tokens.weight"));
-  ck_assert(!ortep_session_initializer_prepared(s, "model.norm.weight"));
+  ortep_shape sh;
+  ck_assert(ortep_session_initializer_form(s, "model.norm.weight", NULL, &sh));
+  ck_assert_int_eq(sh.rank, 1);
   ortep_decoder_close(d);
   test_model_dir_remove(dir);
   test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);

@@ -77,6 +77,9 @@ typedef struct ortep_initializer {
   ortep_dtype prefer;
 } ortep_initializer;
 
+/* Where save_context writes its blob: n bytes more; false to stop. */
+typedef bool (*ortep_context_write_fn)(void *ctx, const void *bytes, size_t n);
+
 typedef struct ortep_ep_vtable {
   const char *name; /* "cpu_ep", "cuda_ep" */
   /* Required. */
@@ -142,12 +145,18 @@ typedef struct ortep_ep_vtable {
    * lives. */
   ortep_status (*prepare_initializer)(ortep_ep *self, const ortep_initializer *init, ortep_dtype *dtype,
                                       ortep_shape *shape, ortep_buffer *out);
-  /* The EP-context contract of the seeds (a compiled or prepared state saved
-   * and loaded): no shipped EP implements it yet and the dispatchers answer
-   * "none" / not supported, naming the EP; the quantized-weights work makes
-   * it the CPU EP's cache of prepared weights. */
+  /* The EP-context contract of the seeds: a prepared state saved as one
+   * blob and loaded back, so a later EP serves what it would otherwise
+   * prepare again (the CPU EP: its blocked and quantized weights).
+   * context_source_keys: what the state depends on (the EP, its build, its
+   * layouts), as strings; a blob made under other keys is refused.
+   * save_context: the blob, front to back, through write (false from it
+   * stops the save, which then fails), and *len its bytes; with write NULL
+   * only *len (so a caller can size a file first). load_context: validates the
+   * blob in full and serves from it; the caller keeps its bytes alive and
+   * unchanged while the EP lives (a mapped cache file). */
   size_t (*context_source_keys)(const ortep_ep *self, const char **out, size_t cap);
-  ortep_status (*save_context)(ortep_ep *self, void **blob, size_t *len);
+  ortep_status (*save_context)(ortep_ep *self, ortep_context_write_fn write, void *ctx, size_t *len);
   ortep_status (*load_context)(ortep_ep *self, const void *blob, size_t len);
 } ortep_ep_vtable;
 

@@ -128,6 +128,34 @@ typedef struct ortep_kv_stats {
 } ortep_kv_stats;
 ORTEP_API void ortep_decoder_kv_stats(const ortep_decoder *decoder, ortep_kv_stats *out);
 
+/* The weights cache (config ortep.weights_cache = DIR or off; default
+ * $XDG_CACHE_HOME/ortep/weights, else ~/.cache/ortep/weights): when the CPU
+ * EP runs the step, the weights it prepares (blocked, quantized:
+ * ortep.weights_layout, ortep.weights_dtype) are written through its
+ * save_context to a file keyed by the model file (its path, size, mtime and
+ * a hash of its header), the options and the EP's context keys; the next
+ * open maps that file and the EP serves every weight from it (load_context):
+ * no quantization, no repack, no copy, nothing charged to the budget. A
+ * stale (the model changed), truncated or foreign file is refused with the
+ * reason and rebuilt; a file that cannot be written leaves the decoder as
+ * it is (FAILED, with the reason). */
+typedef enum ortep_weights_cache_state {
+  ORTEP_WEIGHTS_CACHE_OFF = 0, /* off, the GPU runs the step, or no weight was prepared */
+  ORTEP_WEIGHTS_CACHE_HIT,     /* every prepared weight was mapped from the file */
+  ORTEP_WEIGHTS_CACHE_WRITTEN, /* there was none: prepared now, and written */
+  ORTEP_WEIGHTS_CACHE_REBUILT, /* there was one, refused (reason): prepared now, and written again */
+  ORTEP_WEIGHTS_CACHE_FAILED,  /* prepared now; the file could not be written (reason) */
+} ortep_weights_cache_state;
+typedef struct ortep_weights_cache_info {
+  ortep_weights_cache_state state;
+  char path[4096];  /* the file ("" when off) */
+  char reason[512]; /* why a file was refused (REBUILT) or not written (FAILED); "" otherwise */
+  uint64_t bytes;   /* the file's size */
+} ortep_weights_cache_info;
+ORTEP_API void ortep_decoder_weights_cache(const ortep_decoder *decoder, ortep_weights_cache_info *out);
+/* "off", "hit", "written", "rebuilt", "failed". */
+ORTEP_API const char *ortep_weights_cache_state_name(ortep_weights_cache_state state);
+
 /* Called with each generated token; return false to stop. */
 typedef bool (*ortep_token_callback)(int32_t token, size_t index, void *user);
 

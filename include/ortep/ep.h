@@ -20,9 +20,8 @@
  *   allocation_counts                   absent
  *   context_source_keys                 none; save/load_context unsupported
  *                                       (the EP-context contract of the seeds:
- *                                       no shipped EP implements it yet; the
- *                                       quantized-weights work gives the CPU
- *                                       EP its cache of prepared weights)
+ *                                       the CPU EP's prepared weights; the
+ *                                       decoder's weights cache, decode.h)
  *   capabilities                        stock (none)
  *
  * Kernels: get_kernel specialises a node to concrete shapes and returns an
@@ -173,7 +172,11 @@ ORTEP_API bool ortep_ep_allocation_counts(const ortep_ep *ep, uint64_t *allocati
 ORTEP_API void ortep_ep_graph_counts(const ortep_ep *ep, uint64_t *instantiations, uint64_t *updates);
 ORTEP_API size_t ortep_ep_graph_kernel_nodes(const ortep_ep *ep);
 ORTEP_API size_t ortep_ep_context_source_keys(const ortep_ep *ep, const char **out, size_t cap);
-ORTEP_API ortep_status ortep_ep_save_context(ortep_ep *ep, void **blob, size_t *len);
+/* The EP-context contract (backend_impl.h): save_context streams the blob
+ * through write (NULL: only its size into *len); load_context needs the
+ * blob's bytes to outlive the EP. */
+typedef bool (*ortep_context_write_fn)(void *ctx, const void *bytes, size_t n);
+ORTEP_API ortep_status ortep_ep_save_context(ortep_ep *ep, ortep_context_write_fn write, void *ctx, size_t *len);
 ORTEP_API ortep_status ortep_ep_load_context(ortep_ep *ep, const void *blob, size_t len);
 
 /* --- registry -------------------------------------------------------------- */

@@ -51,7 +51,12 @@ typedef struct cpu_ep {
   ortep__cpu_pool *pool; /* workers, from initialise to destroy */
   void *sample_scratch;  /* the sampler's ORTEP__SAMPLE_SCRATCH_BYTES(vocabulary), from its first call on */
   size_t sample_bytes;
-  bool row_major; /* cpu.weights_layout = row_major: prepare no initializer */
+  bool row_major;          /* cpu.weights_layout = row_major: prepare no initializer */
+  ortep__cpu_context *ctx; /* what it prepared; what a loaded context serves (context.c) */
+  char keys[160];          /* context_source_keys, '\n'-joined (a blob's keys) */
+  char key_split[160];     /* the same, each key '\0'-ended: key_list points into it */
+  const char *key_list[3];
+  size_t n_keys;
 } cpu_ep;
 
 /* The public parameter block and the one the kernels read are one layout. */
@@ -85,6 +90,16 @@ static ortep_status cpu_initialize(ortep_ep *ep, const ortep_config *config) {
                        "blocked layout) or row_major (as in the file)",
                        layout);
   e->row_major = layout && !strcmp(layout, "row_major");
+  /* what a prepared weight depends on: this EP, its build, its layouts */
+  snprintf(e->keys, sizeof e->keys, "%s\nortep %s\n%s", CPU_EP_NAME, ortep_version(),
+           e->row_major ? "row_major; q8_0/q4_0 rows as GGUF; quantizer llama.cpp-ref"
+                        : "blocked 4x16 16-bit, 4x32 q8_0^0x80/q4_0 nibble pairs; quantizer llama.cpp-ref");
+  memcpy(e->key_split, e->keys, sizeof e->keys);
+  e->n_keys = 0;
+  for (char *k = e->key_split; k && e->n_keys < 3; e->n_keys++) {
+    e->key_list[e->n_keys] = k;
+    if ((k = strchr(k, '\n')) != NULL) *k++ = '\0';
+  }
   /* cpu.threads: the workers this EP runs its nodes on (pool.c), by default
    * every CPU the process may run on. OpenBLAS itself stays single-threaded
    * (process-wide): its own threads would fight ours for the same cores. */
@@ -143,6 +158,7 @@ static void cpu_destroy(ortep_ep *ep) {
   ortep__free(e->sample_scratch);
   if (e->owns_host) ortep_allocator_destroy(e->host);
   ortep__cpu_pool_destroy(e->pool);
+  ortep__cpu_context_destroy(e->ctx);
   ortep__free(e);
 }
 
@@ -180,6 +196,7 @@ static ortep_status cpu_allocate(ortep_ep *ep, size_t size, size_t align, ortep_
 
 static ortep_status cpu_deallocate(ortep_ep *ep, ortep_buffer *b) {
   cpu_ep *e = self_of(ep);
+  ortep__cpu_context_forget(e->ctx, b->ptr); /* a prepared weight freed is no longer saved */
   ortep_allocator_deallocate(e->host, b->ptr, b->size, b->align);
   atomic_fetch_add(&e->frees, 1);
   return ORTEP_OK;
@@ -418,6 +435,8 @@ static bool takes_blocked(const ortep_initializer_use *u, ortep_dtype prefer, bo
   return *linear = true;
 }
 
+#define SMALL_CONSTANT (64u << 10)
+
 /* One f32/f16/bf16 row of k values widened to f32. */
 static void widen_row(ortep_dtype dt, const void *src, size_t k, float *out) {
   for (size_t j = 0; j < k; j++)
@@ -446,8 +465,45 @@ static void quantize_rows(ortep_dtype to, ortep_dtype from, const void *src, siz
  * (an embedding read only by its lookup: quantized, not blocked). In place
  * when the session allows it (a model's private copy), else into a copy of
  * this EP's, charged to its governor. Otherwise left as it is. */
+static ortep_status prepare(ortep_ep *ep, const ortep_initializer *in, ortep_dtype *dtype, ortep_shape *shape,
+                            ortep_buffer *out);
+
+/* A loaded context's copy when it has this initializer prepared from the
+ * same source (name, dtype, shape, preference): borrowed, nothing done;
+ * else prepared now and noted, for save_context. */
 static ortep_status cpu_prepare(ortep_ep *ep, const ortep_initializer *in, ortep_dtype *dtype, ortep_shape *shape,
                                 ortep_buffer *out) {
+  cpu_ep *e = self_of(ep);
+  const void *ptr;
+  size_t bytes;
+  if (ortep__cpu_context_lookup(e->ctx, in, dtype, shape, &ptr, &bytes))
+    return ortep_buffer_wrap_borrowed(ptr, ep->device, bytes, 64, out);
+  ortep_status st = prepare(ep, in, dtype, shape, out);
+  if (st == ORTEP_OK && (st = ortep__cpu_context_record(e->ctx, in, *dtype, shape, out->ptr, out->size)) != ORTEP_OK)
+    ortep_ep_deallocate(ep, out);
+  return st;
+}
+
+static size_t cpu_context_keys(const ortep_ep *ep, const char **out, size_t cap) {
+  const cpu_ep *e = cself_of(ep);
+  for (size_t i = 0; i < e->n_keys && i < cap; i++) out[i] = e->key_list[i];
+  return e->n_keys;
+}
+
+static ortep_status cpu_save_context(ortep_ep *ep, ortep_context_write_fn write, void *ctx, size_t *len) {
+  cpu_ep *e = self_of(ep);
+  ortep_status st = need_init(e, "save_context");
+  return st == ORTEP_OK ? ortep__cpu_context_save(e->ctx, e->keys, write, ctx, len) : st;
+}
+
+static ortep_status cpu_load_context(ortep_ep *ep, const void *blob, size_t len) {
+  cpu_ep *e = self_of(ep);
+  ortep_status st = need_init(e, "load_context");
+  return st == ORTEP_OK ? ortep__cpu_context_load(e->ctx, e->keys, blob, len) : st;
+}
+
+static ortep_status prepare(ortep_ep *ep, const ortep_initializer *in, ortep_dtype *dtype, ortep_shape *shape,
+                            ortep_buffer *out) {
   const cpu_ep *e = self_of(ep);
   bool quantize = in->prefer != ORTEP_DTYPE_COUNT && ortep_dtype_is_float(in->dtype) && in->shape.rank == 2 &&
                   in->shape.dims[1] % ORTEP__QUANT_COLS == 0;
@@ -456,8 +512,19 @@ static ortep_status cpu_prepare(ortep_ep *ep, const ortep_initializer *in, ortep
   for (size_t i = 0; ok && i < in->n_uses; i++)
     ok = takes_blocked(&in->uses[i], quantize ? to : ORTEP_DTYPE_COUNT, &linear);
   bool block = ok && linear && !e->row_major;
-  if (!block && !(quantize && ok))
-    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s keeps '%s' as it is", CPU_EP_NAME, in->name);
+  if (!block && !(quantize && ok)) {
+    /* a small 1-D float constant (a norm's scale, a bias): copied, so that a
+     * step reads no page of the model file (a mapped file's large folios
+     * would otherwise keep megabytes around each resident), and so that the
+     * EP context holds every weight a step reads */
+    if (!ortep_dtype_is_float(in->dtype) || in->shape.rank > 1 || in->bytes > SMALL_CONSTANT)
+      return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s keeps '%s' as it is", CPU_EP_NAME, in->name);
+    ortep_status cst = ortep_ep_allocate(ep, in->bytes, 64, out);
+    if (cst != ORTEP_OK) return ortep__wrap(cst, "copying '%s' (%zu bytes)", in->name, in->bytes);
+    memcpy(out->ptr, in->data, in->bytes);
+    *shape = in->shape;
+    return ORTEP_OK;
+  }
   size_t n = (size_t)in->shape.dims[0], k = (size_t)in->shape.dims[1], bytes = in->bytes;
   bool quant = ortep_dtype_is_quantized(to);
   size_t cols = quant ? ORTEP__QUANT_COLS : ORTEP__LINEAR_COLS;
@@ -518,6 +585,9 @@ static const ortep_ep_vtable cpu_vtable = {
     .fence_wait = cpu_fence_wait,
     .sync = cpu_sync,
     .prepare_initializer = cpu_prepare,
+    .context_source_keys = cpu_context_keys,
+    .save_context = cpu_save_context,
+    .load_context = cpu_load_context,
     .capabilities = cpu_capabilities,
     .run_kernel = cpu_run_kernel,
     .device_argmax = cpu_argmax,
@@ -542,7 +612,10 @@ ortep_status ortep_cpu_ep_create(ortep_governor *governor, ortep_ep **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_cpu_ep_create: out is NULL");
   *out = NULL;
   cpu_ep *e = ortep__calloc(1, sizeof *e);
-  if (!e) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_cpu_ep_create: no memory for the EP");
+  if (!e || ortep__cpu_context_create(&e->ctx) != ORTEP_OK) {
+    ortep__free(e);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_cpu_ep_create: no memory for the EP");
+  }
   e->base = (ortep_ep){&cpu_vtable, ortep_device_cpu(), 0};
   e->governor = governor;
   *out = &e->base;

@@ -2,6 +2,7 @@
 #ifndef ORTEP_KERNELS_CPU_INTERNAL_H
 #define ORTEP_KERNELS_CPU_INTERNAL_H
 
+#include "ortep/backend_impl.h"
 #include "ops.h"
 #include "pool.h"
 
@@ -14,5 +15,19 @@ void ortep__cpu_supports(const ortep_node *node, int64_t opset, const ortep_shap
 /* A kernel for the node specialised to these shapes (after supports says yes). */
 ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *shapes, const ortep_dtype *dtypes,
                                     size_t n, int64_t opset, ortep__cpu_pool *pool, ortep_kernel **out);
+
+/* The EP's context (context.c): what it prepared, and what a loaded blob
+ * serves. */
+typedef struct ortep__cpu_context ortep__cpu_context;
+ortep_status ortep__cpu_context_create(ortep__cpu_context **out);
+void ortep__cpu_context_destroy(ortep__cpu_context *c);
+ortep_status ortep__cpu_context_record(ortep__cpu_context *c, const ortep_initializer *in, ortep_dtype dtype,
+                                       const ortep_shape *shape, const void *ptr, size_t bytes);
+void ortep__cpu_context_forget(ortep__cpu_context *c, const void *ptr);
+bool ortep__cpu_context_lookup(ortep__cpu_context *c, const ortep_initializer *in, ortep_dtype *dtype,
+                               ortep_shape *shape, const void **ptr, size_t *bytes);
+ortep_status ortep__cpu_context_save(ortep__cpu_context *c, const char *keys, ortep_context_write_fn write, void *ctx,
+                                     size_t *len);
+ortep_status ortep__cpu_context_load(ortep__cpu_context *c, const char *keys, const void *blob, size_t len);
 
 #endif

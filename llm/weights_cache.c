@@ -1,0 +1,299 @@
+/*
+ * weights_cache.c: the decoder's weights cache (decode.h): the CPU EP's
+ * prepared weights (its EP context) in a file keyed by the model file, so the
+ * next open maps them instead of quantizing and repacking again.
+ *
+ * The file: a 4096-byte header, then the EP's blob (save_context) from
+ * offset 4096 (page-aligned when mapped, so the blob's own 64-byte alignment
+ * holds):
+ *   "ORTEPWC1", u32 version, u32 0, u64 model size, i64 mtime s, i64 mtime
+ *   ns, u64 hash of the model file's header, u64 blob bytes, u64 length
+ *   of the options text, the options text (what the decoder asked for and
+ *   the EP's context keys), zeros.
+ * The name: FNV-1a of the model file's real path and the options text, so
+ * one file per model and configuration, replaced when it goes stale. A new
+ * file is written beside it, flushed and renamed over it, so a reader sees
+ * the old file or the whole new one.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "ortep/decode.h"
+
+#define MAGIC        "ORTEPWC1"
+#define VERSION      1u
+#define HEADER_BYTES 4096u
+#define HASHED_BYTES ((size_t)1 << 20)
+
+struct ortep__wcache {
+  ortep_weights_cache_info info;
+  char model[PATH_MAX];
+  char options[1024];
+  struct stat st; /* the model file's */
+  uint64_t hash;  /* of its header */
+  void *map;      /* a loaded file (HIT), kept while the EP lives */
+  size_t map_bytes, blob_bytes;
+  bool refused; /* a file was there and was refused: REBUILT once written */
+};
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+static void put64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* The directory: the config's, or $XDG_CACHE_HOME/ortep/weights, or
+ * ~/.cache/ortep/weights; false when off (or no home to put it in). */
+static bool cache_dir(const char *v, char *out, size_t len) {
+  if (v && !strcmp(v, "off")) return false;
+  if (v && *v) return (size_t)snprintf(out, len, "%s", v) < len;
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (xdg && *xdg) return (size_t)snprintf(out, len, "%s/ortep/weights", xdg) < len;
+  if (home && *home) return (size_t)snprintf(out, len, "%s/.cache/ortep/weights", home) < len;
+  return false;
+}
+
+/* mkdir -p */
+static bool make_dirs(char *path) {
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    bool ok = mkdir(path, 0755) == 0 || errno == EEXIST;
+    *p = '/';
+    if (!ok) return false;
+  }
+  return mkdir(path, 0755) == 0 || errno == EEXIST;
+}
+
+/* info.reason (cut at its size: a long path shortens the message, no more) */
+static void say(ortep__wcache *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(ortep__wcache *w, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->info.reason, sizeof w->info.reason, fmt, ap);
+  va_end(ap);
+}
+static void refuse(ortep__wcache *w, const char *fmt, const char *detail) __attribute__((format(printf, 2, 0)));
+static void refuse(ortep__wcache *w, const char *fmt, const char *detail) {
+  w->refused = true;
+  say(w, fmt, detail);
+}
+
+/* The header a file for this model and these options has. */
+static void header(const ortep__wcache *w, uint64_t blob, uint8_t *h) {
+  memset(h, 0, HEADER_BYTES);
+  memcpy(h, MAGIC, 8);
+  h[8] = VERSION;
+  put64(h + 16, (uint64_t)w->st.st_size);
+  put64(h + 24, (uint64_t)w->st.st_mtim.tv_sec);
+  put64(h + 32, (uint64_t)w->st.st_mtim.tv_nsec);
+  put64(h + 40, w->hash);
+  put64(h + 48, blob);
+  size_t n = strlen(w->options);
+  put64(h + 56, n);
+  memcpy(h + 64, w->options, n);
+}
+
+/* A file that is there: its header checked against the model and options,
+ * then its blob loaded by the EP. Any refusal is recorded (rebuilt later). */
+static void try_load(ortep__wcache *w, ortep_ep *cpu) {
+  int fd = open(w->info.path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return; /* none yet */
+  struct stat sb;
+  uint8_t want[HEADER_BYTES], got[HEADER_BYTES];
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < (off_t)HEADER_BYTES ||
+      pread(fd, got, HEADER_BYTES, 0) != (ssize_t)HEADER_BYTES) {
+    close(fd);
+    refuse(w, "%s", "it is shorter than its header (truncated)");
+    return;
+  }
+  uint64_t blob = get64(got + 48);
+  header(w, blob, want);
+  if (memcmp(got, MAGIC, 8) || got[8] != VERSION) {
+    close(fd);
+    refuse(w, "%s", memcmp(got, MAGIC, 8) ? "it is not an ortep weights cache" : "it is of another format version");
+    return;
+  }
+  if (memcmp(got + 56, want + 56, HEADER_BYTES - 56)) {
+    close(fd);
+    refuse(w, "%s", "it was made with other options or for another EP build");
+    return;
+  }
+  if (memcmp(got + 16, want + 16, 32)) {
+    close(fd);
+    refuse(w, "%s", "it is stale: the model file changed (its size, time or header) since it was written");
+    return;
+  }
+  if (blob != (uint64_t)sb.st_size - HEADER_BYTES) {
+    close(fd);
+    refuse(w, "%s", "its size is not what its header says (truncated or appended to)");
+    return;
+  }
+  void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) {
+    refuse(w, "it could not be mapped: %s", strerror(errno));
+    return;
+  }
+  if (ortep_ep_load_context(cpu, (const uint8_t *)map + HEADER_BYTES, (size_t)blob) != ORTEP_OK) {
+    refuse(w, "%s", ortep_last_error());
+    ortep_clear_error();
+    munmap(map, (size_t)sb.st_size);
+    return;
+  }
+  w->map = map, w->map_bytes = (size_t)sb.st_size, w->blob_bytes = (size_t)blob;
+  w->info.bytes = (uint64_t)sb.st_size;
+}
+
+typedef struct writer {
+  int fd, err;
+} writer;
+static bool write_all(void *ctx, const void *bytes, size_t n) {
+  writer *w = ctx;
+  const char *p = bytes;
+  while (n) {
+    ssize_t k = write(w->fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      w->err = k < 0 ? errno : ENOSPC;
+      return false;
+    }
+    p += k, n -= (size_t)k;
+  }
+  return true;
+}
+
+ortep_status ortep__wcache_open(const char *setting, const char *model_file, const char *options, ortep_ep *cpu,
+                                ortep__wcache **out) {
+  *out = NULL;
+  ortep__wcache *w = ortep__calloc(1, sizeof *w);
+  if (!w) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the weights cache");
+  *out = w;
+  char dir[3072];
+  if (!cache_dir(setting, dir, sizeof dir) || !realpath(model_file, w->model) || stat(w->model, &w->st) != 0)
+    return ORTEP_OK; /* off */
+  const char *keys[8];
+  size_t nk = ortep_ep_context_source_keys(cpu, keys, 8),
+         at = (size_t)snprintf(w->options, sizeof w->options, "%s", options);
+  if (!nk) return ORTEP_OK; /* the EP keeps no context */
+  for (size_t i = 0; i < nk && i < 8 && at < sizeof w->options; i++)
+    at += (size_t)snprintf(w->options + at, sizeof w->options - at, "\n%s", keys[i]);
+  /* a hash of the model file's header (safetensors: its 8-byte length and
+   * JSON, the names, shapes and offsets; at most 1 MiB), read with pread */
+  int fd = open(w->model, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ORTEP_OK;
+  uint8_t len8[8] = {0};
+  size_t want = 64 << 10;
+  if (pread(fd, len8, 8, 0) == 8) {
+    uint64_t n = get64(len8);
+    if (n < HASHED_BYTES - 8) want = (size_t)n + 8;
+  }
+  uint8_t *buf = ortep__malloc(want);
+  ssize_t n = buf ? pread(fd, buf, want, 0) : -1;
+  close(fd);
+  if (n < 0) {
+    ortep__free(buf);
+    return ORTEP_OK;
+  }
+  w->hash = fnv(0xcbf29ce484222325ull, buf, (size_t)n);
+  ortep__free(buf);
+  uint64_t name = fnv(fnv(0xcbf29ce484222325ull, w->model, strlen(w->model)), w->options, strlen(w->options));
+  snprintf(w->info.path, sizeof w->info.path, "%s/%016llx.ortepw", dir, (unsigned long long)name);
+  try_load(w, cpu);
+  if (w->map) w->info.state = ORTEP_WEIGHTS_CACHE_HIT;
+  return ORTEP_OK;
+}
+
+/* After the session bound the weights: a file when there was none, or when
+ * the EP prepared more than the loaded one held. */
+void ortep__wcache_save(ortep__wcache *w, ortep_ep *cpu, size_t prepared) {
+  if (!w || !w->info.path[0]) return;
+  size_t len = 0;
+  if (ortep_ep_save_context(cpu, NULL, NULL, &len) != ORTEP_OK) {
+    ortep_clear_error();
+    return;
+  }
+  if (w->map && len == w->blob_bytes) return; /* every weight came from the file */
+  if (!prepared) {                            /* nothing prepared: nothing worth a file */
+    w->info = (ortep_weights_cache_info){0};
+    return;
+  }
+  char refusal[512];
+  snprintf(refusal, sizeof refusal, "%s", w->info.reason);
+  w->info.state = ORTEP_WEIGHTS_CACHE_FAILED;
+  char tmp[4200], dir[4096];
+  snprintf(dir, sizeof dir, "%s", w->info.path);
+  *strrchr(dir, '/') = '\0';
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", w->info.path, (long)getpid());
+  int fd = make_dirs(dir) ? open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+  if (fd < 0) {
+    say(w, "%s%scannot create %s: %s (the decoder runs without it)", refusal, refusal[0] ? "; then " : "", tmp,
+        strerror(errno));
+    return;
+  }
+  size_t total = HEADER_BYTES + len;
+  const char *why = NULL;
+  int err = 0;
+  uint8_t h[HEADER_BYTES];
+  header(w, len, h);
+  /* written, not mapped: the file's pages stay out of this process */
+  writer wr = {fd, 0};
+  if (!write_all(&wr, h, HEADER_BYTES)) why = "writing", err = wr.err;
+  if (!why && ortep_ep_save_context(cpu, write_all, &wr, &len) != ORTEP_OK) {
+    why = "saving the EP context into", err = wr.err;
+    ortep_clear_error();
+  }
+  /* flushed before the rename: the name never points at a torn file */
+  if (!why && fdatasync(fd) != 0) why = "flushing", err = errno;
+  if (close(fd) != 0 && !why) why = "closing", err = errno;
+  if (!why && rename(tmp, w->info.path) != 0) why = "renaming", err = errno;
+  if (why) {
+    unlink(tmp);
+    say(w, "%s%s%s %s failed%s%s (the decoder runs without it)", refusal, refusal[0] ? "; then " : "", why, tmp,
+        err ? ": " : "", err ? strerror(err) : "");
+    return;
+  }
+  w->info.state = w->refused ? ORTEP_WEIGHTS_CACHE_REBUILT : ORTEP_WEIGHTS_CACHE_WRITTEN;
+  w->info.bytes = total;
+}
+
+void ortep__wcache_info(const ortep__wcache *w, ortep_weights_cache_info *out) {
+  if (w)
+    *out = w->info;
+  else
+    *out = (ortep_weights_cache_info){0};
+}
+
+void ortep__wcache_close(ortep__wcache *w) {
+  if (!w) return;
+  if (w->map) munmap(w->map, w->map_bytes);
+  ortep__free(w);
+}
+
+const char *ortep_weights_cache_state_name(ortep_weights_cache_state s) {
+  switch (s) {
+    case ORTEP_WEIGHTS_CACHE_OFF: return "off";
+    case ORTEP_WEIGHTS_CACHE_HIT: return "hit";
+    case ORTEP_WEIGHTS_CACHE_WRITTEN: return "written";
+    case ORTEP_WEIGHTS_CACHE_REBUILT: return "rebuilt";
+    case ORTEP_WEIGHTS_CACHE_FAILED: return "failed";
+  }
+  return "unknown";
+}
