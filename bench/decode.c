@@ -45,6 +45,8 @@ typedef struct mode_result {
   double ttft_ms;       /* time to first token: the prefill call (median of runs) */
   size_t kernels, graph_kernels, segments, seams, planned, lower_bound, naive, kv_bytes, kv_committed;
   double allocs_per_step;
+  double open_s;     /* ortep_decoder_open, seconds */
+  int weights_cache; /* ortep_weights_cache_state of that open */
   int32_t *tokens;
   size_t ntokens;
   char **seam_text;
@@ -360,7 +362,9 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
                              .forced_seams = m->seams ? seams : NULL,
                              .config = config};
   ortep_decoder *d;
+  double o0 = bench_now_ns();
   ortep_status ost = ortep_decoder_open(dir, &o, &d);
+  r->open_s = (bench_now_ns() - o0) / 1e9;
   if (ost == ORTEP_E_INVALID_ARGUMENT) /* e.g. a --seam that names nothing in the graph */
     return bench_usage_error("decode", "%s", ortep_last_error());
   if (ost != ORTEP_OK) {
@@ -368,6 +372,11 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
     return 1;
   }
   snprintf(ep_used, ep_used_len, "%s", ortep_ep_name(ortep_decoder_ep(d)));
+  ortep_weights_cache_info wc;
+  ortep_decoder_weights_cache(d, &wc);
+  r->weights_cache = (int)wc.state;
+  if (wc.state == ORTEP_WEIGHTS_CACHE_REBUILT || wc.state == ORTEP_WEIGHTS_CACHE_FAILED)
+    fprintf(stderr, "ortep-bench decode: weights cache %s: %s\n", wc.path, wc.reason);
   *threads_used = ortep_cpu_ep_threads(ortep_decoder_ep(d));
   *simd_used = ortep_cpu_ep_simd(ortep_decoder_ep(d));
   *blocked = ortep_decoder_blocked_weights(d) > 0;
@@ -795,6 +804,8 @@ static void report_table(const decode_opts *o, const decode_run *r) {
   ROW("segments", "%14zu", res[i].segments);
   ROW("seams", "%14zu", res[i].seams);
   ROW("allocations per step", "%14.2f", res[i].allocs_per_step);
+  ROW("open (s)", "%14.3f", res[i].open_s);
+  ROW("  weights cache", "%14s", ortep_weights_cache_state_name((ortep_weights_cache_state)res[i].weights_cache));
   ROW("planned arena (KiB)", "%14.1f", (double)res[i].planned / 1024.0);
   ROW("  lower bound (KiB)", "%14.1f", (double)res[i].lower_bound / 1024.0);
   ROW("  naive sum (KiB)", "%14.1f", (double)res[i].naive / 1024.0);
@@ -837,6 +848,9 @@ static void mode_json(cJSON *jm, int i, const mode_result *res, const decode_opt
   cJSON *js = cJSON_AddArrayToObject(m, "seam_reasons");
   for (size_t k = 0; k < res->nseams; k++) cJSON_AddItemToArray(js, cJSON_CreateString(res->seam_text[k]));
   cJSON_AddNumberToObject(m, "allocations_per_step", res->allocs_per_step);
+  cJSON_AddNumberToObject(m, "open_seconds", res->open_s);
+  cJSON_AddStringToObject(m, "weights_cache",
+                          ortep_weights_cache_state_name((ortep_weights_cache_state)res->weights_cache));
   cJSON_AddNumberToObject(m, "planned_arena_bytes", (double)res->planned);
   cJSON_AddNumberToObject(m, "lower_bound_bytes", (double)res->lower_bound);
   cJSON_AddNumberToObject(m, "naive_sum_bytes", (double)res->naive);

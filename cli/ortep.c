@@ -357,6 +357,11 @@ static int cmd_generate(int argc, char **argv) {
     goto out;
   }
   double t_open = now_s();
+  ortep_weights_cache_info wc;
+  ortep_decoder_weights_cache(d, &wc);
+  if (wc.state == ORTEP_WEIGHTS_CACHE_REBUILT || wc.state == ORTEP_WEIGHTS_CACHE_FAILED)
+    fprintf(stderr, "%s %s: weights cache %s: %s (%s)\n", "ortep", cmd, wc.path,
+            wc.state == ORTEP_WEIGHTS_CACHE_REBUILT ? "refused and rebuilt" : "not written", wc.reason);
   stream s = {detok, 0, 0, false, false};
   ortep_sampling sampling = {(float)a.temperature, (uint32_t)a.top_k, (float)a.top_p,
                              (float)a.min_p,       (float)a.penalty,  a.seed};

@@ -1,0 +1,275 @@
+/* test_wcache.c: the weights cache (decode.h: ortep.weights_cache) and the
+ * CPU EP context under it (backend_impl.h: save_context / load_context).
+ *
+ * A first open prepares and writes the file; a second maps it: the same
+ * logits bit for bit, nothing quantized or copied (the budget is charged
+ * nothing for the weights). A stale (the model file's time changed),
+ * truncated, damaged or foreign file is refused with the reason and rebuilt;
+ * an unwritable directory leaves the decoder working (FAILED, the reason);
+ * off writes nothing. The EP's loader refuses every inconsistent blob. */
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+typedef struct run {
+  ortep_weights_cache_info info;
+  uint64_t charged; /* host bytes the open charged */
+  float logits[4][2048];
+} run;
+
+/* Opens dir (q8_0 projections unless wd says otherwise) with the cache in
+ * cache_dir, takes 4 greedy steps' logits, and what the cache did. */
+static void open_run(const char *dir, const char *cache_dir, const char *wd, run *r) {
+  ortep_config *c;
+  ck_assert_ok(ortep_config_create(&c));
+  if (wd) ck_assert_ok(ortep_config_set(c, "ortep.weights_dtype", wd));
+  ck_assert_ok(ortep_config_set(c, "ortep.weights_cache", cache_dir));
+  ortep_governor *g;
+  ck_assert_ok(ortep_governor_create(&g));
+  ortep_decoder *d;
+  ck_assert_ok(ortep_decoder_open(
+      dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 32, .config = c, .governor = g}, &d));
+  ortep_mem_stats ms;
+  ortep_governor_get_stats(g, ORTEP_TIER_HOST, &ms);
+  r->charged = ms.current_bytes;
+  ortep_decoder_weights_cache(d, &r->info);
+  int32_t next = 3;
+  for (int i = 0; i < 4; i++) {
+    ck_assert_ok(ortep_decoder_step(d, next, i, &next));
+    ck_assert_ok(ortep_decoder_logits(d, r->logits[i], 2048));
+  }
+  ortep_decoder_close(d);
+  ortep_governor_destroy(g);
+  ortep_config_destroy(c);
+}
+
+static void rm_dir(const char *d) {
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+static off_t file_size(const char *p) {
+  struct stat sb;
+  return stat(p, &sb) == 0 ? sb.st_size : -1;
+}
+
+/* Overwrites one byte of the file at off with its complement. */
+static void flip(const char *path, off_t off) {
+  int fd = open(path, O_RDWR);
+  ck_assert_int_ge(fd, 0);
+  unsigned char b;
+  ck_assert_int_eq(pread(fd, &b, 1, off), 1);
+  b = (unsigned char)~b;
+  ck_assert_int_eq(pwrite(fd, &b, 1, off), 1);
+  close(fd);
+}
+
+static void assert_rebuilt(const run *r, const char *why) {
+  ck_assert_msg(r->info.state == ORTEP_WEIGHTS_CACHE_REBUILT, "state %s (reason '%s'), not rebuilt",
+                ortep_weights_cache_state_name(r->info.state), r->info.reason);
+  ck_assert_msg(strstr(r->info.reason, why), "reason '%s' lacks '%s'", r->info.reason, why);
+}
+
+START_TEST(a_second_open_maps_what_the_first_prepared) {
+  char dir[64], cache[64] = "/tmp/ortep-wcache-XXXXXX";
+  test_model_dir(dir, sizeof dir, "small", ORTEP_DTYPE_BF16);
+  ck_assert_ptr_nonnull(mkdtemp(cache));
+  run *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+  open_run(dir, cache, "q8_0", a);
+  ck_assert_int_eq(a->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+  ck_assert_str_eq(a->info.reason, "");
+  ck_assert_int_eq(file_size(a->info.path), (off_t)a->info.bytes);
+  ck_assert_uint_gt(a->info.bytes, 1u << 20); /* the quantized projections and table */
+  open_run(dir, cache, "q8_0", b);
+  ck_assert_int_eq(b->info.state, ORTEP_WEIGHTS_CACHE_HIT);
+  ck_assert_str_eq(b->info.path, a->info.path);
+  ck_assert_msg(!memcmp(a->logits, b->logits, sizeof a->logits), "the cached weights decode differently");
+  /* the prepared weights were charged the first time, not the second */
+  ck_assert_uint_ge(a->charged - b->charged, a->info.bytes - (64 << 10));
+  /* other options, another file; the blocked bf16 weights are cached too */
+  open_run(dir, cache, "q4_0", b);
+  ck_assert_int_eq(b->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+  ck_assert_str_ne(b->info.path, a->info.path);
+  open_run(dir, cache, NULL, a);
+  ck_assert_int_eq(a->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+  open_run(dir, cache, NULL, b);
+  ck_assert_int_eq(b->info.state, ORTEP_WEIGHTS_CACHE_HIT);
+  ck_assert(!memcmp(a->logits, b->logits, sizeof a->logits));
+  free(a), free(b);
+  rm_dir(cache);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
+START_TEST(a_bad_file_is_refused_and_rebuilt) {
+  char dir[64], cache[64] = "/tmp/ortep-wcache-XXXXXX", model[128];
+  test_model_dir(dir, sizeof dir, "small", ORTEP_DTYPE_BF16);
+  snprintf(model, sizeof model, "%s/model.safetensors", dir);
+  ck_assert_ptr_nonnull(mkdtemp(cache));
+  run *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+  open_run(dir, cache, "q8_0", a);
+  ck_assert_int_eq(a->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+  const char *path = a->info.path;
+  /* stale: the model file's time moved */
+  struct timespec ts[2] = {{0, UTIME_OMIT}, {1000000000, 0}};
+  ck_assert_int_eq(utimensat(AT_FDCWD, model, ts, 0), 0);
+  open_run(dir, cache, "q8_0", b);
+  assert_rebuilt(b, "stale: the model file changed");
+  ck_assert(!memcmp(a->logits, b->logits, sizeof a->logits));
+  open_run(dir, cache, "q8_0", b);
+  ck_assert_int_eq(b->info.state, ORTEP_WEIGHTS_CACHE_HIT);
+  /* truncated */
+  ck_assert_int_eq(truncate(path, file_size(path) - 100), 0);
+  open_run(dir, cache, "q8_0", b);
+  assert_rebuilt(b, "truncated");
+  ck_assert(!memcmp(a->logits, b->logits, sizeof a->logits));
+  ck_assert_int_eq(truncate(path, 100), 0);
+  open_run(dir, cache, "q8_0", b);
+  assert_rebuilt(b, "shorter than its header");
+  /* the EP's table damaged (a byte of the first entry) */
+  flip(path, 4096 + 64 + 200);
+  open_run(dir, cache, "q8_0", b);
+  assert_rebuilt(b, "cpu_ep context");
+  /* the EP's keys: made by another build */
+  flip(path, 4096 + 64 + 2);
+  open_run(dir, cache, "q8_0", b);
+  assert_rebuilt(b, "made for another EP");
+  /* not a cache at all */
+  flip(path, 0);
+  open_run(dir, cache, "q8_0", b);
+  assert_rebuilt(b, "not an ortep weights cache");
+  ck_assert(!memcmp(a->logits, b->logits, sizeof a->logits));
+  open_run(dir, cache, "q8_0", b);
+  ck_assert_int_eq(b->info.state, ORTEP_WEIGHTS_CACHE_HIT);
+  free(a), free(b);
+  rm_dir(cache);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
+START_TEST(no_file_when_off_or_unwritable) {
+  char dir[64], blocker[64] = "/tmp/ortep-wcache-XXXXXX", under[96];
+  test_model_dir(dir, sizeof dir, "small", ORTEP_DTYPE_BF16);
+  int fd = mkstemp(blocker); /* a file where the directory would go */
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  snprintf(under, sizeof under, "%s/cache", blocker);
+  run *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+  open_run(dir, under, "q8_0", a);
+  ck_assert_int_eq(a->info.state, ORTEP_WEIGHTS_CACHE_FAILED);
+  ck_assert_msg(strstr(a->info.reason, "cannot create") && strstr(a->info.reason, "runs without it"), "%s",
+                a->info.reason);
+  open_run(dir, "off", "q8_0", b);
+  ck_assert_int_eq(b->info.state, ORTEP_WEIGHTS_CACHE_OFF);
+  ck_assert_str_eq(b->info.path, "");
+  ck_assert(!memcmp(a->logits, b->logits, sizeof a->logits));
+  ck_assert_str_eq(ortep_weights_cache_state_name(ORTEP_WEIGHTS_CACHE_HIT), "hit");
+  unlink(blocker);
+  free(a), free(b);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
+/* The CPU EP's context through the contract: sized, streamed, loaded back
+ * into another EP that then serves the same bytes; a writer that stops
+ * fails the save; blobs cut anywhere, or with any header byte changed, are
+ * refused as ORTEP_E_FORMAT. */
+typedef struct sink {
+  uint8_t *p;
+  size_t n, cap, stop_at;
+} sink;
+static bool to_sink(void *ctx, const void *bytes, size_t n) {
+  sink *s = ctx;
+  if (s->n + n > s->stop_at) return false;
+  if (s->n + n > s->cap) {
+    s->cap = (s->n + n) * 2;
+    s->p = realloc(s->p, s->cap);
+  }
+  memcpy(s->p + s->n, bytes, n);
+  s->n += n;
+  return true;
+}
+
+START_TEST(the_cpu_context_round_trips_and_refuses_bad_blobs) {
+  enum { N = 8, K = 64 };
+  ortep_ep *a = test_cpu_ep(), *b = test_cpu_ep();
+  const char *keys[4];
+  ck_assert_uint_eq(ortep_ep_context_source_keys(a, keys, 4), 3);
+  ck_assert_str_eq(keys[0], "cpu_ep");
+  uint16_t w[N * K];
+  for (size_t i = 0; i < N * K; i++) w[i] = ortep_f32_to_bf16((float)((int)(i % 17) - 8) / 8.0f);
+  ortep_graph *g;
+  ck_assert_ok(ortep_graph_create(&g));
+  ortep_shape ws = SHAPE(N, K), xs = SHAPE(1, K), ys = SHAPE(1, N);
+  ck_assert_ok(ortep_graph_add_input(g, "x", ORTEP_DTYPE_F32, &xs));
+  ck_assert_ok(ortep_graph_add_value(g, "y", ORTEP_DTYPE_F32, &ys));
+  ck_assert_ok(ortep_graph_add_value(g, "w", ORTEP_DTYPE_BF16, &ws));
+  ortep_node_id lin;
+  ck_assert_ok(ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "lin", (const char *[]){"x", "w"}, 2,
+                                    (const char *[]){"y"}, 1, &lin));
+  ortep_initializer_use use = {g, ortep_graph_node(g, lin), 1};
+  ortep_initializer in = {"w", ORTEP_DTYPE_BF16, ws, w, sizeof w, NULL, &use, 1, ORTEP_DTYPE_COUNT};
+  ortep_dtype dt;
+  ortep_shape sh;
+  ortep_buffer pa, pb;
+  ck_assert_ok(ortep_ep_prepare_initializer(a, &in, &dt, &sh, &pa));
+  size_t len;
+  ck_assert_ok(ortep_ep_save_context(a, NULL, NULL, &len));
+  sink s = {NULL, 0, 0, SIZE_MAX};
+  ck_assert_ok(ortep_ep_save_context(a, to_sink, &s, &len));
+  ck_assert_uint_eq(s.n, len);
+  ck_assert_ok(ortep_ep_load_context(b, s.p, s.n));
+  ck_assert_ok(ortep_ep_prepare_initializer(b, &in, &dt, &sh, &pb));
+  ck_assert_int_eq(pb.owner, ORTEP_BUFFER_BORROWED); /* served from the blob */
+  ck_assert_ptr_eq(pb.ptr, s.p + (size_t)((uint8_t *)pb.ptr - s.p));
+  ck_assert_mem_eq(pb.ptr, pa.ptr, sizeof w);
+  ck_assert_int_eq(sh.rank, 4);
+  ck_assert_ok(ortep_ep_deallocate(b, &pb));
+  /* another source (the same bytes as f16) is not served: prepared anew */
+  in.dtype = ORTEP_DTYPE_F16;
+  ck_assert_ok(ortep_ep_prepare_initializer(b, &in, &dt, &sh, &pb));
+  ck_assert_int_eq(pb.owner, ORTEP_BUFFER_OWNED);
+  ck_assert_int_eq(dt, ORTEP_DTYPE_F16);
+  ck_assert_ok(ortep_ep_deallocate(b, &pb));
+  in.dtype = ORTEP_DTYPE_BF16;
+  /* a writer that stops */
+  sink short_sink = {NULL, 0, 0, 100};
+  ck_assert_status(ortep_ep_save_context(a, to_sink, &short_sink, &len), ORTEP_E_IO);
+  free(short_sink.p);
+  /* every cut and every header byte changed: refused, never accepted */
+  ortep_ep *c = test_cpu_ep();
+  for (size_t cut = 0; cut < s.n; cut += cut < 300 ? 1 : 97) {
+    ck_assert_status(ortep_ep_load_context(c, s.p, cut), ORTEP_E_FORMAT);
+    ck_assert_ptr_nonnull(strstr(ortep_last_error(), "cpu_ep context"));
+  }
+  for (size_t at = 0; at < 64; at++) {
+    if (at >= 56) continue; /* the header's last 8 bytes are reserved */
+    uint8_t *copy = malloc(s.n);
+    memcpy(copy, s.p, s.n);
+    copy[at] ^= 0x5a;
+    ck_assert_msg(ortep_ep_load_context(c, copy, s.n) == ORTEP_E_FORMAT, "header byte %zu changed was accepted", at);
+    free(copy);
+  }
+  ck_assert_ok(ortep_ep_deallocate(a, &pa));
+  ortep_ep_destroy(c);
+  ortep_ep_destroy(b);
+  ortep_ep_destroy(a);
+  ortep_graph_destroy(g);
+  free(s.p);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("wcache");
+  TCase *tc = tcase_create("wcache");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, a_second_open_maps_what_the_first_prepared);
+  tcase_add_test(tc, a_bad_file_is_refused_and_rebuilt);
+  tcase_add_test(tc, no_file_when_off_or_unwritable);
+  tcase_add_test(tc, the_cpu_context_round_trips_and_refuses_bad_blobs);
+  suite_add_tcase(s, tc);
+  return test_run(s);
+}
