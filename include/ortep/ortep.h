@@ -20,6 +20,7 @@
 #include "ortep/cpu_ep.h"
 #include "ortep/cuda_ep.h"
 #include "ortep/safetensors.h"
+#include "ortep/gguf.h"
 #include "ortep/session.h"
 #include "ortep/model.h"
 #include "ortep/decode.h"

@@ -1,0 +1,240 @@
+/* test_gguf.c: the GGUF reader and writer (gguf.h). A file written with every
+ * metadata type, string arrays and tensors of the five dtypes ortep reads (and
+ * a Q4_K one it names but does not read) parses back to the same values,
+ * shapes outermost first and data in place; then every way a file can be
+ * wrong is refused as ORTEP_E_FORMAT naming the key or tensor: each cut of
+ * the file, a changed magic or version, duplicates, a bad alignment, an
+ * array of arrays, zero or five dimensions, rows not whole blocks, an
+ * unknown GGML type, misaligned, out-of-range and overlapping data. */
+#include "testutil.h"
+
+static char g_path[96];
+
+static uint8_t *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_ptr_nonnull(f);
+  fseek(f, 0, SEEK_END);
+  *len = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *b = malloc(*len ? *len : 1);
+  ck_assert_uint_eq(fread(b, 1, *len, f), *len);
+  fclose(f);
+  return b;
+}
+
+/* A small valid file: every metadata type and five tensors. */
+static void write_sample(const char *path) {
+  ortep_gguf_writer *w;
+  ck_assert_ok(ortep_gguf_writer_create(&w));
+  ck_assert_ok(ortep_gguf_writer_add_string(w, "general.architecture", "qwen2"));
+  ck_assert_ok(ortep_gguf_writer_add_u32(w, "qwen2.block_count", 24));
+  ck_assert_ok(ortep_gguf_writer_add_f32(w, "qwen2.rope.freq_base", 1e6f));
+  ck_assert_ok(ortep_gguf_writer_add_bool(w, "general.flag", true));
+  const char *toks[3] = {"a", "", "hello"};
+  ck_assert_ok(ortep_gguf_writer_add_strings(w, "tokenizer.ggml.tokens", toks, 3));
+  int32_t types[3] = {1, -2, 3};
+  ck_assert_ok(ortep_gguf_writer_add_array(w, "tokenizer.ggml.token_type", ORTEP_GGUF_I32, types, 3));
+  float f32[64];
+  uint16_t h16[64];
+  for (int i = 0; i < 64; i++) f32[i] = (float)i - 32.0f, h16[i] = ortep_f32_to_bf16(f32[i]);
+  ortep_shape s2 = SHAPE(2, 32), s1 = SHAPE(64);
+  uint8_t q8[2 * 34], q4[2 * 18], qk[144];
+  ck_assert_ok(ortep_quantize(ORTEP_DTYPE_Q8_0, f32, 64, q8));
+  ck_assert_ok(ortep_quantize(ORTEP_DTYPE_Q4_0, f32, 64, q4));
+  memset(qk, 7, sizeof qk);
+  ck_assert_ok(ortep_gguf_writer_add_tensor(w, "f32", ORTEP_GGML_F32, &s2, f32, sizeof f32));
+  ck_assert_ok(ortep_gguf_writer_add_tensor(w, "bf16", ORTEP_GGML_BF16, &s1, h16, sizeof h16));
+  ck_assert_ok(ortep_gguf_writer_add_tensor(w, "q8", ORTEP_GGML_Q8_0, &s2, q8, sizeof q8));
+  ck_assert_ok(ortep_gguf_writer_add_tensor(w, "q4", ORTEP_GGML_Q4_0, &s2, q4, sizeof q4));
+  ortep_shape sk = SHAPE(1, 256);
+  ck_assert_ok(ortep_gguf_writer_add_tensor(w, "qk", 12 /* Q4_K */, &sk, qk, sizeof qk));
+  /* what the writer refuses */
+  ck_assert_status(ortep_gguf_writer_add_tensor(w, "bad", ORTEP_GGML_Q8_0, &s1, q8, 10), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_status(ortep_gguf_writer_add_array(w, "bad", ORTEP_GGUF_STRING, toks, 3), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_ok(ortep_gguf_writer_write(w, path));
+  ortep_gguf_writer_destroy(w);
+}
+
+static void setup(void) {
+  snprintf(g_path, sizeof g_path, "/tmp/ortep-gguf-%d.gguf", (int)getpid());
+  write_sample(g_path);
+}
+static void teardown(void) { unlink(g_path); }
+
+START_TEST(a_written_file_reads_back) {
+  ortep_gguf *g;
+  ck_assert_ok(ortep_gguf_open(g_path, &g));
+  ck_assert_uint_eq(ortep_gguf_version(g), 3);
+  ck_assert_uint_eq(ortep_gguf_kv_count(g), 6);
+  const ortep_gguf_kv *kv = ortep_gguf_find_kv(g, "general.architecture");
+  ck_assert_int_eq(kv->type, ORTEP_GGUF_STRING);
+  ck_assert(kv->len == 5 && !memcmp(kv->str, "qwen2", 5));
+  kv = ortep_gguf_find_kv(g, "qwen2.block_count");
+  ck_assert(kv->type == ORTEP_GGUF_U32 && kv->u == 24);
+  ck_assert(ortep_gguf_find_kv(g, "qwen2.rope.freq_base")->f == 1e6);
+  ck_assert(ortep_gguf_find_kv(g, "general.flag")->u == 1);
+  kv = ortep_gguf_find_kv(g, "tokenizer.ggml.tokens");
+  ck_assert(kv->type == ORTEP_GGUF_ARRAY && kv->elem_type == ORTEP_GGUF_STRING && kv->count == 3);
+  const char *s;
+  size_t n;
+  ck_assert_ok(ortep_gguf_array_string(g, kv, 2, &s, &n));
+  ck_assert(n == 5 && !memcmp(s, "hello", 5));
+  ck_assert_ok(ortep_gguf_array_string(g, kv, 1, &s, &n));
+  ck_assert_uint_eq(n, 0);
+  ck_assert_status(ortep_gguf_array_string(g, kv, 3, &s, &n), ORTEP_E_OUT_OF_RANGE);
+  kv = ortep_gguf_find_kv(g, "tokenizer.ggml.token_type");
+  ck_assert(kv->elem_type == ORTEP_GGUF_I32 && kv->count == 3);
+  int32_t t1;
+  memcpy(&t1, (const uint8_t *)kv->data + 4, 4);
+  ck_assert_int_eq(t1, -2);
+  ck_assert_status(ortep_gguf_array_string(g, kv, 0, &s, &n), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_ptr_null(ortep_gguf_find_kv(g, "nope"));
+  ck_assert_uint_eq(ortep_gguf_tensor_count(g), 5);
+  const ortep_gguf_tensor *t = ortep_gguf_find_tensor(g, "f32");
+  ck_assert(t->dtype == ORTEP_DTYPE_F32 && t->shape.rank == 2 && t->shape.dims[0] == 2 && t->shape.dims[1] == 32);
+  ck_assert_uint_eq(t->size, 256);
+  ck_assert_float_eq(((const float *)t->data)[33], 1.0f);
+  ck_assert_uint_eq((uintptr_t)t->data % 32, 0);
+  t = ortep_gguf_find_tensor(g, "q8");
+  ck_assert(t->dtype == ORTEP_DTYPE_Q8_0 && t->size == 68);
+  float back[64];
+  ck_assert_ok(ortep_dequantize(ORTEP_DTYPE_Q8_0, t->data, 64, back));
+  ck_assert_float_eq_tol(back[0], -32.0f, 0.01f); /* the f16 scale's rounding */
+  ck_assert(ortep_gguf_find_tensor(g, "q4")->dtype == ORTEP_DTYPE_Q4_0);
+  ck_assert(ortep_gguf_find_tensor(g, "bf16")->shape.rank == 1);
+  t = ortep_gguf_find_tensor(g, "qk"); /* named, not read */
+  ck_assert(t->dtype == ORTEP_DTYPE_COUNT && t->ggml_type == 12 && t->size == 144);
+  ck_assert_str_eq(ortep_gguf_type_name(t->ggml_type), "Q4_K");
+  ck_assert_str_eq(ortep_gguf_type_name(999), "type 999");
+  ortep_gguf_close(g);
+}
+END_TEST
+
+/* Offsets in the sample (the writer's layout): magic 0, version 4, counts
+ * 8 / 16, then the first key's length at 24. */
+static void expect_refused(const uint8_t *b, size_t len, const char *why) {
+  ortep_gguf *g = NULL;
+  ck_assert_status(ortep_gguf_parse(b, len, &g), ORTEP_E_FORMAT);
+  ck_assert_ptr_null(g);
+  ck_assert_msg(strstr(ortep_last_error(), why), "'%s' lacks '%s'", ortep_last_error(), why);
+}
+
+START_TEST(every_cut_is_refused) {
+  size_t len;
+  uint8_t *b = slurp(g_path, &len);
+  ortep_gguf *g;
+  ck_assert_ok(ortep_gguf_parse(b, len, &g));
+  size_t end = 0; /* the last tensor's last byte: the padding after it is not needed */
+  for (size_t i = 0; i < ortep_gguf_tensor_count(g); i++) {
+    const ortep_gguf_tensor *t = ortep_gguf_tensor_at(g, i);
+    size_t e = (size_t)((const uint8_t *)t->data - b) + t->size;
+    if (e > end) end = e;
+  }
+  ortep_gguf_close(g);
+  ck_assert_uint_lt(end, len);
+  ck_assert_ok(ortep_gguf_parse(b, end, &g));
+  ortep_gguf_close(g);
+  for (size_t cut = 0; cut < end; cut++) {
+    g = NULL;
+    ck_assert_msg(ortep_gguf_parse(b, cut, &g) == ORTEP_E_FORMAT, "a file cut at %zu of %zu bytes was accepted", cut,
+                  len);
+    ck_assert_ptr_null(g);
+  }
+  free(b);
+}
+END_TEST
+
+/* A file with one crafted metadata entry or tensor table, by hand. */
+typedef struct craft {
+  uint8_t b[1024];
+  size_t n;
+} craft;
+static void c_u32(craft *c, uint32_t v) { memcpy(c->b + c->n, &v, 4), c->n += 4; }
+static void c_u64(craft *c, uint64_t v) { memcpy(c->b + c->n, &v, 8), c->n += 8; }
+static void c_str(craft *c, const char *s) {
+  c_u64(c, strlen(s));
+  memcpy(c->b + c->n, s, strlen(s)), c->n += strlen(s);
+}
+static void c_head(craft *c, uint64_t nt, uint64_t nkv) {
+  c->n = 0;
+  c_u32(c, 0x46554747u), c_u32(c, 3), c_u64(c, nt), c_u64(c, nkv);
+}
+/* one tensor's info: name, dims (innermost first), type, offset */
+static void c_tensor(craft *c, const char *name, uint32_t nd, const uint64_t *dims, uint32_t type, uint64_t off) {
+  c_str(c, name), c_u32(c, nd);
+  for (uint32_t d = 0; d < nd; d++) c_u64(c, dims[d]);
+  c_u32(c, type), c_u64(c, off);
+}
+static void c_data(craft *c, size_t bytes) {
+  while (c->n % 32) c->b[c->n++] = 0;
+  memset(c->b + c->n, 0, bytes), c->n += bytes;
+}
+
+START_TEST(bad_files_are_refused_naming_the_problem) {
+  size_t len;
+  uint8_t *b = slurp(g_path, &len);
+  b[0] ^= 1;
+  expect_refused(b, len, "not a GGUF file");
+  b[0] ^= 1;
+  b[4] = 1;
+  expect_refused(b, len, "version 1; ortep reads GGUF versions 2 and 3");
+  b[4] = 3;
+  b[16] = 0xff, b[17] = 0xff; /* a huge metadata count */
+  expect_refused(b, len, "cannot fit");
+  free(b);
+  craft c;
+  /* metadata */
+  c_head(&c, 0, 2), c_str(&c, "k"), c_u32(&c, ORTEP_GGUF_U32), c_u32(&c, 1), c_str(&c, "k"), c_u32(&c, ORTEP_GGUF_U32),
+      c_u32(&c, 2);
+  expect_refused(c.b, c.n, "metadata key 'k' appears twice");
+  c_head(&c, 0, 1), c_str(&c, "k"), c_u32(&c, 13), c_u32(&c, 0);
+  expect_refused(c.b, c.n, "value type 13 is not one GGUF defines");
+  c_head(&c, 0, 1), c_str(&c, "k"), c_u32(&c, ORTEP_GGUF_ARRAY), c_u32(&c, ORTEP_GGUF_ARRAY), c_u64(&c, 1);
+  expect_refused(c.b, c.n, "not arrays");
+  c_head(&c, 0, 1), c_str(&c, "k"), c_u32(&c, ORTEP_GGUF_STRING), c_u64(&c, 1000);
+  expect_refused(c.b, c.n, "its string runs past the end");
+  c_head(&c, 0, 1), c_str(&c, ""), c_u32(&c, ORTEP_GGUF_U8);
+  expect_refused(c.b, c.n, "a key of 0 bytes");
+  c_head(&c, 0, 1), c_str(&c, "general.alignment"), c_u32(&c, ORTEP_GGUF_U32), c_u32(&c, 48);
+  expect_refused(c.b, c.n, "general.alignment must be a u32 power of two");
+  /* tensors */
+  uint64_t d2[2] = {32, 2}, d0[1] = {0}, d5[5] = {32, 1, 1, 1, 1}, d48[1] = {48};
+  c_head(&c, 1, 0), c_tensor(&c, "w", 1, d0, ORTEP_GGML_F32, 0), c_data(&c, 0);
+  expect_refused(c.b, c.n, "tensor 'w': dimension 0 is 0");
+  c_head(&c, 1, 0), c_tensor(&c, "w", 5, d5, ORTEP_GGML_F32, 0), c_data(&c, 128);
+  expect_refused(c.b, c.n, "tensor 'w': 5 dimensions");
+  c_head(&c, 1, 0), c_tensor(&c, "w", 1, d48, ORTEP_GGML_Q8_0, 0), c_data(&c, 64);
+  expect_refused(c.b, c.n, "its rows of 48 values are not whole Q8_0 blocks of 32");
+  c_head(&c, 1, 0), c_tensor(&c, "w", 2, d2, 16 /* IQ2_XXS */, 0), c_data(&c, 64);
+  expect_refused(c.b, c.n, "GGML type IQ2_XXS, which ortep does not read");
+  c_head(&c, 1, 0), c_tensor(&c, "w", 2, d2, ORTEP_GGML_F32, 8), c_data(&c, 256);
+  expect_refused(c.b, c.n, "offset 8 is not a multiple of the alignment 32");
+  c_head(&c, 1, 0), c_tensor(&c, "w", 2, d2, ORTEP_GGML_F32, 0), c_data(&c, 255);
+  expect_refused(c.b, c.n, "run past the end");
+  c_head(&c, 2, 0), c_tensor(&c, "a", 2, d2, ORTEP_GGML_F32, 0), c_tensor(&c, "b", 2, d2, ORTEP_GGML_F32, 224),
+      c_data(&c, 512);
+  expect_refused(c.b, c.n, "tensors 'a' and 'b' overlap");
+  c_head(&c, 2, 0), c_tensor(&c, "a", 2, d2, ORTEP_GGML_F32, 0), c_tensor(&c, "a", 2, d2, ORTEP_GGML_F32, 256),
+      c_data(&c, 512);
+  expect_refused(c.b, c.n, "tensor 'a' appears twice");
+  /* and the well-formed two-tensor file is accepted */
+  c_head(&c, 2, 0), c_tensor(&c, "a", 2, d2, ORTEP_GGML_F32, 0), c_tensor(&c, "b", 2, d2, ORTEP_GGML_F32, 256),
+      c_data(&c, 512);
+  ortep_gguf *g;
+  ck_assert_ok(ortep_gguf_parse(c.b, c.n, &g));
+  ortep_gguf_close(g);
+  /* a path that is not a file */
+  ck_assert_status(ortep_gguf_open("/tmp", &g), ORTEP_E_IO);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("gguf");
+  TCase *tc = tcase_create("gguf");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, a_written_file_reads_back);
+  tcase_add_test(tc, every_cut_is_refused);
+  tcase_add_test(tc, bad_files_are_refused_naming_the_problem);
+  suite_add_tcase(s, tc);
+  return test_run(s);
+}
