@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "model_options.h"
@@ -129,13 +130,30 @@ static int output_failed(const char *cmd) {
   return 1;
 }
 
-/* The model's config.json (the vocabulary and context sizes), when dir has
- * one: 0, or 1 with the reason printed. *have is false when there is none. */
+/* Whether --model names a file (a .gguf), not a directory. */
+static bool is_file(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* Where the tokenizer.json is: the model directory, or beside a .gguf. */
+static const char *tokenizer_dir(const char *model, char *buf, size_t len) {
+  if (!is_file(model)) return model;
+  snprintf(buf, len, "%s", model);
+  char *slash = strrchr(buf, '/');
+  if (!slash) return ".";
+  *slash = '\0';
+  return buf[0] ? buf : "/";
+}
+
+/* The model's config (config.json, or a .gguf's metadata: the vocabulary
+ * and context sizes), when it has one: 0, or 1 with the reason printed.
+ * *have is false when there is none. */
 static int model_config(const char *cmd, const char *dir, bool required, ortep_model_config *c, bool *have) {
   char path[4200];
   snprintf(path, sizeof path, "%s/config.json", dir);
   *have = false;
-  if (!required && access(path, F_OK) != 0) return 0; /* a tokenizer-only directory */
+  if (!required && !is_file(dir) && access(path, F_OK) != 0) return 0; /* a tokenizer-only directory */
   if (ortep_model_config_read(dir, c) != ORTEP_OK) return fail(cmd);
   *have = true;
   return 0;
@@ -293,7 +311,9 @@ static int prompt_tokens(const gen_args *a, const ortep_model_config *c, ortep_t
                          ortep_detokenizer **detok, int32_t **ids, size_t *n) {
   static const char *cmd = "generate";
   if (a->prompt) {
-    if (ortep_tokenizer_open_for_vocab(a->src.dir, (size_t)c->vocab_size, tok) != ORTEP_OK) {
+    char tdir[4096];
+    if (ortep_tokenizer_open_for_vocab(tokenizer_dir(a->src.dir, tdir, sizeof tdir), (size_t)c->vocab_size, tok) !=
+        ORTEP_OK) {
       fprintf(stderr, "ortep generate: %s\n%s", ortep_last_error(),
               ortep_last_status() == ORTEP_E_INVALID_ARGUMENT
                   ? ""
@@ -404,7 +424,11 @@ static int open_tokenizer(const char *cmd, const char *dir, ortep_tokenizer **t)
   bool have;
   int rc = model_config(cmd, dir, false, &c, &have);
   if (rc) return rc;
-  return ortep_tokenizer_open_for_vocab(dir, have ? (size_t)c.vocab_size : 0, t) == ORTEP_OK ? 0 : fail(cmd);
+  char tdir[4096];
+  return ortep_tokenizer_open_for_vocab(tokenizer_dir(dir, tdir, sizeof tdir), have ? (size_t)c.vocab_size : 0, t) ==
+                 ORTEP_OK
+             ? 0
+             : fail(cmd);
 }
 
 static int cmd_tokenize(int argc, char **argv) {

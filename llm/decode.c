@@ -463,13 +463,14 @@ static bool runs_nodes(const ortep_decoder *d, const ortep_ep *ep) {
 static ortep_status open_cache(ortep_decoder *d, const char *dir, ortep_ep *cpu) {
   if (ortep_ep_registry_count(d->registry) != 1) return ORTEP_OK;
   const char *lm = ortep_config_get(d->ep_config, LAYOUT_KEY), *wm = ortep_config_get(d->ep_config, WEIGHTS_KEY);
-  char file[4200], opts[256];
-  snprintf(file, sizeof file, "%s/model.safetensors", dir);
+  char opts[256];
+  (void)dir;
   snprintf(opts, sizeof opts, "ortep weights cache; projections %s; embedding %s; layout %s; weights %s",
            d->dtypes.projections == ORTEP_DTYPE_COUNT ? "stored" : ortep_dtype_name(d->dtypes.projections),
            d->dtypes.embedding == ORTEP_DTYPE_COUNT ? "stored" : ortep_dtype_name(d->dtypes.embedding),
            lm ? lm : "auto", wm ? wm : "map");
-  return ortep__wcache_open(ortep_config_get(d->ep_config, CACHE_KEY), file, opts, cpu, &d->wcache);
+  return ortep__wcache_open(ortep_config_get(d->ep_config, CACHE_KEY), ortep__model_file(d->model), opts, cpu,
+                            &d->wcache);
 }
 
 void ortep_decoder_weights_cache(const ortep_decoder *d, ortep_weights_cache_info *out) {

@@ -8,6 +8,20 @@
 #include "runtime/internal.h"
 #include "runtime/strmap.h"
 
+/* The size checks of a model config (model.c), for config.json and GGUF
+ * metadata alike: what names the source in messages. */
+ortep_status ortep__model_check_sizes(const ortep_model_config *c, const char *what);
+
+/* A GGUF file as a model (gguf_model.c): the config from its metadata, and
+ * its tensors under Hugging Face names (*names holds them; entries point
+ * into the file). A tensor of a type ortep does not read is refused, naming
+ * it and its type. */
+typedef struct ortep_gguf ortep_gguf;
+ortep_status ortep__gguf_config(const ortep_gguf *g, ortep_model_config *c);
+ortep_status ortep__gguf_entries(const ortep_gguf *g, ortep_safetensors_entry **entries, size_t *n, char **names);
+/* The file the model's weights come from (model.safetensors, or the .gguf). */
+const char *ortep__model_file(const ortep_model *model);
+
 /* Whether the model's weights are its own private copy (ortep.weights =
  * read), which an EP may rearrange in place when it prepares them. */
 bool ortep__model_weights_private(const ortep_model *model);

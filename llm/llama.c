@@ -84,7 +84,8 @@ static void weight(builder *b, const char *name) {
     b->st = ortep_graph_add_initializer(b->g, name, t);
   else
     ortep_tensor_release(t);
-  if (b->st == ORTEP_OK && b->prefer != ORTEP_DTYPE_COUNT)
+  /* a weight stored quantized (a GGUF's) stays as it is */
+  if (b->st == ORTEP_OK && b->prefer != ORTEP_DTYPE_COUNT && ortep_dtype_is_float(e->dtype))
     b->st = ortep_graph_prefer_initializer_dtype(b->g, name, b->prefer);
 }
 
@@ -293,6 +294,7 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
       id = node(&b, "RotaryEmbedding", ORTEP_DOMAIN_MS, nm[2 + r],
                 (const char *[]){n[1 + r], pos_in, "rope.cos", "rope.sin"}, 4, (const char *[]){n[4 + r]}, 1);
       attr_i(&b, id, "num_heads", r ? KV : NH);
+      if (c->rope_interleaved) attr_i(&b, id, "interleaved", 1); /* a llama GGUF's q/k row order */
     }
     value(&b, n[6], 1, 1, NH * HD);
     id = node(&b, "GroupQueryAttention", ORTEP_DOMAIN_MS, nm[4], (const char *[]){n[4], n[5], n[3], ck, cv, pos_in}, 6,

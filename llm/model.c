@@ -9,18 +9,48 @@
 #include <string.h>
 #include <fcntl.h>
 #include <math.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "ortep/gguf.h"
 #include "ortep/model.h"
 
 struct ortep_model {
   ortep_model_config config;
-  ortep_safetensors *weights;
+  ortep_safetensors *weights; /* model.safetensors, or: */
+  ortep_gguf *gguf;           /* a .gguf file, its tensors under Hugging Face names in entries */
+  ortep_safetensors_entry *entries;
+  size_t n_entries;
+  char *names;
+  char file[4096];   /* the weights' file */
   ortep_ep *host;    /* READ mode: owns `copy` */
   ortep_buffer copy; /* READ mode: the file's bytes in host memory */
 };
+
+/* The weights, whichever file they came from. */
+static size_t n_weights(const ortep_model *m) { return m->gguf ? m->n_entries : ortep_safetensors_count(m->weights); }
+static const ortep_safetensors_entry *weight_at(const ortep_model *m, size_t i) {
+  return m->gguf ? (i < m->n_entries ? &m->entries[i] : NULL) : ortep_safetensors_at(m->weights, i);
+}
+static const ortep_safetensors_entry *find_weight(const ortep_model *m, const char *name) {
+  if (!m->gguf) return ortep_safetensors_find(m->weights, name);
+  for (size_t i = 0; name && i < m->n_entries; i++)
+    if (!strcmp(m->entries[i].name, name)) return &m->entries[i];
+  return NULL;
+}
+/* A mapped weight's pages dropped (read mode: nothing to drop). */
+static void release_entry(const ortep_model *m, const ortep_safetensors_entry *e) {
+  if (m->copy.ptr || !e->size) return;
+  if (!m->gguf) {
+    ortep__safetensors_release(m->weights, e);
+    return;
+  }
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)e->data + page - 1) / page * page, hi = ((uintptr_t)e->data + e->size) / page * page;
+  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
 
 #define CFG_FAIL(...) ortep__fail(ORTEP_E_FORMAT, "config.json: " __VA_ARGS__)
 
@@ -94,6 +124,39 @@ static ortep_status parse_eos(const cJSON *root, const char *what, ortep_model_c
   return ORTEP_OK;
 }
 
+/* The checks every config passes, wherever it came from (what: "config.json"
+ * or "gguf metadata", for messages). */
+ortep_status ortep__model_check_sizes(const ortep_model_config *c, const char *what) {
+  if (c->head_dim % 2)
+    return ortep__fail(ORTEP_E_FORMAT, "%s: head_dim %lld must be even for rotary embeddings", what,
+                       (long long)c->head_dim);
+  if (c->num_attention_heads % c->num_key_value_heads)
+    return ortep__fail(ORTEP_E_FORMAT, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
+                       what, (long long)c->num_attention_heads, (long long)c->num_key_value_heads);
+  if (c->vocab_size > INT32_MAX)
+    return ortep__fail(ORTEP_E_FORMAT, "%s: vocab_size %lld exceeds what i32 token ids hold", what,
+                       (long long)c->vocab_size);
+  /* Every size derived from the config below is a product of these; checked
+   * here once, so later arithmetic on them cannot overflow. A tensor of
+   * more than 2^40 elements (4 TiB in f32) is no model this runtime loads. */
+  const int64_t lim = (int64_t)1 << 40;
+  int64_t q, kv, e;
+  if (!product(c->num_attention_heads, c->head_dim, lim, &q) ||
+      !product(c->num_key_value_heads, c->head_dim, lim, &kv) || !product(c->vocab_size, c->hidden_size, lim, &e) ||
+      !product(q, c->hidden_size, lim, &e) || !product(c->intermediate_size, c->hidden_size, lim, &e) ||
+      !product(c->max_position_embeddings, c->head_dim, lim, &e) ||
+      !product(c->num_hidden_layers, c->max_position_embeddings, lim, &e) || !product(e, kv, lim, &e))
+    return ortep__fail(
+        ORTEP_E_FORMAT,
+        "%s: the sizes it gives (hidden_size %lld, intermediate_size %lld, num_attention_heads %lld, head_dim "
+        "%lld, num_hidden_layers %lld, vocab_size %lld, max_position_embeddings %lld) make a tensor of "
+        "more than 2^40 elements; check them",
+        what, (long long)c->hidden_size, (long long)c->intermediate_size, (long long)c->num_attention_heads,
+        (long long)c->head_dim, (long long)c->num_hidden_layers, (long long)c->vocab_size,
+        (long long)c->max_position_embeddings);
+  return ORTEP_OK;
+}
+
 static ortep_status parse_config(const cJSON *root, ortep_model_config *c) {
   if (!cJSON_IsObject(root)) return CFG_FAIL("the document is not a JSON object");
   const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
@@ -131,29 +194,7 @@ static ortep_status parse_config(const cJSON *root, ortep_model_config *c) {
                     (long long)c->num_attention_heads);
   if ((st = get_int(root, "head_dim", false, c->hidden_size / c->num_attention_heads, &c->head_dim)) != ORTEP_OK)
     return st;
-  if (c->head_dim % 2) return CFG_FAIL("head_dim %lld must be even for rotary embeddings", (long long)c->head_dim);
-  if (c->num_attention_heads % c->num_key_value_heads)
-    return CFG_FAIL("num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
-                    (long long)c->num_attention_heads, (long long)c->num_key_value_heads);
-  if (c->vocab_size > INT32_MAX)
-    return CFG_FAIL("vocab_size %lld exceeds what i32 token ids hold", (long long)c->vocab_size);
-  /* Every size derived from the config below is a product of these; checked
-   * here once, so later arithmetic on them cannot overflow. A tensor of
-   * more than 2^40 elements (4 TiB in f32) is no model this runtime loads. */
-  const int64_t lim = (int64_t)1 << 40;
-  int64_t q, kv, e;
-  if (!product(c->num_attention_heads, c->head_dim, lim, &q) ||
-      !product(c->num_key_value_heads, c->head_dim, lim, &kv) || !product(c->vocab_size, c->hidden_size, lim, &e) ||
-      !product(q, c->hidden_size, lim, &e) || !product(c->intermediate_size, c->hidden_size, lim, &e) ||
-      !product(c->max_position_embeddings, c->head_dim, lim, &e) ||
-      !product(c->num_hidden_layers, c->max_position_embeddings, lim, &e) || !product(e, kv, lim, &e))
-    return CFG_FAIL(
-        "the sizes it gives (hidden_size %lld, intermediate_size %lld, num_attention_heads %lld, head_dim "
-        "%lld, num_hidden_layers %lld, vocab_size %lld, max_position_embeddings %lld) make a tensor of "
-        "more than 2^40 elements; check them",
-        (long long)c->hidden_size, (long long)c->intermediate_size, (long long)c->num_attention_heads,
-        (long long)c->head_dim, (long long)c->num_hidden_layers, (long long)c->vocab_size,
-        (long long)c->max_position_embeddings);
+  if ((st = ortep__model_check_sizes(c, "config.json")) != ORTEP_OK) return st;
   const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
   if (rs && !cJSON_IsNull(rs))
     return CFG_FAIL("rope_scaling is set; ortep implements plain RoPE only (remove it or use a model without it)");
@@ -171,9 +212,15 @@ ortep_status ortep_model_config_parse(const char *json, size_t len, ortep_model_
   return st;
 }
 
+/* A path to a regular file (a .gguf), not a model directory. */
+static bool is_gguf_path(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
 /* READ mode: the whole file into memory from the host EP (charged to its
  * governor), then parsed in place; the file is closed before this returns. */
-static ortep_status read_weights(ortep_model *m, const char *path) {
+static ortep_status read_weights(ortep_model *m, const char *path, bool gguf) {
   int fd;
   size_t len;
   ortep_status st = ortep__open_regular(path, &fd, &len);
@@ -199,26 +246,28 @@ static ortep_status read_weights(ortep_model *m, const char *path) {
     got += (size_t)r;
   }
   close(fd);
-  st = ortep_safetensors_parse(m->copy.ptr, len, &m->weights);
+  st = gguf ? ortep_gguf_parse(m->copy.ptr, len, &m->gguf) : ortep_safetensors_parse(m->copy.ptr, len, &m->weights);
   return st == ORTEP_OK ? ORTEP_OK : ortep__wrap(st, "%s", path);
 }
 
 static ortep_status expect(const ortep_model *m, const char *name, int64_t d0, int64_t d1) {
-  const ortep_safetensors_entry *e = ortep_safetensors_find(m->weights, name);
-  if (!e) return ortep__fail(ORTEP_E_FORMAT, "model.safetensors: tensor '%s' is missing (the config implies it)", name);
-  if (!ortep_dtype_is_float(e->dtype))
-    return ortep__fail(ORTEP_E_FORMAT, "model.safetensors: tensor '%s' is %s; weights must be f32, f16 or bf16", name,
-                       ortep_dtype_name(e->dtype));
+  const ortep_safetensors_entry *e = find_weight(m, name);
+  const char *file = m->gguf ? "gguf" : "model.safetensors";
+  if (!e) return ortep__fail(ORTEP_E_FORMAT, "%s: tensor '%s' is missing (the config implies it)", file, name);
+  /* 2-D weights may come quantized (a GGUF's q8_0 / q4_0); 1-D ones are float */
+  if (!ortep_dtype_is_float(e->dtype) && !(d1 >= 0 && ortep_dtype_is_quantized(e->dtype)))
+    return ortep__fail(ORTEP_E_FORMAT, "%s: tensor '%s' is %s; weights must be f32, f16 or bf16%s", file, name,
+                       ortep_dtype_name(e->dtype), d1 >= 0 ? " (or q8_0 / q4_0)" : "");
   bool ok = d1 < 0 ? (e->shape.rank == 1 && e->shape.dims[0] == d0)
                    : (e->shape.rank == 2 && e->shape.dims[0] == d0 && e->shape.dims[1] == d1);
   if (!ok) {
     char got[160];
     ortep_shape_format(&e->shape, got, sizeof got);
     if (d1 < 0)
-      return ortep__fail(ORTEP_E_FORMAT, "model.safetensors: tensor '%s' has shape %s; the config implies [%lld]", name,
-                         got, (long long)d0);
-    return ortep__fail(ORTEP_E_FORMAT, "model.safetensors: tensor '%s' has shape %s; the config implies [%lld, %lld]",
-                       name, got, (long long)d0, (long long)d1);
+      return ortep__fail(ORTEP_E_FORMAT, "%s: tensor '%s' has shape %s; the config implies [%lld]", file, name, got,
+                         (long long)d0);
+    return ortep__fail(ORTEP_E_FORMAT, "%s: tensor '%s' has shape %s; the config implies [%lld, %lld]", file, name, got,
+                       (long long)d0, (long long)d1);
   }
   return ORTEP_OK;
 }
@@ -292,11 +341,18 @@ static const char *not_a_dir(const char *dir) {
 
 ortep_status ortep_model_config_read(const char *dir, ortep_model_config *out) {
   if (!dir || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_config_read: NULL argument");
+  if (is_gguf_path(dir)) { /* a .gguf file: its metadata */
+    ortep_gguf *g;
+    ortep_status st = ortep_gguf_open(dir, &g);
+    if (st == ORTEP_OK && (st = ortep__gguf_config(g, out)) != ORTEP_OK) ortep__wrap(st, "%s", dir);
+    ortep_gguf_close(g);
+    return st;
+  }
   const char *why = not_a_dir(dir);
   if (why)
     return ortep__fail(ORTEP_E_IO,
                        "model directory '%s' %s; give a directory that holds config.json and "
-                       "model.safetensors",
+                       "model.safetensors, or a .gguf file",
                        dir, why);
   char path[4096];
   /* the longest of the names must fit, or none is opened */
@@ -330,11 +386,20 @@ ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *o
   ortep_model *m = ortep__calloc(1, sizeof *m);
   if (!m) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the model");
   if (o.weights == ORTEP_WEIGHTS_READ) m->host = o.host;
-  char path[4096];
-  ortep_status st = ortep_model_config_read(dir, &m->config);
-  if (st == ORTEP_OK) {
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    st = o.weights == ORTEP_WEIGHTS_READ ? read_weights(m, path) : ortep_safetensors_open(path, &m->weights);
+  ortep_status st;
+  if (is_gguf_path(dir)) {
+    /* a .gguf file: the config from its metadata, its tensors renamed */
+    snprintf(m->file, sizeof m->file, "%s", dir);
+    st = o.weights == ORTEP_WEIGHTS_READ ? read_weights(m, dir, true) : ortep_gguf_open(dir, &m->gguf);
+    if (st == ORTEP_OK && (st = ortep__gguf_config(m->gguf, &m->config)) != ORTEP_OK) ortep__wrap(st, "%s", dir);
+    if (st == ORTEP_OK && (st = ortep__gguf_entries(m->gguf, &m->entries, &m->n_entries, &m->names)) != ORTEP_OK)
+      ortep__wrap(st, "%s", dir);
+  } else {
+    st = ortep_model_config_read(dir, &m->config);
+    snprintf(m->file, sizeof m->file, "%s/model.safetensors", dir);
+    if (st == ORTEP_OK)
+      st = o.weights == ORTEP_WEIGHTS_READ ? read_weights(m, m->file, false)
+                                           : ortep_safetensors_open(m->file, &m->weights);
   }
   if (st == ORTEP_OK && (st = check_weights(m)) != ORTEP_OK) ortep__wrap(st, "%s", dir);
   if (st != ORTEP_OK) {
@@ -345,40 +410,45 @@ ortep_status ortep_model_open_with(const char *dir, const ortep_model_options *o
   return ORTEP_OK;
 }
 
+const char *ortep__model_file(const ortep_model *m) { return m ? m->file : NULL; }
+
 void ortep_model_close(ortep_model *m) {
   if (!m) return;
   ortep_safetensors_close(m->weights);
+  ortep_gguf_close(m->gguf);
+  ortep__free(m->entries);
+  ortep__free(m->names);
   if (m->copy.ptr) ortep_ep_deallocate(m->host, &m->copy);
   ortep__free(m);
 }
 
 const ortep_model_config *ortep_model_get_config(const ortep_model *m) { return m ? &m->config : NULL; }
 const ortep_safetensors_entry *ortep_model_tensor(const ortep_model *m, const char *name) {
-  return m ? ortep_safetensors_find(m->weights, name) : NULL;
+  return m ? find_weight(m, name) : NULL;
 }
 
 bool ortep__model_weights_private(const ortep_model *m) { return m && m->copy.ptr; }
 
 size_t ortep__model_release_prepared(ortep_model *m, const ortep_session *s) {
   size_t n = 0;
-  for (size_t i = 0; m && i < ortep_safetensors_count(m->weights); i++) {
-    const ortep_safetensors_entry *e = ortep_safetensors_at(m->weights, i);
+  for (size_t i = 0; m && i < n_weights(m); i++) {
+    const ortep_safetensors_entry *e = weight_at(m, i);
     ortep_dtype dt;
     ortep_shape sh;
     if (!ortep_session_initializer_form(s, e->name, &dt, &sh)) continue;
     if (dt != e->dtype || !ortep_shape_equal(&sh, &e->shape)) n++; /* a form of its own, not a copy */
-    if (!m->copy.ptr) ortep__safetensors_release(m->weights, e);   /* mapped: drop its pages */
+    release_entry(m, e);                                           /* mapped: drop its pages */
   }
   return n;
 }
 void ortep__model_release_weight(void *model, const char *name) {
   ortep_model *m = model;
-  const ortep_safetensors_entry *e = ortep_safetensors_find(m->weights, name);
-  if (e && !m->copy.ptr) ortep__safetensors_release(m->weights, e);
+  const ortep_safetensors_entry *e = find_weight(m, name);
+  if (e) release_entry(m, e);
 }
 
 size_t ortep_model_weight_bytes(const ortep_model *m) {
   size_t n = 0;
-  for (size_t i = 0; m && i < ortep_safetensors_count(m->weights); i++) n += ortep_safetensors_at(m->weights, i)->size;
+  for (size_t i = 0; m && i < n_weights(m); i++) n += weight_at(m, i)->size;
   return n;
 }

@@ -25,13 +25,14 @@ typedef struct preset {
 } preset;
 
 static const preset presets[] = {
-    {"tiny", {ORTEP_ARCH_QWEN2, 64, 176, 2, 4, 2, 512, 512, 16, 1e-6, 10000.0, true, true, {0}, 0}},
-    {"tiny-llama", {ORTEP_ARCH_LLAMA, 64, 160, 2, 4, 1, 384, 256, 16, 1e-5, 10000.0, false, false, {0}, 0}},
+    {"tiny", {ORTEP_ARCH_QWEN2, 64, 176, 2, 4, 2, 512, 512, 16, 1e-6, 10000.0, true, true, {0}, 0, false}},
+    {"tiny-llama", {ORTEP_ARCH_LLAMA, 64, 160, 2, 4, 1, 384, 256, 16, 1e-5, 10000.0, false, false, {0}, 0, false}},
     /* head_dim 24, not hidden / heads = 16 (as Gemma- or Qwen3-style configs declare) */
-    {"tiny-wide-heads", {ORTEP_ARCH_LLAMA, 64, 160, 2, 4, 2, 384, 256, 24, 1e-5, 10000.0, false, false, {0}, 0}},
+    {"tiny-wide-heads", {ORTEP_ARCH_LLAMA, 64, 160, 2, 4, 2, 384, 256, 24, 1e-5, 10000.0, false, false, {0}, 0, false}},
     /* big enough that its projections split across the CPU EP's workers */
-    {"small", {ORTEP_ARCH_QWEN2, 256, 704, 4, 8, 2, 2048, 1024, 32, 1e-6, 10000.0, true, true, {0}, 0}},
-    {"qwen2.5-0.5b", {ORTEP_ARCH_QWEN2, 896, 4864, 24, 14, 2, 151936, 32768, 64, 1e-6, 1000000.0, true, true, {0}, 0}},
+    {"small", {ORTEP_ARCH_QWEN2, 256, 704, 4, 8, 2, 2048, 1024, 32, 1e-6, 10000.0, true, true, {0}, 0, false}},
+    {"qwen2.5-0.5b",
+     {ORTEP_ARCH_QWEN2, 896, 4864, 24, 14, 2, 151936, 32768, 64, 1e-6, 1000000.0, true, true, {0}, 0, false}},
 };
 
 typedef enum init_kind { INIT_EMBED, INIT_PROJ, INIT_NORM, INIT_BIAS } init_kind;

@@ -129,6 +129,30 @@ START_TEST(generate_streams_text_and_sampling_is_reproducible) {
 }
 END_TEST
 
+/* A .gguf file is a model too (the tokenizer.json beside it), and decodes
+ * the text its directory does. */
+START_TEST(a_gguf_file_generates_like_its_directory) {
+  char dir[96], file[128], args[512];
+  snprintf(dir, sizeof dir, "%s/small", g_tmp);
+  ck_assert_int_eq(mkdir(dir, 0755), 0);
+  ck_assert_ok(ortep_model_write_synthetic(dir, "small", ORTEP_DTYPE_BF16, 7));
+  ortep_model *m;
+  ck_assert_ok(ortep_model_open(dir, &m));
+  snprintf(file, sizeof file, "%s/model.gguf", dir);
+  ck_assert_ok(ortep_model_write_gguf(m, file, "q8_0"));
+  ortep_model_close(m);
+  snprintf(args, sizeof args, "generate --ep cpu --model %s --dtype q8_0 --prompt 'Hello there' --max-tokens 10", dir);
+  ck_assert_msg(ortep(args, NULL) == 0, "%s", g_err);
+  static char want[sizeof g_out];
+  memcpy(want, g_out, sizeof want);
+  snprintf(args, sizeof args, "generate --ep cpu --model %s --prompt 'Hello there' --max-tokens 10", file);
+  ck_assert_msg(ortep(args, NULL) == 0, "%s", g_err);
+  ck_assert_str_eq(g_out, want);
+  snprintf(args, sizeof args, "tokenize --model %s --text 'Hello there'", file);
+  ck_assert_msg(ortep(args, NULL) == 0, "%s", g_err);
+}
+END_TEST
+
 START_TEST(tokenize_and_detokenize_round_trip) {
   ck_assert_msg(ortep("tokenize --preset tiny --text 'Hello world, 42!'", NULL) == 0, "%s", g_err);
   static char ids[sizeof g_out];
@@ -333,6 +357,7 @@ int main(void) {
   tcase_add_test(tc, usage_errors_exit_2_and_name_the_argument);
   tcase_add_test(tc, generate_streams_text_and_sampling_is_reproducible);
   tcase_add_test(tc, tokenize_and_detokenize_round_trip);
+  tcase_add_test(tc, a_gguf_file_generates_like_its_directory);
   tcase_add_test(tc, a_model_without_a_tokenizer_takes_ids);
   tcase_add_test(tc, tiny_sampling_parameters_draw_real_tokens);
   tcase_add_test(tc, integer_options_are_parsed_as_integers);

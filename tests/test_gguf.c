@@ -6,6 +6,8 @@
  * the file, a changed magic or version, duplicates, a bad alignment, an
  * array of arrays, zero or five dimensions, rows not whole blocks, an
  * unknown GGML type, misaligned, out-of-range and overlapping data. */
+#include <math.h>
+
 #include "testutil.h"
 
 static char g_path[96];
@@ -228,6 +230,124 @@ START_TEST(bad_files_are_refused_naming_the_problem) {
 }
 END_TEST
 
+/* --- models from GGUF files ------------------------------------------------------- */
+/* Greedy logits of 12 steps after a 5-token prompt. */
+static void decode_logits(const char *model, const char *wd, size_t V, float *out, int32_t *tokens) {
+  ortep_config *c;
+  ck_assert_ok(ortep_config_create(&c));
+  if (wd) ck_assert_ok(ortep_config_set(c, "ortep.weights_dtype", wd));
+  ck_assert_ok(ortep_config_set(c, "ortep.weights_cache", "off"));
+  ortep_decoder *d;
+  ck_assert_ok(ortep_decoder_open(model, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 64, .config = c}, &d));
+  const int32_t prompt[5] = {5, 9, 17, 33, 2};
+  int32_t next;
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 5, &next));
+  for (int i = 0; i < 12; i++) {
+    tokens[i] = next;
+    ck_assert_ok(ortep_decoder_step(d, next, 5 + i, &next));
+    ck_assert_ok(ortep_decoder_logits(d, out + (size_t)i * V, V));
+  }
+  ortep_decoder_close(d);
+  ortep_config_destroy(c);
+}
+
+/* A preset's directory and its GGUF (dtype: stored, q8_0, q4_0) decode the
+ * same tokens; bitwise the same logits where the kernels see the same bytes
+ * (a qwen2 file: no row permutation), within float rounding for a llama
+ * file (its q/k rows permuted and RoPE on adjacent pairs: the q.k sums run
+ * in another order). */
+static void same_as_directory(const char *preset, const char *dtype, bool bitwise) {
+  char dir[64], file[96];
+  test_model_dir(dir, sizeof dir, preset, ORTEP_DTYPE_BF16);
+  snprintf(file, sizeof file, "%s/model.gguf", dir);
+  ortep_model *m;
+  ck_assert_ok(ortep_model_open(dir, &m));
+  size_t V = (size_t)ortep_model_get_config(m)->vocab_size;
+  ck_assert_ok(ortep_model_write_gguf(m, file, dtype));
+  ortep_model_close(m);
+  ortep_model_config c;
+  ck_assert_ok(ortep_model_config_read(file, &c));
+  ck_assert_uint_eq((size_t)c.vocab_size, V);
+  ck_assert(c.rope_interleaved == !strcmp(preset, "tiny-llama"));
+  const char *wd = strcmp(dtype, "stored") ? dtype : NULL;
+  float *a = malloc(12 * V * sizeof *a), *b = malloc(12 * V * sizeof *b);
+  int32_t ta[12], tb[12];
+  decode_logits(dir, wd, V, a, ta);
+  decode_logits(file, NULL, V, b, tb);
+  ck_assert_msg(!memcmp(ta, tb, sizeof ta), "%s %s: the GGUF decodes other tokens", preset, dtype);
+  if (bitwise) {
+    ck_assert_msg(!memcmp(a, b, 12 * V * sizeof *a), "%s %s: logits differ", preset, dtype);
+  } else {
+    for (size_t i = 0; i < 12 * V; i++)
+      ck_assert_msg(fabs(a[i] - b[i]) <= 1e-4 * (1 + fabs(a[i])), "%s %s: logit %zu %.6f vs %.6f", preset, dtype, i,
+                    a[i], b[i]);
+  }
+  free(a), free(b);
+  unlink(file);
+  test_model_dir_remove(dir);
+}
+
+START_TEST(a_gguf_decodes_like_its_directory) {
+  same_as_directory("small", "stored", true);
+  same_as_directory("small", "q4_0", true);
+  same_as_directory("tiny-llama", "stored", false);
+  same_as_directory("tiny-llama", "q8_0", false);
+}
+END_TEST
+
+/* A one-layer llama file written by hand, with one tensor of type ffn_type. */
+static void write_llama(const char *path, const char *arch, uint32_t ffn_type) {
+  ortep_gguf_writer *w;
+  ck_assert_ok(ortep_gguf_writer_create(&w));
+  ck_assert_ok(ortep_gguf_writer_add_string(w, "general.architecture", arch));
+  ck_assert_ok(ortep_gguf_writer_add_u32(w, "llama.embedding_length", 256));
+  ck_assert_ok(ortep_gguf_writer_add_u32(w, "llama.feed_forward_length", 256));
+  ck_assert_ok(ortep_gguf_writer_add_u32(w, "llama.block_count", 1));
+  ck_assert_ok(ortep_gguf_writer_add_u32(w, "llama.attention.head_count", 4));
+  ck_assert_ok(ortep_gguf_writer_add_u32(w, "llama.context_length", 64));
+  ck_assert_ok(ortep_gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
+  static float z[16 * 256];
+  static uint8_t qk[256 * 144];
+  ortep_shape e = SHAPE(16, 256), n = SHAPE(256), sq = SHAPE(256, 256);
+  ck_assert_ok(ortep_gguf_writer_add_tensor(w, "token_embd.weight", ORTEP_GGML_F32, &e, z, sizeof z));
+  ck_assert_ok(ortep_gguf_writer_add_tensor(w, "output_norm.weight", ORTEP_GGML_F32, &n, z, 1024));
+  ck_assert_ok(ortep_gguf_writer_add_tensor(w, "blk.0.attn_norm.weight", ORTEP_GGML_F32, &n, z, 1024));
+  ck_assert_ok(ortep_gguf_writer_add_tensor(w, "blk.0.ffn_norm.weight", ORTEP_GGML_F32, &n, z, 1024));
+  const char *sq_names[] = {"blk.0.attn_q.weight",      "blk.0.attn_k.weight",   "blk.0.attn_v.weight",
+                            "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"};
+  uint8_t *q8 = calloc(256, 8 * 34);
+  for (int i = 0; i < 6; i++)
+    ck_assert_ok(ortep_gguf_writer_add_tensor(w, sq_names[i], ORTEP_GGML_Q8_0, &sq, q8, 256 * 8 * 34));
+  if (ffn_type == ORTEP_GGML_Q8_0)
+    ck_assert_ok(ortep_gguf_writer_add_tensor(w, "blk.0.ffn_down.weight", ORTEP_GGML_Q8_0, &sq, q8, 256 * 8 * 34));
+  else
+    ck_assert_ok(ortep_gguf_writer_add_tensor(w, "blk.0.ffn_down.weight", ffn_type, &sq, qk, sizeof qk));
+  free(q8);
+  ck_assert_ok(ortep_gguf_writer_write(w, path));
+  ortep_gguf_writer_destroy(w);
+}
+
+START_TEST(gguf_models_refuse_what_ortep_does_not_run) {
+  ortep_model *m = NULL;
+  write_llama(g_path, "llama", ORTEP_GGML_Q8_0);
+  ck_assert_ok(ortep_model_open(g_path, &m));
+  const ortep_model_config *c = ortep_model_get_config(m);
+  ck_assert(c->arch == ORTEP_ARCH_LLAMA && c->hidden_size == 256 && c->num_key_value_heads == 4 && c->head_dim == 64 &&
+            c->vocab_size == 16 && c->tie_word_embeddings && c->rope_theta == 10000.0);
+  ck_assert_int_eq(ortep_model_tensor(m, "model.layers.0.mlp.down_proj.weight")->dtype, ORTEP_DTYPE_Q8_0);
+  ortep_model_close(m);
+  write_llama(g_path, "llama", 12 /* Q4_K */);
+  ck_assert_status(ortep_model_open(g_path, &m), ORTEP_E_FORMAT);
+  ck_assert_ptr_null(m);
+  ck_assert_msg(strstr(ortep_last_error(), "'blk.0.ffn_down.weight' (model.layers.0.mlp.down_proj.weight) is Q4_K"),
+                "%s", ortep_last_error());
+  write_llama(g_path, "gpt2", ORTEP_GGML_Q8_0);
+  ck_assert_status(ortep_model_open(g_path, &m), ORTEP_E_FORMAT);
+  ck_assert_ptr_nonnull(strstr(ortep_last_error(), "general.architecture 'gpt2' is not supported"));
+  ck_assert_status(ortep_model_open("/nonexistent.gguf", &m), ORTEP_E_IO);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("gguf");
   TCase *tc = tcase_create("gguf");
@@ -235,6 +355,9 @@ int main(void) {
   tcase_add_test(tc, a_written_file_reads_back);
   tcase_add_test(tc, every_cut_is_refused);
   tcase_add_test(tc, bad_files_are_refused_naming_the_problem);
+  tcase_add_test(tc, a_gguf_decodes_like_its_directory);
+  tcase_add_test(tc, gguf_models_refuse_what_ortep_does_not_run);
+  tcase_set_timeout(tc, 300);
   suite_add_tcase(s, tc);
   return test_run(s);
 }

@@ -30,6 +30,9 @@ typedef struct ortep_model_config {
    * config.json; none when neither does. Each is checked < vocab_size. */
   int32_t eos_token_ids[ORTEP_MAX_EOS_TOKENS];
   size_t n_eos_token_ids;
+  /* q and k rows in adjacent pairs per head (a llama GGUF: llama.cpp's
+   * converter permutes them so): RoPE rotates adjacent pairs, not halves. */
+  bool rope_interleaved;
 } ortep_model_config;
 
 /* Parses config.json text. Required: hidden_size, intermediate_size,
@@ -48,7 +51,9 @@ ORTEP_API ortep_status ortep_model_config_parse(const char *json, size_t len, or
 ORTEP_API ortep_status ortep_model_config_read(const char *dir, ortep_model_config *out);
 
 typedef struct ortep_model ortep_model;
-/* Opens dir with the weights mapped (ORTEP_WEIGHTS_MAP). */
+/* Opens dir (config.json + model.safetensors), or a .gguf file (gguf.h:
+ * architecture llama or qwen2, the config from its metadata), with the
+ * weights mapped (ORTEP_WEIGHTS_MAP). */
 ORTEP_API ortep_status ortep_model_open(const char *dir, ortep_model **out);
 
 /* How the weights get into memory. MAP (default): the file is mapped and
@@ -71,6 +76,14 @@ ORTEP_API const ortep_model_config *ortep_model_get_config(const ortep_model *mo
  * blocked or quantized projections, ortep.weights_layout and
  * ortep.weights_dtype.) */
 ORTEP_API const ortep_safetensors_entry *ortep_model_tensor(const ortep_model *model, const char *name);
+/* The model as a GGUF file, as llama.cpp's convert_hf_to_gguf.py writes one:
+ * its metadata keys and tensor names, dimensions innermost first, a llama
+ * model's q/k rows permuted for ggml's RoPE; the weights as stored
+ * (dtype NULL or "stored"), or "q8_0" / "q4_0": the 2-D weights quantized
+ * by ortep_quantize (the embedding and lm_head q8_0 either way), 1-D ones as
+ * stored. No tokenizer metadata. For tests and presets: a GGUF and the
+ * directory it came from decode the same tokens. */
+ORTEP_API ortep_status ortep_model_write_gguf(const ortep_model *model, const char *path, const char *dtype);
 /* The bytes of every weight. */
 ORTEP_API size_t ortep_model_weight_bytes(const ortep_model *model);
 
