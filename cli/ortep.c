@@ -136,16 +136,6 @@ static bool is_file(const char *path) {
   return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* Where the tokenizer.json is: the model directory, or beside a .gguf. */
-static const char *tokenizer_dir(const char *model, char *buf, size_t len) {
-  if (!is_file(model)) return model;
-  snprintf(buf, len, "%s", model);
-  char *slash = strrchr(buf, '/');
-  if (!slash) return ".";
-  *slash = '\0';
-  return buf[0] ? buf : "/";
-}
-
 /* The model's config (config.json, or a .gguf's metadata: the vocabulary
  * and context sizes), when it has one: 0, or 1 with the reason printed.
  * *have is false when there is none. */
@@ -311,9 +301,7 @@ static int prompt_tokens(const gen_args *a, const ortep_model_config *c, ortep_t
                          ortep_detokenizer **detok, int32_t **ids, size_t *n) {
   static const char *cmd = "generate";
   if (a->prompt) {
-    char tdir[4096];
-    if (ortep_tokenizer_open_for_vocab(tokenizer_dir(a->src.dir, tdir, sizeof tdir), (size_t)c->vocab_size, tok) !=
-        ORTEP_OK) {
+    if (ortep_tokenizer_open_for_vocab(a->src.dir, (size_t)c->vocab_size, tok) != ORTEP_OK) {
       fprintf(stderr, "ortep generate: %s\n%s", ortep_last_error(),
               ortep_last_status() == ORTEP_E_INVALID_ARGUMENT
                   ? ""
@@ -424,11 +412,7 @@ static int open_tokenizer(const char *cmd, const char *dir, ortep_tokenizer **t)
   bool have;
   int rc = model_config(cmd, dir, false, &c, &have);
   if (rc) return rc;
-  char tdir[4096];
-  return ortep_tokenizer_open_for_vocab(tokenizer_dir(dir, tdir, sizeof tdir), have ? (size_t)c.vocab_size : 0, t) ==
-                 ORTEP_OK
-             ? 0
-             : fail(cmd);
+  return ortep_tokenizer_open_for_vocab(dir, have ? (size_t)c.vocab_size : 0, t) == ORTEP_OK ? 0 : fail(cmd);
 }
 
 static int cmd_tokenize(int argc, char **argv) {

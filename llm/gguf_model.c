@@ -247,15 +247,24 @@ static ortep_status add_meta(ortep_gguf_writer *w, const ortep_model_config *c) 
 
 ortep_status ortep_model_write_gguf(const ortep_model *m, const char *path, const char *dtype) {
   if (!m || !path) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_write_gguf: NULL argument");
-  ortep_dtype q = ORTEP_DTYPE_COUNT;
-  if (dtype && strcmp(dtype, "stored") && (ortep_dtype_parse(dtype, &q) != ORTEP_OK || !ortep_dtype_is_quantized(q)))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_write_gguf: dtype '%s': use stored, q8_0 or q4_0", dtype);
-  const ortep_model_config *c = ortep_model_get_config(m);
-  if (c->rope_interleaved)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_write_gguf: the model is a GGUF's already");
   ortep_gguf_writer *w;
   ortep_status st = ortep_gguf_writer_create(&w);
-  if (st == ORTEP_OK) st = add_meta(w, c);
+  if (st == ORTEP_OK) st = ortep_model_add_to_gguf(m, w, dtype);
+  if (st == ORTEP_OK) st = ortep_gguf_writer_write(w, path);
+  ortep_gguf_writer_destroy(w);
+  return st;
+}
+
+ortep_status ortep_model_add_to_gguf(const ortep_model *m, ortep_gguf_writer *w, const char *dtype) {
+  if (!m || !w) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_add_to_gguf: NULL argument");
+  ortep_dtype q = ORTEP_DTYPE_COUNT;
+  if (dtype && strcmp(dtype, "stored") && (ortep_dtype_parse(dtype, &q) != ORTEP_OK || !ortep_dtype_is_quantized(q)))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_add_to_gguf: dtype '%s': use stored, q8_0 or q4_0",
+                       dtype);
+  const ortep_model_config *c = ortep_model_get_config(m);
+  if (c->rope_interleaved)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_model_add_to_gguf: the model is a GGUF's already");
+  ortep_status st = add_meta(w, c);
   float *row = NULL;
   uint8_t *buf = NULL, *perm = NULL;
   char gname[128];
@@ -311,7 +320,5 @@ ortep_status ortep_model_write_gguf(const ortep_model *m, const char *path, cons
     st = ortep_gguf_writer_add_tensor(w, gname, ggml_of(to), &e->shape, data, out_bytes);
   }
   ortep__free(buf), ortep__free(perm), ortep__free(row);
-  if (st == ORTEP_OK) st = ortep_gguf_writer_write(w, path);
-  ortep_gguf_writer_destroy(w);
   return st;
 }

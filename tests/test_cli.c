@@ -148,8 +148,27 @@ START_TEST(a_gguf_file_generates_like_its_directory) {
   snprintf(args, sizeof args, "generate --ep cpu --model %s --prompt 'Hello there' --max-tokens 10", file);
   ck_assert_msg(ortep(args, NULL) == 0, "%s", g_err);
   ck_assert_str_eq(g_out, want);
-  snprintf(args, sizeof args, "tokenize --model %s --text 'Hello there'", file);
+  /* elsewhere, with no tokenizer.json beside it: the tokenizer from the file's metadata */
+  char other[96], moved[128], tj[128];
+  snprintf(other, sizeof other, "%s/elsewhere", g_tmp);
+  ck_assert_int_eq(mkdir(other, 0755), 0);
+  snprintf(moved, sizeof moved, "%s/model.gguf", other);
+  snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+  FILE *f = fopen(tj, "rb");
+  static char json[1 << 20];
+  size_t len = fread(json, 1, sizeof json, f);
+  fclose(f);
+  ortep_gguf_writer *w;
+  ck_assert_ok(ortep_model_open(dir, &m));
+  ck_assert_ok(ortep_gguf_writer_create(&w));
+  ck_assert_ok(ortep_model_add_to_gguf(m, w, "q8_0"));
+  ck_assert_ok(ortep_tokenizer_add_to_gguf(w, json, len));
+  ck_assert_ok(ortep_gguf_writer_write(w, moved));
+  ortep_gguf_writer_destroy(w);
+  ortep_model_close(m);
+  snprintf(args, sizeof args, "generate --ep cpu --model %s --prompt 'Hello there' --max-tokens 10", moved);
   ck_assert_msg(ortep(args, NULL) == 0, "%s", g_err);
+  ck_assert_str_eq(g_out, want);
 }
 END_TEST
 

@@ -348,6 +348,72 @@ START_TEST(gguf_models_refuse_what_ortep_does_not_run) {
 }
 END_TEST
 
+/* The tokenizer from a GGUF's metadata (ortep_tokenizer_add_to_gguf, read
+ * back with no tokenizer.json beside the file) gives the ids of the
+ * tokenizer.json it came from; a tokenizer.json beside the file wins; a
+ * SentencePiece vocabulary and a file without one are refused. */
+START_TEST(a_gguf_tokenizer_matches_its_tokenizer_json) {
+  char dir[64], other[64] = "/tmp/ortep-gguf-tok-XXXXXX", file[128], tj[128];
+  test_model_dir(dir, sizeof dir, "small", ORTEP_DTYPE_BF16);
+  ck_assert_ptr_nonnull(mkdtemp(other));
+  snprintf(file, sizeof file, "%s/model.gguf", other);
+  snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+  size_t len;
+  uint8_t *json = slurp(tj, &len);
+  ortep_model *m;
+  ck_assert_ok(ortep_model_open(dir, &m));
+  ortep_gguf_writer *w;
+  ck_assert_ok(ortep_gguf_writer_create(&w));
+  ck_assert_ok(ortep_model_add_to_gguf(m, w, "q8_0"));
+  ck_assert_ok(ortep_tokenizer_add_to_gguf(w, (const char *)json, len));
+  ck_assert_ok(ortep_gguf_writer_write(w, file));
+  ortep_gguf_writer_destroy(w);
+  ortep_model_close(m);
+  ortep_tokenizer *a, *b;
+  ck_assert_ok(ortep_tokenizer_open(dir, &a));
+  ck_assert_ok(ortep_tokenizer_open_for_vocab(file, 2048, &b));
+  ck_assert_uint_eq(ortep_tokenizer_vocab_size(a), ortep_tokenizer_vocab_size(b));
+  const char *texts[] = {"Hello, world!",         "  two  spaces\n\nand lines",
+                         "digits 12345 and 3.14", "caf\xc3\xa9 \xe6\x97\xa5",
+                         "<|endoftext|>special",  "it's we'll they'd"};
+  for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+    int32_t *x, *y;
+    size_t nx, ny;
+    ck_assert_ok(ortep_tokenizer_encode(a, texts[i], strlen(texts[i]), true, &x, &nx));
+    ck_assert_ok(ortep_tokenizer_encode(b, texts[i], strlen(texts[i]), true, &y, &ny));
+    ck_assert_msg(nx == ny && !memcmp(x, y, nx * sizeof *x), "'%s': other ids from the GGUF", texts[i]);
+    ck_assert(ortep_tokenizer_is_special(b, 2047) && !ortep_tokenizer_is_special(b, 300));
+    free(x), free(y);
+  }
+  ortep_tokenizer_close(a), ortep_tokenizer_close(b);
+  /* a file without tokenizer metadata: refused, unless a tokenizer.json is beside it */
+  write_llama(file, "llama", ORTEP_GGML_Q8_0);
+  ck_assert_status(ortep_tokenizer_open(file, &b), ORTEP_E_FORMAT);
+  ck_assert_ptr_nonnull(strstr(ortep_last_error(), "no tokenizer.ggml.model"));
+  char beside[128];
+  snprintf(beside, sizeof beside, "%s/tokenizer.json", other);
+  FILE *f = fopen(beside, "wb");
+  ck_assert_uint_eq(fwrite(json, 1, len, f), len);
+  fclose(f);
+  ck_assert_ok(ortep_tokenizer_open(file, &b));
+  ortep_tokenizer_close(b);
+  unlink(beside);
+  /* SentencePiece metadata */
+  ck_assert_ok(ortep_gguf_writer_create(&w));
+  ck_assert_ok(ortep_gguf_writer_add_string(w, "tokenizer.ggml.model", "llama"));
+  const char *toks[2] = {"<unk>", "a"};
+  ck_assert_ok(ortep_gguf_writer_add_strings(w, "tokenizer.ggml.tokens", toks, 2));
+  ck_assert_ok(ortep_gguf_writer_write(w, file));
+  ortep_gguf_writer_destroy(w);
+  ck_assert_status(ortep_tokenizer_open(file, &b), ORTEP_E_FORMAT);
+  ck_assert_ptr_nonnull(strstr(ortep_last_error(), "tokenizer.ggml.model 'llama' is not read from GGUF metadata"));
+  unlink(file);
+  rmdir(other);
+  free(json);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("gguf");
   TCase *tc = tcase_create("gguf");
@@ -357,6 +423,7 @@ int main(void) {
   tcase_add_test(tc, bad_files_are_refused_naming_the_problem);
   tcase_add_test(tc, a_gguf_decodes_like_its_directory);
   tcase_add_test(tc, gguf_models_refuse_what_ortep_does_not_run);
+  tcase_add_test(tc, a_gguf_tokenizer_matches_its_tokenizer_json);
   tcase_set_timeout(tc, 300);
   suite_add_tcase(s, tc);
   return test_run(s);

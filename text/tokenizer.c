@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <utf8proc.h>
 
 #include "runtime/internal.h"
@@ -597,14 +598,35 @@ ortep_status ortep_tokenizer_open(const char *path, ortep_tokenizer **out) {
   return ortep_tokenizer_open_for_vocab(path, 0, out);
 }
 
+/* Whether path is a GGUF file (its magic). */
+static bool is_gguf(const char *path) {
+  FILE *f = fopen(path, "rb");
+  char m[4] = {0};
+  bool yes = f && fread(m, 1, 4, f) == 4 && !memcmp(m, "GGUF", 4);
+  if (f) fclose(f);
+  return yes;
+}
+
+static ortep_status check_vocab(ortep_tokenizer *t, const char *file, size_t model_vocab, ortep_tokenizer **out);
+
 ortep_status ortep_tokenizer_open_for_vocab(const char *path, size_t model_vocab, ortep_tokenizer **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_open: out is NULL");
   *out = NULL;
   if (!path) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_open: the path is NULL");
   char file[4096];
   struct stat sb;
-  int w = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? snprintf(file, sizeof file, "%s/tokenizer.json", path)
-                                                      : snprintf(file, sizeof file, "%s", path);
+  bool dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+  int w = dir ? snprintf(file, sizeof file, "%s/tokenizer.json", path) : snprintf(file, sizeof file, "%s", path);
+  if (!dir && is_gguf(path) && (size_t)w < sizeof file) {
+    /* a .gguf: the tokenizer.json beside it wins, else its metadata */
+    char *slash = strrchr(file, '/');
+    size_t at = slash ? (size_t)(slash - file) + 1 : 0;
+    if (at + sizeof "tokenizer.json" <= sizeof file) snprintf(file + at, sizeof file - at, "tokenizer.json");
+    if (access(file, F_OK) != 0) {
+      ortep_status gst = ortep_tokenizer_open_gguf(path, out);
+      return gst == ORTEP_OK ? check_vocab(*out, path, model_vocab, out) : gst;
+    }
+  }
   if (w < 0 || (size_t)w >= sizeof file)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_open: the path is longer than %zu bytes",
                        sizeof file - 1);
@@ -614,21 +636,25 @@ ortep_status ortep_tokenizer_open_for_vocab(const char *path, size_t model_vocab
   if (st != ORTEP_OK) return ortep__wrap(st, "opening the tokenizer (a model directory needs a tokenizer.json)");
   st = from_json(text, len, file, out);
   ortep__free(text);
-  if (st == ORTEP_OK && model_vocab) {
-    ortep_tokenizer *t = *out;
-    if (t->n > model_vocab) {
-      st =
-          ortep__fail(ORTEP_E_INVALID_ARGUMENT,
-                      "%s has %zu token ids but the model's vocabulary has %zu (config.json vocab_size): the tokenizer "
-                      "belongs to another model; use the tokenizer.json that ships with this model",
-                      file, t->n, model_vocab);
-      ortep_tokenizer_close(t);
-      *out = NULL;
-    } else {
-      t->decodable = model_vocab;
-    }
+  return st == ORTEP_OK ? check_vocab(*out, file, model_vocab, out) : st;
+}
+
+/* A tokenizer with more ids than the model's vocabulary belongs to another
+ * model (refused, *out NULL); the model's vocabulary bounds what decodes. */
+static ortep_status check_vocab(ortep_tokenizer *t, const char *file, size_t model_vocab, ortep_tokenizer **out) {
+  if (!model_vocab) return ORTEP_OK;
+  if (t->n > model_vocab) {
+    ortep_status st =
+        ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                    "%s has %zu token ids but the model's vocabulary has %zu (config.json vocab_size): the tokenizer "
+                    "belongs to another model; use the tokenizer.json that ships with this model",
+                    file, t->n, model_vocab);
+    ortep_tokenizer_close(t);
+    *out = NULL;
+    return st;
   }
-  return st;
+  t->decodable = model_vocab;
+  return ORTEP_OK;
 }
 
 ortep_status ortep_tokenizer_open_json(const char *json, size_t len, ortep_tokenizer **out) {

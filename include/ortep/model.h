@@ -10,6 +10,7 @@
 #define ORTEP_MODEL_H
 
 #include "ortep/ep.h"
+#include "ortep/gguf.h"
 #include "ortep/safetensors.h"
 
 ORTEP_BEGIN_DECLS
@@ -84,6 +85,9 @@ ORTEP_API const ortep_safetensors_entry *ortep_model_tensor(const ortep_model *m
  * stored. No tokenizer metadata. For tests and presets: a GGUF and the
  * directory it came from decode the same tokens. */
 ORTEP_API ortep_status ortep_model_write_gguf(const ortep_model *model, const char *path, const char *dtype);
+/* The same into a writer the caller completes (e.g. with
+ * ortep_tokenizer_add_to_gguf) and writes. */
+ORTEP_API ortep_status ortep_model_add_to_gguf(const ortep_model *model, ortep_gguf_writer *writer, const char *dtype);
 /* The bytes of every weight. */
 ORTEP_API size_t ortep_model_weight_bytes(const ortep_model *model);
 

@@ -33,6 +33,7 @@
 #define ORTEP_TOKENIZER_H
 
 #include "ortep/common.h"
+#include "ortep/gguf.h"
 
 ORTEP_BEGIN_DECLS
 
@@ -49,6 +50,17 @@ ORTEP_API ortep_status ortep_tokenizer_open(const char *path, ortep_tokenizer **
 ORTEP_API ortep_status ortep_tokenizer_open_for_vocab(const char *path, size_t model_vocab, ortep_tokenizer **out);
 /* The same from a tokenizer.json already in memory (len bytes). */
 ORTEP_API ortep_status ortep_tokenizer_open_json(const char *json, size_t len, ortep_tokenizer **out);
+/* A GGUF file's tokenizer: its tokenizer.ggml.* metadata (byte-level BPE:
+ * tokenizer.ggml.model "gpt2", pre-tokenizer qwen2, llama-bpe or gpt2) as
+ * the tokenizer.json Hugging Face has for it, read by the same code, so the
+ * ids are the same. (ortep_tokenizer_open on a .gguf uses a tokenizer.json
+ * beside the file when there is one.) SentencePiece vocabularies ("llama")
+ * are refused: give them their tokenizer.json. */
+ORTEP_API ortep_status ortep_tokenizer_open_gguf(const char *path, ortep_tokenizer **out);
+/* A tokenizer.json (len bytes) as tokenizer.ggml.* metadata into a GGUF
+ * writer, as llama.cpp's converter writes it (byte-level BPE only:
+ * ORTEP_E_NOT_SUPPORTED otherwise). */
+ORTEP_API ortep_status ortep_tokenizer_add_to_gguf(ortep_gguf_writer *w, const char *json, size_t len);
 ORTEP_API void ortep_tokenizer_close(ortep_tokenizer *tokenizer);
 
 /* Ids run from 0 to vocab_size - 1 (the model's vocabulary and the added
