@@ -217,46 +217,13 @@ static ortep_status cpu_copy_async(ortep_ep *ep, const ortep_buffer *src, ortep_
 static ortep_status cpu_fence_wait(ortep_ep *ep, ortep_fence *f) { return ORTEP_OK; }
 static ortep_status cpu_sync(ortep_ep *ep) { return ORTEP_OK; }
 
-/* Argmax over the workers: range t of the vocabulary to worker t, then the
- * ranges combined in order with the same rule (strictly larger wins), so the
- * first maximum wins for any thread count. */
-#define ARGMAX_PARTS 64
-typedef struct argmax_job {
-  const float *x32;
-  const uint16_t *x16;
-  size_t n, parts;
-  size_t best[ARGMAX_PARTS];
-  float value[ARGMAX_PARTS];
-  bool bad[ARGMAX_PARTS];
-} argmax_job;
-static void argmax_task(void *ctx, size_t worker, size_t begin, size_t end) {
-  argmax_job *j = ctx;
-  for (size_t part = begin; part < end; part++)
-    ortep__cpu_argmax_range(j->x32, j->x16, j->n * part / j->parts, j->n * (part + 1) / j->parts, &j->best[part],
-                            &j->value[part], &j->bad[part]);
-}
-
 static ortep_status cpu_argmax(ortep_ep *ep, const void *logits, size_t n, ortep_dtype dtype, ortep_buffer *result) {
   cpu_ep *e = self_of(ep);
-  size_t threads = ortep__cpu_pool_threads(e->pool);
-  argmax_job j = {dtype == ORTEP_DTYPE_F16 ? NULL : logits,
-                  dtype == ORTEP_DTYPE_F16 ? logits : NULL,
-                  n,
-                  threads < ARGMAX_PARTS ? threads : ARGMAX_PARTS,
-                  {0},
-                  {0},
-                  {0}};
-  ortep__cpu_pool_for(e->pool, j.parts, n / j.parts + 1, argmax_task, &j);
-  size_t token = n;
-  float best = 0;
   bool bad = false;
-  for (size_t part = 0; part < j.parts; part++) {
-    bad = bad || j.bad[part];
-    size_t end = n * (part + 1) / j.parts;
-    if (j.best[part] != end && (token == n || j.value[part] > best)) token = j.best[part], best = j.value[part];
-  }
+  uint32_t token = ortep__cpu_pool_argmax(e->pool, dtype == ORTEP_DTYPE_F16 ? NULL : logits,
+                                          dtype == ORTEP_DTYPE_F16 ? logits : NULL, n, &bad);
   if (bad) __atomic_fetch_or(&e->error_word, ORTEP_ERROR_ARGMAX_NOT_FINITE, __ATOMIC_RELAXED);
-  uint32_t pair[2] = {token == n ? 0u : (uint32_t)token, __atomic_load_n(&e->error_word, __ATOMIC_RELAXED)};
+  uint32_t pair[2] = {token, __atomic_load_n(&e->error_word, __ATOMIC_RELAXED)};
   memcpy(result->ptr, pair, sizeof pair);
   return ORTEP_OK;
 }

@@ -16,6 +16,11 @@ void ortep__cpu_supports(const ortep_node *node, int64_t opset, const ortep_shap
 ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *shapes, const ortep_dtype *dtypes,
                                     size_t n, int64_t opset, ortep__cpu_pool *pool, ortep_kernel **out);
 
+/* The argmax of x (f32, or f16 when x32 is NULL) over the pool's workers:
+ * the first maximum among the finite values (0 when there is none); *bad:
+ * a NaN or infinity was seen. Bitwise the same token for any thread count. */
+uint32_t ortep__cpu_pool_argmax(ortep__cpu_pool *pool, const float *x32, const uint16_t *x16, size_t n, bool *bad);
+
 /* The EP's context (context.c): what it prepared, and what a loaded blob
  * serves. */
 typedef struct ortep__cpu_context ortep__cpu_context;

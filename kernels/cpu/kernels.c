@@ -156,13 +156,58 @@ static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
     ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(p->m, p->groups, p->n, p->gate_up), per, linear_task, &j);
 }
 
-/* ortep:SelectToken: the token and the step's error word, read together. */
+/* Argmax over the workers: range t of the vocabulary to worker t, then the
+ * ranges combined in order with the same rule (strictly larger wins), so the
+ * first maximum wins for any thread count. */
+#define ARGMAX_PARTS 64
+typedef struct argmax_job {
+  const float *x32;
+  const uint16_t *x16;
+  size_t n, parts;
+  size_t best[ARGMAX_PARTS];
+  float value[ARGMAX_PARTS];
+  bool bad[ARGMAX_PARTS];
+} argmax_job;
+static void argmax_task(void *ctx, size_t worker, size_t begin, size_t end) {
+  argmax_job *j = ctx;
+  for (size_t part = begin; part < end; part++)
+    ortep__cpu_argmax_range(j->x32, j->x16, j->n * part / j->parts, j->n * (part + 1) / j->parts, &j->best[part],
+                            &j->value[part], &j->bad[part]);
+}
+
+uint32_t ortep__cpu_pool_argmax(ortep__cpu_pool *pool, const float *x32, const uint16_t *x16, size_t n, bool *bad) {
+  size_t threads = pool ? ortep__cpu_pool_threads(pool) : 1;
+  argmax_job j = {x32, x16, n, threads < ARGMAX_PARTS ? threads : ARGMAX_PARTS, {0}, {0}, {0}};
+  ortep__cpu_pool_for(pool, j.parts, n / j.parts + 1, argmax_task, &j);
+  size_t token = n;
+  float best = 0;
+  *bad = false;
+  for (size_t part = 0; part < j.parts; part++) {
+    *bad = *bad || j.bad[part];
+    size_t end = n * (part + 1) / j.parts;
+    if (j.best[part] != end && (token == n || j.value[part] > best)) token = j.best[part], best = j.value[part];
+  }
+  return token == n ? 0u : (uint32_t)token;
+}
+
+/* ortep:SelectToken: the token and the step's error word, read together.
+ * The greedy draw (temperature 0) is the argmax over the workers, as the
+ * sampler's own argmax would give it (the first maximum among the finite
+ * values; a NaN or infinity latches ARGMAX_NOT_FINITE). */
 static void run_select(cpu_kernel *k, const void *const *in, void *const *out, uint32_t *ew) {
   const __typeof__(k->op.p.sel) *p = &k->op.p.sel;
   ortep__sample_params sp;
   memcpy(&sp, in[3], sizeof sp);
-  int32_t token = (int32_t)ortep__cpu_select(in[0], p->n, in[1], in[2], p->tokens, &sp, (int32_t *)(uintptr_t)in[4],
-                                             p->cap, k->sample_scratch, ew);
+  int32_t token;
+  if (sp.temperature == 0.0f) {
+    bool bad;
+    ortep__cpu_select_history(in[1], in[2], p->tokens, (int32_t *)(uintptr_t)in[4], p->cap);
+    token = (int32_t)ortep__cpu_pool_argmax(k->pool, in[0], NULL, p->n, &bad);
+    if (bad) cpu_latch(ew, ORTEP_ERROR_ARGMAX_NOT_FINITE);
+  } else {
+    token = (int32_t)ortep__cpu_select(in[0], p->n, in[1], in[2], p->tokens, &sp, (int32_t *)(uintptr_t)in[4], p->cap,
+                                       k->sample_scratch, ew);
+  }
   ((int32_t *)out[0])[0] = token;
   ((int32_t *)out[0])[1] = (int32_t)__atomic_load_n(ew, __ATOMIC_RELAXED); /* the step's word, read with its token */
 }

@@ -802,11 +802,16 @@ uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, cons
 /* ortep:SelectToken (opset.c): the step's tokens into the history, then the
  * draw at the last position + 1, argmax or sampled as the parameters say. A
  * position outside the history is skipped (RoPE and attention latched it). */
+void ortep__cpu_select_history(const int32_t *tokens, const int32_t *positions, size_t t, int32_t *history,
+                               size_t cap) {
+  for (size_t i = 0; i < t; i++)
+    if (positions[i] >= 0 && (size_t)positions[i] < cap) history[positions[i]] = tokens[i];
+}
+
 uint32_t ortep__cpu_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions, size_t t,
                            const ortep__sample_params *params, int32_t *history, size_t cap, void *scratch,
                            uint32_t *error_word) {
-  for (size_t i = 0; i < t; i++)
-    if (positions[i] >= 0 && (size_t)positions[i] < cap) history[positions[i]] = tokens[i];
+  ortep__cpu_select_history(tokens, positions, t, history, cap);
   if (params->temperature == 0.0f) return argmax_finite(logits, NULL, n, error_word);
   ortep__sample_params p = *params;
   int64_t draw = (int64_t)positions[t - 1] + 1;

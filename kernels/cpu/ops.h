@@ -141,6 +141,9 @@ size_t ortep__cpu_gqa_scratch(size_t tokens, size_t head_dim, size_t capacity, o
  * returns the token; scratch: ORTEP__SAMPLE_SCRATCH_BYTES(n), 8-aligned. */
 uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, const ortep__sample_params *p,
                            const int32_t *history, void *scratch, uint32_t *error_word);
+/* ortep:SelectToken's first part: the step's tokens into the history at
+ * their positions (a position outside [0, cap) is skipped). */
+void ortep__cpu_select_history(const int32_t *tokens, const int32_t *positions, size_t t, int32_t *history, size_t cap);
 /* ortep:SelectToken (opset.c) over n f32 logits; scratch as the sampler's. */
 uint32_t ortep__cpu_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions, size_t t,
                            const ortep__sample_params *params, int32_t *history, size_t cap, void *scratch,
