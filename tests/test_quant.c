@@ -507,6 +507,44 @@ static ortep_dtype held_as(ortep_decoder *d, const char *name) {
   return dt;
 }
 
+/* A prompt prefilled in chunks (M > 1: dequantized weights through sgemm,
+ * the rows of x quantized as decode quantizes them) against token by token
+ * (the integer kernels): the same next token, logits within 5% of the
+ * largest (what differs is the order of the sums, and the q8 rounding of an
+ * activation that the order moves across a rounding boundary). */
+START_TEST(chunked_prefill_agrees_with_token_by_token) {
+  char dir[64];
+  test_model_dir(dir, sizeof dir, "small", ORTEP_DTYPE_BF16);
+  const char *wd[2] = {"q8_0", "q4_0"};
+  enum { V = 2048, P = 40 };
+  int32_t prompt[P];
+  for (int i = 0; i < P; i++) prompt[i] = (int32_t)((i * 37 + 5) % 2000);
+  for (int q = 0; q < 2; q++) {
+    float logits[2][V];
+    int32_t next[2];
+    for (int chunked = 0; chunked < 2; chunked++) {
+      ortep_config *cfg = quant_config(wd[q], NULL);
+      ortep_decoder *d;
+      ck_assert_ok(ortep_decoder_open(
+          dir,
+          &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 64, .config = cfg, .prefill_chunk = chunked ? 0 : 1},
+          &d));
+      ck_assert_ok(ortep_decoder_prefill(d, prompt, P, &next[chunked]));
+      ck_assert_ok(ortep_decoder_logits(d, logits[chunked], V));
+      ortep_decoder_close(d);
+      ortep_config_destroy(cfg);
+    }
+    double scale = 0, err = 0;
+    for (int i = 0; i < V; i++)
+      scale = fmax(scale, fabs(logits[0][i])), err = fmax(err, fabs(logits[0][i] - logits[1][i]));
+    fprintf(stderr, "%s: chunked prefill's largest logit difference %.4f of the largest logit\n", wd[q], err / scale);
+    ck_assert_int_eq(next[0], next[1]);
+    ck_assert_msg(err <= 0.05 * scale, "%s: chunked logits %.4f off (largest %.3f)", wd[q], err, scale);
+  }
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 START_TEST(quantizing_stores_what_was_asked_and_refuses_what_it_cannot) {
   char dir[64];
   test_model_dir(dir, sizeof dir, "tiny-llama", ORTEP_DTYPE_BF16);
@@ -604,6 +642,7 @@ int main(void) {
   tcase_add_test(tc, q8_0_decoder_matches_the_reference);
   tcase_add_test(tc, q4_0_decoder_matches_the_reference);
   tcase_add_test(tc, quantized_decoding_is_deterministic);
+  tcase_add_test(tc, chunked_prefill_agrees_with_token_by_token);
   tcase_add_test(tc, quantizing_stores_what_was_asked_and_refuses_what_it_cannot);
   tcase_add_test(tc, other_eps_refuse_quantized_weights);
   suite_add_tcase(s, tc);

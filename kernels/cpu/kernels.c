@@ -295,7 +295,8 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   if (k->op.kind == ORTEP__OP_GQA)
     scratch =
         ortep__cpu_gqa_scratch(k->op.p.gqa.tokens, k->op.p.gqa.hd, k->op.p.gqa.cap, k->op.p.gqa.kvdt) * sizeof(float);
-  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1) scratch = ortep__cpu_linear_scratch(k->op.p.lin.k);
+  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1)
+    scratch = ortep__cpu_linear_scratch(k->op.p.lin.k, k->op.p.lin.quant != ORTEP_DTYPE_COUNT);
   st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;
   if (st != ORTEP_OK) {
     ortep__free(k);

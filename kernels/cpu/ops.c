@@ -325,8 +325,9 @@ size_t ortep__cpu_linear_blocks(size_t m, size_t groups, const size_t *n, bool g
   return b * row_blocks(m);
 }
 
-size_t ortep__cpu_linear_scratch(size_t k) {
-  return (2 * (LINEAR_BLOCK + 8) * k + ROW_BLOCK * (LINEAR_BLOCK + 8)) * sizeof(float);
+size_t ortep__cpu_linear_scratch(size_t k, bool quant) {
+  size_t extra = quant ? ROW_BLOCK * k * sizeof(float) + ortep__cpu_qx_bytes(k) : 0;
+  return (2 * (LINEAR_BLOCK + 8) * k + ROW_BLOCK * (LINEAR_BLOCK + 8)) * sizeof(float) + extra;
 }
 
 /* Row r of a 16-bit blocked weight [., k] as f32: its 16-column pieces lie
@@ -360,8 +361,15 @@ void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, c
                             float *const *y, size_t begin, size_t end, float *scratch) {
   /* item = column block x row blocks + row block: a worker's consecutive
    * items share a column block, whose weights it widens once */
-  size_t rbs = row_blocks(m), cached = SIZE_MAX;
+  size_t rbs = row_blocks(m), cached = SIZE_MAX, xcached = SIZE_MAX;
   float *wbuf0 = scratch, *wbuf1 = scratch + (LINEAR_BLOCK + 8) * k, *up = scratch + 2 * (LINEAR_BLOCK + 8) * k;
+  /* q8_0 / q4_0 weights: the rows of x as decode's kernels see them (q8
+   * blocks, dequantized), so a chunk computes what token by token does up to
+   * the order of the sums */
+  bool quant = ortep_dtype_is_quantized(w[0].dtype);
+  float *xdq = up + ROW_BLOCK * (LINEAR_BLOCK + 8);
+  ortep__cpu_qx qx;
+  if (quant) ortep__cpu_qx_init(xdq + ROW_BLOCK * k, k, &qx);
   const float *w0 = NULL, *w1 = NULL;
   for (size_t item = begin; item < end; item++) {
     size_t cb = item / rbs, rb = item % rbs, g = 0, blk = cb;
@@ -376,6 +384,15 @@ void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, c
     }
     size_t r0 = rb * ROW_BLOCK, mr = m - r0 < ROW_BLOCK ? m - r0 : ROW_BLOCK;
     const float *xr = x + r0 * k;
+    if (quant) {
+      if (xcached != rb)
+        for (size_t r = 0; r < mr; r++) {
+          ortep__cpu_quantize_x(xr + r * k, k, &qx);
+          for (size_t i = 0; i < k; i++) xdq[r * k + i] = qx.d[i / 32] * (float)qx.q[i];
+        }
+      xcached = rb;
+      xr = xdq;
+    }
     float *yg = y[g] + r0 * ld + j0;
     block_gemm(xr, mr, k, w0, nb, yg, ld);
     if (gate_up) {

@@ -57,11 +57,13 @@ size_t ortep__cpu_linear_items(size_t m, size_t groups, const size_t *n, bool ga
 /* ortep:Linear for M > 1 (a prefill chunk): the same outputs through sgemm,
  * in blocks of output columns x blocks of rows that are the items [begin,
  * end) (see ops.c);
- * scratch: ortep__cpu_linear_scratch(k) bytes of the running worker. The
+ * scratch: ortep__cpu_linear_scratch(k, quant) bytes of the running worker
+ * (quant: q8_0 / q4_0 weights, whose x rows are quantized as decode's are,
+ * into the scratch). The
  * sums run in BLAS's order, not dot_row's: within float rounding of the
  * row-by-row path, bitwise the same for any thread count. */
 size_t ortep__cpu_linear_blocks(size_t m, size_t groups, const size_t *n, bool gate_up);
-size_t ortep__cpu_linear_scratch(size_t k);
+size_t ortep__cpu_linear_scratch(size_t k, bool quant);
 /* blocked: every W_g is 16-bit in the blocked layout (below). */
 void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w,
                             const cpu_weights *b, const size_t *n, bool gate_up, bool blocked, const float *res,
