@@ -509,9 +509,11 @@ static ortep_dtype held_as(ortep_decoder *d, const char *name) {
 
 /* A prompt prefilled in chunks (M > 1: dequantized weights through sgemm,
  * the rows of x quantized as decode quantizes them) against token by token
- * (the integer kernels): the same next token, logits within 5% of the
- * largest (what differs is the order of the sums, and the q8 rounding of an
- * activation that the order moves across a rounding boundary). */
+ * (the integer kernels): logits within 3% of the largest (what differs is
+ * the order of the sums, and the q8 rounding of an activation that the
+ * order moves across a rounding boundary; 4.5% before the rows of x were
+ * quantized), and the same next token unless the top two are closer than
+ * twice that difference (a near-tie, printed). */
 START_TEST(chunked_prefill_agrees_with_token_by_token) {
   char dir[64];
   test_model_dir(dir, sizeof dir, "small", ORTEP_DTYPE_BF16);
@@ -538,8 +540,19 @@ START_TEST(chunked_prefill_agrees_with_token_by_token) {
     for (int i = 0; i < V; i++)
       scale = fmax(scale, fabs(logits[0][i])), err = fmax(err, fabs(logits[0][i] - logits[1][i]));
     fprintf(stderr, "%s: chunked prefill's largest logit difference %.4f of the largest logit\n", wd[q], err / scale);
-    ck_assert_int_eq(next[0], next[1]);
-    ck_assert_msg(err <= 0.05 * scale, "%s: chunked logits %.4f off (largest %.3f)", wd[q], err, scale);
+    size_t best = 0, second = 1;
+    for (size_t i = 0; i < V; i++) {
+      if (logits[0][i] > logits[0][best])
+        second = best, best = i;
+      else if (i != best && (second == best || logits[0][i] > logits[0][second]))
+        second = i;
+    }
+    if (logits[0][best] - logits[0][second] > 2 * err)
+      ck_assert_int_eq(next[0], next[1]);
+    else
+      fprintf(stderr, "%s: a near-tie (margin %.4f), next token not compared\n", wd[q],
+              (double)(logits[0][best] - logits[0][second]));
+    ck_assert_msg(err <= 0.03 * scale, "%s: chunked logits %.4f off (largest %.3f)", wd[q], err, scale);
   }
   test_model_dir_remove(dir);
 }
