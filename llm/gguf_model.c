@@ -124,30 +124,35 @@ ortep_status ortep__gguf_config(const ortep_gguf *g, ortep_model_config *c) {
   return ORTEP_OK;
 }
 
-/* The Hugging Face name of a GGUF tensor (false: not one the graph reads). */
-static bool hf_name(const char *g, char *out, size_t len) {
-  static const struct {
-    const char *gguf, *hf;
-  } top[] = {{"token_embd.weight", "model.embed_tokens.weight"},
-             {"output_norm.weight", "model.norm.weight"},
-             {"output.weight", "lm_head.weight"}};
-  for (size_t i = 0; i < sizeof top / sizeof *top; i++)
-    if (!strcmp(g, top[i].gguf)) return (size_t)snprintf(out, len, "%s", top[i].hf) < len;
-  static const struct {
-    const char *gguf, *hf;
-  } blk[] = {{"attn_norm.weight", "input_layernorm.weight"},    {"ffn_norm.weight", "post_attention_layernorm.weight"},
-             {"attn_q.weight", "self_attn.q_proj.weight"},      {"attn_k.weight", "self_attn.k_proj.weight"},
-             {"attn_v.weight", "self_attn.v_proj.weight"},      {"attn_q.bias", "self_attn.q_proj.bias"},
-             {"attn_k.bias", "self_attn.k_proj.bias"},          {"attn_v.bias", "self_attn.v_proj.bias"},
-             {"attn_output.weight", "self_attn.o_proj.weight"}, {"ffn_gate.weight", "mlp.gate_proj.weight"},
-             {"ffn_up.weight", "mlp.up_proj.weight"},           {"ffn_down.weight", "mlp.down_proj.weight"}};
+/* llama.cpp's tensor names and Hugging Face's, one table for both ways:
+ * the top-level ones, and the per-layer suffixes (blk.N. / model.layers.N.). */
+static const char *const top_names[][2] = {{"token_embd.weight", "model.embed_tokens.weight"},
+                                           {"output_norm.weight", "model.norm.weight"},
+                                           {"output.weight", "lm_head.weight"}};
+static const char *const layer_names[][2] = {
+    {"attn_norm.weight", "input_layernorm.weight"},    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},      {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},      {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},          {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.weight", "self_attn.o_proj.weight"}, {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},           {"ffn_down.weight", "mlp.down_proj.weight"}};
+
+/* name in one convention (from: 0 GGUF, 1 Hugging Face) into the other;
+ * false: not a tensor the graph reads. */
+static bool translate(const char *name, int from, char *out, size_t len) {
+  static const char *const layer_fmt[2] = {"blk.%u.%n", "model.layers.%u.%n"}, *const out_fmt[2] = {
+                                                                                   "blk.%u.%s", "model.layers.%u.%s"};
+  for (size_t i = 0; i < sizeof top_names / sizeof *top_names; i++)
+    if (!strcmp(name, top_names[i][from])) return (size_t)snprintf(out, len, "%s", top_names[i][!from]) < len;
   unsigned layer;
   int at = 0;
-  if (sscanf(g, "blk.%u.%n", &layer, &at) != 1 || at == 0) return false;
-  for (size_t i = 0; i < sizeof blk / sizeof *blk; i++)
-    if (!strcmp(g + at, blk[i].gguf)) return (size_t)snprintf(out, len, "model.layers.%u.%s", layer, blk[i].hf) < len;
+  if (sscanf(name, layer_fmt[from], &layer, &at) != 1 || at == 0) return false;
+  for (size_t i = 0; i < sizeof layer_names / sizeof *layer_names; i++)
+    if (!strcmp(name + at, layer_names[i][from]))
+      return (size_t)snprintf(out, len, out_fmt[!from], layer, layer_names[i][!from]) < len;
   return false;
 }
+static bool hf_name(const char *g, char *out, size_t len) { return translate(g, 0, out, len); }
 
 ortep_status ortep__gguf_entries(const ortep_gguf *g, ortep_safetensors_entry **out, size_t *n, char **names) {
   size_t count = ortep_gguf_tensor_count(g);
@@ -190,27 +195,7 @@ static uint32_t ggml_of(ortep_dtype d) {
   }
 }
 
-/* The GGUF name of a Hugging Face tensor name (the inverse of hf_name). */
-static bool gguf_name(const char *hf, char *out, size_t len) {
-  static const char *const map[][2] = {{"model.embed_tokens.weight", "token_embd.weight"},
-                                       {"model.norm.weight", "output_norm.weight"},
-                                       {"lm_head.weight", "output.weight"}};
-  for (size_t i = 0; i < 3; i++)
-    if (!strcmp(hf, map[i][0])) return (size_t)snprintf(out, len, "%s", map[i][1]) < len;
-  static const char *const blk[][2] = {
-      {"input_layernorm.weight", "attn_norm.weight"},    {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"self_attn.q_proj.weight", "attn_q.weight"},      {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},      {"self_attn.q_proj.bias", "attn_q.bias"},
-      {"self_attn.k_proj.bias", "attn_k.bias"},          {"self_attn.v_proj.bias", "attn_v.bias"},
-      {"self_attn.o_proj.weight", "attn_output.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},           {"mlp.down_proj.weight", "ffn_down.weight"}};
-  unsigned layer;
-  int at = 0;
-  if (sscanf(hf, "model.layers.%u.%n", &layer, &at) != 1 || at == 0) return false;
-  for (size_t i = 0; i < sizeof blk / sizeof *blk; i++)
-    if (!strcmp(hf + at, blk[i][0])) return (size_t)snprintf(out, len, "blk.%u.%s", layer, blk[i][1]) < len;
-  return false;
-}
+static bool gguf_name(const char *hf, char *out, size_t len) { return translate(hf, 1, out, len); }
 
 static ortep_status add_meta(ortep_gguf_writer *w, const ortep_model_config *c) {
   const char *arch = c->arch == ORTEP_ARCH_LLAMA ? "llama" : "qwen2";
