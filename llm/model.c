@@ -9,7 +9,6 @@
 #include <string.h>
 #include <fcntl.h>
 #include <math.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,9 +46,7 @@ static void release_entry(const ortep_model *m, const ortep_safetensors_entry *e
     ortep__safetensors_release(m->weights, e);
     return;
   }
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  uintptr_t lo = ((uintptr_t)e->data + page - 1) / page * page, hi = ((uintptr_t)e->data + e->size) / page * page;
-  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+  ortep__release_pages(e->data, e->size);
 }
 
 #define CFG_FAIL(...) ortep__fail(ORTEP_E_FORMAT, "config.json: " __VA_ARGS__)

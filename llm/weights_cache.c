@@ -45,11 +45,6 @@ struct ortep__wcache {
   bool refused; /* a file was there and was refused: REBUILT once written */
 };
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const uint8_t *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
 static void put64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
@@ -212,9 +207,10 @@ ortep_status ortep__wcache_open(const char *setting, const char *model_file, con
     ortep__free(buf);
     return ORTEP_OK;
   }
-  w->hash = fnv(0xcbf29ce484222325ull, buf, (size_t)n);
+  w->hash = ortep__fnv1a(ORTEP__FNV_SEED, buf, (size_t)n);
   ortep__free(buf);
-  uint64_t name = fnv(fnv(0xcbf29ce484222325ull, w->model, strlen(w->model)), w->options, strlen(w->options));
+  uint64_t name =
+      ortep__fnv1a(ortep__fnv1a(ORTEP__FNV_SEED, w->model, strlen(w->model)), w->options, strlen(w->options));
   snprintf(w->info.path, sizeof w->info.path, "%s/%016llx.ortepw", dir, (unsigned long long)name);
   try_load(w, cpu);
   if (w->map) w->info.state = ORTEP_WEIGHTS_CACHE_HIT;

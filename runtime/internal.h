@@ -67,6 +67,12 @@ size_t ortep__safetensors_index(const ortep_safetensors *st, const ortep_safeten
  * (MADV_DONTNEED), and a later read would fault them back in from the file.
  * Nothing happens for bytes that are the caller's (ortep_safetensors_parse). */
 void ortep__safetensors_release(const ortep_safetensors *st, const ortep_safetensors_entry *e);
+/* Drops the resident pages wholly inside [data, data + size) of a file
+ * mapping (MADV_DONTNEED): they are read again from the file if touched. */
+void ortep__release_pages(const void *data, size_t size);
+/* FNV-1a over n bytes, continuing from h (ORTEP__FNV_SEED to start). */
+#define ORTEP__FNV_SEED 0xcbf29ce484222325ull
+uint64_t ortep__fnv1a(uint64_t h, const void *p, size_t n);
 
 /* The monotonic clock in nanoseconds. */
 uint64_t ortep__now_ns(void);

@@ -57,11 +57,20 @@ size_t ortep__safetensors_index(const ortep_safetensors *st, const ortep_safeten
   return (size_t)(e - st->entries);
 }
 
-void ortep__safetensors_release(const ortep_safetensors *st, const ortep_safetensors_entry *e) {
-  if (!st->map_len || !e->size) return;
+void ortep__release_pages(const void *data, size_t size) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  uintptr_t lo = ((uintptr_t)e->data + page - 1) / page * page, hi = ((uintptr_t)e->data + e->size) / page * page;
+  uintptr_t lo = ((uintptr_t)data + page - 1) / page * page, hi = ((uintptr_t)data + size) / page * page;
   if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+uint64_t ortep__fnv1a(uint64_t h, const void *p, size_t n) {
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+void ortep__safetensors_release(const ortep_safetensors *st, const ortep_safetensors_entry *e) {
+  if (st->map_len && e->size) ortep__release_pages(e->data, e->size);
 }
 
 typedef struct span {

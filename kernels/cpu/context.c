@@ -108,11 +108,6 @@ bool ortep__cpu_context_lookup(ortep__cpu_context *c, const ortep_initializer *i
 }
 
 /* --- the blob ------------------------------------------------------------------ */
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const uint8_t *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
 static void put32(uint8_t **p, uint32_t v) {
   for (int i = 0; i < 4; i++) *(*p)++ = (uint8_t)(v >> (8 * i));
 }
@@ -185,7 +180,7 @@ ortep_status ortep__cpu_context_save(ortep__cpu_context *c, const char *keys, or
   memcpy(hp, MAGIC, 8), hp += 8;
   put32(&hp, VERSION), put32(&hp, (uint32_t)c->n);
   put64(&hp, kb), put64(&hp, table), put64(&hp, data_off), put64(&hp, total);
-  put64(&hp, fnv(fnv(0xcbf29ce484222325ull, keys, kb), t, table)), put64(&hp, 0);
+  put64(&hp, ortep__fnv1a(ortep__fnv1a(ORTEP__FNV_SEED, keys, kb), t, table)), put64(&hp, 0);
   out o = {write, ctx, true, 0};
   emit(&o, h, HEADER_BYTES);
   emit(&o, keys, kb);
@@ -236,7 +231,8 @@ ortep_status ortep__cpu_context_load(ortep__cpu_context *c, const char *keys, co
     return BAD("made for another EP, layout or version (its keys: \"%.*s\"; this EP's: \"%s\")",
                (int)(kb < 200 ? kb : 200), (const char *)base + HEADER_BYTES, keys);
   const uint8_t *t = base + HEADER_BYTES + kb;
-  if (fnv(fnv(0xcbf29ce484222325ull, keys, kb), t, table) != hash) return BAD("its table is damaged (hash mismatch)");
+  if (ortep__fnv1a(ortep__fnv1a(ORTEP__FNV_SEED, keys, kb), t, table) != hash)
+    return BAD("its table is damaged (hash mismatch)");
   entry *e = ortep__calloc(n ? n : 1, sizeof *e);
   if (!e) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a context of %u entries", CPU_EP_NAME, n);
   ortep_status st = ORTEP_OK;
