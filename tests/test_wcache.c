@@ -184,9 +184,13 @@ typedef struct sink {
 static bool to_sink(void *ctx, const void *bytes, size_t n) {
   sink *s = ctx;
   if (s->n + n > s->stop_at) return false;
-  if (s->n + n > s->cap) {
-    s->cap = (s->n + n) * 2;
-    s->p = realloc(s->p, s->cap);
+  if (s->n + n > s->cap) { /* 64-byte aligned, as load_context needs */
+    size_t cap = ((s->n + n) * 2 + 63) / 64 * 64;
+    uint8_t *p = aligned_alloc(64, cap);
+    if (!p) return false;
+    if (s->n) memcpy(p, s->p, s->n);
+    free(s->p);
+    s->p = p, s->cap = cap;
   }
   memcpy(s->p + s->n, bytes, n);
   s->n += n;
@@ -241,13 +245,20 @@ START_TEST(the_cpu_context_round_trips_and_refuses_bad_blobs) {
   free(short_sink.p);
   /* every cut and every header byte changed: refused, never accepted */
   ortep_ep *c = test_cpu_ep();
+  { /* a blob off the 64-byte alignment its weights are served at: refused, saying so */
+    uint8_t *off = aligned_alloc(64, (s.n + 16 + 63) / 64 * 64);
+    memcpy(off + 16, s.p, s.n);
+    ck_assert_status(ortep_ep_load_context(c, off + 16, s.n), ORTEP_E_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(ortep_last_error(), "not 64-byte aligned"));
+    free(off);
+  }
   for (size_t cut = 0; cut < s.n; cut += cut < 300 ? 1 : 97) {
     ck_assert_status(ortep_ep_load_context(c, s.p, cut), ORTEP_E_FORMAT);
     ck_assert_ptr_nonnull(strstr(ortep_last_error(), "cpu_ep context"));
   }
   for (size_t at = 0; at < 64; at++) {
     if (at >= 56) continue; /* the header's last 8 bytes are reserved */
-    uint8_t *copy = malloc(s.n);
+    uint8_t *copy = aligned_alloc(64, (s.n + 63) / 64 * 64);
     memcpy(copy, s.p, s.n);
     copy[at] ^= 0x5a;
     ck_assert_msg(ortep_ep_load_context(c, copy, s.n) == ORTEP_E_FORMAT, "header byte %zu changed was accepted", at);

@@ -154,7 +154,8 @@ typedef struct ortep_ep_vtable {
    * stops the save, which then fails), and *len its bytes; with write NULL
    * only *len (so a caller can size a file first). load_context: validates the
    * blob in full and serves from it; the caller keeps its bytes alive and
-   * unchanged while the EP lives (a mapped cache file). */
+   * unchanged while the EP lives (a mapped cache file), and aligned as the EP
+   * needs (the CPU EP: 64 bytes, or ORTEP_E_INVALID_ARGUMENT). */
   size_t (*context_source_keys)(const ortep_ep *self, const char **out, size_t cap);
   ortep_status (*save_context)(ortep_ep *self, ortep_context_write_fn write, void *ctx, size_t *len);
   ortep_status (*load_context)(ortep_ep *self, const void *blob, size_t len);

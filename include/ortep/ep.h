@@ -174,7 +174,9 @@ ORTEP_API size_t ortep_ep_graph_kernel_nodes(const ortep_ep *ep);
 ORTEP_API size_t ortep_ep_context_source_keys(const ortep_ep *ep, const char **out, size_t cap);
 /* The EP-context contract (backend_impl.h): save_context streams the blob
  * through write (NULL: only its size into *len); load_context needs the
- * blob's bytes to outlive the EP. */
+ * blob's bytes to outlive the EP and, since it serves weights from them in
+ * place, the blob 64-byte aligned (a mapped file is; ORTEP_E_INVALID_ARGUMENT
+ * otherwise). */
 typedef bool (*ortep_context_write_fn)(void *ctx, const void *bytes, size_t n);
 ORTEP_API ortep_status ortep_ep_save_context(ortep_ep *ep, ortep_context_write_fn write, void *ctx, size_t *len);
 ORTEP_API ortep_status ortep_ep_load_context(ortep_ep *ep, const void *blob, size_t len);

@@ -216,6 +216,11 @@ static ortep_status get_shape(const uint8_t **p, const char *what, size_t i, ort
 
 ortep_status ortep__cpu_context_load(ortep__cpu_context *c, const char *keys, const void *blob, size_t len) {
   const uint8_t *base = blob, *p = base;
+  if ((uintptr_t)blob % ALIGN)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "%s: a context blob at %p is not %u-byte aligned; its weights are served in place, so pass "
+                       "a mapped file or memory from aligned_alloc(%u, ...)",
+                       CPU_EP_NAME, blob, ALIGN, ALIGN);
   if (len < HEADER_BYTES || memcmp(p, MAGIC, 8))
     return BAD("not a CPU EP context (%s)", len < HEADER_BYTES ? "shorter than its header" : "no ORTEPCPU magic");
   p += 8;

@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ortep_ep *ep = NULL;
   if (ortep_cpu_ep_create(NULL, &ep) != ORTEP_OK || ortep_ep_initialize(ep, NULL) != ORTEP_OK) abort();
   /* a copy: the loader may keep pointers into the blob while the EP lives */
-  uint8_t *blob = malloc(size ? size : 1);
+  uint8_t *blob = aligned_alloc(64, (size + 63) / 64 * 64 + 64);
   if (size) memcpy(blob, data, size);
   ortep_status s = ortep_ep_load_context(ep, blob, size);
   if (s != ORTEP_OK && s != ORTEP_E_FORMAT && s != ORTEP_E_OUT_OF_MEMORY) abort();
