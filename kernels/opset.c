@@ -124,6 +124,14 @@ static bool quant_refused(ctx *c, const char *what) {
                  what, c->ep);
 }
 
+/* A batch of sequences (slot maps, rows computed as one row alone) runs on
+ * the CPU EP only, for now. */
+static bool batch_refused(ctx *c, const char *what) {
+  if (!strcmp(c->ep, "cpu_ep")) return false;
+  return !refuse(c, "%s: batched decoding runs on the CPU EP only for now (%s has no kernels for it): use ep \"cpu\"",
+                 what, c->ep);
+}
+
 /* ortep:Embedding: the token lookup out[n, H] = table[ids[n], :] over a
  * table [V, H] of f32/f16/bf16, or a 16-bit blocked one [V/4, H/16, 4, 16]
  * (a tied embedding, blocked for the lm_head that reads it too). It runs
@@ -369,21 +377,34 @@ static bool check_gqa(ctx *c) {
     if (c->dtypes[i] != ORTEP_DTYPE_F32 || numel(&c->shapes[i]) != tokens * (size_t)kv * hd)
       return refuse(c, "%s must be f32 [1, %zu, kv_num_heads x head_dim = %zu] (the query's tokens)",
                     i == 1 ? "key" : "value", tokens, (size_t)kv * hd);
-  size_t cap = 0;
+  /* ortep's extension: slots=1 makes the caches [slots, capacity, kv, hd],
+   * one sequence per slot, and input 6 the slot of each token (i32 [T]; < 0:
+   * a padding row, which touches no cache and gives zeros) */
+  bool slotted = ortep_node_attr_int_or(c->node, "slots", 0) != 0;
+  if (slotted && batch_refused(c, "slots=1")) return false;
+  size_t cap = 0, nslots = 0;
   for (int i = 3; i < 5; i++) {
     const ortep_shape *s = &c->shapes[i];
     /* position-major (BSNH): one position's heads side by side, so the
      * positions written so far are one prefix of the cache's memory */
-    bool r3 = s->rank == 3 && (size_t)s->dims[1] == (size_t)kv && (size_t)s->dims[2] == hd;
-    bool r4 = s->rank == 4 && s->dims[0] == 1 && (size_t)s->dims[2] == (size_t)kv && (size_t)s->dims[3] == hd;
+    bool r3 = !slotted && s->rank == 3 && (size_t)s->dims[1] == (size_t)kv && (size_t)s->dims[2] == hd;
+    bool r4 = s->rank == 4 && (slotted || s->dims[0] == 1) && (size_t)s->dims[2] == (size_t)kv &&
+              (size_t)s->dims[3] == hd && s->dims[0] >= 1;
     bool fp = c->dtypes[i] == ORTEP_DTYPE_F32 || c->dtypes[i] == ORTEP_DTYPE_F16 || c->dtypes[i] == ORTEP_DTYPE_BF16;
     if (!fp || !(r3 || r4))
       return refuse(c,
-                    "%s must be the f32, f16 or bf16 KV cache [capacity, kv_num_heads, head_dim] (or [1, capacity, "
-                    "kv, head_dim]): position-major, not ONNX Runtime's [batch, kv, capacity, head_dim]",
+                    slotted ? "%s must be the f32, f16 or bf16 KV caches of every slot [slots, capacity, kv_num_heads, "
+                              "head_dim] (slots=1)"
+                            : "%s must be the f32, f16 or bf16 KV cache [capacity, kv_num_heads, head_dim] (or [1, "
+                              "capacity, kv, head_dim]): position-major, not ONNX Runtime's [batch, kv, capacity, "
+                              "head_dim]",
                     i == 3 ? "past_key" : "past_value");
     cap = (size_t)s->dims[r3 ? 0 : 1];
+    nslots = slotted ? (size_t)s->dims[0] : 0;
   }
+  if (slotted && (c->n < 7 || !present(c, 6) || c->dtypes[6] != ORTEP_DTYPE_I32 || numel(&c->shapes[6]) != tokens))
+    return refuse(c, "slots=1 needs input 6, the slot map: %zu i32, the slot of each token (-1: a padding row)",
+                  tokens);
   if (!ortep_shape_equal(&c->shapes[3], &c->shapes[4]) || c->dtypes[3] != c->dtypes[4])
     return refuse(c, "past_key and past_value must have the same shape and dtype");
   if (c->dtypes[5] != ORTEP_DTYPE_I32 || numel(&c->shapes[5]) != tokens)
@@ -401,6 +422,7 @@ static bool check_gqa(ctx *c) {
                                             .kv = (size_t)kv,
                                             .hd = hd,
                                             .cap = cap,
+                                            .slots = nslots,
                                             .scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)hd),
                                             .kvdt = c->dtypes[3]};
   }
@@ -493,6 +515,10 @@ static bool check_linear(ctx *c) {
   }
   p.groups = groups;
   p.gate_up = gate_up;
+  /* exact_rows=1: every row of y bitwise what that row alone (M = 1) gives,
+   * so a sequence's logits in a batch do not depend on its neighbours */
+  p.exact_rows = ortep_node_attr_int_or(c->node, "exact_rows", 0) != 0;
+  if (p.exact_rows && batch_refused(c, "exact_rows=1")) return false;
   if (c->k) c->k->kind = ORTEP__OP_LINEAR, c->k->p.lin = p;
   return true;
 }
@@ -505,21 +531,41 @@ static bool check_linear(ctx *c) {
  * params' temperature is 0, else the sampler (its counter that position, its
  * history every token before it); result = (token, the EP's error word as
  * it stands after the step). The one thing the host reads per step. */
+/* With slots=1 (ortep's batch extension) input 5 is the slot map (i32 [T]),
+ * params [slots, 9] and the history [slots, capacity] hold one block and
+ * one history per slot, and the logits have a row per token (every token
+ * its own sequence: a batched decode step) or one row (all tokens one
+ * slot's: a prefill chunk); result [rows, 2], one (token, word) per row,
+ * the word the EP's ORed with what this row's own checks found (a padding
+ * row, slot < 0: (0, 0) and nothing written). */
 static bool check_select(ctx *c) {
-  if (!common(c, 5, 5, true)) return false;
-  size_t v = last_dim(&c->shapes[0]), t = numel(&c->shapes[1]);
-  if (numel(&c->shapes[0]) != v || v == 0)
-    return refuse(c, "the logits must be one row [..., V] of f32 (the last position's); got %zu values",
+  bool slotted = ortep_node_attr_int_or(c->node, "slots", 0) != 0;
+  if (slotted && batch_refused(c, "slots=1")) return false;
+  if (!common(c, slotted ? 6 : 5, slotted ? 6 : 5, true)) return false;
+  size_t v = last_dim(&c->shapes[0]), t = numel(&c->shapes[1]), rows = v ? numel(&c->shapes[0]) / v : 0;
+  if (v == 0 || (slotted ? rows != 1 && rows != t : rows != 1))
+    return refuse(c,
+                  slotted ? "the logits must be [..., rows, V] of f32, a row per token or one row; got %zu values"
+                          : "the logits must be one row [..., V] of f32 (the last position's); got %zu values",
                   numel(&c->shapes[0]));
   if (c->dtypes[1] != ORTEP_DTYPE_I32 || c->dtypes[2] != ORTEP_DTYPE_I32 || t == 0 || numel(&c->shapes[2]) != t)
     return refuse(c, "token_ids and positions must be i32 with one entry per token of the step");
-  if (c->dtypes[3] != ORTEP_DTYPE_I32 || numel(&c->shapes[3]) != 9)
-    return refuse(c, "params must be the sampler's block of 9 i32 words (kernels/sampling.h)");
-  if (c->dtypes[4] != ORTEP_DTYPE_I32 || numel(&c->shapes[4]) == 0)
-    return refuse(c, "the history must be i32 [capacity]: one token id per position");
+  size_t nslots = 1;
+  if (slotted) {
+    if (c->dtypes[5] != ORTEP_DTYPE_I32 || numel(&c->shapes[5]) != t)
+      return refuse(c, "slots=1 needs input 5, the slot map: %zu i32 (-1: a padding row)", t);
+    nslots = c->shapes[3].rank == 2 ? (size_t)c->shapes[3].dims[0] : 0;
+  }
+  if (c->dtypes[3] != ORTEP_DTYPE_I32 || !nslots || numel(&c->shapes[3]) != 9 * nslots)
+    return refuse(c, slotted ? "params must be [slots, 9] i32: the sampler's block per slot (kernels/sampling.h)"
+                             : "params must be the sampler's block of 9 i32 words (kernels/sampling.h)");
+  if (c->dtypes[4] != ORTEP_DTYPE_I32 || numel(&c->shapes[4]) == 0 || numel(&c->shapes[4]) % nslots)
+    return refuse(c, slotted ? "the history must be i32 [slots, capacity]: one token id per position of each slot"
+                             : "the history must be i32 [capacity]: one token id per position");
   if (c->k) {
     c->k->kind = ORTEP__OP_SELECT;
-    c->k->p.sel.n = v, c->k->p.sel.tokens = t, c->k->p.sel.cap = numel(&c->shapes[4]);
+    c->k->p.sel.n = v, c->k->p.sel.tokens = t, c->k->p.sel.cap = numel(&c->shapes[4]) / nslots;
+    c->k->p.sel.rows = rows, c->k->p.sel.slots = slotted ? nslots : 0;
   }
   return true;
 }

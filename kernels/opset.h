@@ -84,6 +84,7 @@ typedef struct ortep__op_params {
     } rot;
     struct {
       size_t tokens, heads, kv, hd, cap;
+      size_t slots; /* slots=1: the caches' slots, input 6 the slot map; 0: one sequence */
       float scale;
       ortep_dtype kvdt; /* the caches': f32, f16 or bf16 */
     } gqa;
@@ -93,6 +94,7 @@ typedef struct ortep__op_params {
     /* ortep:SelectToken: the vocabulary, the step's tokens, the history's capacity */
     struct {
       size_t n, tokens, cap;
+      size_t rows, slots; /* slots=1: the slots and the logits' rows; 0 and 1 for one sequence */
     } sel;
     /* ortep:Linear: y_g = x W_g^T (+ b_g) for up to 3 groups sharing x; or
      * gate_up: y_0 = SiLU(x W_0^T + b_0) * (x W_1^T + b_1); residual adds an
@@ -102,6 +104,7 @@ typedef struct ortep__op_params {
       size_t m, k, groups, n[ORTEP__LINEAR_GROUPS];
       ortep_dtype wdt[ORTEP__LINEAR_GROUPS], bdt[ORTEP__LINEAR_GROUPS];
       bool bias[ORTEP__LINEAR_GROUPS], residual, gate_up, blocked;
+      bool exact_rows; /* each row of y computed as M = 1 computes it (a batch of sequences) */
       ortep_dtype quant; /* every W_g's block type (q8_0 / q4_0), or ORTEP_DTYPE_COUNT for float weights */
     } lin;
   } p;

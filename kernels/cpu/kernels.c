@@ -14,9 +14,9 @@ typedef struct cpu_kernel {
   char name[64];
   ortep__op_params op;
   ortep__cpu_pool *pool; /* the EP's workers (NULL: run inline) */
-  float *xperm;          /* a blocked bf16 Linear over one row: x as its kernel reads it (k floats) */
-  void *xq_mem;          /* a q8_0 / q4_0 Linear over one row: x quantized (ortep__cpu_qx_bytes) */
-  ortep__cpu_qx xq;
+  float *xperm;          /* a blocked bf16 Linear over rows alone: x as its kernel reads it (k floats a row) */
+  void *xq_mem;          /* a q8_0 / q4_0 Linear over rows alone: x quantized (ortep__cpu_qx_bytes a row) */
+  ortep__cpu_qx *xq;     /* the quantized rows in xq_mem */
   void *sample_scratch; /* ortep:SelectToken: the sampler's, made with the kernel, never during a step */
 } cpu_kernel;
 
@@ -55,16 +55,17 @@ static void gqa_chunk_task(void *ctx, size_t worker, size_t begin, size_t end) {
 
 static void linear_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
-  ortep__cpu_linear(j->x, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin, end);
+  ortep__cpu_linear(j->x, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->p->exact_rows, j->res,
+                    j->y, begin, end);
 }
 static void linear_quant_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
-  ortep__cpu_linear_quant(j->xq, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->p->blocked, j->res, j->y,
+  ortep__cpu_linear_quant(j->xq, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->p->blocked, j->res, j->y,
                           begin, end);
 }
 static void linear_blocked_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
-  ortep__cpu_linear_blocked(j->x, j->xb, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin,
+  ortep__cpu_linear_blocked(j->x, j->xb, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin,
                             end);
 }
 
@@ -116,41 +117,62 @@ static cpu_weights W(const void *p, ortep_dtype d) { return (cpu_weights){p, d};
  * pool. */
 static void run_gqa(cpu_kernel *k, const void *const *in, void *const *out, uint32_t *ew) {
   const __typeof__(k->op.p.gqa) *g = &k->op.p.gqa;
-  ortep__kv_cache cache = {(void *)(uintptr_t)in[3], (void *)(uintptr_t)in[4], g->kvdt};
+  ortep__kv_cache cache = {(void *)(uintptr_t)in[3], (void *)(uintptr_t)in[4], g->kvdt, NULL, 0};
   const int32_t *pos = in[5];
+  if (g->slots) { /* a batch: a chunk of one slot's tokens attends within that slot's caches */
+    const int32_t *slots = in[6];
+    bool one = slots[0] >= 0 && (size_t)slots[0] < g->slots;
+    for (size_t t = 1; one && t < g->tokens; t++) one = slots[t] == slots[0];
+    if (one && g->tokens > 1) {
+      size_t off = (size_t)slots[0] * g->cap * g->kv * g->hd * ortep_dtype_size(g->kvdt);
+      cache.k = (char *)cache.k + off, cache.v = (char *)cache.v + off;
+    } else {
+      cache.slots = slots, cache.n_slots = g->slots;
+    }
+  }
   ortep__cpu_gqa_write_kv(in[1], in[2], cache, pos, g->tokens, g->heads, g->kv, g->hd, g->cap, out[0], ew);
   gqa_job j = {g, in[0], cache, pos, out[0], k->pool};
   int32_t last = pos[g->tokens - 1]; /* the longest row: the work estimate only */
   size_t span = last >= 0 && (size_t)last < g->cap ? (size_t)last + 1 : g->cap;
-  if (ortep__cpu_gqa_chunk_ok(pos, g->tokens, g->cap))
+  if (!cache.slots && ortep__cpu_gqa_chunk_ok(pos, g->tokens, g->cap))
     ortep__cpu_pool_for(k->pool, g->heads, g->tokens * span * g->hd * 4, gqa_chunk_task, &j);
   else
     ortep__cpu_pool_for(k->pool, g->tokens * g->heads, span * g->hd * 2, gqa_task, &j);
 }
 
 /* ortep:Linear: M > 1 through sgemm blocks, one blocked or row-major row
- * through the dot products, on the pool. */
+ * (or rows each alone: exact_rows) through the dot products, on the pool. */
 static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
   const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
+  bool alone = p->m == 1 || p->exact_rows; /* rows computed as one row alone */
   /* x permuted for the bf16 blocked kernel once per run, not per item */
-  const float *xb = k->xperm ? ortep__cpu_blocked_x(in[0], p->k, k->xperm) : in[0];
-  linear_job j = {p, in[0], p->residual ? in[7] : NULL, xb, &k->xq, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
+  const float *xb = in[0];
+  if (k->xperm && p->m == 1) {
+    xb = ortep__cpu_blocked_x(in[0], p->k, k->xperm);
+  } else if (k->xperm) {
+    for (size_t r = 0; r < p->m; r++) { /* the portable kernels read x as it is: a copy, then */
+      const float *xr = (const float *)in[0] + r * p->k, *pr = ortep__cpu_blocked_x(xr, p->k, k->xperm + r * p->k);
+      if (pr != k->xperm + r * p->k) memcpy(k->xperm + r * p->k, pr, p->k * sizeof *pr);
+    }
+    xb = k->xperm;
+  }
+  linear_job j = {p, in[0], p->residual ? in[7] : NULL, xb, k->xq, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
   for (size_t g = 0; g < p->groups; g++) {
     j.w[g] = W(in[1 + 2 * g], p->wdt[g]);
     j.b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
     if (!p->gate_up) j.y[g] = out[g];
   }
   size_t per = p->gate_up ? 2 * p->k : p->k;
-  if (p->m == 1 && k->xq_mem) {
+  if (alone && k->xq_mem) {
     /* x quantized once per run, then integer dot products (quant.c) */
-    ortep__cpu_quantize_x(in[0], p->k, &k->xq);
+    for (size_t r = 0; r < p->m; r++) ortep__cpu_quantize_x((const float *)in[0] + r * p->k, p->k, &k->xq[r]);
     size_t items = ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / (p->blocked ? 4 : 1);
-    ortep__cpu_pool_for(k->pool, items, (p->blocked ? 4 : 1) * per / 4, linear_quant_task, &j);
-  } else if (p->m > 1)
+    ortep__cpu_pool_for(k->pool, items, (p->blocked ? 4 : 1) * per * p->m / 4, linear_quant_task, &j);
+  } else if (!alone)
     ortep__cpu_pool_for(k->pool, ortep__cpu_linear_blocks(p->m, p->groups, p->n, p->gate_up),
                         per * 128 * (p->m < 256 ? p->m : 256), linear_gemm_task, &j);
   else if (p->blocked)
-    ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / 4, 4 * per,
+    ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / 4, 4 * per * p->m,
                         linear_blocked_task, &j);
   else
     ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(p->m, p->groups, p->n, p->gate_up), per, linear_task, &j);
@@ -194,8 +216,54 @@ uint32_t ortep__cpu_pool_argmax(ortep__cpu_pool *pool, const float *x32, const u
  * The greedy draw (temperature 0) is the argmax over the workers, as the
  * sampler's own argmax would give it (the first maximum among the finite
  * values; a NaN or infinity latches ARGMAX_NOT_FINITE). */
+/* A batch (slots=1): every token into its slot's history, then one draw per
+ * logits row from its slot's parameters and history. A row's word is what
+ * its own draw found (a non-finite logit) and whatever other bits the EP's
+ * word holds, which no row can be told apart by; the EP's word gets the
+ * row's bits too. */
+static void run_select_slots(cpu_kernel *k, const void *const *in, void *const *out, uint32_t *ew) {
+  const __typeof__(k->op.p.sel) *p = &k->op.p.sel;
+  const int32_t *tok = in[1], *pos = in[2], *slots = in[5], *params = in[3];
+  int32_t *hist = (int32_t *)(uintptr_t)in[4], *res = out[0];
+  const uint32_t own = ORTEP_ERROR_ARGMAX_NOT_FINITE | ORTEP_ERROR_SAMPLE_NOT_FINITE;
+  for (size_t t = 0; t < p->tokens; t++)
+    if (slots[t] >= 0 && (size_t)slots[t] < p->slots)
+      ortep__cpu_select_history(&tok[t], &pos[t], 1, hist + (size_t)slots[t] * p->cap, p->cap);
+  for (size_t r = 0; r < p->rows; r++) {
+    size_t t = p->rows == 1 ? p->tokens - 1 : r;
+    int32_t slot = slots[t], token = 0;
+    uint32_t local = 0;
+    if (slot < 0) { /* a padding row */
+      res[2 * r] = res[2 * r + 1] = 0;
+      continue;
+    }
+    if ((size_t)slot >= p->slots || pos[t] < 0 || (size_t)pos[t] >= p->cap) {
+      local = ORTEP_ERROR_KV_SLOT;
+    } else {
+      ortep__sample_params sp;
+      memcpy(&sp, params + (size_t)slot * (sizeof sp / sizeof *params), sizeof sp);
+      const float *logits = (const float *)in[0] + r * p->n;
+      int32_t *h = hist + (size_t)slot * p->cap;
+      if (sp.temperature == 0.0f) {
+        bool bad;
+        token = (int32_t)ortep__cpu_pool_argmax(k->pool, logits, NULL, p->n, &bad);
+        if (bad) local = ORTEP_ERROR_ARGMAX_NOT_FINITE;
+      } else {
+        token = (int32_t)ortep__cpu_select(logits, p->n, &tok[t], &pos[t], 1, &sp, h, p->cap, k->sample_scratch, &local);
+      }
+    }
+    if (local) cpu_latch(ew, local);
+    res[2 * r] = token;
+    res[2 * r + 1] = (int32_t)(local | (__atomic_load_n(ew, __ATOMIC_RELAXED) & ~own));
+  }
+}
+
 static void run_select(cpu_kernel *k, const void *const *in, void *const *out, uint32_t *ew) {
   const __typeof__(k->op.p.sel) *p = &k->op.p.sel;
+  if (p->slots) {
+    run_select_slots(k, in, out, ew);
+    return;
+  }
   ortep__sample_params sp;
   memcpy(&sp, in[3], sizeof sp);
   int32_t token;
@@ -271,6 +339,7 @@ static void cpu_destroy(ortep_kernel *self) {
   cpu_kernel *k = (cpu_kernel *)self;
   ortep__free(k->xperm);
   ortep__free(k->xq_mem);
+  ortep__free(k->xq);
   ortep__free(k->sample_scratch);
   ortep__free(k);
 }
@@ -295,7 +364,7 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   if (k->op.kind == ORTEP__OP_GQA)
     scratch =
         ortep__cpu_gqa_scratch(k->op.p.gqa.tokens, k->op.p.gqa.hd, k->op.p.gqa.cap, k->op.p.gqa.kvdt) * sizeof(float);
-  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1)
+  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1 && !k->op.p.lin.exact_rows)
     scratch = ortep__cpu_linear_scratch(k->op.p.lin.k, k->op.p.lin.quant != ORTEP_DTYPE_COUNT);
   st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;
   if (st != ORTEP_OK) {
@@ -304,20 +373,25 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   }
   /* a blocked bf16 Linear over one row: the buffer for x as its kernel reads it */
   const __typeof__(k->op.p.lin) *lin = &k->op.p.lin;
-  bool bf16 = false;
-  if (k->op.kind == ORTEP__OP_LINEAR && lin->blocked && lin->m == 1)
+  bool bf16 = false, alone = k->op.kind == ORTEP__OP_LINEAR && (lin->m == 1 || lin->exact_rows);
+  if (alone && lin->blocked)
     for (size_t g = 0; g < lin->groups; g++) bf16 = bf16 || lin->wdt[g] == ORTEP_DTYPE_BF16;
-  if (bf16 && !(k->xperm = ortep__malloc(lin->k * sizeof *k->xperm))) {
+  if (bf16 && !(k->xperm = ortep__malloc(lin->m * lin->k * sizeof *k->xperm))) {
     ortep__free(k);
-    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu activations", CPU_EP_NAME, lin->k);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu x %zu activations", CPU_EP_NAME,
+                       lin->m, lin->k);
   }
-  if (k->op.kind == ORTEP__OP_LINEAR && lin->quant != ORTEP_DTYPE_COUNT && lin->m == 1) {
-    if (!(k->xq_mem = ortep__malloc(ortep__cpu_qx_bytes(lin->k)))) {
+  if (alone && lin->quant != ORTEP_DTYPE_COUNT) {
+    size_t per = (ortep__cpu_qx_bytes(lin->k) + 63) / 64 * 64;
+    k->xq = ortep__calloc(lin->m, sizeof *k->xq);
+    k->xq_mem = ortep__malloc(lin->m * per);
+    if (!k->xq || !k->xq_mem) {
+      ortep__free(k->xq), ortep__free(k->xq_mem), ortep__free(k->xperm);
       ortep__free(k);
-      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu quantized activations", CPU_EP_NAME,
-                         lin->k);
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu x %zu quantized activations",
+                         CPU_EP_NAME, lin->m, lin->k);
     }
-    ortep__cpu_qx_init(k->xq_mem, lin->k, &k->xq);
+    for (size_t r = 0; r < lin->m; r++) ortep__cpu_qx_init((char *)k->xq_mem + r * per, lin->k, &k->xq[r]);
   }
   if (k->op.kind == ORTEP__OP_SELECT &&
       !(k->sample_scratch = ortep__malloc(ORTEP__SAMPLE_SCRATCH_BYTES(k->op.p.sel.n)))) {

@@ -238,10 +238,12 @@ size_t ortep__cpu_linear_items(size_t m, size_t groups, const size_t *n, bool ga
 }
 
 void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w, const cpu_weights *b,
-                       const size_t *n, bool gate_up, const float *res, float *const *y, size_t begin, size_t end) {
+                       const size_t *n, bool gate_up, bool rows_inner, const float *res, float *const *y, size_t begin,
+                       size_t end) {
   size_t per_row = ortep__cpu_linear_items(1, groups, n, gate_up);
   for (size_t item = begin; item < end; item++) {
-    size_t r = item / per_row, j = item % per_row;
+    /* rows_inner: an item's rows follow each other, so one weight row serves them all from the cache */
+    size_t r = rows_inner ? item % m : item / per_row, j = rows_inner ? item / m : item % per_row;
     const float *xr = x + r * k;
     if (gate_up) {
       float g = dot_row(xr, w[0], j, k) + (b[0].data ? cpu_w(b[0], j) : 0.0f);
@@ -268,28 +270,32 @@ static inline void dot4_rows(const float *x, const float *xb, cpu_weights w, siz
 
 const float *ortep__cpu_blocked_x(const float *x, size_t k, float *xp) { return dots.x4_bf16(x, k, xp); }
 
-void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t k, size_t groups, const cpu_weights *w,
-                               const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
-                               size_t begin, size_t end) {
+void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t rows, size_t k, size_t groups,
+                               const cpu_weights *w, const cpu_weights *b, const size_t *n, bool gate_up,
+                               const float *res, float *const *y, size_t begin, size_t end) {
   for (size_t item = begin; item < end; item++) {
-    size_t j = item * 4;
-    float v[4], u[4];
-    if (gate_up) {
-      dot4_rows(x, xb, w[0], j, k, v);
-      dot4_rows(x, xb, w[1], j, k, u);
-      for (size_t i = 0; i < 4; i++) {
-        float g = v[i] + (b[0].data ? cpu_w(b[0], j + i) : 0.0f);
-        float up = u[i] + (b[1].data ? cpu_w(b[1], j + i) : 0.0f);
-        y[0][j + i] = g / (1.0f + expf(-g)) * up;
+    size_t j0 = item * 4, g = 0, j = j0;
+    if (!gate_up)
+      while (j >= n[g]) j -= n[g++];
+    for (size_t row = 0; row < rows; row++) { /* the quad's weights hot in the cache after the first row */
+      const float *xr = x + row * k, *xbr = xb + row * k;
+      float v[4], u[4];
+      if (gate_up) {
+        dot4_rows(xr, xbr, w[0], j, k, v);
+        dot4_rows(xr, xbr, w[1], j, k, u);
+        for (size_t i = 0; i < 4; i++) {
+          float gv = v[i] + (b[0].data ? cpu_w(b[0], j + i) : 0.0f);
+          float up = u[i] + (b[1].data ? cpu_w(b[1], j + i) : 0.0f);
+          y[0][row * n[0] + j + i] = gv / (1.0f + expf(-gv)) * up;
+        }
+        continue;
       }
-      continue;
-    }
-    size_t g = 0;
-    while (j >= n[g]) j -= n[g++];
-    dot4_rows(x, xb, w[g], j, k, v);
-    for (size_t i = 0; i < 4; i++) {
-      float o = v[i] + (b[g].data ? cpu_w(b[g], j + i) : 0.0f);
-      y[g][j + i] = res ? o + res[j + i] : o;
+      dot4_rows(xr, xbr, w[g], j, k, v);
+      for (size_t i = 0; i < 4; i++) {
+        float o = v[i] + (b[g].data ? cpu_w(b[g], j + i) : 0.0f);
+        size_t at = row * n[g] + j + i;
+        y[g][at] = res ? o + res[at] : o;
+      }
     }
   }
 }
@@ -578,14 +584,18 @@ void ortep__cpu_gqa_write_kv(const float *k, const float *v, ortep__kv_cache c, 
                              size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
                              uint32_t *error_word) {
   for (size_t t = 0; t < tokens; t++) {
-    int32_t p = pos[t];
-    if (p < 0 || (size_t)p >= capacity) {
+    int32_t p = pos[t], slot = c.slots ? c.slots[t] : 0;
+    if (slot < 0) { /* a padding row of a batch */
+      memset(out + t * heads * head_dim, 0, heads * head_dim * sizeof *out);
+      continue;
+    }
+    if (p < 0 || (size_t)p >= capacity || (c.slots && (size_t)slot >= c.n_slots)) {
       cpu_latch(error_word, ORTEP_ERROR_KV_SLOT);
       memset(out + t * heads * head_dim, 0, heads * head_dim * sizeof *out);
       continue;
     }
     /* position-major: the token's heads are one row of kv_heads x head_dim */
-    size_t at = (size_t)p * kv_heads * head_dim, n = kv_heads * head_dim;
+    size_t n = kv_heads * head_dim, at = ((size_t)slot * capacity + (size_t)p) * n;
     kv_store(c.k, at, k + t * n, n, c.dt);
     kv_store(c.v, at, v + t * n, n, c.dt);
   }
@@ -597,13 +607,14 @@ void ortep__cpu_gqa_heads(const float *q, ortep__kv_cache c, const int32_t *pos,
   float *vtmp = sc + capacity;
   for (size_t item = i0; item < i1; item++) {
     size_t t = item / heads, h = item % heads, g = h / group;
-    int32_t p = pos[t];
-    if (p < 0 || (size_t)p >= capacity) continue; /* zeroed and latched by write_kv */
-    size_t slot = (size_t)p;
+    int32_t p = pos[t], sq = c.slots ? c.slots[t] : 0;
+    if (p < 0 || (size_t)p >= capacity || sq < 0 || (c.slots && (size_t)sq >= c.n_slots))
+      continue; /* zeroed (and latched) by write_kv */
+    size_t slot = (size_t)p, base = (size_t)sq * capacity * row + g * head_dim;
     const float *qh = q + item * head_dim;
     float mx = -INFINITY;
     for (size_t s = 0; s <= slot; s++) {
-      sc[s] = kv_dot(qh, c.k, s * row + g * head_dim, head_dim, c.dt) * scale;
+      sc[s] = kv_dot(qh, c.k, base + s * row, head_dim, c.dt) * scale;
       if (sc[s] > mx) mx = sc[s];
     }
     float denom = 0.0f;
@@ -611,7 +622,7 @@ void ortep__cpu_gqa_heads(const float *q, ortep__kv_cache c, const int32_t *pos,
     float *oh = out + item * head_dim;
     memset(oh, 0, head_dim * sizeof *oh);
     for (size_t s = 0; s <= slot; s++)
-      dots.axpy(sc[s] / denom, row_f32(c.v, s * row + g * head_dim, head_dim, c.dt, vtmp), oh, head_dim);
+      dots.axpy(sc[s] / denom, row_f32(c.v, base + s * row, head_dim, c.dt, vtmp), oh, head_dim);
   }
 }
 

@@ -50,9 +50,11 @@ void ortep__cpu_gemm(const float *a, cpu_weights b, bool trans_b, const float *c
  * [n_g, k]; gate_up: y_0 = SiLU(x W_0^T + b_0) * (x W_1^T + b_1); res (may
  * be NULL) is added to y_0. Each output is one dot product in a fixed order. */
 void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const cpu_weights *w, const cpu_weights *b,
-                       const size_t *n, bool gate_up, const float *res, float *const *y, size_t begin, size_t end);
-/* The outputs ortep__cpu_linear computes, indexed row by row: items
- * [begin, end) of them can go to different threads. */
+                       const size_t *n, bool gate_up, bool rows_inner, const float *res, float *const *y, size_t begin,
+                       size_t end);
+/* The outputs ortep__cpu_linear computes, indexed row by row (rows_inner:
+ * output by output, the rows of each together): items [begin, end) of them
+ * can go to different threads. */
 size_t ortep__cpu_linear_items(size_t m, size_t groups, const size_t *n, bool gate_up);
 /* ortep:Linear for M > 1 (a prefill chunk): the same outputs through sgemm,
  * in blocks of output columns x blocks of rows that are the items [begin,
@@ -76,9 +78,9 @@ void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, c
  * every load of x and stream as one (the order is in simd_avx2.h; the
  * portable loops keep dot_row's, bitwise). xb: x as the bf16 kernel reads
  * it (ortep__cpu_blocked_x; x itself when no weight is bf16). */
-void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t k, size_t groups, const cpu_weights *w,
-                               const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
-                               size_t begin, size_t end);
+void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t rows, size_t k, size_t groups,
+                               const cpu_weights *w, const cpu_weights *b, const size_t *n, bool gate_up,
+                               const float *res, float *const *y, size_t begin, size_t end);
 /* x[k] as the bf16 blocked kernel reads it: permuted into xp (k floats)
  * where the SIMD set needs it, else x itself. Once per node run, not per
  * item. */
@@ -115,8 +117,12 @@ void ortep__cpu_rotary(const float *x, const void *pos, bool pos64, size_t token
  * token's later neighbours sit at later positions. scores: capacity floats
  * of the running worker. */
 typedef struct ortep__kv_cache {
-  void *k, *v;    /* position-major [capacity, kv_heads, head_dim] */
+  void *k, *v;    /* position-major [capacity, kv_heads, head_dim] (with slots: [slots, capacity, ...]) */
   ortep_dtype dt; /* f32, or f16 / bf16 (stored rounded, attended in f32) */
+  /* a batch: token t's sequence is slot slots[t] of n_slots (< 0: a padding
+   * row, zeros out, nothing written; >= n_slots latches KV_SLOT); NULL: one */
+  const int32_t *slots;
+  size_t n_slots;
 } ortep__kv_cache;
 void ortep__cpu_gqa_write_kv(const float *k, const float *v, ortep__kv_cache cache, const int32_t *pos, size_t tokens,
                              size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
@@ -178,10 +184,11 @@ void ortep__cpu_quantize_x(const float *x, size_t k, const ortep__cpu_qx *qx);
 /* Row r of w times the quantized x, in the order quant.c defines (bitwise
  * the same for every SIMD variant). */
 float ortep__cpu_quant_dot(ortep_dtype dt, const void *w, bool blocked, size_t r, size_t k, const ortep__cpu_qx *x);
-/* ortep:Linear over one row with q8_0 / q4_0 weights: items as
- * ortep__cpu_linear_blocked's (quads of outputs) when blocked, else as
- * ortep__cpu_linear's for m = 1. */
-void ortep__cpu_linear_quant(const ortep__cpu_qx *x, size_t k, size_t groups, const cpu_weights *w,
+/* ortep:Linear with q8_0 / q4_0 weights over `rows` rows of x, each
+ * quantized (x[row]) and computed as that row alone: items as
+ * ortep__cpu_linear_blocked's (quads of outputs) when blocked, else single
+ * outputs; an item runs every row against its weight rows. */
+void ortep__cpu_linear_quant(const ortep__cpu_qx *x, size_t rows, size_t k, size_t groups, const cpu_weights *w,
                              const cpu_weights *b, const size_t *n, bool gate_up, bool blocked, const float *res,
                              float *const *y, size_t begin, size_t end);
 /* "avx512-vnni", "avx2" or "portable": the integer dot products in use. */

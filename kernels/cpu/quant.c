@@ -364,38 +364,44 @@ float ortep__cpu_quant_dot(ortep_dtype dt, const void *w, bool blocked, size_t r
   return v[r & 3];
 }
 
-/* --- ortep:Linear, one row of x (ops.h) ---------------------------------------- */
-void ortep__cpu_linear_quant(const ortep__cpu_qx *x, size_t k, size_t groups, const cpu_weights *w,
+/* --- ortep:Linear, rows of x each as one row alone (ops.h) -------------------- */
+void ortep__cpu_linear_quant(const ortep__cpu_qx *x, size_t rows, size_t k, size_t groups, const cpu_weights *w,
                              const cpu_weights *b, const size_t *n, bool gate_up, bool blocked, const float *res,
                              float *const *y, size_t begin, size_t end) {
   pthread_once(&dot4_once, pick_once);
   size_t step = blocked ? 4 : 1;
   for (size_t item = begin; item < end; item++) {
-    size_t j = item * step, g = 0;
-    float v[4], u[4];
-    if (gate_up) {
-      if (blocked) {
-        dot4(w[0].dtype, w[0].data, j / 4, k, x, v);
-        dot4(w[1].dtype, w[1].data, j / 4, k, x, u);
-      } else {
-        v[0] = dot_portable(w[0].dtype, w[0].data, false, j, k, x);
-        u[0] = dot_portable(w[1].dtype, w[1].data, false, j, k, x);
+    size_t j0 = item * step, g = 0, j = j0;
+    if (!gate_up)
+      while (j >= n[g]) j -= n[g++];
+    /* every row of x against the same weight rows, hot in the cache after the first */
+    for (size_t row = 0; row < rows; row++) {
+      const ortep__cpu_qx *xr = &x[row];
+      float v[4], u[4];
+      if (gate_up) {
+        if (blocked) {
+          dot4(w[0].dtype, w[0].data, j / 4, k, xr, v);
+          dot4(w[1].dtype, w[1].data, j / 4, k, xr, u);
+        } else {
+          v[0] = dot_portable(w[0].dtype, w[0].data, false, j, k, xr);
+          u[0] = dot_portable(w[1].dtype, w[1].data, false, j, k, xr);
+        }
+        for (size_t r = 0; r < step; r++) {
+          float gv = v[r] + (b[0].data ? cpu_w(b[0], j + r) : 0.0f);
+          float uv = u[r] + (b[1].data ? cpu_w(b[1], j + r) : 0.0f);
+          y[0][row * n[0] + j + r] = gv / (1.0f + expf(-gv)) * uv;
+        }
+        continue;
       }
+      if (blocked)
+        dot4(w[g].dtype, w[g].data, j / 4, k, xr, v);
+      else
+        v[0] = dot_portable(w[g].dtype, w[g].data, false, j, k, xr);
       for (size_t r = 0; r < step; r++) {
-        float gv = v[r] + (b[0].data ? cpu_w(b[0], j + r) : 0.0f);
-        float uv = u[r] + (b[1].data ? cpu_w(b[1], j + r) : 0.0f);
-        y[0][j + r] = gv / (1.0f + expf(-gv)) * uv;
+        float o = v[r] + (b[g].data ? cpu_w(b[g], j + r) : 0.0f);
+        size_t at = row * n[g] + j + r;
+        y[g][at] = res ? o + res[at] : o;
       }
-      continue;
-    }
-    while (j >= n[g]) j -= n[g++];
-    if (blocked)
-      dot4(w[g].dtype, w[g].data, j / 4, k, x, v);
-    else
-      v[0] = dot_portable(w[g].dtype, w[g].data, false, j, k, x);
-    for (size_t r = 0; r < step; r++) {
-      float o = v[r] + (b[g].data ? cpu_w(b[g], j + r) : 0.0f);
-      y[g][j + r] = res ? o + res[j + r] : o;
     }
   }
 }
