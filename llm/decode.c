@@ -29,6 +29,8 @@
 #include "ortep/governor.h"
 
 #define ORTEP__MAX_BUCKETS 12 /* prefill chunk sizes: at most this many graphs besides the decode step */
+#define ORTEP__MAX_SEQ_BUCKETS 8 /* a batch's decode steps: 1, 2, 4, ..., 64, and all the slots */
+#define ORTEP__MAX_GRAPHS  (ORTEP__MAX_BUCKETS + 1 + ORTEP__MAX_SEQ_BUCKETS) /* and a batch's decode steps */
 
 struct ortep_decoder {
   /* Forks (ortep_decoder_fork) share their origin's governor, model and
@@ -48,18 +50,21 @@ struct ortep_decoder {
   ortep_model *model;
   /* graph 0: the decode step; 1..n_graphs-1: prefill chunks of tokens[g]
    * tokens, largest first */
-  /* then the redraw graph (llama.h), index n_graphs in the session */
-  ortep_graph *graphs[ORTEP__MAX_BUCKETS + 2];
-  size_t tokens[ORTEP__MAX_BUCKETS + 1];
+  /* then the redraw graph (llama.h), index n_graphs in the session. A
+   * batch's decoder (slots > 0, internal.h) has its decode steps of 1, 2,
+   * 4, ... slots sequences first (graphs 0..n_seq_graphs-1), then the chunks. */
+  ortep_graph *graphs[ORTEP__MAX_GRAPHS + 1];
+  size_t tokens[ORTEP__MAX_GRAPHS];
   size_t n_graphs;
+  size_t slots, n_seq_graphs;
   ortep_session *session;
   ortep__llama_dtypes
       dtypes;            /* the caches' (ortep.kv_dtype) and the weights' (ortep.weights_dtype, _embedding_dtype) */
   ortep_tensor *rope[2]; /* the rotary tables every graph views (the origin's, for a fork) */
   ortep__kv *kv;         /* the KV caches: reserved for max_seq positions, committed as they are held (kv.c) */
   int32_t *ids;          /* the token at each position the caches hold (ids[0, pos)) */
-  /* every graph's token-id and position inputs (session values) */
-  char in_name[ORTEP__MAX_BUCKETS + 1][2][64];
+  /* every graph's inputs and outputs (session values) */
+  ortep__llama_names names[ORTEP__MAX_GRAPHS];
   int32_t *positions; /* host staging for a chunk's positions (the largest bucket) */
   /* Token selection is the graphs' last node (ortep:SelectToken): sampling
    * is its parameter block, a session value written only when the choice
@@ -191,11 +196,13 @@ static ortep_status check_size(ortep_decoder *d, const ortep_model_config *c, bo
   uint64_t f = sizeof(float), S = d->max_seq, L = (uint64_t)c->num_hidden_layers, HD = (uint64_t)c->head_dim;
   uint64_t H = (uint64_t)c->hidden_size, I = (uint64_t)c->intermediate_size, V = (uint64_t)c->vocab_size;
   uint64_t q = (uint64_t)c->num_attention_heads * HD, kv = (uint64_t)c->num_key_value_heads * HD;
-  uint64_t kv_bytes = 2 * L * kv * S * ortep_dtype_size(d->dtypes.kv), rope = S * HD * f; /* cos, sin: S x HD/2 each */
+  uint64_t kv_bytes = 2 * L * kv * S * ortep_dtype_size(d->dtypes.kv) * (d->slots ? d->slots : 1);
+  uint64_t rope = S * HD * f; /* cos, sin: S x HD/2 each */
   uint64_t act = (L * (8 * H + 3 * q + 4 * kv + 3 * I) + 2 * V + (uint64_t)c->num_attention_heads * S) * f;
   /* a prefill chunk of T tokens: its layers' activations (the planner reuses
    * them from layer to layer; twice one layer's bounds what it keeps) */
-  uint64_t T = d->tokens[1 < d->n_graphs ? 1 : 0];
+  uint64_t T = 1;
+  for (size_t g = 0; g < d->n_graphs; g++) T = d->tokens[g] > T ? d->tokens[g] : T;
   uint64_t chunk = (2 * T * (8 * H + 3 * q + 4 * kv + 3 * I) + 2 * V) * f;
   if (d->n_graphs > 1 && chunk > act) act = chunk;
   /* the KV caches are reserved, not committed: what must fit now is the rest,
@@ -241,6 +248,7 @@ static ortep_status reset_error_words(ortep_decoder *d) {
  * else zeros (temperature 0: the argmax). Written only when it changes, so
  * a run of steps with one choice writes it once. */
 static ortep_status write_params(ortep_decoder *d) {
+  if (d->slots) return ORTEP_OK; /* a batch writes every slot's block itself */
   ortep_sample_params want = d->sampling ? d->sp : (ortep_sample_params){0};
   if (d->dev_sp_valid && !memcmp(&want, &d->dev_sp, sizeof want)) return ORTEP_OK;
   ortep_status st = ortep_session_write(d->session, ORTEP_INPUT_SAMPLE_PARAMS, &want, sizeof want);
@@ -390,10 +398,22 @@ static ortep_status size_steps(ortep_decoder *d, const ortep_decoder_options *o)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "max_seq_len %zu exceeds the model's max_position_embeddings %zu",
                        d->max_seq, limit);
   d->vocab = (size_t)c->vocab_size;
+  if (d->slots) { /* a batch: the slots' caches must not share a page; the capacity rounded up to whole pages */
+    size_t row = (size_t)c->num_key_value_heads * (size_t)c->head_dim * ortep_dtype_size(d->dtypes.kv);
+    d->max_seq = ortep__kv_slot_capacity(d->max_seq, row);
+  }
   size_t top = o->prefill_chunk ? o->prefill_chunk : AUTO_CHUNK;
   if (top > d->max_seq) top = d->max_seq;
-  d->tokens[d->n_graphs++] = 1;
-  for (size_t t = top; t >= 2 && d->n_graphs <= ORTEP__MAX_BUCKETS; t /= 2) d->tokens[d->n_graphs++] = t;
+  if (d->slots) { /* the decode steps of 1, 2, 4, ... sequences, and of all the slots */
+    for (size_t b = 1; b < d->slots && d->n_seq_graphs < ORTEP__MAX_SEQ_BUCKETS - 1; b *= 2)
+      d->tokens[d->n_seq_graphs++] = b;
+    d->tokens[d->n_seq_graphs++] = d->slots;
+    d->n_graphs = d->n_seq_graphs;
+  } else {
+    d->tokens[d->n_graphs++] = 1;
+  }
+  size_t first_chunk = d->n_graphs;
+  for (size_t t = top; t >= 2 && d->n_graphs - first_chunk < ORTEP__MAX_BUCKETS; t /= 2) d->tokens[d->n_graphs++] = t;
   return check_size(d, c, ortep_ep_registry_count(d->registry) == 1);
 }
 
@@ -410,14 +430,16 @@ static ortep_status open_session(ortep_decoder *d, const ortep_decoder_options *
   }
   if (st != ORTEP_OK) return st;
   for (size_t g = 0; g < d->n_graphs; g++) {
-    if ((st = ortep__llama_build(d->model, cpu, d->max_seq, d->tokens[g], &d->dtypes, d->rope, &d->graphs[g])) !=
-        ORTEP_OK)
+    ortep__llama_step step = {d->tokens[g], d->slots, g < d->n_seq_graphs};
+    if ((st = ortep__llama_build(d->model, cpu, d->max_seq, &step, &d->dtypes, d->rope, &d->graphs[g])) != ORTEP_OK)
       return st;
-    ortep__llama_input_names(d->tokens[g], d->in_name[g][0], d->in_name[g][1], sizeof d->in_name[g][0]);
+    ortep__llama_names_of(&step, &d->names[g]);
   }
-  if ((st = ortep__llama_build_redraw(d->model, d->max_seq, &d->graphs[d->n_graphs])) != ORTEP_OK) return st;
-  if (d->n_graphs > 1 && !(d->positions = ortep__malloc(d->tokens[1] * sizeof *d->positions)))
-    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for %zu prefill positions", d->tokens[1]);
+  if ((st = ortep__llama_build_redraw(d->model, d->max_seq, d->slots, &d->graphs[d->n_graphs])) != ORTEP_OK) return st;
+  size_t most = 1; /* positions staged on the host: the largest chunk, or a batch's slots */
+  for (size_t g = 0; g < d->n_graphs; g++) most = d->tokens[g] > most ? d->tokens[g] : most;
+  if (most > 1 && !(d->positions = ortep__malloc(most * sizeof *d->positions)))
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for %zu prefill positions", most);
   /* the KV caches are the decoder's (kv.c), not the arena's */
   size_t layers = (size_t)ortep_model_get_config(d->model)->num_hidden_layers;
   char(*kv_names)[32] = ortep__calloc(2 * layers, sizeof *kv_names);
@@ -442,7 +464,7 @@ static ortep_status open_session(ortep_decoder *d, const ortep_decoder_options *
   ortep__free(kv_names), ortep__free(ext);
   if (st == ORTEP_OK) d->prepared = ortep__model_release_prepared(d->model, d->session);
   if (st == ORTEP_OK && !d->kv_memory) st = ortep__kv_memory_create(d->governor, o->host_allocator, &d->kv_memory);
-  if (st == ORTEP_OK) st = ortep__kv_open(d->session, layers, d->max_seq, d->kv_memory, &d->kv);
+  if (st == ORTEP_OK) st = ortep__kv_open(d->session, layers, d->slots, d->max_seq, d->kv_memory, &d->kv);
   if (st == ORTEP_OK && !(d->ids = ortep__malloc(d->max_seq * sizeof *d->ids)))
     st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for the ids of %zu positions", d->max_seq);
   return st;
@@ -493,7 +515,8 @@ static ortep_status prime_state(ortep_decoder *d) {
   return st == ORTEP_OK ? reset_error_words(d) : st;
 }
 
-ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *options, ortep_decoder **out) {
+static ortep_status open_decoder(const char *dir, const ortep_decoder_options *options, size_t slots,
+                                 ortep_decoder **out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_open: out is NULL");
   *out = NULL;
   if (!dir) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_open: the model directory is NULL");
@@ -506,6 +529,7 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   atomic_flag_clear(&d->busy);
   atomic_init(&d->refs, 1);
   d->fed = true;
+  d->slots = slots;
   d->opts = o;
   d->opts.config = NULL; /* copied into ep_config */
   d->opts.ep = !strcmp(want, "cpu") ? "cpu" : !strcmp(want, "cuda") ? "cuda" : "auto";
@@ -531,10 +555,29 @@ ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *op
   return ORTEP_OK;
 }
 
+ortep_status ortep_decoder_open(const char *dir, const ortep_decoder_options *options, ortep_decoder **out) {
+  return open_decoder(dir, options, 0, out);
+}
+
+ortep_status ortep__decoder_open_slots(const char *dir, const ortep_decoder_options *options, size_t slots,
+                                       ortep_decoder **out) {
+  ortep__assert(slots > 0);
+  return open_decoder(dir, options, slots, out);
+}
+
+void ortep__decoder_get_parts(ortep_decoder *d, ortep__decoder_parts *out) {
+  *out = (ortep__decoder_parts){d->session, d->kv,      d->ep,    d->governor, d->tokens, d->names,
+                                d->n_seq_graphs, d->n_graphs, d->max_seq, d->vocab};
+}
+
+ortep_status ortep__decoder_clear_error_words(ortep_decoder *d) { return reset_error_words(d); }
+
 /* Entry guard of every call that touches the decoder's state: the contract
  * (decode.h) is one thread at a time, and a second concurrent call gets
  * ORTEP_E_STATE instead of corrupting the session. One atomic exchange. */
 static ortep_status enter(ortep_decoder *d, const char *what) {
+  if (d->slots) /* a batch's own (ortep_batch): never handed out, but say so rather than misbehave */
+    return ortep__fail(ORTEP_E_STATE, "%s: this decoder is a batch's; use the ortep_batch calls", what);
   if (atomic_flag_test_and_set_explicit(&d->busy, memory_order_acquire))
     return ortep__fail(ORTEP_E_STATE,
                        "%s: the decoder is in use by another call right now; a decoder serves one thread at a time "
@@ -574,8 +617,8 @@ static ortep_status launch(ortep_decoder *d, size_t g, const int32_t *ids, int32
     memcpy(d->ids + position, ids, n * sizeof *ids);
   }
   if (st == ORTEP_OK) st = write_params(d);
-  if (st == ORTEP_OK) st = ortep_session_write(d->session, d->in_name[g][0], ids, n * sizeof *ids);
-  if (st == ORTEP_OK) st = ortep_session_write(d->session, d->in_name[g][1], pos, n * sizeof *pos);
+  if (st == ORTEP_OK) st = ortep_session_write(d->session, d->names[g].tokens, ids, n * sizeof *ids);
+  if (st == ORTEP_OK) st = ortep_session_write(d->session, d->names[g].positions, pos, n * sizeof *pos);
   if (st == ORTEP_OK) st = ortep_session_run_graph(d->session, g);
   return st;
 }

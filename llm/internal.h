@@ -64,9 +64,15 @@ typedef struct ortep__kv_usage {
   size_t positions;
 } ortep__kv_usage;
 /* Reserves (from mem) and binds the 2 x layers caches the session's graphs
- * declare, capacity positions each. */
-ortep_status ortep__kv_open(ortep_session *session, size_t layers, size_t capacity, ortep__kv_memory *mem,
-                            ortep__kv **out);
+ * declare, capacity positions each (slots > 0: a batch's, [slots, capacity,
+ * ...], each slot's positions held on their own: hold_slot / drop_slot;
+ * capacity from ortep__kv_slot_capacity). */
+ortep_status ortep__kv_open(ortep_session *session, size_t layers, size_t slots, size_t capacity,
+                            ortep__kv_memory *mem, ortep__kv **out);
+/* positions rounded up so that a slot of them (row_bytes each) is whole host pages */
+size_t ortep__kv_slot_capacity(size_t positions, size_t row_bytes);
+ortep_status ortep__kv_hold_slot(ortep__kv *kv, size_t slot, size_t positions);
+ortep_status ortep__kv_drop_slot(ortep__kv *kv, size_t slot, size_t positions);
 void ortep__kv_close(ortep__kv *kv);
 /* Memory for positions [0, positions) in every cache (a no-op when held). */
 ortep_status ortep__kv_hold(ortep__kv *kv, size_t positions);
@@ -76,5 +82,28 @@ ortep_status ortep__kv_drop(ortep__kv *kv, size_t positions);
  * granules of them shared read-only between the two. */
 ortep_status ortep__kv_share(ortep__kv *parent, ortep__kv *child, size_t positions);
 void ortep__kv_stats(const ortep__kv *kv, ortep__kv_usage *out);
+
+/* A batch's decoder (batch.c): opened like ortep_decoder_open, but over
+ * `slots` sequences: the KV caches [slots, capacity, ...] (capacity rounded
+ * up to whole pages), the decode steps of 1, 2, 4, ... slots sequences
+ * (graphs 0..n_seq_graphs-1, every row its own sequence), then the prefill
+ * chunks of one slot (largest first), then the redraw graph; the sampler's
+ * blocks [slots, 9] and histories [slots, capacity]. batch.c drives its
+ * session; the decoder's own calls refuse it. */
+#include "llama.h"
+ortep_status ortep__decoder_open_slots(const char *dir, const ortep_decoder_options *options, size_t slots,
+                                       ortep_decoder **out);
+typedef struct ortep__decoder_parts {
+  ortep_session *session;
+  ortep__kv *kv;
+  ortep_ep *ep; /* the EP that runs the step */
+  ortep_governor *governor;
+  const size_t *tokens;               /* rows of each graph */
+  const ortep__llama_names *names;    /* each graph's inputs and outputs */
+  size_t n_seq_graphs, n_graphs;      /* decode steps, then chunks; the redraw graph is n_graphs */
+  size_t capacity, vocab;
+} ortep__decoder_parts;
+void ortep__decoder_get_parts(ortep_decoder *d, ortep__decoder_parts *out);
+ortep_status ortep__decoder_clear_error_words(ortep_decoder *d);
 
 #endif

@@ -20,6 +20,7 @@
  * gets its caches allocated whole, committed up front as before.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -61,6 +62,12 @@ struct ortep__kv {
   size_t n, capacity, row; /* row: bytes per position in one cache */
   size_t held;             /* positions backed in every cache */
   uint64_t commits;        /* commit calls that added memory */
+  /* A batch's caches (slots > 0): every cache is [slots, capacity, ...],
+   * slot s at s x stride bytes (granule-aligned, ortep__kv_slot_capacity),
+   * with its own positions held: slot_held[s], and slot_committed[i x slots
+   * + s] bytes of cache i from the slot's start. */
+  size_t slots, stride;
+  size_t *slot_held, *slot_committed;
 };
 
 static ortep_allocator *allocator_for(ortep__kv_memory *m, ortep_ep *ep, ortep_status *st) {
@@ -100,23 +107,34 @@ static ortep_status place_value(ortep__kv *kv, ortep_session *s, const char *nam
   return ortep_session_bind_value(s, name, x->base, x->bytes);
 }
 
-ortep_status ortep__kv_open(ortep_session *s, size_t layers, size_t capacity, ortep__kv_memory *mem, ortep__kv **out) {
+ortep_status ortep__kv_open(ortep_session *s, size_t layers, size_t slots, size_t capacity, ortep__kv_memory *mem,
+                            ortep__kv **out) {
   *out = NULL;
   ortep__kv *kv = ortep__calloc(1, sizeof *kv);
   kv_value *v = ortep__calloc(2 * layers + 1, sizeof *v);
-  if (!kv || !v) {
-    ortep__free(kv), ortep__free(v);
+  size_t *held = slots ? ortep__calloc(slots, sizeof *held) : NULL;
+  size_t *committed = slots ? ortep__calloc(2 * layers * slots, sizeof *committed) : NULL;
+  if (!kv || !v || (slots && (!held || !committed))) {
+    ortep__free(kv), ortep__free(v), ortep__free(held), ortep__free(committed);
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for the KV caches' bookkeeping");
   }
   kv->v = v;
   kv->capacity = capacity;
   kv->mem = mem;
+  kv->slots = slots, kv->slot_held = held, kv->slot_committed = committed;
   ortep_status st = ORTEP_OK;
   char name[64];
   for (size_t l = 0; st == ORTEP_OK && l < layers; l++)
     for (int val = 0; st == ORTEP_OK && val < 2; val++)
       st = place_value(kv, s, ortep_decoder_kv_name(l, val, name, sizeof name));
-  if (st == ORTEP_OK) kv->row = kv->v[0].bytes / capacity;
+  if (st == ORTEP_OK) kv->row = kv->v[0].bytes / capacity / (slots ? slots : 1);
+  if (st == ORTEP_OK && slots) {
+    kv->stride = kv->row * capacity;
+    for (size_t i = 0; i < kv->n; i++) /* the slots' ranges must not share a granule */
+      if (kv->v[i].alloc && kv->stride % ortep_allocator_granularity(kv->v[i].alloc))
+        st = ortep__fail(ORTEP_E_INTERNAL, "decoder: a KV slot of %zu bytes is not a whole number of granules",
+                         kv->stride);
+  }
   for (size_t i = 0; st == ORTEP_OK && i < kv->n; i++) /* caches allocated whole start zeroed, as committed ones */
     if (!kv->v[i].alloc) {
       static const unsigned char zeros[64 << 10];
@@ -133,6 +151,11 @@ ortep_status ortep__kv_open(ortep_session *s, size_t layers, size_t capacity, or
   return ORTEP_OK;
 }
 
+static size_t round_up(size_t bytes, size_t granule, size_t limit) {
+  size_t r = (bytes + granule - 1) / granule * granule;
+  return r < limit ? r : limit;
+}
+
 void ortep__kv_close(ortep__kv *kv) {
   if (!kv) return;
   for (size_t i = 0; i < kv->n; i++) {
@@ -145,16 +168,67 @@ void ortep__kv_close(ortep__kv *kv) {
     }
   }
   ortep__free(kv->v);
+  ortep__free(kv->slot_held);
+  ortep__free(kv->slot_committed);
   ortep__free(kv);
+}
+
+size_t ortep__kv_slot_capacity(size_t positions, size_t row_bytes) {
+  size_t g = 4096; /* the host page: a batch's caches live on the host virtual allocator */
+  long page = sysconf(_SC_PAGESIZE);
+  if (page > 0) g = (size_t)page;
+  size_t a = row_bytes, b = g; /* positions per granule-aligned step: g / gcd(row, g) */
+  while (b) {
+    size_t t = a % b;
+    a = b, b = t;
+  }
+  size_t step = g / a;
+  return (positions + step - 1) / step * step;
+}
+
+ortep_status ortep__kv_hold_slot(ortep__kv *kv, size_t slot, size_t positions) {
+  ortep__assert(slot < kv->slots);
+  if (positions <= kv->slot_held[slot]) return ORTEP_OK;
+  if (positions > kv->capacity) positions = kv->capacity;
+  size_t want = positions * kv->row;
+  for (size_t i = 0; i < kv->n; i++) {
+    kv_value *x = &kv->v[i];
+    size_t *have = &kv->slot_committed[i * kv->slots + slot];
+    if (!x->alloc || want <= *have) continue;
+    uint64_t added = 0;
+    ortep_commit_range r = {x->base, x->bytes, 4096, slot * kv->stride + *have, want - *have};
+    ortep_status st = ortep_allocator_commit(x->alloc, &r, &added);
+    if (st != ORTEP_OK) {
+      char b[32];
+      return ortep__wrap(st, "the KV caches of slot %zu need memory for %zu positions (%s more per cache)", slot,
+                         positions, ortep__format_bytes(want - *have, b, sizeof b));
+    }
+    kv->commits += added > 0;
+    *have = round_up(want, ortep_allocator_granularity(x->alloc), kv->stride);
+  }
+  kv->slot_held[slot] = positions;
+  return ORTEP_OK;
+}
+
+ortep_status ortep__kv_drop_slot(ortep__kv *kv, size_t slot, size_t positions) {
+  ortep__assert(slot < kv->slots);
+  ortep_status st = ORTEP_OK;
+  for (size_t i = 0; st == ORTEP_OK && i < kv->n; i++) {
+    kv_value *x = &kv->v[i];
+    size_t *have = &kv->slot_committed[i * kv->slots + slot];
+    if (!x->alloc) continue;
+    size_t keep = round_up(positions * kv->row, ortep_allocator_granularity(x->alloc), kv->stride);
+    if (keep >= *have) continue;
+    uint64_t released = 0;
+    ortep_commit_range r = {x->base, x->bytes, 4096, slot * kv->stride + keep, *have - keep};
+    if ((st = ortep_allocator_decommit(x->alloc, &r, &released)) == ORTEP_OK) *have = keep;
+  }
+  if (positions < kv->slot_held[slot]) kv->slot_held[slot] = positions;
+  return st;
 }
 
 static ortep_commit_range span(const kv_value *x, size_t from, size_t to) {
   return (ortep_commit_range){x->base, x->bytes, 4096, from, to - from};
-}
-
-static size_t round_up(size_t bytes, size_t granule, size_t limit) {
-  size_t r = (bytes + granule - 1) / granule * granule;
-  return r < limit ? r : limit;
 }
 
 ortep_status ortep__kv_hold(ortep__kv *kv, size_t positions) {
@@ -309,7 +383,9 @@ void ortep__kv_stats(const ortep__kv *kv, ortep__kv_usage *out) {
     out->reserved_bytes += kv->v[i].bytes;
     out->committed_bytes += kv->v[i].committed - kv->v[i].shared;
     out->shared_bytes += kv->v[i].shared;
+    for (size_t s = 0; s < kv->slots; s++) out->committed_bytes += kv->slot_committed[i * kv->slots + s];
   }
   out->commits = kv->commits;
   out->positions = kv->held;
+  for (size_t s = 0; s < kv->slots; s++) out->positions += kv->slot_held[s];
 }

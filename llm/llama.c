@@ -48,6 +48,7 @@ typedef struct builder {
   int64_t tokens;
   ortep_status st;
   ortep_dtype prefer; /* for the weights weight() adds: a block type, or ORTEP_DTYPE_COUNT */
+  bool exact_rows;    /* a batched decode step: every Linear computes each row as it would alone */
 } builder;
 
 static void value(builder *b, const char *name, int64_t d0, int64_t d1, int64_t d2) {
@@ -121,6 +122,7 @@ static void linear(builder *b, const char *name, const char *in, const char *con
   for (size_t g = 0; g < nout; g++) value(b, outs[g], 1, 1, width[g]);
   ortep_node_id id = node(b, "Linear", ORTEP_DOMAIN_ORTEP, name, ins, residual ? 8 : 1 + 2 * groups, outs, nout);
   if (gate_up) attr_i(b, id, "gate_up", 1);
+  if (b->exact_rows) attr_i(b, id, "exact_rows", 1);
 }
 
 ortep_status ortep__llama_rope_tables(const ortep_model *m, ortep_ep *host, size_t rows, ortep_tensor *out[2]) {
@@ -164,13 +166,26 @@ static void rope_tables(builder *b, ortep_tensor *const rope[2]) {
   }
 }
 
-void ortep__llama_input_names(size_t tokens, char *token_ids, char *positions, size_t len) {
-  if (tokens == 1) {
-    snprintf(token_ids, len, "%s", ORTEP_INPUT_TOKEN);
-    snprintf(positions, len, "%s", ORTEP_INPUT_POSITION);
+void ortep__llama_names_of(const ortep__llama_step *step, ortep__llama_names *n) {
+  const char *pre = step->each_row_a_sequence ? "batch." : "";
+  size_t t = step->tokens;
+  if (t == 1 && !step->each_row_a_sequence) {
+    snprintf(n->tokens, sizeof n->tokens, "%s", ORTEP_INPUT_TOKEN);
+    snprintf(n->positions, sizeof n->positions, "%s", ORTEP_INPUT_POSITION);
   } else {
-    snprintf(token_ids, len, "%s.%zu", ORTEP_INPUT_TOKEN, tokens);
-    snprintf(positions, len, "%s.%zu", ORTEP_INPUT_POSITION, tokens);
+    snprintf(n->tokens, sizeof n->tokens, "%s%s.%zu", pre, ORTEP_INPUT_TOKEN, t);
+    snprintf(n->positions, sizeof n->positions, "%s%s.%zu", pre, ORTEP_INPUT_POSITION, t);
+  }
+  if (step->slots)
+    snprintf(n->slots, sizeof n->slots, "%sslot.%zu", pre, t);
+  else
+    n->slots[0] = '\0';
+  if (step->each_row_a_sequence) { /* logits and a result per row: the graph's own */
+    snprintf(n->logits, sizeof n->logits, "batch.%s.%zu", ORTEP_OUTPUT_LOGITS, t);
+    snprintf(n->result, sizeof n->result, "batch.%s.%zu", ORTEP_OUTPUT_RESULT, t);
+  } else {
+    snprintf(n->logits, sizeof n->logits, "%s", ORTEP_OUTPUT_LOGITS);
+    snprintf(n->result, sizeof n->result, "%s", ORTEP_OUTPUT_RESULT);
   }
 }
 
@@ -191,20 +206,30 @@ static void last_row_index(builder *b) {
 /* The last node: the token drawn from the logits (ortep:SelectToken), with
  * the sampler's parameters and the token history as persistent inputs and
  * the 8-byte result as an output. */
-static void select_token(builder *b, const char *logits, const char *tokens, const char *positions, size_t max_seq) {
+/* With slots (a batch): the parameters and the history are one per slot,
+ * and the result a (token, word) pair per logits row (rows). */
+static void select_token(builder *b, const char *logits, const char *tokens, const char *positions, size_t max_seq,
+                         const char *slot_map, size_t slots, size_t rows, const char *result) {
   ortep_shape params = {1, {ORTEP__SAMPLE_PARAM_WORDS}}, hist = {1, {(int64_t)max_seq}}, res = {1, {2}};
+  if (slots) {
+    params = (ortep_shape){2, {(int64_t)slots, ORTEP__SAMPLE_PARAM_WORDS}};
+    hist = (ortep_shape){2, {(int64_t)slots, (int64_t)max_seq}};
+    res = (ortep_shape){2, {(int64_t)rows, 2}};
+  }
   if (b->st == ORTEP_OK) b->st = ortep_graph_add_input(b->g, ORTEP_INPUT_SAMPLE_PARAMS, ORTEP_DTYPE_I32, &params);
   if (b->st == ORTEP_OK) b->st = ortep_graph_add_input(b->g, ORTEP_INPUT_HISTORY, ORTEP_DTYPE_I32, &hist);
-  if (b->st == ORTEP_OK) b->st = ortep_graph_add_value(b->g, ORTEP_OUTPUT_RESULT, ORTEP_DTYPE_I32, &res);
-  node(b, "SelectToken", ORTEP_DOMAIN_ORTEP, "select_token",
-       (const char *[]){logits, tokens, positions, ORTEP_INPUT_SAMPLE_PARAMS, ORTEP_INPUT_HISTORY}, 5,
-       (const char *[]){ORTEP_OUTPUT_RESULT}, 1);
-  if (b->st == ORTEP_OK) b->st = ortep_graph_add_output(b->g, ORTEP_OUTPUT_RESULT);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_value(b->g, result, ORTEP_DTYPE_I32, &res);
+  ortep_node_id id = node(
+      b, "SelectToken", ORTEP_DOMAIN_ORTEP, "select_token",
+      (const char *[]){logits, tokens, positions, ORTEP_INPUT_SAMPLE_PARAMS, ORTEP_INPUT_HISTORY, slot_map},
+      slots ? 6 : 5, (const char *[]){result}, 1);
+  if (slots) attr_i(b, id, "slots", 1);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_output(b->g, result);
 }
 
-ortep_status ortep__llama_build_redraw(const ortep_model *m, size_t max_seq, ortep_graph **out) {
+ortep_status ortep__llama_build_redraw(const ortep_model *m, size_t max_seq, size_t slots, ortep_graph **out) {
   const ortep_model_config *c = ortep_model_get_config(m);
-  builder b = {NULL, m, NULL, 1, ORTEP_OK, ORTEP_DTYPE_COUNT};
+  builder b = {NULL, m, NULL, 1, ORTEP_OK, ORTEP_DTYPE_COUNT, false};
   *out = NULL;
   if ((b.st = ortep_graph_create(&b.g)) != ORTEP_OK) return b.st;
   ortep_graph_set_opset(b.g, ORTEP_DOMAIN_ORTEP, 1);
@@ -212,7 +237,10 @@ ortep_status ortep__llama_build_redraw(const ortep_model *m, size_t max_seq, ort
   b.st = ortep_graph_add_input(b.g, ORTEP_OUTPUT_LOGITS, ORTEP_DTYPE_F32, &logits);
   if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, ORTEP_REDRAW_TOKEN, ORTEP_DTYPE_I32, &one);
   if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, ORTEP_REDRAW_POSITION, ORTEP_DTYPE_I32, &one);
-  select_token(&b, ORTEP_OUTPUT_LOGITS, ORTEP_REDRAW_TOKEN, ORTEP_REDRAW_POSITION, max_seq);
+  ortep_shape slot = {1, {1}};
+  if (b.st == ORTEP_OK && slots) b.st = ortep_graph_add_input(b.g, ORTEP_REDRAW_SLOT, ORTEP_DTYPE_I32, &slot);
+  select_token(&b, ORTEP_OUTPUT_LOGITS, ORTEP_REDRAW_TOKEN, ORTEP_REDRAW_POSITION, max_seq, ORTEP_REDRAW_SLOT, slots, 1,
+               ORTEP_OUTPUT_RESULT);
   if (b.st != ORTEP_OK) {
     ortep_graph_destroy(b.g);
     return ortep__wrap(b.st, "building the graph that draws the pending token again");
@@ -228,14 +256,17 @@ const char *ortep_decoder_kv_name(size_t layer, bool value, char *buf, size_t le
   return buf;
 }
 
-ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max_seq, size_t tokens,
+ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max_seq, const ortep__llama_step *step,
                                 const ortep__llama_dtypes *dt, ortep_tensor *const rope[2], ortep_graph **out) {
   ortep_dtype kv_dtype = dt->kv;
   const ortep_model_config *c = ortep_model_get_config(m);
+  size_t tokens = step->tokens, slots = step->slots;
+  bool seq_rows = slots && step->each_row_a_sequence; /* every row its own sequence: logits for all */
   *out = NULL;
-  if (tokens < 1 || tokens > max_seq)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "a step of %zu tokens: use 1 to max_seq_len (%zu)", tokens, max_seq);
-  builder b = {NULL, m, host, (int64_t)tokens, ORTEP_OK, ORTEP_DTYPE_COUNT};
+  if (tokens < 1 || (!seq_rows && tokens > max_seq) || (seq_rows && tokens > slots))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "a step of %zu tokens: use 1 to %s (%zu)", tokens,
+                       seq_rows ? "the slots" : "max_seq_len", seq_rows ? slots : max_seq);
+  builder b = {NULL, m, host, (int64_t)tokens, ORTEP_OK, ORTEP_DTYPE_COUNT, seq_rows};
   *out = NULL;
   if ((b.st = ortep_graph_create(&b.g)) != ORTEP_OK) return b.st;
   int64_t H = c->hidden_size, I = c->intermediate_size, NH = c->num_attention_heads, KV = c->num_key_value_heads;
@@ -243,11 +274,14 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   ortep_graph_set_opset(b.g, "", 17);
   ortep_graph_set_opset(b.g, ORTEP_DOMAIN_MS, 1);
   ortep_graph_set_opset(b.g, ORTEP_DOMAIN_ORTEP, 1);
-  ortep_shape ids = {2, {1, (int64_t)tokens}}, cache = {3, {S, KV, HD}};
-  char tok_in[64], pos_in[64];
-  ortep__llama_input_names(tokens, tok_in, pos_in, sizeof tok_in);
+  ortep_shape ids = {2, {1, (int64_t)tokens}}, cache = {3, {S, KV, HD}}, smap = {1, {(int64_t)tokens}};
+  if (slots) cache = (ortep_shape){4, {(int64_t)slots, S, KV, HD}};
+  ortep__llama_names nm_io;
+  ortep__llama_names_of(step, &nm_io);
+  const char *tok_in = nm_io.tokens, *pos_in = nm_io.positions, *slot_in = nm_io.slots;
   b.st = ortep_graph_add_input(b.g, tok_in, ORTEP_DTYPE_I32, &ids);
   if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, pos_in, ORTEP_DTYPE_I32, &ids);
+  if (b.st == ORTEP_OK && slots) b.st = ortep_graph_add_input(b.g, slot_in, ORTEP_DTYPE_I32, &smap);
   rope_tables(&b, rope);
   char h[64] = "h.0";
   value(&b, h, 1, 1, H);
@@ -297,8 +331,9 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
       if (c->rope_interleaved) attr_i(&b, id, "interleaved", 1); /* a llama GGUF's q/k row order */
     }
     value(&b, n[6], 1, 1, NH * HD);
-    id = node(&b, "GroupQueryAttention", ORTEP_DOMAIN_MS, nm[4], (const char *[]){n[4], n[5], n[3], ck, cv, pos_in}, 6,
-              (const char *[]){n[6]}, 1);
+    id = node(&b, "GroupQueryAttention", ORTEP_DOMAIN_MS, nm[4],
+              (const char *[]){n[4], n[5], n[3], ck, cv, pos_in, slot_in}, slots ? 7 : 6, (const char *[]){n[6]}, 1);
+    if (slots) attr_i(&b, id, "slots", 1);
     attr_i(&b, id, "num_heads", NH);
     attr_i(&b, id, "kv_num_heads", KV);
     linear(&b, nm[5], n[6], (const char *[]){w[4]}, NULL, 1, (const char *[]){n[7]}, (int64_t[]){H}, false, NULL);
@@ -318,7 +353,7 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
 #undef W
 #undef NODE
   }
-  if (tokens > 1) { /* the logits of the last position only */
+  if (tokens > 1 && !seq_rows) { /* the logits of the last position only */
     last_row_index(&b);
     b.tokens = 1;
     value(&b, "h.last", 1, 1, H);
@@ -335,10 +370,10 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
   b.prefer = dt->embedding; /* a tied table was added (and asked for) above */
   linear(&b, "lm_head", "final",
          (const char *[]){c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}, NULL, 1,
-         (const char *[]){ORTEP_OUTPUT_LOGITS}, (int64_t[]){V}, false, NULL);
+         (const char *[]){nm_io.logits}, (int64_t[]){V}, false, NULL);
   b.prefer = ORTEP_DTYPE_COUNT;
-  select_token(&b, ORTEP_OUTPUT_LOGITS, tok_in, pos_in, (size_t)S);
-  if (b.st == ORTEP_OK) b.st = ortep_graph_add_output(b.g, ORTEP_OUTPUT_LOGITS);
+  select_token(&b, nm_io.logits, tok_in, pos_in, (size_t)S, slot_in, slots, seq_rows ? tokens : 1, nm_io.result);
+  if (b.st == ORTEP_OK) b.st = ortep_graph_add_output(b.g, nm_io.logits);
   if (b.st != ORTEP_OK) {
     ortep_graph_destroy(b.g);
     return ortep__wrap(b.st, tokens == 1 ? "building the decode graph" : "building the prefill graph of %zu tokens",

@@ -31,7 +31,17 @@
 typedef struct ortep__llama_dtypes {
   ortep_dtype kv, projections, embedding;
 } ortep__llama_dtypes;
-ortep_status ortep__llama_build(const ortep_model *model, ortep_ep *host, size_t max_seq, size_t tokens,
+/* What one step graph runs: `tokens` rows of one sequence (slots 0: the
+ * decoder's caches [max_seq, kv, hd]), or, over a batch's caches
+ * [slots, max_seq, kv, hd] with a slot-map input, either a chunk of one
+ * slot's tokens (each_row_a_sequence false: logits of the last row) or a
+ * decode step of `tokens` sequences, one row each (true: logits and a draw
+ * per row, every row computed as it would be alone: exact_rows). */
+typedef struct ortep__llama_step {
+  size_t tokens, slots;
+  bool each_row_a_sequence;
+} ortep__llama_step;
+ortep_status ortep__llama_build(const ortep_model *model, ortep_ep *host, size_t max_seq, const ortep__llama_step *step,
                                 const ortep__llama_dtypes *dtypes, ortep_tensor *const rope[2], ortep_graph **out);
 /* The rotary tables the graphs share (cos, sin: [rows, head_dim / 2] f32 on
  * host), computed once per decoder: every graph holds a view of them. */
@@ -39,10 +49,17 @@ ortep_status ortep__llama_rope_tables(const ortep_model *model, ortep_ep *host, 
 /* The graph that draws the pending token again from the logits (a new
  * sampling choice for a token whose step ran): one ortep:SelectToken over
  * the session's logits, parameters and history. */
-ortep_status ortep__llama_build_redraw(const ortep_model *model, size_t max_seq, ortep_graph **out);
-/* The names of the graph's token-id and position inputs ([1, tokens] i32):
+ortep_status ortep__llama_build_redraw(const ortep_model *model, size_t max_seq, size_t slots, ortep_graph **out);
+/* The names of a step graph's inputs ([1, tokens] i32) and outputs:
  * ORTEP_INPUT_TOKEN / ORTEP_INPUT_POSITION for one token, with ".<tokens>"
- * appended for a chunk, so the graphs of one session keep them apart. */
-void ortep__llama_input_names(size_t tokens, char *token_ids, char *positions, size_t len);
+ * appended for a chunk (and "batch." put before for a batched decode step),
+ * so the graphs of one session keep them apart; the slot map (a batch's
+ * graphs), the logits and the (token, word) result ("" / the shared names
+ * for the graphs whose logits are one row). */
+typedef struct ortep__llama_names {
+  char tokens[64], positions[64], slots[64], logits[64], result[64];
+} ortep__llama_names;
+void ortep__llama_names_of(const ortep__llama_step *step, ortep__llama_names *out);
+#define ORTEP_REDRAW_SLOT "redraw.slot"
 
 #endif
