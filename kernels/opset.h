@@ -104,7 +104,7 @@ typedef struct ortep__op_params {
       size_t m, k, groups, n[ORTEP__LINEAR_GROUPS];
       ortep_dtype wdt[ORTEP__LINEAR_GROUPS], bdt[ORTEP__LINEAR_GROUPS];
       bool bias[ORTEP__LINEAR_GROUPS], residual, gate_up, blocked;
-      bool exact_rows; /* each row of y computed as M = 1 computes it (a batch of sequences) */
+      bool exact_rows;   /* each row of y computed as M = 1 computes it (a batch of sequences) */
       ortep_dtype quant; /* every W_g's block type (q8_0 / q4_0), or ORTEP_DTYPE_COUNT for float weights */
     } lin;
   } p;

@@ -28,9 +28,9 @@
 #include "ortep/decode.h"
 #include "ortep/governor.h"
 
-#define ORTEP__MAX_BUCKETS 12 /* prefill chunk sizes: at most this many graphs besides the decode step */
-#define ORTEP__MAX_SEQ_BUCKETS 8 /* a batch's decode steps: 1, 2, 4, ..., 64, and all the slots */
-#define ORTEP__MAX_GRAPHS  (ORTEP__MAX_BUCKETS + 1 + ORTEP__MAX_SEQ_BUCKETS) /* and a batch's decode steps */
+#define ORTEP__MAX_BUCKETS     12 /* prefill chunk sizes: at most this many graphs besides the decode step */
+#define ORTEP__MAX_SEQ_BUCKETS 8  /* a batch's decode steps: 1, 2, 4, ..., 64, and all the slots */
+#define ORTEP__MAX_GRAPHS      (ORTEP__MAX_BUCKETS + 1 + ORTEP__MAX_SEQ_BUCKETS) /* and a batch's decode steps */
 
 struct ortep_decoder {
   /* Forks (ortep_decoder_fork) share their origin's governor, model and
@@ -57,6 +57,7 @@ struct ortep_decoder {
   size_t tokens[ORTEP__MAX_GRAPHS];
   size_t n_graphs;
   size_t slots, n_seq_graphs;
+  size_t slot_limit; /* a batch: the positions a slot may hold (max_seq_len; max_seq is that rounded to pages) */
   ortep_session *session;
   ortep__llama_dtypes
       dtypes;            /* the caches' (ortep.kv_dtype) and the weights' (ortep.weights_dtype, _embedding_dtype) */
@@ -398,6 +399,7 @@ static ortep_status size_steps(ortep_decoder *d, const ortep_decoder_options *o)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "max_seq_len %zu exceeds the model's max_position_embeddings %zu",
                        d->max_seq, limit);
   d->vocab = (size_t)c->vocab_size;
+  d->slot_limit = d->max_seq;
   if (d->slots) { /* a batch: the slots' caches must not share a page; the capacity rounded up to whole pages */
     size_t row = (size_t)c->num_key_value_heads * (size_t)c->head_dim * ortep_dtype_size(d->dtypes.kv);
     d->max_seq = ortep__kv_slot_capacity(d->max_seq, row);
@@ -566,8 +568,9 @@ ortep_status ortep__decoder_open_slots(const char *dir, const ortep_decoder_opti
 }
 
 void ortep__decoder_get_parts(ortep_decoder *d, ortep__decoder_parts *out) {
-  *out = (ortep__decoder_parts){d->session, d->kv,      d->ep,    d->governor, d->tokens, d->names,
-                                d->n_seq_graphs, d->n_graphs, d->max_seq, d->vocab};
+  *out = (ortep__decoder_parts){d->session, d->kv,    d->ep,           d->governor, ortep_model_get_config(d->model),
+                                d->tokens,  d->names, d->n_seq_graphs, d->n_graphs, d->max_seq,
+                                d->vocab};
 }
 
 ortep_status ortep__decoder_clear_error_words(ortep_decoder *d) { return reset_error_words(d); }
@@ -713,13 +716,10 @@ static ortep_status feed_emitted(ortep_decoder *d, size_t emitted) {
   return ORTEP_OK;
 }
 
-/* The draw the next tokens use: greedy (s NULL or temperature 0) or the
- * sampler with s, checked. */
-static ortep_status choose_draw(ortep_decoder *d, const ortep_sampling *s) {
-  if (!s || s->temperature == 0.0f) {
-    d->sampling = false;
-    return ORTEP_OK;
-  }
+ortep_status ortep__sampling_params(const ortep_sampling *s, bool *sampling, ortep_sample_params *out) {
+  *sampling = false;
+  *out = (ortep_sample_params){0};
+  if (!s || s->temperature == 0.0f) return ORTEP_OK;
   if (!(s->temperature > 0.0f) || !isfinite(s->temperature))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                        "sampling.temperature = %g: use 0 (greedy) or a finite value > 0 (1 samples the model's own "
@@ -736,14 +736,26 @@ static ortep_status choose_draw(ortep_decoder *d, const ortep_sampling *s) {
         ORTEP_E_INVALID_ARGUMENT,
         "sampling.repetition_penalty = %g: use a finite value > 0 (1 or 0: off; > 1 discourages repeats)",
         (double)s->repetition_penalty);
-  d->sampling = true;
-  d->sp = (ortep_sample_params){.temperature = s->temperature,
-                                .top_p = s->top_p == 0.0f ? 1.0f : s->top_p,
-                                .min_p = s->min_p,
-                                .repetition_penalty = s->repetition_penalty == 0.0f ? 1.0f : s->repetition_penalty,
-                                .top_k = s->top_k,
-                                .seed_lo = (uint32_t)s->seed,
-                                .seed_hi = (uint32_t)(s->seed >> 32)};
+  *sampling = true;
+  *out = (ortep_sample_params){.temperature = s->temperature,
+                               .top_p = s->top_p == 0.0f ? 1.0f : s->top_p,
+                               .min_p = s->min_p,
+                               .repetition_penalty = s->repetition_penalty == 0.0f ? 1.0f : s->repetition_penalty,
+                               .top_k = s->top_k,
+                               .seed_lo = (uint32_t)s->seed,
+                               .seed_hi = (uint32_t)(s->seed >> 32)};
+  return ORTEP_OK;
+}
+
+/* The draw the next tokens use: greedy (s NULL or temperature 0) or the
+ * sampler with s, checked. */
+static ortep_status choose_draw(ortep_decoder *d, const ortep_sampling *s) {
+  bool sampling;
+  ortep_sample_params sp;
+  ortep_status st = ortep__sampling_params(s, &sampling, &sp);
+  if (st != ORTEP_OK) return st;
+  d->sampling = sampling;
+  if (sampling) d->sp = sp;
   return ORTEP_OK;
 }
 

@@ -67,8 +67,8 @@ typedef struct ortep__kv_usage {
  * declare, capacity positions each (slots > 0: a batch's, [slots, capacity,
  * ...], each slot's positions held on their own: hold_slot / drop_slot;
  * capacity from ortep__kv_slot_capacity). */
-ortep_status ortep__kv_open(ortep_session *session, size_t layers, size_t slots, size_t capacity,
-                            ortep__kv_memory *mem, ortep__kv **out);
+ortep_status ortep__kv_open(ortep_session *session, size_t layers, size_t slots, size_t capacity, ortep__kv_memory *mem,
+                            ortep__kv **out);
 /* positions rounded up so that a slot of them (row_bytes each) is whole host pages */
 size_t ortep__kv_slot_capacity(size_t positions, size_t row_bytes);
 ortep_status ortep__kv_hold_slot(ortep__kv *kv, size_t slot, size_t positions);
@@ -98,12 +98,16 @@ typedef struct ortep__decoder_parts {
   ortep__kv *kv;
   ortep_ep *ep; /* the EP that runs the step */
   ortep_governor *governor;
-  const size_t *tokens;               /* rows of each graph */
-  const ortep__llama_names *names;    /* each graph's inputs and outputs */
-  size_t n_seq_graphs, n_graphs;      /* decode steps, then chunks; the redraw graph is n_graphs */
-  size_t capacity, vocab;
+  const ortep_model_config *config;
+  const size_t *tokens;            /* rows of each graph */
+  const ortep__llama_names *names; /* each graph's inputs and outputs */
+  size_t n_seq_graphs, n_graphs;   /* decode steps, then chunks; the redraw graph is n_graphs */
+  size_t capacity, vocab;          /* the positions a slot may hold (max_seq_len; its caches may be longer) */
 } ortep__decoder_parts;
 void ortep__decoder_get_parts(ortep_decoder *d, ortep__decoder_parts *out);
 ortep_status ortep__decoder_clear_error_words(ortep_decoder *d);
+/* ortep_sampling checked (ORTEP_E_INVALID_ARGUMENT naming the field) and
+ * turned into the device's block; *sampling false: greedy (a zero block). */
+ortep_status ortep__sampling_params(const ortep_sampling *s, bool *sampling, ortep_sample_params *out);
 
 #endif

@@ -219,10 +219,10 @@ static void select_token(builder *b, const char *logits, const char *tokens, con
   if (b->st == ORTEP_OK) b->st = ortep_graph_add_input(b->g, ORTEP_INPUT_SAMPLE_PARAMS, ORTEP_DTYPE_I32, &params);
   if (b->st == ORTEP_OK) b->st = ortep_graph_add_input(b->g, ORTEP_INPUT_HISTORY, ORTEP_DTYPE_I32, &hist);
   if (b->st == ORTEP_OK) b->st = ortep_graph_add_value(b->g, result, ORTEP_DTYPE_I32, &res);
-  ortep_node_id id = node(
-      b, "SelectToken", ORTEP_DOMAIN_ORTEP, "select_token",
-      (const char *[]){logits, tokens, positions, ORTEP_INPUT_SAMPLE_PARAMS, ORTEP_INPUT_HISTORY, slot_map},
-      slots ? 6 : 5, (const char *[]){result}, 1);
+  ortep_node_id id =
+      node(b, "SelectToken", ORTEP_DOMAIN_ORTEP, "select_token",
+           (const char *[]){logits, tokens, positions, ORTEP_INPUT_SAMPLE_PARAMS, ORTEP_INPUT_HISTORY, slot_map},
+           slots ? 6 : 5, (const char *[]){result}, 1);
   if (slots) attr_i(b, id, "slots", 1);
   if (b->st == ORTEP_OK) b->st = ortep_graph_add_output(b->g, result);
 }

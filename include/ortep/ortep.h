@@ -24,6 +24,7 @@
 #include "ortep/session.h"
 #include "ortep/model.h"
 #include "ortep/decode.h"
+#include "ortep/batch.h"
 #include "ortep/tokenizer.h"
 
 #endif

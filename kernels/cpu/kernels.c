@@ -17,7 +17,7 @@ typedef struct cpu_kernel {
   float *xperm;          /* a blocked bf16 Linear over rows alone: x as its kernel reads it (k floats a row) */
   void *xq_mem;          /* a q8_0 / q4_0 Linear over rows alone: x quantized (ortep__cpu_qx_bytes a row) */
   ortep__cpu_qx *xq;     /* the quantized rows in xq_mem */
-  void *sample_scratch; /* ortep:SelectToken: the sampler's, made with the kernel, never during a step */
+  void *sample_scratch;  /* ortep:SelectToken: the sampler's, made with the kernel, never during a step */
 } cpu_kernel;
 
 /* ortep:Linear over the pool: every output row is one item, computed whole
@@ -60,13 +60,13 @@ static void linear_task(void *ctx, size_t worker, size_t begin, size_t end) {
 }
 static void linear_quant_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
-  ortep__cpu_linear_quant(j->xq, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->p->blocked, j->res, j->y,
-                          begin, end);
+  ortep__cpu_linear_quant(j->xq, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->p->blocked,
+                          j->res, j->y, begin, end);
 }
 static void linear_blocked_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
-  ortep__cpu_linear_blocked(j->x, j->xb, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y, begin,
-                            end);
+  ortep__cpu_linear_blocked(j->x, j->xb, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res,
+                            j->y, begin, end);
 }
 
 /* RMSNorm and RoPE over the pool: rows (tokens) are the items, each computed
@@ -218,14 +218,17 @@ uint32_t ortep__cpu_pool_argmax(ortep__cpu_pool *pool, const float *x32, const u
  * values; a NaN or infinity latches ARGMAX_NOT_FINITE). */
 /* A batch (slots=1): every token into its slot's history, then one draw per
  * logits row from its slot's parameters and history. A row's word is what
- * its own draw found (a non-finite logit) and whatever other bits the EP's
- * word holds, which no row can be told apart by; the EP's word gets the
- * row's bits too. */
+ * its own checks found (its tokens outside the vocabulary, its positions
+ * outside the caches: what the embedding, RoPE and attention latched for
+ * it; a non-finite logit in its draw) and whatever other bits the EP's word
+ * holds, which no row can be told apart by; the EP's word gets the row's
+ * bits too. So one sequence's bad input fails that sequence alone. */
 static void run_select_slots(cpu_kernel *k, const void *const *in, void *const *out, uint32_t *ew) {
   const __typeof__(k->op.p.sel) *p = &k->op.p.sel;
   const int32_t *tok = in[1], *pos = in[2], *slots = in[5], *params = in[3];
   int32_t *hist = (int32_t *)(uintptr_t)in[4], *res = out[0];
-  const uint32_t own = ORTEP_ERROR_ARGMAX_NOT_FINITE | ORTEP_ERROR_SAMPLE_NOT_FINITE;
+  const uint32_t own = ORTEP_ERROR_ARGMAX_NOT_FINITE | ORTEP_ERROR_SAMPLE_NOT_FINITE | ORTEP_ERROR_GATHER_INDEX |
+                       ORTEP_ERROR_ROTARY_POSITION | ORTEP_ERROR_KV_SLOT;
   for (size_t t = 0; t < p->tokens; t++)
     if (slots[t] >= 0 && (size_t)slots[t] < p->slots)
       ortep__cpu_select_history(&tok[t], &pos[t], 1, hist + (size_t)slots[t] * p->cap, p->cap);
@@ -237,9 +240,12 @@ static void run_select_slots(cpu_kernel *k, const void *const *in, void *const *
       res[2 * r] = res[2 * r + 1] = 0;
       continue;
     }
-    if ((size_t)slot >= p->slots || pos[t] < 0 || (size_t)pos[t] >= p->cap) {
-      local = ORTEP_ERROR_KV_SLOT;
-    } else {
+    for (size_t u = p->rows == 1 ? 0 : t; u <= t; u++) { /* the row's tokens: one, or a chunk's */
+      if (tok[u] < 0 || (size_t)tok[u] >= p->n) local |= ORTEP_ERROR_GATHER_INDEX;
+      if (pos[u] < 0 || (size_t)pos[u] >= p->cap) local |= ORTEP_ERROR_KV_SLOT | ORTEP_ERROR_ROTARY_POSITION;
+    }
+    if ((size_t)slot >= p->slots) local |= ORTEP_ERROR_KV_SLOT;
+    if (!local) {
       ortep__sample_params sp;
       memcpy(&sp, params + (size_t)slot * (sizeof sp / sizeof *params), sizeof sp);
       const float *logits = (const float *)in[0] + r * p->n;
@@ -249,7 +255,8 @@ static void run_select_slots(cpu_kernel *k, const void *const *in, void *const *
         token = (int32_t)ortep__cpu_pool_argmax(k->pool, logits, NULL, p->n, &bad);
         if (bad) local = ORTEP_ERROR_ARGMAX_NOT_FINITE;
       } else {
-        token = (int32_t)ortep__cpu_select(logits, p->n, &tok[t], &pos[t], 1, &sp, h, p->cap, k->sample_scratch, &local);
+        token =
+            (int32_t)ortep__cpu_select(logits, p->n, &tok[t], &pos[t], 1, &sp, h, p->cap, k->sample_scratch, &local);
       }
     }
     if (local) cpu_latch(ew, local);
@@ -378,8 +385,8 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     for (size_t g = 0; g < lin->groups; g++) bf16 = bf16 || lin->wdt[g] == ORTEP_DTYPE_BF16;
   if (bf16 && !(k->xperm = ortep__malloc(lin->m * lin->k * sizeof *k->xperm))) {
     ortep__free(k);
-    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu x %zu activations", CPU_EP_NAME,
-                       lin->m, lin->k);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu x %zu activations", CPU_EP_NAME, lin->m,
+                       lin->k);
   }
   if (alone && lin->quant != ORTEP_DTYPE_COUNT) {
     size_t per = (ortep__cpu_qx_bytes(lin->k) + 63) / 64 * 64;
