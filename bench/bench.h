@@ -53,7 +53,19 @@ int bench_next_option(const char *cmd, int argc, char **argv, const struct optio
 /* Parses a positive integer option; on error prints a usage error. */
 int bench_parse_count(const char *cmd, const char *opt, const char *arg, long min, long max, long *out);
 
+/* The read bound (decode.c): threads streaming a buffer far larger than the
+ * caches; read_rate reads at least `bytes` and returns bytes per second. */
+typedef struct read_bench read_bench;
+bool read_open(read_bench *b, size_t threads);
+double read_rate(read_bench *b, size_t bytes);
+void read_close(read_bench *b);
+read_bench *read_new(size_t threads); /* opened, or NULL */
+void read_delete(read_bench *b);
+/* Best-of-10 GFLOP/s of an OpenBLAS sgemm [m, k] x [k, n] (prefill.c). */
+double bench_sgemm_gflops(size_t m, size_t k, size_t n, size_t threads);
+
 int bench_alloc_main(int argc, char **argv);
+int bench_batch_main(int argc, char **argv);
 int bench_prefill_main(int argc, char **argv);
 int bench_decode_main(int argc, char **argv);
 int bench_replay_main(int argc, char **argv);

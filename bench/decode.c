@@ -166,15 +166,15 @@ static ortep_allocator *stream_host(void) {
   return ortep_host_allocator_create(NULL, &host) == ORTEP_OK ? host : NULL;
 }
 
-typedef struct read_bench {
+struct read_bench {
   ortep_allocator *host;
   uint64_t *buf;
   size_t words, threads;
   reader *rd;
   pthread_t *th;
   bool avx2;
-} read_bench;
-static bool read_open(read_bench *b, size_t threads) {
+};
+bool read_open(read_bench *b, size_t threads) {
   *b = (read_bench){.host = stream_host(), .words = BOUND_BYTES / 8, .threads = threads};
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -188,7 +188,7 @@ static bool read_open(read_bench *b, size_t threads) {
 }
 /* Reads at least `bytes` (whole passes over the buffer, each thread over its
  * slice): bytes per second. */
-static double read_rate(read_bench *b, size_t bytes) {
+double read_rate(read_bench *b, size_t bytes) {
   size_t passes = bytes > BOUND_BYTES ? (bytes + BOUND_BYTES - 1) / BOUND_BYTES : 1;
   double t0 = bench_now_ns();
   size_t started = 0, w = b->words, n = b->threads;
@@ -203,10 +203,23 @@ static double read_rate(read_bench *b, size_t bytes) {
   (void)sink;
   return bw;
 }
-static void read_close(read_bench *b) {
+void read_close(read_bench *b) {
   stream_free(b->host, b->buf, BOUND_BYTES), free(b->rd), free(b->th);
   ortep_allocator_destroy(b->host);
   *b = (read_bench){0};
+}
+read_bench *read_new(size_t threads) {
+  read_bench *b = calloc(1, sizeof *b);
+  if (b && !read_open(b, threads)) {
+    read_close(b);
+    free(b);
+    return NULL;
+  }
+  return b;
+}
+void read_delete(read_bench *b) {
+  if (b) read_close(b);
+  free(b);
 }
 
 /* The Linear kernel alone: one [1, k] x [rows, k]^T node of the model's

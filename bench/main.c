@@ -16,6 +16,8 @@ static const char usage[] =
     "            side (the default synthetic tiny model with no arguments)\n"
     "  prefill   time to first token: the prompt token by token vs in chunks, side by side\n"
     "            for several prompt lengths\n"
+    "  batch     many sequences in one step: aggregate and per-sequence tokens/s, latency and time\n"
+    "            to first token for 1, 2, 4, 8, 16 concurrent sequences, and a mixed workload\n"
     "  replay    per-node overhead of eager dispatch vs replay, with no-op kernels\n"
     "  tokenizer open and encode times of tokenizer.json files with many added tokens\n"
     "  kv        the KV caches on virtual backing: committed memory by positions held, decode\n"
@@ -45,8 +47,10 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "replay") == 0) return bench_replay_main(argc - 1, argv + 1);
   if (strcmp(cmd, "tokenizer") == 0) return bench_tokenizer_main(argc - 1, argv + 1);
   if (strcmp(cmd, "kv") == 0) return bench_kv_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "batch") == 0) return bench_batch_main(argc - 1, argv + 1);
   fprintf(stderr,
-          "ortep-bench: unknown command '%s'; the commands are: decode, prefill, replay, tokenizer, kv, alloc\n", cmd);
+          "ortep-bench: unknown command '%s'; the commands are: decode, prefill, batch, replay, tokenizer, kv, alloc\n",
+          cmd);
   fputs(usage, stderr);
   return BENCH_EXIT_USAGE;
 }

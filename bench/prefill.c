@@ -96,7 +96,7 @@ static int parse(int argc, char **argv, prefill_opts *o) {
 
 /* Best-of-10 GFLOP/s of an OpenBLAS sgemm [m, k] x [k, n] on `threads`
  * threads (OpenBLAS's own; set back to one after, as the CPU EP wants). */
-static double gemm_gflops(size_t m, size_t k, size_t n, size_t threads) {
+double bench_sgemm_gflops(size_t m, size_t k, size_t n, size_t threads) {
   float *a = malloc(m * k * sizeof *a), *b = malloc(k * n * sizeof *b), *c = malloc(m * n * sizeof *c);
   double best = 0;
   if (a && b && c) {
@@ -283,7 +283,8 @@ static int open_ways(prefill_run *r) {
   r->simd = r->cpu ? ortep_cpu_ep_simd(ep) : NULL;
   r->top = ortep_decoder_graph_tokens(r->w[1].d, 1);
   if (r->cpu)
-    r->gemm = gemm_gflops(r->top ? r->top : 1, (size_t)r->mc.hidden_size, (size_t)r->mc.intermediate_size, r->threads);
+    r->gemm =
+        bench_sgemm_gflops(r->top ? r->top : 1, (size_t)r->mc.hidden_size, (size_t)r->mc.intermediate_size, r->threads);
   return 0;
 }
 
