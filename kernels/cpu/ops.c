@@ -127,11 +127,21 @@ typedef struct dot_set {
   const float *(*x4_bf16)(const float *x, size_t k, float *xp);
   void (*dot4_bf16)(const float *, const uint16_t *, size_t, float *);
   void (*dot4_f16)(const float *, const uint16_t *, size_t, float *);
+  /* two rows of x at once, each bitwise as dot4 gives it (a batch's rows) */
+  void (*dot4x2_bf16)(const float *, const float *, const uint16_t *, size_t, float *, float *);
+  void (*dot4x2_f16)(const float *, const float *, const uint16_t *, size_t, float *, float *);
   const char *name;
 } dot_set;
 
-static dot_set dots = {dot8,     dot8_bf16,          dot8_f16,          axpy_portable, widen_portable,
-                       x4_as_is, dot4_bf16_portable, dot4_f16_portable, "portable"};
+static void dot4x2_bf16_portable(const float *x0, const float *x1, const uint16_t *w, size_t k, float *y0, float *y1) {
+  dot4_bf16_portable(x0, w, k, y0), dot4_bf16_portable(x1, w, k, y1);
+}
+static void dot4x2_f16_portable(const float *x0, const float *x1, const uint16_t *w, size_t k, float *y0, float *y1) {
+  dot4_f16_portable(x0, w, k, y0), dot4_f16_portable(x1, w, k, y1);
+}
+static dot_set dots = {dot8,      dot8_bf16,          dot8_f16,          axpy_portable,        widen_portable,
+                       x4_as_is,  dot4_bf16_portable, dot4_f16_portable, dot4x2_bf16_portable, dot4x2_f16_portable,
+                       "portable"};
 static pthread_once_t dots_once = PTHREAD_ONCE_INIT;
 static char dots_error[256];     /* why ORTEP_CPU_SIMD could not be honoured; "" when it was */
 static ortep_status dots_status; /* INVALID_ARGUMENT: not a name; NOT_SUPPORTED: a set this CPU lacks */
@@ -164,11 +174,19 @@ static bool have_avx512f(void) {
   if (!(b & (1u << 16))) return false; /* AVX512F */
   return (xcr0() & 0xe6u) == 0xe6u;    /* XMM, YMM, opmask, ZMM0-15 upper halves, ZMM16-31 */
 }
-static const dot_set avx2_set = {dot_f32_avx2, dot_bf16_avx2,  dot_f16_avx2,  axpy_avx2, widen_avx2,
-                                 avx2_x4_bf16, dot4_bf16_avx2, dot4_f16_avx2, "avx2"};
-/* the blocked four-row kernels are the AVX2 ones (no AVX-512 variant yet) */
-static const dot_set avx512_set = {dot_f32_avx512, dot_bf16_avx512, dot_f16_avx512, axpy_avx512, widen_avx512,
-                                   avx2_x4_bf16,   dot4_bf16_avx2,  dot4_f16_avx2,  "avx512"};
+static const dot_set avx2_set = {dot_f32_avx2,     dot_bf16_avx2,   dot_f16_avx2,   axpy_avx2,
+                                 widen_avx2,       avx2_x4_bf16,    dot4_bf16_avx2, dot4_f16_avx2,
+                                 dot4x2_bf16_avx2, dot4x2_f16_avx2, "avx2"};
+/* the blocked four-row kernels are the AVX2 ones (no AVX-512 variant yet);
+ * their two-row forms use AVX-512VL's 32 registers when it is there */
+static const dot_set avx512_set = {dot_f32_avx512,   dot_bf16_avx512, dot_f16_avx512, axpy_avx512,
+                                   widen_avx512,     avx2_x4_bf16,    dot4_bf16_avx2, dot4_f16_avx2,
+                                   dot4x2_bf16_avx2, dot4x2_f16_avx2, "avx512"};
+static bool have_avx512vl(void) {
+  unsigned a, b, c, d;
+  __cpuid_count(7, 0, a, b, c, d);
+  return b & (1u << 31);
+}
 #endif
 
 /* The widest set the machine supports, or the one ORTEP_CPU_SIMD names
@@ -206,9 +224,10 @@ static void pick_dots(void) {
   }
   if (want && !strcmp(want, "portable")) return;
 #if defined(__x86_64__)
-  if (avx512 && (!want || strcmp(want, "avx2")))
+  if (avx512 && (!want || strcmp(want, "avx2"))) {
     dots = avx512_set;
-  else if (avx2)
+    if (have_avx512vl()) dots.dot4x2_bf16 = dot4x2_bf16_avx2vl, dots.dot4x2_f16 = dot4x2_f16_avx2vl;
+  } else if (avx2)
     dots = avx2_set;
 #endif
 }
@@ -268,6 +287,16 @@ static inline void dot4_rows(const float *x, const float *xb, cpu_weights w, siz
     dots.dot4_f16(x, wj, k, v);
 }
 
+/* Rows xr and the next (k floats further) against the same quad. */
+static inline void dot4x2_rows(const float *x, const float *xb, size_t k, cpu_weights w, size_t j, float *v0,
+                               float *v1) {
+  const uint16_t *wj = (const uint16_t *)w.data + j * k;
+  if (w.dtype == ORTEP_DTYPE_BF16)
+    dots.dot4x2_bf16(xb, xb + k, wj, k, v0, v1);
+  else
+    dots.dot4x2_f16(x, x + k, wj, k, v0, v1);
+}
+
 const float *ortep__cpu_blocked_x(const float *x, size_t k, float *xp) { return dots.x4_bf16(x, k, xp); }
 
 void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t rows, size_t k, size_t groups,
@@ -277,9 +306,29 @@ void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t rows, siz
     size_t j0 = item * 4, g = 0, j = j0;
     if (!gate_up)
       while (j >= n[g]) j -= n[g++];
-    for (size_t row = 0; row < rows; row++) { /* the quad's weights hot in the cache after the first row */
+    for (size_t row = 0; row < rows;) { /* the quad's weights hot in the cache after the first rows */
       const float *xr = x + row * k, *xbr = xb + row * k;
       float v[4], u[4];
+      if (row + 1 < rows) { /* two rows sharing each widened weight, each as it would be alone */
+        float v1[4], u1[4];
+        dot4x2_rows(xr, xbr, k, w[gate_up ? 0 : g], j, v, v1);
+        if (gate_up) dot4x2_rows(xr, xbr, k, w[1], j, u, u1);
+        for (size_t h = 0; h < 2; h++, row++) {
+          const float *vv = h ? v1 : v, *uu = h ? u1 : u;
+          for (size_t i = 0; i < 4; i++) {
+            if (gate_up) {
+              float gv = vv[i] + (b[0].data ? cpu_w(b[0], j + i) : 0.0f);
+              float up = uu[i] + (b[1].data ? cpu_w(b[1], j + i) : 0.0f);
+              y[0][row * n[0] + j + i] = gv / (1.0f + expf(-gv)) * up;
+            } else {
+              float o = vv[i] + (b[g].data ? cpu_w(b[g], j + i) : 0.0f);
+              size_t at = row * n[g] + j + i;
+              y[g][at] = res ? o + res[at] : o;
+            }
+          }
+        }
+        continue;
+      }
       if (gate_up) {
         dot4_rows(xr, xbr, w[0], j, k, v);
         dot4_rows(xr, xbr, w[1], j, k, u);
@@ -288,6 +337,7 @@ void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t rows, siz
           float up = u[i] + (b[1].data ? cpu_w(b[1], j + i) : 0.0f);
           y[0][row * n[0] + j + i] = gv / (1.0f + expf(-gv)) * up;
         }
+        row++;
         continue;
       }
       dot4_rows(xr, xbr, w[g], j, k, v);
@@ -296,6 +346,7 @@ void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t rows, siz
         size_t at = row * n[g] + j + i;
         y[g][at] = res ? o + res[at] : o;
       }
+      row++;
     }
   }
 }

@@ -102,12 +102,46 @@ ORTEP_SIMD_AVX2 static const float *avx2_x4_bf16(const float *x, size_t k, float
     y[2] = avx2_hsum(_mm256_add_ps(l2, h2));                                                              \
     y[3] = avx2_hsum(_mm256_add_ps(l3, h3));                                                              \
   }
-#define AVX2_BF16_LO(p) _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, _mm256_loadu_si256((const __m256i *)(p))))
-#define AVX2_BF16_HI(p) _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, _mm256_loadu_si256((const __m256i *)(p))))
-#define AVX2_F16_LO(p)  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#define AVX2_F16_HI(p)  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 8)))
+/* Two rows of x against the same four weight rows: every accumulator of
+ * each row takes exactly the FMAs, in the order, of ORTEP_DOT4_AVX2 (so the
+ * results are bitwise its), but each widened weight serves both rows. 16
+ * accumulators: without AVX-512VL's 32 registers some spill. */
+#define ORTEP_DOT4X2_AVX2(name, TARGET, WLO, WHI)                                                                \
+  TARGET static void name(const float *x0, const float *x1, const uint16_t *w, size_t k, float *y0, float *y1) { \
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;              \
+    __m256 c0 = a0, c1 = a0, c2 = a0, c3 = a0, d0 = a0, d1 = a0, d2 = a0, d3 = a0;                               \
+    __m256i z = _mm256_setzero_si256();                                                                          \
+    (void)z;                                                                                                     \
+    for (size_t t = 0; t < k; t += 16, w += 64) {                                                                \
+      __m256 w0 = WLO(w), w1 = WLO(w + 16), w2 = WLO(w + 32), w3 = WLO(w + 48);                                  \
+      __m256 p = _mm256_loadu_ps(x0 + t), q = _mm256_loadu_ps(x1 + t);                                           \
+      a0 = _mm256_fmadd_ps(p, w0, a0), a1 = _mm256_fmadd_ps(p, w1, a1);                                          \
+      a2 = _mm256_fmadd_ps(p, w2, a2), a3 = _mm256_fmadd_ps(p, w3, a3);                                          \
+      c0 = _mm256_fmadd_ps(q, w0, c0), c1 = _mm256_fmadd_ps(q, w1, c1);                                          \
+      c2 = _mm256_fmadd_ps(q, w2, c2), c3 = _mm256_fmadd_ps(q, w3, c3);                                          \
+      w0 = WHI(w), w1 = WHI(w + 16), w2 = WHI(w + 32), w3 = WHI(w + 48);                                         \
+      p = _mm256_loadu_ps(x0 + t + 8), q = _mm256_loadu_ps(x1 + t + 8);                                          \
+      b0 = _mm256_fmadd_ps(p, w0, b0), b1 = _mm256_fmadd_ps(p, w1, b1);                                          \
+      b2 = _mm256_fmadd_ps(p, w2, b2), b3 = _mm256_fmadd_ps(p, w3, b3);                                          \
+      d0 = _mm256_fmadd_ps(q, w0, d0), d1 = _mm256_fmadd_ps(q, w1, d1);                                          \
+      d2 = _mm256_fmadd_ps(q, w2, d2), d3 = _mm256_fmadd_ps(q, w3, d3);                                          \
+    }                                                                                                            \
+    y0[0] = avx2_hsum(_mm256_add_ps(a0, b0)), y0[1] = avx2_hsum(_mm256_add_ps(a1, b1));                          \
+    y0[2] = avx2_hsum(_mm256_add_ps(a2, b2)), y0[3] = avx2_hsum(_mm256_add_ps(a3, b3));                          \
+    y1[0] = avx2_hsum(_mm256_add_ps(c0, d0)), y1[1] = avx2_hsum(_mm256_add_ps(c1, d1));                          \
+    y1[2] = avx2_hsum(_mm256_add_ps(c2, d2)), y1[3] = avx2_hsum(_mm256_add_ps(c3, d3));                          \
+  }
+#define ORTEP_SIMD_AVX2_VL __attribute__((target("avx2,fma,f16c,avx512f,avx512vl")))
+#define AVX2_BF16_LO(p)    _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, _mm256_loadu_si256((const __m256i *)(p))))
+#define AVX2_BF16_HI(p)    _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, _mm256_loadu_si256((const __m256i *)(p))))
+#define AVX2_F16_LO(p)     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define AVX2_F16_HI(p)     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 8)))
 ORTEP_DOT4_AVX2(bf16, AVX2_BF16_LO, AVX2_BF16_HI)
 ORTEP_DOT4_AVX2(f16, AVX2_F16_LO, AVX2_F16_HI)
+ORTEP_DOT4X2_AVX2(dot4x2_bf16_avx2, ORTEP_SIMD_AVX2, AVX2_BF16_LO, AVX2_BF16_HI)
+ORTEP_DOT4X2_AVX2(dot4x2_f16_avx2, ORTEP_SIMD_AVX2, AVX2_F16_LO, AVX2_F16_HI)
+ORTEP_DOT4X2_AVX2(dot4x2_bf16_avx2vl, ORTEP_SIMD_AVX2_VL, AVX2_BF16_LO, AVX2_BF16_HI)
+ORTEP_DOT4X2_AVX2(dot4x2_f16_avx2vl, ORTEP_SIMD_AVX2_VL, AVX2_F16_LO, AVX2_F16_HI)
 #undef AVX2_BF16_LO
 #undef AVX2_BF16_HI
 #undef AVX2_F16_LO
