@@ -115,7 +115,7 @@ static int run_one(const batch_opts *o, ortep_batch *b, size_t B, size_t vocab, 
   ortep_batch_stats s0, s1;
   ortep_batch_get_stats(b, &s0);
   uint64_t a0 = 0, f0 = 0, a1 = 0, f1 = 0;
-  double t0 = bench_now_ns(), tdec = 0;
+  double tdec = 0;
   size_t active = 1, steps = 0;
   bool counted = false;
   while (active && !rc) {
@@ -133,7 +133,6 @@ static int run_one(const batch_opts *o, ortep_batch *b, size_t B, size_t vocab, 
     }
   }
   ortep_ep_allocation_counts(ortep_batch_ep(b), &a1, &f1);
-  (void)t0;
   ortep_batch_get_stats(b, &s1);
   size_t gen = (size_t)(s1.generated - s0.generated);
   double ttft = 0;
@@ -190,7 +189,7 @@ static int parse(int argc, char **argv, batch_opts *o) {
       }
       case 'n': rc = bench_parse_count("batch", "--tokens", optarg, 2, 100000, &o->tokens); break;
       case 'p': rc = bench_parse_count("batch", "--prompt-len", optarg, 1, 100000, &o->plen); break;
-      case 'r': rc = bench_parse_count("batch", "--runs", optarg, 1, 100, &o->runs); break;
+      case 'r': rc = bench_parse_count("batch", "--runs", optarg, 1, MAX_ROUND, &o->runs); break;
       case 'x': rc = bench_parse_count("batch", "--mixed", optarg, 0, 256, &o->mixed); break;
       case 'j': o->json_path = optarg; break;
     }
@@ -285,7 +284,7 @@ int bench_batch_main(int argc, char **argv) {
     rc = run_one(&o, b, maxb, vocab, &warm); /* captures every bucket */
   }
   read_bench *rb = rc ? NULL : read_new(threads ? threads : 1);
-  for (long r = 0; !rc && r < o.runs && r < MAX_ROUND; r++) {
+  for (long r = 0; !rc && r < o.runs; r++) {
     for (size_t i = 0; !rc && i < o.n_batches; i++) rc = run_one(&o, b, (size_t)o.batches[i], vocab, &res[i][r]);
     if (rb) bw[r] = read_rate(rb, (size_t)512 << 20);
   }
@@ -299,7 +298,7 @@ int bench_batch_main(int argc, char **argv) {
     }
     ortep_session_get_stats(ortep_batch_session(b), &ss);
   }
-  double bwm = bench_median(bw, (size_t)(o.runs < MAX_ROUND ? o.runs : MAX_ROUND));
+  double bwm = bench_median(bw, (size_t)o.runs);
   /* two flops per weight of every projection and the lm_head, per token (attention apart) */
   double H = (double)mc.hidden_size, I = (double)mc.intermediate_size, HD = (double)mc.head_dim;
   double q = (double)mc.num_attention_heads * HD, kvw = (double)mc.num_key_value_heads * HD;

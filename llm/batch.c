@@ -54,13 +54,11 @@ typedef struct slot {
   int32_t next; /* the token emitted last, fed by the next decode step */
   int32_t *ids; /* the token at each position it holds */
   int32_t *gen; /* the tokens it generated, in order */
-  size_t row;   /* its row in the decode step being run */
 } slot;
 
 struct ortep_batch {
   ortep_decoder *d;
   ortep__decoder_parts p;
-  const ortep_model_config *config;
   size_t n_slots, capacity, budget, smallest_chunk;
   slot *slots;
   request **reqs; /* every request not forgotten, in the order added */
@@ -82,6 +80,11 @@ static request *find(const ortep_batch *b, ortep_request_id id) {
     if (b->reqs[i]->id == id) return b->reqs[i];
   return NULL;
 }
+/* find, or ORTEP_E_OUT_OF_RANGE naming the call */
+static ortep_status lookup(const ortep_batch *b, ortep_request_id id, const char *what, request **out) {
+  *out = find(b, id);
+  return *out ? ORTEP_OK : ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: no request %llu", what, (unsigned long long)id);
+}
 
 static void free_request(request *r) {
   if (!r) return;
@@ -101,12 +104,6 @@ static void forget(ortep_batch *b, request *r) {
   free_request(r);
 }
 
-static bool in_ids(int32_t t, const int32_t *ids, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (ids[i] == t) return true;
-  return false;
-}
-
 /* The slot's request ends (DONE, FAILED or CANCELLED): its tokens copied
  * out, its slot's memory given back, its final event sent (a request with
  * a callback is then forgotten). */
@@ -115,8 +112,8 @@ static void end_request(ortep_batch *b, request *r, ortep_request_state state) {
   size_t n = r->result.generated;
   if (n && (r->tokens = ortep__malloc(n * sizeof *r->tokens))) memcpy(r->tokens, s->gen, n * sizeof *r->tokens);
   if (n && !r->tokens) r->result.generated = 0; /* no memory for the copy: the events had them */
-  ortep__kv_drop_slot(b->p.kv, r->slot, 0);     /* decommitting cannot fail for lack of memory */
-  ortep_clear_error();
+  /* decommitting needs no memory; a failure leaves pages mapped, reused by the slot's next request */
+  if (ortep__kv_drop_slot(b->p.kv, r->slot, 0) != ORTEP_OK) ortep_clear_error();
   s->r = NULL, s->fed = s->pos = 0;
   r->state = state;
   r->slot = (size_t)-1;
@@ -151,8 +148,8 @@ static void fail_request(ortep_batch *b, request *r, ortep_status st, const char
  * (max_tokens, the callback, a full slot), or go on decoding from it. */
 static void drew(ortep_batch *b, slot *s, int32_t token) {
   request *r = s->r;
-  bool eos = !r->o.ignore_eos && in_ids(token, b->config->eos_token_ids, b->config->n_eos_token_ids);
-  if (eos || in_ids(token, r->o.stop_tokens, r->o.n_stop_tokens)) {
+  bool eos = !r->o.ignore_eos && ortep__in_ids(token, b->p.config->eos_token_ids, b->p.config->n_eos_token_ids);
+  if (eos || ortep__in_ids(token, r->o.stop_tokens, r->o.n_stop_tokens)) {
     r->result.reason = eos ? ORTEP_STOP_EOS : ORTEP_STOP_STOP_TOKEN;
     r->result.stop_token = token;
     end_request(b, r, ORTEP_REQUEST_DONE);
@@ -231,7 +228,6 @@ ortep_status ortep_batch_open(const char *model, const ortep_batch_options *opti
   ortep_status st = ortep__decoder_open_slots(model, &o.decoder, slots, &b->d);
   if (st == ORTEP_OK) {
     ortep__decoder_get_parts(b->d, &b->p);
-    b->config = b->p.config;
     b->capacity = b->p.capacity;
     b->smallest_chunk = b->p.n_graphs > b->p.n_seq_graphs ? b->p.tokens[b->p.n_graphs - 1] : 0;
     size_t largest = b->p.n_graphs > b->p.n_seq_graphs ? b->p.tokens[b->p.n_seq_graphs] : 1;
@@ -352,7 +348,7 @@ static void admit(ortep_batch *b) {
     if (!b->wait_head) b->wait_tail = NULL;
     r->next_waiting = NULL;
     b->st.waiting--, b->st.running++;
-    *s = (slot){r, 0, 0, 0, s->ids, s->gen, 0};
+    *s = (slot){r, 0, 0, 0, s->ids, s->gen};
     r->slot = i;
     r->state = ORTEP_REQUEST_PREFILLING;
     ortep_sample_params want = r->sampling ? r->sp : (ortep_sample_params){0};
@@ -446,7 +442,7 @@ static ortep_status decode_rows(ortep_batch *b) {
     s->ids[s->pos] = token;
     b->row_tok[rows] = token, b->row_pos[rows] = (int32_t)s->pos, b->row_slot[rows] = (int32_t)i;
     b->row_slot_of[rows] = i;
-    s->row = rows++;
+    rows++;
   }
   if (!rows) return ORTEP_OK;
   size_t g = 0;
@@ -516,9 +512,8 @@ ortep_status ortep_batch_cancel(ortep_batch *b, ortep_request_id id) {
   if (!b) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_batch_cancel: batch is NULL");
   ortep_status st = enter(b, "ortep_batch_cancel");
   if (st != ORTEP_OK) return st;
-  request *r = find(b, id);
-  if (!r)
-    return leave(b, ortep__fail(ORTEP_E_OUT_OF_RANGE, "ortep_batch_cancel: no request %llu", (unsigned long long)id));
+  request *r;
+  if ((st = lookup(b, id, "ortep_batch_cancel", &r)) != ORTEP_OK) return leave(b, st);
   if (r->state >= ORTEP_REQUEST_DONE)
     return leave(
         b, ortep__fail(ORTEP_E_STATE, "ortep_batch_cancel: request %llu has ended already", (unsigned long long)id));
@@ -538,8 +533,9 @@ ortep_status ortep_batch_cancel(ortep_batch *b, ortep_request_id id) {
 
 ortep_status ortep_batch_request(const ortep_batch *b, ortep_request_id id, ortep_request_info *out) {
   if (!b || !out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_batch_request: NULL argument");
-  const request *r = find(b, id);
-  if (!r) return ortep__fail(ORTEP_E_OUT_OF_RANGE, "ortep_batch_request: no request %llu", (unsigned long long)id);
+  request *r;
+  ortep_status st = lookup(b, id, "ortep_batch_request", &r);
+  if (st != ORTEP_OK) return st;
   *out = (ortep_request_info){r->state, r->slot, r->n, 0, r->result, r->status, ""};
   if (r->slot != (size_t)-1) out->position = b->slots[r->slot].pos;
   snprintf(out->message, sizeof out->message, "%s", r->message);
@@ -559,9 +555,8 @@ ortep_status ortep_batch_release(ortep_batch *b, ortep_request_id id) {
   if (!b) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_batch_release: batch is NULL");
   ortep_status st = enter(b, "ortep_batch_release");
   if (st != ORTEP_OK) return st;
-  request *r = find(b, id);
-  if (!r)
-    return leave(b, ortep__fail(ORTEP_E_OUT_OF_RANGE, "ortep_batch_release: no request %llu", (unsigned long long)id));
+  request *r;
+  if ((st = lookup(b, id, "ortep_batch_release", &r)) != ORTEP_OK) return leave(b, st);
   if (r->state < ORTEP_REQUEST_DONE)
     return leave(b, ortep__fail(ORTEP_E_STATE, "ortep_batch_release: request %llu is still %s; cancel it first",
                                 (unsigned long long)id, r->state == ORTEP_REQUEST_WAITING ? "waiting" : "running"));

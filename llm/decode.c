@@ -994,12 +994,6 @@ void ortep_decoder_kv_stats(const ortep_decoder *d, ortep_kv_stats *out) {
   *out = (ortep_kv_stats){d->max_seq, u.positions, u.reserved_bytes, u.committed_bytes, u.shared_bytes, u.commits};
 }
 
-static bool in_ids(int32_t t, const int32_t *ids, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (ids[i] == t) return true;
-  return false;
-}
-
 static ortep_status generate_ex(ortep_decoder *d, const ortep_generate_options *o, ortep_token_callback cb, void *user,
                                 ortep_generate_result *r) {
   *r = (ortep_generate_result){0, ORTEP_STOP_MAX_TOKENS, -1};
@@ -1021,8 +1015,8 @@ static ortep_status generate_ex(ortep_decoder *d, const ortep_generate_options *
     ortep_status st = feed_emitted(d, i);
     if (st != ORTEP_OK) return st;
     int32_t tok = d->next;
-    bool eos = !o->ignore_eos && in_ids(tok, c->eos_token_ids, c->n_eos_token_ids);
-    if (eos || in_ids(tok, o->stop_tokens, o->n_stop_tokens)) {
+    bool eos = !o->ignore_eos && ortep__in_ids(tok, c->eos_token_ids, c->n_eos_token_ids);
+    if (eos || ortep__in_ids(tok, o->stop_tokens, o->n_stop_tokens)) {
       r->reason = eos ? ORTEP_STOP_EOS : ORTEP_STOP_STOP_TOKEN;
       r->stop_token = tok; /* stays next: not emitted, not fed */
       return ORTEP_OK;

@@ -106,6 +106,12 @@ typedef struct ortep__decoder_parts {
 } ortep__decoder_parts;
 void ortep__decoder_get_parts(ortep_decoder *d, ortep__decoder_parts *out);
 ortep_status ortep__decoder_clear_error_words(ortep_decoder *d);
+/* Whether t is one of ids[0, n) (stop tokens, the model's EOS ids). */
+static inline bool ortep__in_ids(int32_t t, const int32_t *ids, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] == t) return true;
+  return false;
+}
 /* ortep_sampling checked (ORTEP_E_INVALID_ARGUMENT naming the field) and
  * turned into the device's block; *sampling false: greedy (a zero block). */
 ortep_status ortep__sampling_params(const ortep_sampling *s, bool *sampling, ortep_sample_params *out);
