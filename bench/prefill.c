@@ -11,7 +11,10 @@
  * next tokens are compared and the largest logit difference is reported.
  * On the CPU EP the chunked rate is also given as a fraction of the machine's
  * GEMM rate: an OpenBLAS sgemm of the chunk's MLP shape ([chunk, hidden] x
- * [hidden, intermediate]) measured in the same run with the same threads.
+ * [hidden, intermediate]) measured in the same run with the same threads,
+ * and of the EP's own ortep:Linear of that shape for the model's dtype (the
+ * 16-bit GEMM peak: bf16 x bf16 with AVX512-BF16 where cpu.products allows),
+ * with f32, f16 and bf16 weights reported side by side.
  */
 #include <cblas.h>
 #include <getopt.h>
@@ -21,6 +24,7 @@
 
 #include "bench.h"
 #include "model_options.h"
+#include "ortep/backend_impl.h" /* ortep_kernel_io: one Linear run on the decoder's EP */
 
 void openblas_set_num_threads(int num_threads);
 
@@ -113,6 +117,48 @@ double bench_sgemm_gflops(size_t m, size_t k, size_t n, size_t threads) {
     openblas_set_num_threads(1);
   }
   free(a), free(b), free(c);
+  return best;
+}
+
+/* Best-of-5 GFLOP/s of one ortep:Linear [m, k] x [k, n] of dt weights on
+ * ep, as the chunk graphs run it (16-bit weights in the CPU EP's blocked
+ * layout [n/4, k/16, 4, 16], f32 row-major): 0 when the EP does not take
+ * it. The weights' values do not matter to the rate. */
+double bench_linear_gflops(ortep_ep *ep, ortep_dtype dt, size_t m, size_t k, size_t n) {
+  size_t es = ortep_dtype_size(dt);
+  float *x = malloc(m * k * sizeof *x), *y = malloc(m * n * sizeof *y);
+  unsigned char *w = malloc(n * k * es);
+  ortep_graph *g = NULL;
+  ortep_kernel *kern = NULL;
+  double best = 0;
+  if (!x || !y || !w || ortep_graph_create(&g) != ORTEP_OK) goto done;
+  for (size_t i = 0; i < m * k; i++) x[i] = (float)(i % 13) * 0.01f;
+  for (size_t i = 0; i < n * k * es; i++) w[i] = (unsigned char)(i * 7 % 61); /* finite bf16/f16/f32 values */
+  const char *in[] = {"x", "w"}, *out[] = {"y"};
+  ortep_node_id id;
+  if (ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "bench", in, 2, out, 1, &id) != ORTEP_OK) goto done;
+  bool blocked = dt != ORTEP_DTYPE_F32;
+  ortep_shape shapes[2] = {{3, {1, (int64_t)m, (int64_t)k}},
+                           blocked ? (ortep_shape){4, {(int64_t)n / 4, (int64_t)k / 16, 4, 16}}
+                                   : (ortep_shape){2, {(int64_t)n, (int64_t)k}}};
+  ortep_dtype dtypes[2] = {ORTEP_DTYPE_F32, dt};
+  if (ortep_ep_get_kernel(ep, ortep_graph_node(g, id), shapes, dtypes, 2, 17, &kern) != ORTEP_OK) goto done;
+  const void *ins[2] = {x, w};
+  void *outs[1] = {y};
+  ortep_kernel_io io = {ins, 2, outs, 1, ortep_ep_error_word_ptr(ep), NULL};
+  for (int rep = 0; rep < 6; rep++) { /* the first warms up */
+    double t0 = bench_now_ns();
+    if (ortep_ep_run_kernel(ep, kern, &io) != ORTEP_OK) {
+      best = 0;
+      break;
+    }
+    double gf = 2.0 * (double)m * (double)k * (double)n / (bench_now_ns() - t0);
+    if (rep && gf > best) best = gf;
+  }
+done:
+  if (kern) ortep_kernel_destroy(kern);
+  ortep_graph_destroy(g);
+  free(x), free(y), free(w);
   return best;
 }
 
@@ -242,6 +288,8 @@ typedef struct prefill_run {
   bool cpu;
   size_t threads, top;
   double gemm;
+  double linear[3]; /* the EP's ortep:Linear of the chunk's MLP shape: f32, f16, bf16 weights */
+  double peak;      /* linear[] of the model's dtype (0: another dtype) */
 } prefill_run;
 
 /* The model's sizes, the config and the prompt: 0, or the exit code. */
@@ -282,9 +330,16 @@ static int open_ways(prefill_run *r) {
   r->threads = r->cpu ? ortep_cpu_ep_threads(ep) : 0;
   r->simd = r->cpu ? ortep_cpu_ep_simd(ep) : NULL;
   r->top = ortep_decoder_graph_tokens(r->w[1].d, 1);
-  if (r->cpu)
-    r->gemm =
-        bench_sgemm_gflops(r->top ? r->top : 1, (size_t)r->mc.hidden_size, (size_t)r->mc.intermediate_size, r->threads);
+  if (r->cpu) {
+    size_t m = r->top ? r->top : 1, k = (size_t)r->mc.hidden_size, n = (size_t)r->mc.intermediate_size;
+    r->gemm = bench_sgemm_gflops(m, k, n, r->threads);
+    const ortep_dtype dt[3] = {ORTEP_DTYPE_F32, ORTEP_DTYPE_F16, ORTEP_DTYPE_BF16};
+    const char *names[3] = {"f32", "f16", "bf16"};
+    for (int i = 0; i < 3; i++) {
+      r->linear[i] = bench_linear_gflops(ep, dt[i], m, k, n);
+      if (!strcmp(r->o.m.dtype, names[i])) r->peak = r->linear[i];
+    }
+  }
   return 0;
 }
 
@@ -294,12 +349,16 @@ static void print_head(const prefill_run *r) {
     printf(", %zu threads (%s dot products), sgemm [%zu x %lld] x [%lld x %lld]: %.1f GFLOP/s", r->threads, r->simd,
            r->top ? r->top : 1, (long long)r->mc.hidden_size, (long long)r->mc.hidden_size,
            (long long)r->mc.intermediate_size, r->gemm);
+  if (r->cpu)
+    printf("\nthe EP's Linear of that shape: f32 %.1f, f16 %.1f, bf16 %.1f GFLOP/s (bf16 %s)", r->linear[0],
+           r->linear[1], r->linear[2],
+           ortep_cpu_ep_bf16_products(ortep_decoder_ep(r->w[1].d)) ? "x bf16 with AVX512-BF16" : "widened to f32");
   printf("\nchunk sizes:");
   for (size_t g = 1; ortep_decoder_graph_tokens(r->w[1].d, g); g++)
     printf(" %zu", ortep_decoder_graph_tokens(r->w[1].d, g));
   printf("; median of %ld prefills each, graph mode\n\n", r->o.runs);
-  printf("%8s %14s %10s %14s %10s %8s %9s %9s %6s %12s\n", "prompt", "by-token ms", "tok/s", "chunked ms", "tok/s",
-         "speedup", "GFLOP/s", "of sgemm", "same", "max rel diff");
+  printf("%8s %14s %10s %14s %10s %8s %9s %9s %9s %6s %12s\n", "prompt", "by-token ms", "tok/s", "chunked ms", "tok/s",
+         "speedup", "GFLOP/s", "of sgemm", "of gemm", "same", "max rel diff");
 }
 
 /* One prompt length, both ways: a line of the table and a row of the JSON. */
@@ -317,9 +376,9 @@ static int measure_length(prefill_run *r, size_t L, cJSON *rows) {
   }
   bool same = w[0].next == w[1].next;
   double gf = prefill_flops(&r->mc, (double)L) / (w[1].ms * 1e6);
-  printf("%8zu %14.2f %10.1f %14.2f %10.1f %7.1fx %9.1f %8.0f%% %6s %12.2e\n", L, w[0].ms, (double)L / w[0].ms * 1e3,
-         w[1].ms, (double)L / w[1].ms * 1e3, w[0].ms / w[1].ms, gf, r->gemm > 0 ? 100.0 * gf / r->gemm : 0.0,
-         same ? "yes" : "NO", diff);
+  printf("%8zu %14.2f %10.1f %14.2f %10.1f %7.1fx %9.1f %8.0f%% %8.0f%% %6s %12.2e\n", L, w[0].ms,
+         (double)L / w[0].ms * 1e3, w[1].ms, (double)L / w[1].ms * 1e3, w[0].ms / w[1].ms, gf,
+         r->gemm > 0 ? 100.0 * gf / r->gemm : 0.0, r->peak > 0 ? 100.0 * gf / r->peak : 0.0, same ? "yes" : "NO", diff);
   cJSON *row = cJSON_CreateObject();
   cJSON_AddNumberToObject(row, "prompt_tokens", (double)L);
   cJSON_AddNumberToObject(row, "by_token_ms", w[0].ms);
@@ -329,6 +388,7 @@ static int measure_length(prefill_run *r, size_t L, cJSON *rows) {
   cJSON_AddNumberToObject(row, "speedup", w[0].ms / w[1].ms);
   cJSON_AddNumberToObject(row, "chunked_gflops", gf);
   if (r->gemm > 0) cJSON_AddNumberToObject(row, "fraction_of_sgemm", gf / r->gemm);
+  if (r->peak > 0) cJSON_AddNumberToObject(row, "fraction_of_gemm", gf / r->peak);
   cJSON_AddBoolToObject(row, "same_next_token", same);
   cJSON_AddNumberToObject(row, "max_rel_logit_diff", diff);
   cJSON_AddItemToArray(rows, row);
@@ -372,6 +432,13 @@ static int write_json(prefill_run *r, cJSON *root, cJSON *rows) {
     cJSON_AddItemToArray(graphs, one);
   }
   if (r->gemm > 0) cJSON_AddNumberToObject(root, "sgemm_gflops", r->gemm);
+  if (r->cpu) {
+    cJSON *lin = cJSON_AddObjectToObject(root, "linear_gflops");
+    cJSON_AddNumberToObject(lin, "f32", r->linear[0]);
+    cJSON_AddNumberToObject(lin, "f16", r->linear[1]);
+    cJSON_AddNumberToObject(lin, "bf16", r->linear[2]);
+    cJSON_AddBoolToObject(root, "bf16_products", ortep_cpu_ep_bf16_products(ortep_decoder_ep(r->w[1].d)));
+  }
   cJSON_AddItemToObject(root, "results", rows);
   int rc = bench_json_finish(r->json, o->json_path, root);
   r->json = NULL;

@@ -747,7 +747,7 @@ static void *blocked_copy(const void *w, size_t n, size_t k) {
   return dst;
 }
 START_TEST(linear_over_blocked_weights_matches_row_major) {
-  enum { M = 5, K = 48, N0 = 132, N1 = 24 };
+  enum { M = 11, K = 48, N0 = 132, N1 = 24 }; /* 11 rows: a group of ORTEP_BF16_ROWS and a rest */
   ortep_dtype dt = _i ? ORTEP_DTYPE_BF16 : ORTEP_DTYPE_F16;
   test_rng r = test_rng_new(test_seed() + 31);
   float x[M * K], w0f[N0 * K], w1f[N0 * K], w2f[N1 * K], b0f[N0], b1f[N1], res[M * N0], a0[N0 * K], a1[N0 * K],
@@ -789,6 +789,26 @@ START_TEST(linear_over_blocked_weights_matches_row_major) {
                   {dt, SHAPE(0), NULL},
                   {ORTEP_DTYPE_F32, SHAPE(1, m, N0), res}};
       ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, gr, 8, (void *[]){out[lay][2][0]}, 1));
+    }
+    if (rows && dt == ORTEP_DTYPE_BF16 && ortep_cpu_ep_bf16_products(g_cpu)) {
+      /* AVX512-BF16: x rounded to bf16 (nearest even), the products exact, f32 sums */
+      for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N0; j++) {
+          double g = ab0[j], u = ab0[j], v = ab1[j % N1];
+          for (size_t t = 0; t < K; t++) {
+            double xt = ortep_bf16_to_f32(ortep_f32_to_bf16(x[i * K + t]));
+            g += xt * a0[j * K + t], u += xt * a1[j * K + t];
+            if (j < N1) v += xt * a2[j * K + t];
+          }
+          double want[4] = {g, v, g / (1.0 + exp(-g)) * u, g - ab0[j] + res[i * N0 + j]};
+          float got[4] = {out[1][0][0][i * N0 + j], out[1][0][1][i * N1 + j % N1], out[1][1][0][i * N0 + j],
+                          out[1][2][0][i * N0 + j]};
+          for (int c = 0; c < 4; c++)
+            if (c != 1 || j < N1)
+              ck_assert_msg(fabs(got[c] - want[c]) <= TOL(want[c]), "bf16 rows case %d [%zu, %zu]: %.7g, want %.7g", c,
+                            i, j, got[c], want[c]);
+        }
+      continue;
     }
     if (rows || portable) {
       ck_assert_msg(memcmp(out[0], out[1], sizeof out[0]) == 0,
@@ -834,6 +854,69 @@ START_TEST(linear_over_blocked_weights_matches_row_major) {
   free(xb), free(wf), free(act), free(yb[0]), free(yb[1]), free(wrow), free(wblk);
   for (int i = 0; i < 3; i++) free(w[i]), free(wb[i]);
   free(b0), free(b1);
+}
+END_TEST
+
+/* Many rows over blocked 16-bit weights (the batch's and the chunk's
+ * products, simd_rows.h). exact_rows=1: each of 13 rows (two groups of the
+ * row kernels and a rest) bitwise what that row alone (M = 1) gives, in
+ * every case (two groups, gate_up, a residual), for 1 and 3 threads. A
+ * chunk (no exact_rows): bitwise the same for 1 and 3 threads, and with
+ * bf16 products its rows 4-6 are bitwise those rows as a chunk of 3 (a row
+ * depends on that row alone). _i: f16, bf16. */
+enum { RM = 13, RK = 256, RN = 128 }; /* big enough to split over 3 workers */
+/* Linear over rows [r0, r0 + m) of x: case c; y0 (and y1 for c 0) [m, RN] */
+static void rows_linear(ortep_dtype dt, const float *x, const float *res, size_t r0, int64_t m, int c, bool exact,
+                        const void *w0, const void *w1, float *y0, float *y1) {
+  ortep_shape ws = SHAPE(RN / 4, RK / 16, 4, 16);
+  tin in[8] = {{ORTEP_DTYPE_F32, SHAPE(1, m, RK), x + r0 * RK},
+               {dt, ws, w0},
+               {dt, SHAPE(0), NULL},
+               {dt, c == 2 ? SHAPE(0) : ws, c == 2 ? NULL : w1},
+               {dt, SHAPE(0), NULL},
+               {dt, SHAPE(0), NULL},
+               {dt, SHAPE(0), NULL},
+               {ORTEP_DTYPE_F32, SHAPE(1, m, RN), res + r0 * RN}};
+  tattr at[2];
+  size_t na = 0;
+  if (exact) at[na++] = (tattr){"exact_rows", 0, 1, 0};
+  if (c == 1) at[na++] = (tattr){"gate_up", 0, 1, 0};
+  void *outs[2] = {y0, y1};
+  ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, na ? at : NULL, na, in, c == 2 ? 8 : 5, outs, c == 0 ? 2 : 1));
+}
+START_TEST(rows_over_blocked_weights_are_independent_of_their_neighbours) {
+  ortep_dtype dt = _i ? ORTEP_DTYPE_BF16 : ORTEP_DTYPE_F16;
+  test_rng r = test_rng_new(test_seed() + 57 + (uint64_t)_i);
+  static float x[RM * RK], w0f[RN * RK], w1f[RN * RK], res[RM * RN], a0[RN * RK], a1[RN * RK];
+  fill(&r, x, RM * RK, 1.0f), fill(&r, w0f, RN * RK, 0.2f), fill(&r, w1f, RN * RK, 0.2f), fill(&r, res, RM * RN, 1.0f);
+  void *r0 = as_dtype(w0f, RN * RK, dt, a0), *r1 = as_dtype(w1f, RN * RK, dt, a1);
+  void *b0 = blocked_copy(r0, RN, RK), *b1 = blocked_copy(r1, RN, RK);
+  static float together[2][3][2][RM * RN], alone[3][2][RM * RN], chunk[2][3][2][RM * RN], part[2][3 * RN];
+  ortep_ep *saved = g_cpu;
+  const char *threads[] = {"1", "3"};
+  for (int t = 0; t < 2; t++) {
+    g_cpu = cpu_with_threads(threads[t]);
+    bool bf16 = dt == ORTEP_DTYPE_BF16 && ortep_cpu_ep_bf16_products(g_cpu);
+    for (int c = 0; c < 3; c++) {
+      rows_linear(dt, x, res, 0, RM, c, true, b0, b1, together[t][c][0], together[t][c][1]);
+      for (size_t row = 0; row < RM; row++)
+        rows_linear(dt, x, res, row, 1, c, true, b0, b1, alone[c][0] + row * RN, alone[c][1] + row * RN);
+      ck_assert_msg(memcmp(together[t][c], alone[c], sizeof alone[c]) == 0,
+                    "case %d, %s threads: rows computed together differ from each row alone", c, threads[t]);
+      rows_linear(dt, x, res, 0, RM, c, false, b0, b1, chunk[t][c][0], chunk[t][c][1]);
+      if (bf16) {
+        rows_linear(dt, x, res, 4, 3, c, false, b0, b1, part[0], part[1]);
+        ck_assert_msg(memcmp(chunk[t][c][0] + 4 * RN, part[0], sizeof part[0]) == 0 &&
+                          (c || memcmp(chunk[t][c][1] + 4 * RN, part[1], sizeof part[1]) == 0),
+                      "case %d: rows 4-6 of a chunk of 13 differ from the same rows as a chunk of 3", c);
+      }
+    }
+    ortep_ep_destroy(g_cpu);
+  }
+  g_cpu = saved;
+  ck_assert_msg(memcmp(chunk[0], chunk[1], sizeof chunk[0]) == 0, "a chunk differs between 1 and 3 threads");
+  ck_assert_uint_eq(error_bits(), 0);
+  free(r0), free(r1), free(b0), free(b1);
 }
 END_TEST
 
@@ -1077,6 +1160,7 @@ int main(void) {
   tcase_add_test(tc, softmax_and_argmax);
   tcase_add_loop_test(tc, linear_over_many_rows_matches_row_by_row, 0, 3);
   tcase_add_loop_test(tc, linear_over_blocked_weights_matches_row_major, 0, 2);
+  tcase_add_loop_test(tc, rows_over_blocked_weights_are_independent_of_their_neighbours, 0, 2);
   tcase_add_test(tc, group_query_attention_over_a_chunk_matches_token_steps);
   tcase_add_loop_test(tc, group_query_attention_over_16_bit_caches, 0, 2);
   tcase_add_test(tc, refusals_say_what_is_accepted);

@@ -125,6 +125,25 @@ START_TEST(configuration_namespaces) {
   ck_assert_error_mentions("cpu.threads = 'many'");
   ortep_config_destroy(c);
   ortep_ep_destroy(cpu);
+  /* cpu.products: auto, bf16 (where the CPU has AVX512-BF16) or f32 */
+  bool can = false;
+  const char *products[] = {"auto", "f32", "bf16", "fast"};
+  for (int i = 0; i < 4; i++) {
+    ck_assert_ok(ortep_config_create(&c));
+    ck_assert_ok(ortep_config_set(c, "cpu.products", products[i]));
+    ck_assert_ok(ortep_cpu_ep_create(NULL, &cpu));
+    ortep_status st = ortep_ep_initialize(cpu, c);
+    if (i == 3 || (i == 2 && !can)) {
+      ck_assert_status(st, i == 3 ? ORTEP_E_INVALID_ARGUMENT : ORTEP_E_NOT_SUPPORTED);
+      ck_assert_error_mentions(i == 3 ? "cpu.products = 'fast': use auto" : "use auto or f32");
+    } else {
+      ck_assert_ok(st);
+      if (i == 0) can = ortep_cpu_ep_bf16_products(cpu);
+      ck_assert(ortep_cpu_ep_bf16_products(cpu) == (i == 0 ? can : i == 2));
+    }
+    ortep_ep_destroy(cpu);
+    ortep_config_destroy(c);
+  }
   /* an uninitialised EP refuses to allocate */
   ck_assert_ok(ortep_cpu_ep_create(NULL, &cpu));
   ortep_buffer b;

@@ -59,6 +59,12 @@ ORTEP_API size_t ortep_cpu_ep_threads(const ortep_ep *ep);
 /* The SIMD set an initialised CPU EP's kernels use: "avx512", "avx2" or
  * "portable"; NULL for another EP or an uninitialised one. */
 ORTEP_API const char *ortep_cpu_ep_simd(const ortep_ep *ep);
+/* Whether an initialised CPU EP multiplies many rows (a prefill chunk) by
+ * bf16 weights in its blocked layout with AVX512-BF16's vdpbf16ps: the rows
+ * rounded to bf16 (nearest even) first, the weights read as stored (the
+ * avx512 set on a CPU that has AVX512-BF16; docs/batch.md). One row, and a
+ * batch's rows computed alone, keep f32 activations. false for another EP. */
+ORTEP_API bool ortep_cpu_ep_bf16_products(const ortep_ep *ep);
 
 ORTEP_END_DECLS
 

@@ -52,6 +52,7 @@ typedef struct cpu_ep {
   void *sample_scratch;  /* the sampler's ORTEP__SAMPLE_SCRATCH_BYTES(vocabulary), from its first call on */
   size_t sample_bytes;
   bool row_major;          /* cpu.weights_layout = row_major: prepare no initializer */
+  bool bf16_products;      /* cpu.products: a chunk's rows x bf16 weights through vdpbf16ps */
   ortep__cpu_context *ctx; /* what it prepared; what a loaded context serves (context.c) */
   char keys[160];          /* context_source_keys, '\n'-joined (a blob's keys) */
   char key_split[160];     /* the same, each key '\0'-ended: key_list points into it */
@@ -77,9 +78,28 @@ static ortep_status need_init(const cpu_ep *e, const char *what) {
 
 static ortep_status cpu_initialize(ortep_ep *ep, const ortep_config *config) {
   cpu_ep *e = self_of(ep);
-  static const char *const known[] = {"cpu.threads", "cpu.weights_layout"};
-  ortep_status st = ortep_config_check_namespace(config, "cpu", known, 2);
+  static const char *const known[] = {"cpu.threads", "cpu.weights_layout", "cpu.products"};
+  ortep_status st = ortep_config_check_namespace(config, "cpu", known, 3);
   if (st != ORTEP_OK) return st;
+  if ((st = ortep__cpu_simd_check()) != ORTEP_OK) return st;
+  /* cpu.products: auto (the default: a node over many rows of bf16 weights
+   * in the blocked layout, a prefill chunk, multiplies bf16 by bf16 with
+   * AVX512-BF16 where the CPU has it, its rows rounded to bf16), bf16 (the
+   * same, refused where the CPU lacks it) or f32 (f32 activations in every
+   * product, the portable reference) */
+  const char *products = ortep_config_get(config, "cpu.products");
+  if (products && strcmp(products, "auto") && strcmp(products, "bf16") && strcmp(products, "f32"))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "cpu.products = '%s': use auto (the default: bf16 x bf16 products for a prefill chunk's "
+                       "bf16 weights where the CPU has AVX512-BF16), bf16 or f32 (f32 activations throughout)",
+                       products);
+  if (products && !strcmp(products, "bf16") && !ortep__cpu_bf16_rows())
+    return ortep__fail(
+        ORTEP_E_NOT_SUPPORTED,
+        "cpu.products = bf16: this process's dot products (%s) have no AVX512-BF16 (the CPU lacks it, or "
+        "ORTEP_CPU_SIMD chose a narrower set); use auto or f32",
+        ortep__cpu_simd_name());
+  bool bf16_products = ortep__cpu_bf16_rows() && !(products && !strcmp(products, "f32"));
   /* cpu.weights_layout: blocked (the default: 16-bit projection weights
    * repacked when a session binds them, prepare_initializer below) or
    * row_major (as in the file) */
@@ -113,8 +133,8 @@ static ortep_status cpu_initialize(ortep_ep *ep, const ortep_config *config) {
                          threads);
     n = (size_t)v;
   }
-  if ((st = ortep__cpu_simd_check()) != ORTEP_OK) return st;
   if (e->initialized) return ORTEP_OK;
+  e->bf16_products = bf16_products;
   openblas_set_num_threads(1);
   if (!e->pool && (st = ortep__cpu_pool_create(n, &e->pool)) != ORTEP_OK) return st;
   if (!e->host) {
@@ -171,7 +191,7 @@ static void cpu_supports(const ortep_ep *ep, const ortep_node *node, int64_t ops
 
 static ortep_status cpu_get_kernel(ortep_ep *ep, const ortep_node *node, const ortep_shape *shapes,
                                    const ortep_dtype *dtypes, size_t n, int64_t opset, ortep_kernel **out) {
-  return ortep__cpu_make_kernel(node, shapes, dtypes, n, opset, self_of(ep)->pool, out);
+  return ortep__cpu_make_kernel(node, shapes, dtypes, n, opset, self_of(ep)->pool, self_of(ep)->bf16_products, out);
 }
 
 static ortep_status cpu_allocate(ortep_ep *ep, size_t size, size_t align, ortep_buffer *out) {
@@ -607,4 +627,8 @@ size_t ortep_cpu_ep_threads(const ortep_ep *ep) {
 const char *ortep_cpu_ep_simd(const ortep_ep *ep) {
   if (!ep || strcmp(ortep_ep_name(ep), CPU_EP_NAME) != 0 || !cself_of(ep)->initialized) return NULL;
   return ortep__cpu_simd_name();
+}
+
+bool ortep_cpu_ep_bf16_products(const ortep_ep *ep) {
+  return ortep_cpu_ep_simd(ep) != NULL && cself_of(ep)->bf16_products;
 }

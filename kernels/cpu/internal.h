@@ -12,9 +12,12 @@
 /* Whether the CPU EP runs this node with these inputs; fills out. */
 void ortep__cpu_supports(const ortep_node *node, int64_t opset, const ortep_shape *shapes, const ortep_dtype *dtypes,
                          size_t n, ortep_kernel_match *out);
-/* A kernel for the node specialised to these shapes (after supports says yes). */
+/* A kernel for the node specialised to these shapes (after supports says
+ * yes); bf16_products: cpu.products lets a node over many rows of bf16
+ * blocked weights round them to bf16 (simd_rows.h). */
 ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *shapes, const ortep_dtype *dtypes,
-                                    size_t n, int64_t opset, ortep__cpu_pool *pool, ortep_kernel **out);
+                                    size_t n, int64_t opset, ortep__cpu_pool *pool, bool bf16_products,
+                                    ortep_kernel **out);
 
 /* The argmax of x (f32, or f16 when x32 is NULL) over the pool's workers:
  * the first maximum among the finite values (0 when there is none); *bad:

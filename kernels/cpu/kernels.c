@@ -18,6 +18,7 @@ typedef struct cpu_kernel {
   void *xq_mem;          /* a q8_0 / q4_0 Linear over rows alone: x quantized (ortep__cpu_qx_bytes a row) */
   ortep__cpu_qx *xq;     /* the quantized rows in xq_mem */
   void *sample_scratch;  /* ortep:SelectToken: the sampler's, made with the kernel, never during a step */
+  bool bf16_rows;        /* a Linear of bf16 blocked weights over rows rounded to bf16 (simd_rows.h) */
 } cpu_kernel;
 
 /* ortep:Linear over the pool: every output row is one item, computed whole
@@ -27,6 +28,7 @@ typedef struct linear_job {
   const float *x, *res;
   const float *xb;         /* blocked weights: x as the bf16 kernel reads it */
   const ortep__cpu_qx *xq; /* q8_0 / q4_0 weights: x quantized */
+  const uint16_t *x16;     /* bf16 rows: x rounded to bf16 */
   cpu_weights w[ORTEP__LINEAR_GROUPS], b[ORTEP__LINEAR_GROUPS];
   float *y[ORTEP__LINEAR_GROUPS];
   ortep__cpu_pool *pool;
@@ -62,6 +64,11 @@ static void linear_quant_task(void *ctx, size_t worker, size_t begin, size_t end
   const linear_job *j = ctx;
   ortep__cpu_linear_quant(j->xq, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->p->blocked,
                           j->res, j->y, begin, end);
+}
+static void linear_bf16_task(void *ctx, size_t worker, size_t begin, size_t end) {
+  const linear_job *j = ctx;
+  ortep__cpu_linear_bf16(j->x16, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->res, j->y,
+                         begin, end);
 }
 static void linear_blocked_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
@@ -145,6 +152,19 @@ static void run_gqa(cpu_kernel *k, const void *const *in, void *const *out, uint
 static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
   const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
   bool alone = p->m == 1 || p->exact_rows; /* rows computed as one row alone */
+  if (k->bf16_rows) { /* x rounded to bf16 once, into the pool's shared area, then the quads on the pool */
+    uint16_t *x16 = ortep__cpu_pool_shared(k->pool);
+    ortep__cpu_to_bf16(in[0], p->m * p->k, x16);
+    linear_job j = {p, in[0], p->residual ? in[7] : NULL, NULL, NULL, x16, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
+    for (size_t g = 0; g < p->groups; g++) {
+      j.w[g] = W(in[1 + 2 * g], p->wdt[g]);
+      j.b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
+      if (!p->gate_up) j.y[g] = out[g];
+    }
+    ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / 4,
+                        (p->gate_up ? 8u : 4u) * p->k * p->m, linear_bf16_task, &j);
+    return;
+  }
   /* x permuted for the bf16 blocked kernel once per run, not per item */
   const float *xb = in[0];
   if (k->xperm && p->m == 1) {
@@ -156,7 +176,7 @@ static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
     }
     xb = k->xperm;
   }
-  linear_job j = {p, in[0], p->residual ? in[7] : NULL, xb, k->xq, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
+  linear_job j = {p, in[0], p->residual ? in[7] : NULL, xb, k->xq, NULL, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
   for (size_t g = 0; g < p->groups; g++) {
     j.w[g] = W(in[1 + 2 * g], p->wdt[g]);
     j.b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
@@ -354,7 +374,8 @@ static void cpu_destroy(ortep_kernel *self) {
 static const ortep_kernel_vtable cpu_kernel_vtable = {cpu_run, cpu_destroy, cpu_record};
 
 ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *shapes, const ortep_dtype *dtypes,
-                                    size_t n, int64_t opset, ortep__cpu_pool *pool, ortep_kernel **out) {
+                                    size_t n, int64_t opset, ortep__cpu_pool *pool, bool bf16_products,
+                                    ortep_kernel **out) {
   /* the dot products are chosen once, here, before any kernel can run */
   ortep_status st = ortep__cpu_simd_check();
   if (st != ORTEP_OK) return st;
@@ -364,6 +385,25 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   if (!ortep__op_check(CPU_EP_NAME, node, opset, shapes, dtypes, n, &m, &k->op)) {
     ortep__free(k);
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", m.reason);
+  }
+  /* a Linear over many rows (or rows alone) of bf16 blocked weights, where
+   * the CPU has AVX512-BF16: x rounded to bf16 in the pool's shared area */
+  const __typeof__(k->op.p.lin) *lin = &k->op.p.lin;
+  if (k->op.kind == ORTEP__OP_LINEAR && lin->m > 1 && !lin->exact_rows && lin->blocked &&
+      lin->quant == ORTEP_DTYPE_COUNT && bf16_products) {
+    k->bf16_rows = true;
+    for (size_t g = 0; g < lin->groups; g++) k->bf16_rows = k->bf16_rows && lin->wdt[g] == ORTEP_DTYPE_BF16;
+  }
+  if (k->bf16_rows) {
+    if ((st = ortep__cpu_pool_reserve_shared(pool, lin->m * lin->k * sizeof(uint16_t))) != ORTEP_OK) {
+      ortep__free(k);
+      return st;
+    }
+    k->pool = pool;
+    snprintf(k->name, sizeof k->name, "cpu.%s", ortep_node_op_type(node));
+    k->base = (ortep_kernel){&cpu_kernel_vtable, k->name, true};
+    *out = &k->base;
+    return ORTEP_OK;
   }
   /* per-worker scratch, reserved now (never while a step runs): a row of
    * attention scores, or a block of widened weights for a prefill GEMM */
@@ -379,7 +419,6 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     return st;
   }
   /* a blocked bf16 Linear over one row: the buffer for x as its kernel reads it */
-  const __typeof__(k->op.p.lin) *lin = &k->op.p.lin;
   bool bf16 = false, alone = k->op.kind == ORTEP__OP_LINEAR && (lin->m == 1 || lin->exact_rows);
   if (alone && lin->blocked)
     for (size_t g = 0; g < lin->groups; g++) bf16 = bf16 || lin->wdt[g] == ORTEP_DTYPE_BF16;

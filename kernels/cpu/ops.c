@@ -115,6 +115,11 @@ static const float *x4_as_is(const float *x, size_t k, float *xp) {
 
 #include "simd_avx2.h"
 #include "simd_avx512.h"
+#include "simd_rows.h"
+#endif
+#ifndef ORTEP_F32_ROWS
+#define ORTEP_F32_ROWS  6 /* the row counts of simd_rows.h's kernels, which only x86-64 has */
+#define ORTEP_BF16_ROWS 8
 #endif
 
 typedef struct dot_set {
@@ -130,6 +135,12 @@ typedef struct dot_set {
   /* two rows of x at once, each bitwise as dot4 gives it (a batch's rows) */
   void (*dot4x2_bf16)(const float *, const float *, const uint16_t *, size_t, float *, float *);
   void (*dot4x2_f16)(const float *, const float *, const uint16_t *, size_t, float *, float *);
+  /* many rows of bf16-rounded x against a bf16 quad (simd_rows.h); NULL where the CPU lacks AVX512-BF16 */
+  void (*to_bf16)(const float *, size_t, uint16_t *);
+  void (*bf16_rows)(const uint16_t *, size_t, size_t, const uint16_t *, size_t, float *);
+  /* up to ORTEP_F32_ROWS rows of x against a quad, bitwise dot4_* per row (simd_rows.h); NULL: dot4 / dot4x2 */
+  void (*rows_bf16)(const float *, size_t, size_t, const uint16_t *, size_t, float *);
+  void (*rows_f16)(const float *, size_t, size_t, const uint16_t *, size_t, float *);
   const char *name;
 } dot_set;
 
@@ -139,8 +150,20 @@ static void dot4x2_bf16_portable(const float *x0, const float *x1, const uint16_
 static void dot4x2_f16_portable(const float *x0, const float *x1, const uint16_t *w, size_t k, float *y0, float *y1) {
   dot4_f16_portable(x0, w, k, y0), dot4_f16_portable(x1, w, k, y1);
 }
-static dot_set dots = {dot8,      dot8_bf16,          dot8_f16,          axpy_portable,        widen_portable,
-                       x4_as_is,  dot4_bf16_portable, dot4_f16_portable, dot4x2_bf16_portable, dot4x2_f16_portable,
+static dot_set dots = {dot8,
+                       dot8_bf16,
+                       dot8_f16,
+                       axpy_portable,
+                       widen_portable,
+                       x4_as_is,
+                       dot4_bf16_portable,
+                       dot4_f16_portable,
+                       dot4x2_bf16_portable,
+                       dot4x2_f16_portable,
+                       NULL,
+                       NULL,
+                       NULL,
+                       NULL,
                        "portable"};
 static pthread_once_t dots_once = PTHREAD_ONCE_INIT;
 static char dots_error[256];     /* why ORTEP_CPU_SIMD could not be honoured; "" when it was */
@@ -174,18 +197,30 @@ static bool have_avx512f(void) {
   if (!(b & (1u << 16))) return false; /* AVX512F */
   return (xcr0() & 0xe6u) == 0xe6u;    /* XMM, YMM, opmask, ZMM0-15 upper halves, ZMM16-31 */
 }
-static const dot_set avx2_set = {dot_f32_avx2,     dot_bf16_avx2,   dot_f16_avx2,   axpy_avx2,
-                                 widen_avx2,       avx2_x4_bf16,    dot4_bf16_avx2, dot4_f16_avx2,
-                                 dot4x2_bf16_avx2, dot4x2_f16_avx2, "avx2"};
+static const dot_set avx2_set = {
+    dot_f32_avx2,     dot_bf16_avx2,   dot_f16_avx2, axpy_avx2, widen_avx2, avx2_x4_bf16, dot4_bf16_avx2, dot4_f16_avx2,
+    dot4x2_bf16_avx2, dot4x2_f16_avx2, NULL,         NULL,      NULL,       NULL,         "avx2"};
 /* the blocked four-row kernels are the AVX2 ones (no AVX-512 variant yet);
  * their two-row forms use AVX-512VL's 32 registers when it is there */
-static const dot_set avx512_set = {dot_f32_avx512,   dot_bf16_avx512, dot_f16_avx512, axpy_avx512,
-                                   widen_avx512,     avx2_x4_bf16,    dot4_bf16_avx2, dot4_f16_avx2,
-                                   dot4x2_bf16_avx2, dot4x2_f16_avx2, "avx512"};
+static const dot_set avx512_set = {
+    dot_f32_avx512, dot_bf16_avx512,  dot_f16_avx512,  axpy_avx512, widen_avx512, avx2_x4_bf16, dot4_bf16_avx2,
+    dot4_f16_avx2,  dot4x2_bf16_avx2, dot4x2_f16_avx2, NULL,        NULL,         NULL,         NULL,
+    "avx512"};
 static bool have_avx512vl(void) {
   unsigned a, b, c, d;
   __cpuid_count(7, 0, a, b, c, d);
   return b & (1u << 31);
+}
+static bool have_avx512bw_vl(void) {
+  unsigned a, b, c, d;
+  __cpuid_count(7, 0, a, b, c, d);
+  return (b & (1u << 30)) && (b & (1u << 31));
+}
+/* AVX512-BF16: CPUID.(7,1):EAX bit 5 */
+static bool have_avx512bf16(void) {
+  unsigned a, b, c, d;
+  __cpuid_count(7, 1, a, b, c, d);
+  return a & (1u << 5);
 }
 #endif
 
@@ -227,6 +262,8 @@ static void pick_dots(void) {
   if (avx512 && (!want || strcmp(want, "avx2"))) {
     dots = avx512_set;
     if (have_avx512vl()) dots.dot4x2_bf16 = dot4x2_bf16_avx2vl, dots.dot4x2_f16 = dot4x2_f16_avx2vl;
+    if (have_avx512bw_vl()) dots.rows_bf16 = rows_bf16_avx512, dots.rows_f16 = rows_f16_avx512;
+    if (have_avx512bw_vl() && have_avx512bf16()) dots.to_bf16 = to_bf16_avx512, dots.bf16_rows = bf16_rows_avx512;
   } else if (avx2)
     dots = avx2_set;
 #endif
@@ -299,9 +336,55 @@ static inline void dot4x2_rows(const float *x, const float *xb, size_t k, cpu_we
 
 const float *ortep__cpu_blocked_x(const float *x, size_t k, float *xp) { return dots.x4_bf16(x, k, xp); }
 
+/* Rows r0 .. r0 + nr - 1 of outputs j .. j + 3 of group g from their sums
+ * (v[4r + i]; gate_up: u the up projection's): bias, SiLU(gate) * up,
+ * residual. */
+static void store_quads(const float *v, const float *u, size_t r0, size_t nr, size_t j, size_t g, bool gate_up,
+                        const cpu_weights *b, const size_t *n, const float *res, float *const *y) {
+  for (size_t r = 0; r < nr; r++)
+    for (size_t i = 0; i < 4; i++) {
+      size_t row = r0 + r;
+      if (gate_up) {
+        float gv = v[4 * r + i] + (b[0].data ? cpu_w(b[0], j + i) : 0.0f);
+        float up = u[4 * r + i] + (b[1].data ? cpu_w(b[1], j + i) : 0.0f);
+        y[0][row * n[0] + j + i] = gv / (1.0f + expf(-gv)) * up;
+      } else {
+        float o = v[4 * r + i] + (b[g].data ? cpu_w(b[g], j + i) : 0.0f);
+        size_t at = row * n[g] + j + i;
+        y[g][at] = res ? o + res[at] : o;
+      }
+    }
+}
+
+/* Every row against each quad, ORTEP_F32_ROWS at a time (simd_rows.h). */
+static void linear_blocked_rows(const float *x, const float *xb, size_t rows, size_t k, const cpu_weights *w,
+                                const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
+                                size_t begin, size_t end) {
+  float v[4 * ORTEP_F32_ROWS], u[4 * ORTEP_F32_ROWS];
+  for (size_t item = begin; item < end; item++) {
+    size_t j = item * 4, g = 0;
+    if (!gate_up)
+      while (j >= n[g]) j -= n[g++];
+    bool bf16 = w[g].dtype == ORTEP_DTYPE_BF16;
+    const float *xs = bf16 ? xb : x;
+    for (size_t r0 = 0; r0 < rows; r0 += ORTEP_F32_ROWS) {
+      size_t nr = rows - r0 < ORTEP_F32_ROWS ? rows - r0 : ORTEP_F32_ROWS;
+      (bf16 ? dots.rows_bf16 : dots.rows_f16)(xs + r0 * k, k, nr, (const uint16_t *)w[g].data + j * k, k, v);
+      if (gate_up)
+        (w[1].dtype == ORTEP_DTYPE_BF16 ? dots.rows_bf16 : dots.rows_f16)(
+            (w[1].dtype == ORTEP_DTYPE_BF16 ? xb : x) + r0 * k, k, nr, (const uint16_t *)w[1].data + j * k, k, u);
+      store_quads(v, u, r0, nr, j, g, gate_up, b, n, res, y);
+    }
+  }
+}
+
 void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t rows, size_t k, size_t groups,
                                const cpu_weights *w, const cpu_weights *b, const size_t *n, bool gate_up,
                                const float *res, float *const *y, size_t begin, size_t end) {
+  if (dots.rows_bf16) {
+    linear_blocked_rows(x, xb, rows, k, w, b, n, gate_up, res, y, begin, end);
+    return;
+  }
   for (size_t item = begin; item < end; item++) {
     size_t j0 = item * 4, g = 0, j = j0;
     if (!gate_up)
@@ -347,6 +430,34 @@ void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t rows, siz
         y[g][at] = res ? o + res[at] : o;
       }
       row++;
+    }
+  }
+}
+
+/* --- Linear over many rows of bf16 weights on AVX512-BF16 -------------------
+ * x rounded to bf16 once per node (ortep__cpu_to_bf16), then per quad of
+ * outputs ORTEP_BF16_ROWS rows at a time through vdpbf16ps (simd_rows.h):
+ * the weights are read once per quad from memory and from the cache for the
+ * next rows, never widened. A row's result depends on that row alone. */
+bool ortep__cpu_bf16_rows(void) { return dots.bf16_rows != NULL; }
+
+void ortep__cpu_to_bf16(const float *x, size_t n, uint16_t *dst) { dots.to_bf16(x, n, dst); }
+
+void ortep__cpu_linear_bf16(const uint16_t *x16, size_t rows, size_t k, size_t groups, const cpu_weights *w,
+                            const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
+                            size_t begin, size_t end) {
+  (void)groups;
+  float v[4 * ORTEP_BF16_ROWS], u[4 * ORTEP_BF16_ROWS];
+  for (size_t item = begin; item < end; item++) {
+    size_t j = item * 4, g = 0;
+    if (!gate_up)
+      while (j >= n[g]) j -= n[g++];
+    const uint16_t *wq = (const uint16_t *)w[g].data + j * k;
+    for (size_t r0 = 0; r0 < rows; r0 += ORTEP_BF16_ROWS) {
+      size_t nr = rows - r0 < ORTEP_BF16_ROWS ? rows - r0 : ORTEP_BF16_ROWS;
+      dots.bf16_rows(x16 + r0 * k, k, nr, wq, k, v);
+      if (gate_up) dots.bf16_rows(x16 + r0 * k, k, nr, (const uint16_t *)w[1].data + j * k, k, u);
+      store_quads(v, u, r0, nr, j, g, gate_up, b, n, res, y);
     }
   }
 }

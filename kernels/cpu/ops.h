@@ -81,6 +81,19 @@ void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, c
 void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t rows, size_t k, size_t groups,
                                const cpu_weights *w, const cpu_weights *b, const size_t *n, bool gate_up,
                                const float *res, float *const *y, size_t begin, size_t end);
+/* Whether this process multiplies many rows of bf16 x by blocked bf16
+ * weights with AVX512-BF16 (the avx512 set on a CPU that has it). */
+bool ortep__cpu_bf16_rows(void);
+/* dst = x rounded to bf16 (nearest even); only when ortep__cpu_bf16_rows(). */
+void ortep__cpu_to_bf16(const float *x, size_t n, uint16_t *dst);
+/* ortep:Linear over rows of x already rounded to bf16 (x16 [rows, k]) and
+ * bf16 weights in the blocked layout, through vdpbf16ps (simd_rows.h); items
+ * as ortep__cpu_linear_blocked's (quads of outputs, every row). A row's
+ * result depends on that row alone, bitwise, for any rows beside it and any
+ * thread count; it differs from the f32-activation path by x's rounding. */
+void ortep__cpu_linear_bf16(const uint16_t *x16, size_t rows, size_t k, size_t groups, const cpu_weights *w,
+                            const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
+                            size_t begin, size_t end);
 /* x[k] as the bf16 blocked kernel reads it: permuted into xp (k floats)
  * where the SIMD set needs it, else x itself. Once per node run, not per
  * item. */

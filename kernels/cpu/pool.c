@@ -57,6 +57,9 @@ struct ortep__cpu_pool {
   /* per-worker scratch: threads blocks of `stride` bytes from `scratch` */
   void *raw, *scratch;
   size_t stride;
+  /* one area every worker reads, written by the caller before a parallel-for */
+  void *shared_raw, *shared;
+  size_t shared_bytes;
 };
 
 static void futex_wait(_Atomic uint32_t *addr, uint32_t val) {
@@ -172,6 +175,7 @@ void ortep__cpu_pool_destroy(ortep__cpu_pool *p) {
   for (size_t i = 0; i < p->started; i++) pthread_join(p->workers[i].thread, NULL);
   ortep__free(p->workers);
   ortep__free(p->raw);
+  ortep__free(p->shared_raw);
   ortep__free(p);
 }
 
@@ -192,6 +196,17 @@ ortep_status ortep__cpu_pool_reserve(ortep__cpu_pool *p, size_t bytes) {
   p->stride = stride;
   return ORTEP_OK;
 }
+
+ortep_status ortep__cpu_pool_reserve_shared(ortep__cpu_pool *p, size_t bytes) {
+  if (bytes <= p->shared_bytes) return ORTEP_OK;
+  void *raw = bytes < SIZE_MAX - 64 ? ortep__malloc(bytes + 64) : NULL;
+  if (!raw) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "cpu_ep: no memory for %zu bytes of shared scratch", bytes);
+  ortep__free(p->shared_raw);
+  p->shared_raw = raw, p->shared = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63), p->shared_bytes = bytes;
+  return ORTEP_OK;
+}
+
+void *ortep__cpu_pool_shared(ortep__cpu_pool *p) { return p->shared; }
 
 void *ortep__cpu_pool_scratch(ortep__cpu_pool *p, size_t index) {
   return p && p->scratch ? (char *)p->scratch + index * p->stride : NULL;

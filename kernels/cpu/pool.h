@@ -32,6 +32,12 @@ void ortep__cpu_pool_for(ortep__cpu_pool *pool, size_t n, size_t work_per_item, 
  * reserve what they need when they are created, never while a step runs. */
 ortep_status ortep__cpu_pool_reserve(ortep__cpu_pool *pool, size_t bytes);
 void *ortep__cpu_pool_scratch(ortep__cpu_pool *pool, size_t worker);
+/* One area of at least bytes (64-byte aligned) shared by every worker and
+ * every kernel on the pool: a node writes it before its parallel-for (x in
+ * the form all its items read) and the workers only read it. Reserved when
+ * kernels are created, like the scratch. */
+ortep_status ortep__cpu_pool_reserve_shared(ortep__cpu_pool *pool, size_t bytes);
+void *ortep__cpu_pool_shared(ortep__cpu_pool *pool);
 /* The CPUs this process may run on (sched_getaffinity). */
 size_t ortep__cpu_default_threads(void);
 
