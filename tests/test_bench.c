@@ -79,6 +79,7 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
       {"prefill --ep cpu --lengths 600", "max_position_embeddings 512"},
       {"decode --layout diagonal", "--layout 'diagonal' is not one of auto, blocked, row_major"},
       {"prefill --layout rows", "--layout 'rows' is not one of auto, blocked, row_major"},
+      {"prefill --products fast", "--products 'fast' is not one of auto, bf16, f32"},
       {"decode --threads 0", "--threads '0' is not a whole number in [1, 1024]"},
       {"prefill --threads 2000", "--threads '2000'"},
       {"tokenizer --added 10,0", "--added '0'"},
@@ -317,6 +318,33 @@ START_TEST(an_unknown_cpu_simd_name_is_a_usage_error) {
 }
 END_TEST
 
+/* --products sets cpu.products: prefill reports which products ran (by
+ * default bf16 x bf16 where this CPU has AVX512-BF16, f32 when asked) and
+ * the EP's Linear rate for f32, f16 and bf16 weights beside the sgemm's. */
+START_TEST(products_are_reported_and_honoured) {
+  ortep_ep *ep;
+  ck_assert_ok(ortep_cpu_ep_create(NULL, &ep));
+  ck_assert_ok(ortep_ep_initialize(ep, NULL));
+  bool can = ortep_cpu_ep_bf16_products(ep);
+  ortep_ep_destroy(ep);
+  char err[4096], args[256];
+  const char *products[] = {"", "--products f32"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(args, sizeof args, "prefill --ep cpu --dtype bf16 --lengths 4 --runs 1 %s --json %s/pp.json", products[i],
+             g_tmp);
+    ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
+    cJSON *j = read_json("pp.json");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "bf16_products")) == (i == 0 && can));
+    const cJSON *lin = cJSON_GetObjectItem(j, "linear_gflops");
+    const char *dts[] = {"f32", "f16", "bf16"};
+    for (int d = 0; d < 3; d++) ck_assert_double_gt(cJSON_GetObjectItem(lin, dts[d])->valuedouble, 0);
+    cJSON_Delete(j);
+    ck_assert_msg(strstr(stdout_text(), i == 0 && can ? "bf16 x bf16 with AVX512-BF16" : "(bf16 widened to f32)"),
+                  "%.2000s", stdout_text());
+  }
+}
+END_TEST
+
 /* --layout sets ortep.weights_layout: 16-bit weights on the CPU are blocked
  * by default, row-major when asked; decode measures the kernel alone in the
  * layout it ran with, and decode and prefill report the layout the decoder
@@ -455,6 +483,7 @@ int main(void) {
   tcase_add_test(tc, threads_and_profile);
   tcase_add_test(tc, a_cpu_simd_set_the_cpu_lacks_exits_1);
   tcase_add_test(tc, an_unknown_cpu_simd_name_is_a_usage_error);
+  tcase_add_test(tc, products_are_reported_and_honoured);
   tcase_add_test(tc, layout_is_reported_and_honoured);
   suite_add_tcase(s, tc);
   return test_run(s);

@@ -48,6 +48,7 @@ bool tool_model_option(tool_model *m, int c, const char *arg, int *rc) {
     case TOOL_OPT_WEIGHTS: m->weights = arg; return true;
     case TOOL_OPT_LAYOUT: m->layout = arg; return true;
     case TOOL_OPT_KV_DTYPE: m->kv_dtype = arg; return true;
+    case TOOL_OPT_PRODUCTS: m->products = arg; return true;
     case TOOL_OPT_EMBEDDING_DTYPE: m->embedding_dtype = arg; return true;
     case TOOL_OPT_THREADS: {
       uint64_t v;
@@ -65,7 +66,7 @@ int tool_model_check(tool_model *m, bool default_preset) {
   static const char *const eps[] = {"auto", "cpu", "cuda"}, *const dtypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0"},
                            *const edtypes[] = {"q8_0", "q4_0", "stored"};
   static const char *const weights[] = {"map", "read"}, *const layouts[] = {"auto", "blocked", "row_major"},
-                           *const kv[] = {"f32", "f16", "bf16"};
+                           *const kv[] = {"f32", "f16", "bf16"}, *const products[] = {"auto", "bf16", "f32"};
   if (m->model && m->preset) return tool_usage_error(m, "--model and --preset exclude each other; give one");
   if (!m->model && !m->preset) {
     if (!default_preset) return tool_usage_error(m, "give --model DIR or --preset NAME");
@@ -82,6 +83,7 @@ int tool_model_check(tool_model *m, bool default_preset) {
   if (!rc && m->weights) rc = one_of(m, "--weights", m->weights, weights, 2, "map, read");
   if (!rc && m->layout) rc = one_of(m, "--layout", m->layout, layouts, 3, "auto, blocked, row_major");
   if (!rc && m->kv_dtype) rc = one_of(m, "--kv-dtype", m->kv_dtype, kv, 3, "f32, f16, bf16");
+  if (!rc && m->products) rc = one_of(m, "--products", m->products, products, 3, "auto, bf16, f32");
   return rc;
 }
 
@@ -110,7 +112,7 @@ bool tool_model_quantized(const tool_model *m) {
 int tool_model_config(const tool_model *m, ortep_config **out) {
   *out = NULL;
   bool q = tool_model_quantized(m);
-  if (!m->threads && !m->weights && !m->layout && !m->kv_dtype && !q) return 0;
+  if (!m->threads && !m->weights && !m->layout && !m->kv_dtype && !m->products && !q) return 0;
   char threads[24];
   snprintf(threads, sizeof threads, "%ld", m->threads);
   ortep_config *c = NULL;
@@ -118,6 +120,7 @@ int tool_model_config(const tool_model *m, ortep_config **out) {
       (m->weights && ortep_config_set(c, "ortep.weights", m->weights) != ORTEP_OK) ||
       (m->layout && ortep_config_set(c, "ortep.weights_layout", m->layout) != ORTEP_OK) ||
       (m->kv_dtype && ortep_config_set(c, "ortep.kv_dtype", m->kv_dtype) != ORTEP_OK) ||
+      (m->products && ortep_config_set(c, "cpu.products", m->products) != ORTEP_OK) ||
       (q && ortep_config_set(c, "ortep.weights_dtype", m->dtype) != ORTEP_OK) ||
       (m->embedding_dtype && ortep_config_set(c, "ortep.embedding_dtype", m->embedding_dtype) != ORTEP_OK)) {
     fprintf(stderr, "%s %s: %s\n", m->prog, m->cmd, ortep_last_error());

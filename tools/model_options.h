@@ -18,7 +18,7 @@
 
 typedef struct tool_model {
   const char *prog, *cmd; /* "ortep", "generate": for messages */
-  const char *model, *preset, *dtype, *ep, *weights, *layout, *kv_dtype, *embedding_dtype;
+  const char *model, *preset, *dtype, *ep, *weights, *layout, *kv_dtype, *embedding_dtype, *products;
   long threads;       /* 0: the CPU EP's default */
   double progress_t0; /* tool_progress: when the step began (0: not yet) */
   bool progress_shown;
@@ -36,7 +36,8 @@ enum {
   TOOL_OPT_WEIGHTS,
   TOOL_OPT_LAYOUT,
   TOOL_OPT_KV_DTYPE,
-  TOOL_OPT_EMBEDDING_DTYPE
+  TOOL_OPT_EMBEDDING_DTYPE,
+  TOOL_OPT_PRODUCTS
 };
 /* clang-format off */
 #define TOOL_MODEL_LONG_OPTIONS                                                                    \
@@ -44,23 +45,25 @@ enum {
   {"dtype", required_argument, 0, TOOL_OPT_DTYPE},     {"ep", required_argument, 0, TOOL_OPT_EP},           \
   {"threads", required_argument, 0, TOOL_OPT_THREADS}, {"weights", required_argument, 0, TOOL_OPT_WEIGHTS}, \
   {"layout", required_argument, 0, TOOL_OPT_LAYOUT},   {"kv-dtype", required_argument, 0, TOOL_OPT_KV_DTYPE}, \
-  {"embedding-dtype", required_argument, 0, TOOL_OPT_EMBEDDING_DTYPE}
+  {"embedding-dtype", required_argument, 0, TOOL_OPT_EMBEDDING_DTYPE}, {"products", required_argument, 0, TOOL_OPT_PRODUCTS}
 /* clang-format on */
 #define TOOL_PRESETS "tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b"
 /* The help lines of the shared options, for a program's usage text. */
-#define TOOL_MODEL_HELP                                                                                \
-  "  --model DIR      a model directory (config.json + model.safetensors [+ tokenizer.json])\n"        \
-  "  --preset NAME    a synthetic preset (random weights): " TOOL_PRESETS                              \
-  "\n"                                                                                                 \
-  "  --dtype D        the weights: f32 (default), f16, bf16 (a preset's, as written); q8_0, q4_0:\n"   \
-  "                   the projections quantized at open (a preset written in bf16; CPU EP only)\n"     \
-  "  --embedding-dtype D  with q8_0/q4_0: the embedding and lm_head, q8_0 (default), q4_0, stored\n"   \
-  "  --ep E           auto (default: CUDA when a GPU is present), cpu, cuda\n"                         \
-  "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"  \
-  "  --weights W      map (default: the file's pages, zero-copy) or read (a private copy in memory)\n" \
-  "  --layout L       the projection weights' layout (ortep.weights_layout): auto (default: the CPU\n" \
-  "                   EP's blocked layout when the CPU runs the step), blocked, row_major\n"           \
-  "  --kv-dtype D     the KV caches' dtype (ortep.kv_dtype): f32 (default), f16 or bf16 (CPU EP only)\n"
+#define TOOL_MODEL_HELP                                                                                  \
+  "  --model DIR      a model directory (config.json + model.safetensors [+ tokenizer.json])\n"          \
+  "  --preset NAME    a synthetic preset (random weights): " TOOL_PRESETS                                \
+  "\n"                                                                                                   \
+  "  --dtype D        the weights: f32 (default), f16, bf16 (a preset's, as written); q8_0, q4_0:\n"     \
+  "                   the projections quantized at open (a preset written in bf16; CPU EP only)\n"       \
+  "  --embedding-dtype D  with q8_0/q4_0: the embedding and lm_head, q8_0 (default), q4_0, stored\n"     \
+  "  --ep E           auto (default: CUDA when a GPU is present), cpu, cuda\n"                           \
+  "  --threads N      CPU EP worker threads (cpu.threads; default: every CPU this process may use)\n"    \
+  "  --weights W      map (default: the file's pages, zero-copy) or read (a private copy in memory)\n"   \
+  "  --layout L       the projection weights' layout (ortep.weights_layout): auto (default: the CPU\n"   \
+  "                   EP's blocked layout when the CPU runs the step), blocked, row_major\n"             \
+  "  --kv-dtype D     the KV caches' dtype (ortep.kv_dtype): f32 (default), f16 or bf16 (CPU EP only)\n" \
+  "  --products P     how the CPU EP multiplies a prefill chunk by bf16 weights (cpu.products): auto\n"  \
+  "                   (default: bf16 x bf16 where the CPU has AVX512-BF16), bf16, f32\n"
 
 /* Whether arg is a whole number in [lo, hi], parsed as one: digits only (no
  * sign, space, fraction or exponent), no rounding through a double. The one
