@@ -9,11 +9,13 @@
  * (a2 + a3), the two 8-lane halves added and summed as in simd_avx2.h, and
  * the last k % 16 products added by fmaf one by one.
  *
- * AVX512-BF16's vdpbf16ps is deliberately not used: it multiplies bf16 by
- * bf16, so the f32 activations would be rounded to bf16 first, a different
- * (less precise) result from the f32-activation semantics that the portable
- * loops, the AVX2 path and the CUDA EP share; and widening bf16 is a shift,
- * which costs nothing at the memory bound decode runs at.
+ * AVX512-BF16's vdpbf16ps is deliberately not used for one row: it
+ * multiplies bf16 by bf16, so the f32 activations would be rounded to bf16
+ * first, a different (less precise) result from the f32-activation
+ * semantics that the portable loops, the AVX2 path and the CUDA EP share;
+ * and widening bf16 is a shift, which costs nothing at the memory bound
+ * decode runs at. Only a prefill chunk, compute-bound, uses it
+ * (simd_rows.h, cpu.products).
  *
  * No machine this code was developed on has AVX-512, so tests/simd_emulated.c
  * compiles this same file against SIMDe's AVX-512 emulation and checks it,
