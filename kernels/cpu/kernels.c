@@ -147,40 +147,36 @@ static void run_gqa(cpu_kernel *k, const void *const *in, void *const *out, uint
     ortep__cpu_pool_for(k->pool, g->tokens * g->heads, span * g->hd * 2, gqa_task, &j);
 }
 
-/* ortep:Linear: M > 1 through sgemm blocks, one blocked or row-major row
- * (or rows each alone: exact_rows) through the dot products, on the pool. */
+/* ortep:Linear: M > 1 through sgemm blocks (or, bf16_rows, bf16 products
+ * per quad), one blocked or row-major row (or rows each alone: exact_rows)
+ * through the dot products, on the pool. */
 static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
   const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
   bool alone = p->m == 1 || p->exact_rows; /* rows computed as one row alone */
+  linear_job j = {p,     in[0], p->residual ? in[7] : NULL, in[0],  k->xq, NULL,
+                  {{0}}, {{0}}, {out[0], NULL, NULL},       k->pool};
+  for (size_t g = 0; g < p->groups; g++) {
+    j.w[g] = W(in[1 + 2 * g], p->wdt[g]);
+    j.b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
+    if (!p->gate_up) j.y[g] = out[g];
+  }
   if (k->bf16_rows) { /* x rounded to bf16 once, into the pool's shared area, then the quads on the pool */
     uint16_t *x16 = ortep__cpu_pool_shared(k->pool);
     ortep__cpu_to_bf16(in[0], p->m * p->k, x16);
-    linear_job j = {p, in[0], p->residual ? in[7] : NULL, NULL, NULL, x16, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
-    for (size_t g = 0; g < p->groups; g++) {
-      j.w[g] = W(in[1 + 2 * g], p->wdt[g]);
-      j.b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
-      if (!p->gate_up) j.y[g] = out[g];
-    }
+    j.x16 = x16;
     ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / 4,
                         (p->gate_up ? 8u : 4u) * p->k * p->m, linear_bf16_task, &j);
     return;
   }
   /* x permuted for the bf16 blocked kernel once per run, not per item */
-  const float *xb = in[0];
   if (k->xperm && p->m == 1) {
-    xb = ortep__cpu_blocked_x(in[0], p->k, k->xperm);
+    j.xb = ortep__cpu_blocked_x(in[0], p->k, k->xperm);
   } else if (k->xperm) {
     for (size_t r = 0; r < p->m; r++) { /* the portable kernels read x as it is: a copy, then */
       const float *xr = (const float *)in[0] + r * p->k, *pr = ortep__cpu_blocked_x(xr, p->k, k->xperm + r * p->k);
       if (pr != k->xperm + r * p->k) memcpy(k->xperm + r * p->k, pr, p->k * sizeof *pr);
     }
-    xb = k->xperm;
-  }
-  linear_job j = {p, in[0], p->residual ? in[7] : NULL, xb, k->xq, NULL, {{0}}, {{0}}, {out[0], NULL, NULL}, k->pool};
-  for (size_t g = 0; g < p->groups; g++) {
-    j.w[g] = W(in[1 + 2 * g], p->wdt[g]);
-    j.b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
-    if (!p->gate_up) j.y[g] = out[g];
+    j.xb = k->xperm;
   }
   size_t per = p->gate_up ? 2 * p->k : p->k;
   if (alone && k->xq_mem) {
@@ -386,24 +382,17 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     ortep__free(k);
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", m.reason);
   }
-  /* a Linear over many rows (or rows alone) of bf16 blocked weights, where
-   * the CPU has AVX512-BF16: x rounded to bf16 in the pool's shared area */
+  /* a prefill chunk's Linear of bf16 blocked weights, where cpu.products
+   * allows: x rounded to bf16 in the pool's shared area (simd_rows.h) */
   const __typeof__(k->op.p.lin) *lin = &k->op.p.lin;
   if (k->op.kind == ORTEP__OP_LINEAR && lin->m > 1 && !lin->exact_rows && lin->blocked &&
       lin->quant == ORTEP_DTYPE_COUNT && bf16_products) {
     k->bf16_rows = true;
     for (size_t g = 0; g < lin->groups; g++) k->bf16_rows = k->bf16_rows && lin->wdt[g] == ORTEP_DTYPE_BF16;
   }
-  if (k->bf16_rows) {
-    if ((st = ortep__cpu_pool_reserve_shared(pool, lin->m * lin->k * sizeof(uint16_t))) != ORTEP_OK) {
-      ortep__free(k);
-      return st;
-    }
-    k->pool = pool;
-    snprintf(k->name, sizeof k->name, "cpu.%s", ortep_node_op_type(node));
-    k->base = (ortep_kernel){&cpu_kernel_vtable, k->name, true};
-    *out = &k->base;
-    return ORTEP_OK;
+  if (k->bf16_rows && (st = ortep__cpu_pool_reserve_shared(pool, lin->m * lin->k * sizeof(uint16_t))) != ORTEP_OK) {
+    ortep__free(k);
+    return st;
   }
   /* per-worker scratch, reserved now (never while a step runs): a row of
    * attention scores, or a block of widened weights for a prefill GEMM */
@@ -411,7 +400,7 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   if (k->op.kind == ORTEP__OP_GQA)
     scratch =
         ortep__cpu_gqa_scratch(k->op.p.gqa.tokens, k->op.p.gqa.hd, k->op.p.gqa.cap, k->op.p.gqa.kvdt) * sizeof(float);
-  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1 && !k->op.p.lin.exact_rows)
+  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1 && !k->op.p.lin.exact_rows && !k->bf16_rows)
     scratch = ortep__cpu_linear_scratch(k->op.p.lin.k, k->op.p.lin.quant != ORTEP_DTYPE_COUNT);
   st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;
   if (st != ORTEP_OK) {
