@@ -7,8 +7,9 @@
  * steps), per-sequence tokens/s, p50/p99 of the per-token latency a
  * sequence sees (one decode step), time to first token (from the add to the
  * first token's event), the decode steps' weight read rate as a fraction of
- * the read bound measured in the same run, their GFLOP/s as a fraction of
- * an sgemm of the same M measured in the same run, and the allocations per
+ * the read bound measured in the same run, their GFLOP/s beside an sgemm of
+ * M = 16 and as a fraction of the EP's own Linear over 256 rows (the GEMM
+ * peak) measured in the same run, and the allocations per
  * steady step. Runs are interleaved over B (--runs rounds), medians. A
  * mixed workload follows: --mixed requests arriving one every few steps
  * while others decode.
@@ -274,7 +275,7 @@ int bench_batch_main(int argc, char **argv) {
   figures res[MAX_B][MAX_ROUND] = {{{0}}};
   double bw[MAX_ROUND] = {0};
   size_t vocab = (size_t)mc.vocab_size, threads = 0;
-  ortep_session_stats ss = {0};
+  ortep_batch_stats ss = {0}; /* its captures: every graph of the batch's session (buckets, prompt chunks) */
   if (!rc) {
     bench_print_header("batch");
     threads = (size_t)(o.m.threads ? o.m.threads : sysconf(_SC_NPROCESSORS_ONLN));
@@ -296,7 +297,7 @@ int bench_batch_main(int argc, char **argv) {
       weight_bytes = ortep_model_weight_bytes(mdl);
       ortep_model_close(mdl);
     }
-    ortep_session_get_stats(ortep_batch_session(b), &ss);
+    ortep_batch_get_stats(b, &ss);
   }
   double bwm = bench_median(bw, (size_t)o.runs);
   /* two flops per weight of every projection and the lm_head, per token (attention apart) */
@@ -305,9 +306,15 @@ int bench_batch_main(int argc, char **argv) {
   double flops_per_token =
       2.0 * ((double)mc.num_hidden_layers * (H * (q + 2 * kvw) + q * H + 3 * H * I) + (double)mc.vocab_size * H);
   cJSON *arr = cJSON_AddArrayToObject(root, "batches");
+  /* the GEMM peak: the EP's Linear [256 x hidden] x [hidden x intermediate] of the model's
+   * 16-bit or f32 weights (bf16 products where cpu.products allows), in this run */
+  ortep_dtype mdt = ORTEP_DTYPE_COUNT;
+  double peak = 0;
+  if (!rc && ortep_dtype_parse(o.m.dtype, &mdt) == ORTEP_OK && !ortep_dtype_is_quantized(mdt))
+    peak = bench_linear_gflops(ortep_batch_ep(b), mdt, 256, (size_t)mc.hidden_size, (size_t)mc.intermediate_size);
   if (!rc) {
-    printf("\n  %4s %12s %10s %9s %9s %9s %9s %10s %9s %10s %8s\n", "B", "aggregate", "per seq", "vs B=1", "p50 ms",
-           "p99 ms", "ttft ms", "read GB/s", "of bound", "GFLOP/s", "allocs");
+    printf("\n  %4s %12s %10s %9s %9s %9s %9s %10s %9s %10s %8s %8s\n", "B", "aggregate", "per seq", "vs B=1", "p50 ms",
+           "p99 ms", "ttft ms", "read GB/s", "of bound", "GFLOP/s", "of gemm", "allocs");
     double base = 0;
     for (size_t i = 0; i < o.n_batches; i++) {
       double v[MAX_ROUND];
@@ -328,9 +335,9 @@ int bench_batch_main(int argc, char **argv) {
       if (o.batches[i] == 1) base = m.agg;
       double rd = m.step_ms > 0 ? (double)weight_bytes / (m.step_ms / 1e3) / 1e9 : 0;
       double gf = m.agg * flops_per_token / 1e9;
-      printf("  %4ld %12.1f %10.1f %8.2fx %9.2f %9.2f %9.1f %10.1f %8.0f%% %10.1f %8.2f\n", o.batches[i], m.agg,
+      printf("  %4ld %12.1f %10.1f %8.2fx %9.2f %9.2f %9.1f %10.1f %8.0f%% %10.1f %7.0f%% %8.2f\n", o.batches[i], m.agg,
              m.per_seq, base > 0 ? m.agg / base : 0, m.p50_ms, m.p99_ms, m.ttft_ms, rd,
-             bwm > 0 ? 100.0 * rd * 1e9 / bwm : 0, gf, m.allocs_per_step);
+             bwm > 0 ? 100.0 * rd * 1e9 / bwm : 0, gf, peak > 0 ? 100.0 * gf / peak : 0, m.allocs_per_step);
       cJSON *e = cJSON_CreateObject();
       cJSON_AddNumberToObject(e, "sequences", (double)o.batches[i]);
       cJSON_AddNumberToObject(e, "aggregate_tokens_per_s", m.agg);
@@ -341,20 +348,28 @@ int bench_batch_main(int argc, char **argv) {
       cJSON_AddNumberToObject(e, "step_ms", m.step_ms);
       cJSON_AddNumberToObject(e, "weight_read_bytes_per_s", rd * 1e9);
       cJSON_AddNumberToObject(e, "gflops", gf);
+      if (peak > 0) cJSON_AddNumberToObject(e, "fraction_of_gemm", gf / peak);
       cJSON_AddNumberToObject(e, "allocations_per_step", m.allocs_per_step);
       cJSON_AddItemToArray(arr, e);
     }
     double sg = bench_sgemm_gflops(16, (size_t)mc.hidden_size, (size_t)mc.intermediate_size, threads ? threads : 1);
     printf(
         "  read bound %.1f GB/s (%zu threads, median of the rounds); sgemm [16 x %lld] x [%lld x %lld] %.1f "
-        "GFLOP/s; %.1f MiB of weights read per step; captures %llu\n",
+        "GFLOP/s; %.1f MiB of weights read per step; graphs captured %llu (buckets and prompt chunks)\n",
         bwm / 1e9, threads, (long long)mc.hidden_size, (long long)mc.hidden_size, (long long)mc.intermediate_size, sg,
         (double)weight_bytes / 1048576.0, (unsigned long long)ss.captures);
+    if (peak > 0)
+      printf(
+          "  of gemm: the EP Linear [256 x %lld] x [%lld x %lld] of %s weights, %.1f GFLOP/s (a batch keeps f32 "
+          "activations)\n",
+          (long long)mc.hidden_size, (long long)mc.hidden_size, (long long)mc.intermediate_size, ortep_dtype_name(mdt),
+          peak);
     cJSON_AddNumberToObject(root, "read_bound_bytes_per_s", bwm);
     cJSON_AddNumberToObject(root, "sgemm16_gflops", sg);
+    if (peak > 0) cJSON_AddNumberToObject(root, "gemm_peak_gflops", peak);
     cJSON_AddNumberToObject(root, "weight_bytes", (double)weight_bytes);
     rc = mixed(&o, b, vocab, root);
-    ortep_session_get_stats(ortep_batch_session(b), &ss);
+    ortep_batch_get_stats(b, &ss);
     cJSON_AddNumberToObject(root, "captures", (double)ss.captures);
   }
   ortep_batch_close(b);

@@ -569,9 +569,10 @@ void ortep_batch_get_stats(const ortep_batch *b, ortep_batch_stats *out) {
   *out = (ortep_batch_stats){0};
   if (!b) return;
   *out = b->st;
-  ortep_session_stats ss;
-  ortep_session_get_stats(b->p.session, &ss);
-  out->captures = ss.captures;
+  for (size_t g = 0; g < ortep_session_graph_count(b->p.session); g++) { /* every graph, not graph 0's alone */
+    ortep_session_stats ss;
+    if (ortep_session_get_graph_stats(b->p.session, g, &ss) == ORTEP_OK) out->captures += ss.captures;
+  }
   ortep_decoder_kv_stats(b->d, &out->kv);
 }
 

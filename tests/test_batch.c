@@ -323,7 +323,7 @@ START_TEST(joining_and_leaving_recaptures_nothing_and_steps_allocate_nothing) {
   ck_assert_ok(ortep_batch_run(b));
   ortep_batch_stats st0, st1;
   ortep_batch_get_stats(b, &st0);
-  ck_assert_uint_gt(st0.captures, 0);
+  ck_assert_uint_ge(st0.captures, 3); /* every graph counted: the buckets of 1, 2 and 4, and prompt chunks */
   /* more join and leave at other steps */
   for (size_t k = 0; k < 6; k++)
     add(b, s, p, 23, &(ortep_generate_options){.max_tokens = 2 + 3 * k, .ignore_eos = true});

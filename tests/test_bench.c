@@ -80,6 +80,7 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
       {"decode --layout diagonal", "--layout 'diagonal' is not one of auto, blocked, row_major"},
       {"prefill --layout rows", "--layout 'rows' is not one of auto, blocked, row_major"},
       {"prefill --products fast", "--products 'fast' is not one of auto, bf16, f32"},
+      {"batch --batches 0", "--batches '0' is not a whole number in [1, 64]"},
       {"decode --threads 0", "--threads '0' is not a whole number in [1, 1024]"},
       {"prefill --threads 2000", "--threads '2000'"},
       {"tokenizer --added 10,0", "--added '0'"},
@@ -318,6 +319,32 @@ START_TEST(an_unknown_cpu_simd_name_is_a_usage_error) {
 }
 END_TEST
 
+/* ortep-bench batch on the tiny preset: one JSON entry per B with its
+ * sequences, tokens/s, allocations per steady step (none) and GFLOP/s as a
+ * fraction of the EP's own Linear rate (the GEMM peak, measured in the run),
+ * and the mixed workload. */
+START_TEST(batch_reports_every_batch_size) {
+  char err[4096], args[256];
+  snprintf(args, sizeof args, "batch --batches 1,2 --tokens 3 --runs 1 --mixed 2 --json %s/bt.json", g_tmp);
+  ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
+  cJSON *j = read_json("bt.json");
+  const cJSON *arr = cJSON_GetObjectItem(j, "batches");
+  ck_assert_int_eq(cJSON_GetArraySize(arr), 2);
+  for (int i = 0; i < 2; i++) {
+    const cJSON *e = cJSON_GetArrayItem(arr, i);
+    ck_assert_int_eq(cJSON_GetObjectItem(e, "sequences")->valueint, i + 1);
+    ck_assert_double_gt(cJSON_GetObjectItem(e, "aggregate_tokens_per_s")->valuedouble, 0);
+    ck_assert_double_eq(cJSON_GetObjectItem(e, "allocations_per_step")->valuedouble, 0);
+    ck_assert_double_gt(cJSON_GetObjectItem(e, "fraction_of_gemm")->valuedouble, 0);
+  }
+  ck_assert_double_gt(cJSON_GetObjectItem(j, "gemm_peak_gflops")->valuedouble, 0);
+  ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "mixed"));
+  ck_assert_int_ge(cJSON_GetObjectItem(j, "captures")->valueint, 2); /* the buckets of 1 and 2, prompt chunks */
+  cJSON_Delete(j);
+  ck_assert_msg(strstr(stdout_text(), "of gemm: the EP Linear"), "%.2000s", stdout_text());
+}
+END_TEST
+
 /* --products sets cpu.products: prefill reports which products ran (by
  * default bf16 x bf16 where this CPU has AVX512-BF16, f32 when asked) and
  * the EP's Linear rate for f32, f16 and bf16 weights beside the sgemm's. */
@@ -484,6 +511,7 @@ int main(void) {
   tcase_add_test(tc, a_cpu_simd_set_the_cpu_lacks_exits_1);
   tcase_add_test(tc, an_unknown_cpu_simd_name_is_a_usage_error);
   tcase_add_test(tc, products_are_reported_and_honoured);
+  tcase_add_test(tc, batch_reports_every_batch_size);
   tcase_add_test(tc, layout_is_reported_and_honoured);
   suite_add_tcase(s, tc);
   return test_run(s);
