@@ -391,44 +391,17 @@ void ortep__cpu_linear_blocked(const float *x, const float *xb, size_t rows, siz
       while (j >= n[g]) j -= n[g++];
     for (size_t row = 0; row < rows;) { /* the quad's weights hot in the cache after the first rows */
       const float *xr = x + row * k, *xbr = xb + row * k;
-      float v[4], u[4];
+      float v[8], u[8];
       if (row + 1 < rows) { /* two rows sharing each widened weight, each as it would be alone */
-        float v1[4], u1[4];
-        dot4x2_rows(xr, xbr, k, w[gate_up ? 0 : g], j, v, v1);
-        if (gate_up) dot4x2_rows(xr, xbr, k, w[1], j, u, u1);
-        for (size_t h = 0; h < 2; h++, row++) {
-          const float *vv = h ? v1 : v, *uu = h ? u1 : u;
-          for (size_t i = 0; i < 4; i++) {
-            if (gate_up) {
-              float gv = vv[i] + (b[0].data ? cpu_w(b[0], j + i) : 0.0f);
-              float up = uu[i] + (b[1].data ? cpu_w(b[1], j + i) : 0.0f);
-              y[0][row * n[0] + j + i] = gv / (1.0f + expf(-gv)) * up;
-            } else {
-              float o = vv[i] + (b[g].data ? cpu_w(b[g], j + i) : 0.0f);
-              size_t at = row * n[g] + j + i;
-              y[g][at] = res ? o + res[at] : o;
-            }
-          }
-        }
-        continue;
-      }
-      if (gate_up) {
-        dot4_rows(xr, xbr, w[0], j, k, v);
-        dot4_rows(xr, xbr, w[1], j, k, u);
-        for (size_t i = 0; i < 4; i++) {
-          float gv = v[i] + (b[0].data ? cpu_w(b[0], j + i) : 0.0f);
-          float up = u[i] + (b[1].data ? cpu_w(b[1], j + i) : 0.0f);
-          y[0][row * n[0] + j + i] = gv / (1.0f + expf(-gv)) * up;
-        }
-        row++;
+        dot4x2_rows(xr, xbr, k, w[g], j, v, v + 4);
+        if (gate_up) dot4x2_rows(xr, xbr, k, w[1], j, u, u + 4);
+        store_quads(v, u, row, 2, j, g, gate_up, b, n, res, y);
+        row += 2;
         continue;
       }
       dot4_rows(xr, xbr, w[g], j, k, v);
-      for (size_t i = 0; i < 4; i++) {
-        float o = v[i] + (b[g].data ? cpu_w(b[g], j + i) : 0.0f);
-        size_t at = row * n[g] + j + i;
-        y[g][at] = res ? o + res[at] : o;
-      }
+      if (gate_up) dot4_rows(xr, xbr, w[1], j, k, u);
+      store_quads(v, u, row, 1, j, g, gate_up, b, n, res, y);
       row++;
     }
   }
