@@ -130,8 +130,9 @@ ortep_status ortep_allocator_create_prefix(ortep_allocator *a, const void *bytes
   return sm->create_prefix(a, bytes, len, out);
 }
 
-ortep_status ortep_allocator_map_prefix(ortep_allocator *a, ortep_shared_prefix *prefix, void *allocation,
-                                        size_t allocation_bytes, ortep_shared_commit_info *out) {
+ortep_status ortep_allocator_map_prefix_at(ortep_allocator *a, ortep_shared_prefix *prefix, void *allocation,
+                                           size_t allocation_bytes, size_t offset, size_t bytes,
+                                           ortep_shared_commit_info *out) {
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_allocator_map_prefix: out is NULL");
   *out = (ortep_shared_commit_info){0};
   const ortep_shared_mapping *sm = sm_of(a);
@@ -139,7 +140,22 @@ ortep_status ortep_allocator_map_prefix(ortep_allocator *a, ortep_shared_prefix 
   if (!prefix || !allocation)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_allocator_map_prefix: the %s is NULL",
                        prefix ? "allocation" : "prefix");
-  return sm->map_prefix(a, prefix, allocation, allocation_bytes, out);
+  size_t gran = ortep_allocator_granularity(a);
+  if (gran && offset % gran)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "ortep_allocator_map_prefix_at: offset %zu is not a whole number of the %s allocator's "
+                       "granules (%zu bytes)",
+                       offset, ortep_allocator_name(a), gran);
+  if (offset > allocation_bytes || bytes > allocation_bytes - offset)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE,
+                       "ortep_allocator_map_prefix_at: %zu bytes at offset %zu lie outside a reservation of %zu bytes",
+                       bytes, offset, allocation_bytes);
+  return sm->map_prefix(a, prefix, allocation, allocation_bytes, offset, bytes, out);
+}
+
+ortep_status ortep_allocator_map_prefix(ortep_allocator *a, ortep_shared_prefix *prefix, void *allocation,
+                                        size_t allocation_bytes, ortep_shared_commit_info *out) {
+  return ortep_allocator_map_prefix_at(a, prefix, allocation, allocation_bytes, 0, 0, out);
 }
 
 void ortep_allocator_destroy_prefix(ortep_allocator *a, ortep_shared_prefix *prefix) {

@@ -11,8 +11,10 @@
  * handle. Mapping per granule lets any granule go back on its own
  * (cuMemUnmap must cover whole mappings). A shared prefix is one handle
  * holding a copy of the bytes, mapped granule by granule (offsets into the
- * handle) read-only into each reservation; released when the handle and
- * every mapping are gone.
+ * handle) read-only at any granule of any reservation (its first granules,
+ * or all of them), as many times as asked; released when the handle and
+ * every mapping are gone. Which prefix each shared granule maps is kept as
+ * the host twin keeps it (internal.h: ortep__prefix_range).
  *
  * Written and compiled on a machine without a GPU; see docs/api.md for what
  * has run on one.
@@ -39,7 +41,7 @@ typedef struct vregion {
   uint8_t *state;                       /* G_* per granule */
   CUmemGenericAllocationHandle *handle; /* per private granule */
   size_t private_granules, shared_granules;
-  ortep_shared_prefix *prefix;
+  ortep__prefix_range *maps; /* which prefix each shared granule maps */
   struct vregion *next;
 } vregion;
 
@@ -243,8 +245,10 @@ static void decommit_locked(vmm_allocator *v, vregion *r, size_t g0, size_t g1, 
   for (size_t g = g0; g < g1; g++) {
     if (r->state[g] == G_RESERVED) continue;
     priv += r->state[g] == G_PRIVATE;
-    shared += r->state[g] == G_SHARED;
+    ortep_shared_prefix *gone = NULL;
+    if (r->state[g] == G_SHARED) shared++, gone = ortep__prefix_range_drop(&r->maps, g);
     unmap_granule(v, r, g);
+    if (gone) prefix_unref(v, gone, released);
   }
   r->private_granules -= priv;
   r->shared_granules -= shared;
@@ -252,10 +256,6 @@ static void decommit_locked(vmm_allocator *v, vregion *r, size_t g0, size_t g1, 
     refund(v, (uint64_t)priv * v->gran);
     ortep__counters_sub(&v->counters, (uint64_t)priv * v->gran);
     *released += (uint64_t)priv * v->gran;
-  }
-  if (shared && !r->shared_granules) {
-    prefix_unref(v, r->prefix, released);
-    r->prefix = NULL;
   }
 }
 
@@ -383,52 +383,56 @@ static ortep_status vmm_create_prefix(ortep_allocator *self, const void *bytes, 
 }
 
 static ortep_status vmm_map_prefix(ortep_allocator *self, ortep_shared_prefix *p, void *allocation,
-                                   size_t allocation_bytes, ortep_shared_commit_info *out) {
+                                   size_t allocation_bytes, size_t offset, size_t bytes,
+                                   ortep_shared_commit_info *out) {
   vmm_allocator *v = (vmm_allocator *)self;
   cudaSetDevice(v->device); /* the calling thread may have another current */
   if (p->owner != v)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cuda virtual allocator: the prefix belongs to another allocator");
+  size_t n = bytes ? (bytes + v->gran - 1) / v->gran : p->span / v->gran, g0 = offset / v->gran;
+  if (n * v->gran > p->span)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE,
+                       "cuda virtual allocator: %zu bytes of a prefix that holds %zu were asked to be mapped", bytes,
+                       p->len);
+  ortep__prefix_range *m = ortep__calloc(1, sizeof *m);
+  if (!m) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "cuda virtual allocator: no memory for a prefix mapping");
   pthread_mutex_lock(&v->lock);
   vregion *r;
   ortep_status st = lookup(v, allocation, "map_prefix", &r);
-  size_t n = p->span / v->gran;
-  if (st == ORTEP_OK && (allocation_bytes != r->bytes || p->span > r->span))
+  if (st == ORTEP_OK && (allocation_bytes != r->bytes || g0 + n > r->span / v->gran))
     st = ortep__fail(ORTEP_E_OUT_OF_RANGE,
-                     "cuda virtual allocator: a prefix of %zu bytes does not fit a reservation of %zu bytes (or the "
-                     "size given, %zu, is not the reservation's)",
-                     p->len, r->bytes, allocation_bytes);
-  if (st == ORTEP_OK && r->shared_granules > n)
-    st = ortep__fail(ORTEP_E_STATE,
-                     "cuda virtual allocator: the reservation already maps a longer prefix (%zu granules, this one "
-                     "%zu); decommit it first",
-                     r->shared_granules, n);
+                     "cuda virtual allocator: %zu bytes of a prefix at offset %zu do not fit a reservation of %zu "
+                     "bytes (or the size given, %zu, is not the reservation's)",
+                     n * v->gran, offset, r->bytes, allocation_bytes);
   if (st == ORTEP_OK) {
     uint64_t released = 0;
-    p->refs++;
+    p->refs++;               /* the new range's, held first: these very granules may be its last mapping so far */
     cudaDeviceSynchronize(); /* what the granules held may still be read */
-    decommit_locked(v, r, 0, n, &released);
-    size_t g = 0;
-    for (; g < n && st == ORTEP_OK; g++) {
-      CUresult e = D.MemMap(r->base + g * v->gran, v->gran, g * v->gran, p->handle, 0);
+    decommit_locked(v, r, g0, g0 + n, &released);
+    for (size_t i = 0; i < n && st == ORTEP_OK; i++) {
+      CUdeviceptr at = r->base + (g0 + i) * v->gran;
+      CUresult e = D.MemMap(at, v->gran, i * v->gran, p->handle, 0);
       if (e != CUDA_SUCCESS) {
         st = cu_fail(e, "cuMemMap (a shared prefix)", v->gran);
         break;
       }
-      st = set_access(v, r->base + g * v->gran, v->gran, false);
-      r->state[g] = G_SHARED; /* mapped: unmapped by the undo below if need be */
+      st = set_access(v, at, v->gran, false);
+      r->state[g0 + i] = G_SHARED; /* mapped: unmapped by the undo below if need be */
     }
     if (st != ORTEP_OK) {
-      for (size_t u = 0; u < n; u++)
-        if (r->state[u] == G_SHARED) unmap_granule(v, r, u);
+      for (size_t g = g0; g < g0 + n; g++)
+        if (r->state[g] == G_SHARED) unmap_granule(v, r, g);
       out->released_bytes = released;
       prefix_unref(v, p, NULL);
     } else {
-      r->shared_granules = n;
-      r->prefix = p;
-      *out = (ortep_shared_commit_info){p->mappings++ ? 0 : p->span, p->span, released, n};
+      r->shared_granules += n;
+      *m = (ortep__prefix_range){p, g0, n, n, r->maps};
+      r->maps = m, m = NULL;
+      *out = (ortep_shared_commit_info){p->mappings++ ? 0 : p->span, n * v->gran, released, n};
     }
   }
   pthread_mutex_unlock(&v->lock);
+  ortep__free(m);
   return st;
 }
 

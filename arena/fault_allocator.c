@@ -91,11 +91,12 @@ static ortep_status fault_create_prefix(ortep_allocator *self, const void *bytes
   return ortep_allocator_create_prefix(f->inner, bytes, len, out);
 }
 static ortep_status fault_map_prefix(ortep_allocator *self, ortep_shared_prefix *p, void *allocation,
-                                     size_t allocation_bytes, ortep_shared_commit_info *out) {
+                                     size_t allocation_bytes, size_t offset, size_t bytes,
+                                     ortep_shared_commit_info *out) {
   fault_allocator *f = (fault_allocator *)self;
   uint64_t call;
   if (inject(f, &call)) return injected(call, "mapping a shared prefix", allocation_bytes);
-  return ortep_allocator_map_prefix(f->inner, p, allocation, allocation_bytes, out);
+  return ortep_allocator_map_prefix_at(f->inner, p, allocation, allocation_bytes, offset, bytes, out);
 }
 static void fault_destroy_prefix(ortep_allocator *self, ortep_shared_prefix *p) {
   ortep_allocator_destroy_prefix(((fault_allocator *)self)->inner, p);

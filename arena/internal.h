@@ -58,6 +58,35 @@ static inline void ortep__counters_read(const ortep__counters *c, ortep_mem_stat
   out->frees = atomic_load_explicit(&c->frees, memory_order_relaxed);
 }
 
+/* Which shared prefix each shared granule of a reservation maps, kept the
+ * same way by the host and the CUDA virtual allocators
+ * (virtual_allocator.c, cuda_vmm.c): one range per map_prefix call, newest
+ * first. A shared granule belongs to the newest range holding it: a newer
+ * mapping first gave back whatever the granules it covers held. */
+typedef struct ortep__prefix_range {
+  ortep_shared_prefix *prefix;
+  size_t first, n; /* granules [first, first + n) of the reservation, from the prefix's first n */
+  size_t live;     /* of them, those still mapped to it */
+  struct ortep__prefix_range *next;
+} ortep__prefix_range;
+
+/* Shared granule g is unmapped: its range loses it. Returns the range's
+ * prefix when g was the last granule it held (the range is gone; the
+ * caller drops the range's reference), NULL otherwise. */
+static inline ortep_shared_prefix *ortep__prefix_range_drop(ortep__prefix_range **head, size_t g) {
+  for (ortep__prefix_range **at = head; *at; at = &(*at)->next) {
+    ortep__prefix_range *m = *at;
+    if (g < m->first || g - m->first >= m->n) continue;
+    if (--m->live) return NULL;
+    ortep_shared_prefix *p = m->prefix;
+    *at = m->next;
+    ortep__free(m);
+    return p;
+  }
+  ortep__assert(!"a shared granule that no prefix range holds");
+  return NULL;
+}
+
 /* Whether host code may read and write what this allocator hands out. */
 static inline bool ortep__allocator_is_host(const ortep_allocator *a) {
   return ortep_allocator_device(a).tier == ORTEP_TIER_HOST;

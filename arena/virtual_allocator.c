@@ -9,11 +9,12 @@
  * for the pages it adds; decommitting maps PROT_NONE over the pages again,
  * which hands them back to the OS, and refunds them. A shared prefix is a
  * memfd holding a copy of the bytes, charged once when created and mapped
- * read-only MAP_SHARED | MAP_FIXED at the start of any reservation; its
- * memory goes back when the handle and the last mapping are gone.
+ * read-only MAP_SHARED | MAP_FIXED at any page of any reservation (its
+ * first pages, or all of them), as many times as asked; its memory goes
+ * back when the handle and the last mapping are gone.
  *
  * Every reservation keeps one byte of state per page (reserved, private,
- * shared), so a commit reports exactly the bytes it added and a decommit
+ * shared) and the ranges of its shared pages (internal.h), so a commit reports exactly the bytes it added and a decommit
  * exactly the bytes it gave back, whatever overlaps with earlier calls. A
  * failed call changes nothing: pages are charged before they are mapped and
  * a partial mapping is undone. One mutex serialises the bookkeeping.
@@ -40,7 +41,7 @@ enum {
 struct ortep_shared_prefix {
   int fd;
   size_t len, span; /* the bytes held, and the whole pages that hold them */
-  size_t refs;      /* the handle (until destroy_prefix) plus one per reservation mapping it */
+  size_t refs;      /* the handle (until destroy_prefix) plus one per range mapping it */
   size_t mappings;  /* mappings ever made: the first owns the bytes */
   const struct vm_allocator *owner;
 };
@@ -50,7 +51,7 @@ typedef struct region {
   size_t bytes, span; /* asked for, and the whole pages reserved */
   uint8_t *page;      /* PAGE_* per page */
   size_t private_pages, shared_pages;
-  ortep_shared_prefix *prefix; /* mapped over pages [0, shared_pages) */
+  ortep__prefix_range *maps; /* which prefix each shared page maps */
   struct region *next;
 } region;
 
@@ -185,6 +186,10 @@ static void decommit_locked(vm_allocator *v, region *r, size_t p0, size_t p1, ui
   }
   if (!priv && !shared) return;
   unmap_pages(v, r, p0, p1);
+  for (size_t p = p0; shared && p < p1; p++) {
+    ortep_shared_prefix *gone = r->page[p] == PAGE_SHARED ? ortep__prefix_range_drop(&r->maps, p) : NULL;
+    if (gone) prefix_unref(v, gone, released);
+  }
   memset(r->page + p0, PAGE_RESERVED, p1 - p0);
   r->private_pages -= priv;
   r->shared_pages -= shared;
@@ -192,10 +197,6 @@ static void decommit_locked(vm_allocator *v, region *r, size_t p0, size_t p1, ui
     refund(v, (uint64_t)priv * v->page);
     ortep__counters_sub(&v->counters, (uint64_t)priv * v->page);
     *released += (uint64_t)priv * v->page;
-  }
-  if (shared && !r->shared_pages) {
-    prefix_unref(v, r->prefix, released);
-    r->prefix = NULL;
   }
 }
 
@@ -304,42 +305,45 @@ static ortep_status vm_create_prefix(ortep_allocator *self, const void *bytes, s
 }
 
 static ortep_status vm_map_prefix(ortep_allocator *self, ortep_shared_prefix *p, void *allocation,
-                                  size_t allocation_bytes, ortep_shared_commit_info *out) {
+                                  size_t allocation_bytes, size_t offset, size_t bytes, ortep_shared_commit_info *out) {
   vm_allocator *v = (vm_allocator *)self;
   if (p->owner != v)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "host virtual allocator: the prefix belongs to another allocator");
+  size_t n = bytes ? (bytes + v->page - 1) / v->page : p->span / v->page, g0 = offset / v->page;
+  if (n * v->page > p->span)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE,
+                       "host virtual allocator: %zu bytes of a prefix that holds %zu were asked to be mapped", bytes,
+                       p->len);
+  ortep__prefix_range *m = ortep__calloc(1, sizeof *m);
+  if (!m) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "host virtual allocator: no memory for a prefix mapping");
   pthread_mutex_lock(&v->lock);
   region *r;
   ortep_status st = lookup(v, allocation, "map_prefix", &r);
-  size_t n = p->span / v->page;
-  if (st == ORTEP_OK && (allocation_bytes != r->bytes || p->span > r->span))
+  if (st == ORTEP_OK && (allocation_bytes != r->bytes || g0 + n > r->span / v->page))
     st = ortep__fail(ORTEP_E_OUT_OF_RANGE,
-                     "host virtual allocator: a prefix of %zu bytes does not fit a reservation of %zu bytes (or the "
-                     "size given, %zu, is not the reservation's)",
-                     p->len, r->bytes, allocation_bytes);
-  if (st == ORTEP_OK && r->shared_pages > n)
-    st = ortep__fail(ORTEP_E_STATE,
-                     "host virtual allocator: the reservation already maps a longer prefix (%zu pages, this one %zu); "
-                     "decommit it first",
-                     r->shared_pages, n);
+                     "host virtual allocator: %zu bytes of a prefix at offset %zu do not fit a reservation of %zu "
+                     "bytes (or the size given, %zu, is not the reservation's)",
+                     n * v->page, offset, r->bytes, allocation_bytes);
   if (st == ORTEP_OK) {
     uint64_t released = 0;
-    p->refs++;                              /* held first: the reservation may be mapping this very prefix already */
-    decommit_locked(v, r, 0, n, &released); /* private pages (and an older prefix) make way */
-    void *at = mmap(r->base, p->span, PROT_READ, MAP_SHARED | MAP_FIXED, p->fd, 0);
+    p->refs++; /* the new range's, held first: these very pages may be its last mapping so far */
+    decommit_locked(v, r, g0, g0 + n, &released); /* what the pages held (private, or a prefix) makes way */
+    void *at = mmap(r->base + g0 * v->page, n * v->page, PROT_READ, MAP_SHARED | MAP_FIXED, p->fd, 0);
     if (at == MAP_FAILED) {
-      st = os_error("mapping a shared prefix", p->span, errno);
-      unmap_pages(v, r, 0, n); /* its old contents were given back: say so */
+      st = os_error("mapping a shared prefix", n * v->page, errno);
+      unmap_pages(v, r, g0, g0 + n); /* its old contents were given back: say so */
       out->released_bytes = released;
       prefix_unref(v, p, NULL);
     } else {
-      memset(r->page, PAGE_SHARED, n);
-      r->shared_pages = n;
-      r->prefix = p;
-      *out = (ortep_shared_commit_info){p->mappings++ ? 0 : p->span, p->span, released, n};
+      memset(r->page + g0, PAGE_SHARED, n);
+      r->shared_pages += n;
+      *m = (ortep__prefix_range){p, g0, n, n, r->maps};
+      r->maps = m, m = NULL;
+      *out = (ortep_shared_commit_info){p->mappings++ ? 0 : p->span, n * v->page, released, n};
     }
   }
   pthread_mutex_unlock(&v->lock);
+  ortep__free(m);
   return st;
 }
 

@@ -267,7 +267,7 @@ START_TEST(prefix_mappings_are_checked) {
   ck_assert_ok(ortep_allocator_reserve(f.a, 2 * P, 64, (void **)&a));
   ortep_shared_commit_info info;
   ck_assert_status(ortep_allocator_map_prefix(f.a, big, a, 2 * P, &info), ORTEP_E_OUT_OF_RANGE);
-  ck_assert_error_mentions("does not fit a reservation");
+  ck_assert_error_mentions("do not fit a reservation");
   ck_assert_status(ortep_allocator_map_prefix(f.a, pre, a, 3 * P, &info), ORTEP_E_OUT_OF_RANGE);
   ck_assert_status(ortep_allocator_map_prefix(f.a, pre, src, 2 * P, &info), ORTEP_E_INVALID_ARGUMENT);
   ortep_shared_prefix *none;
@@ -282,6 +282,90 @@ START_TEST(prefix_mappings_are_checked) {
   ortep_allocator_destroy_prefix(f.a, big);
   ortep_allocator_release(f.a, a, 2 * P, 64);
   free(big_src);
+  vfix_free(&f);
+}
+END_TEST
+
+/* map_prefix_at: a prefix's first pages, or all of it, at any page of a
+ * reservation, several times into one (a batch's slots share one). A newer
+ * mapping takes the pages it covers from an older one; each prefix goes
+ * back with the last page that maps it, whoever mapped it. */
+START_TEST(a_prefix_maps_at_any_page_of_one_reservation) {
+  vfix f = vfix_new(0);
+  size_t P = page(), R = 32 * P;
+  char *sa = malloc(3 * P), *sb = malloc(2 * P);
+  for (size_t i = 0; i < 3 * P; i++) sa[i] = (char)(i * 5 + 3);
+  for (size_t i = 0; i < 2 * P; i++) sb[i] = (char)(i * 11 + 7);
+  ortep_shared_prefix *a, *b;
+  ck_assert_ok(ortep_allocator_create_prefix(f.a, sa, 3 * P, &a));
+  ck_assert_ok(ortep_allocator_create_prefix(f.a, sb, 2 * P, &b));
+  char *base;
+  ck_assert_ok(ortep_allocator_reserve(f.a, R, 64, (void **)&base));
+  ortep_shared_commit_info info;
+  /* all of a at page 4, its first two pages at page 10 and at page 20 */
+  ck_assert_ok(ortep_allocator_map_prefix_at(f.a, a, base, R, 4 * P, 0, &info));
+  ck_assert_uint_eq(info.additional_owned_bytes, 3 * P);
+  ck_assert_uint_eq(info.newly_mapped_bytes, 3 * P);
+  ck_assert_ok(ortep_allocator_map_prefix_at(f.a, a, base, R, 10 * P, 2 * P - 100, &info));
+  ck_assert_uint_eq(info.additional_owned_bytes, 0);
+  ck_assert_uint_eq(info.newly_mapped_bytes, 2 * P); /* rounded up to whole pages */
+  ck_assert_uint_eq(info.granules, 2);
+  ck_assert_ok(ortep_allocator_map_prefix_at(f.a, a, base, R, 20 * P, 2 * P, &info));
+  ck_assert_uint_eq(gov_bytes(f.g), 5 * P); /* a and b, once each */
+  ck_assert_mem_eq(base + 4 * P, sa, 3 * P);
+  ck_assert_mem_eq(base + 10 * P, sa, 2 * P);
+  ck_assert_mem_eq(base + 20 * P, sa, 2 * P);
+  ck_assert_uint_eq(resident(base + 12 * P, 1), 0); /* past the two pages asked for: nothing */
+  char pr[5];
+  perms(base + 21 * P, pr);
+  ck_assert_str_eq(pr, "r--s");
+  /* b over pages 5..6: a loses them there, keeps page 4 */
+  ck_assert_ok(ortep_allocator_map_prefix_at(f.a, b, base, R, 5 * P, 0, &info));
+  ck_assert_uint_eq(info.released_bytes, 0); /* shared pages: nothing of the reservation's own */
+  ck_assert_mem_eq(base + 4 * P, sa, P);
+  ck_assert_mem_eq(base + 5 * P, sb, 2 * P);
+  /* the handles go; the mappings keep the memory until their last page */
+  ortep_allocator_destroy_prefix(f.a, a);
+  ortep_allocator_destroy_prefix(f.a, b);
+  ck_assert_uint_eq(gov_bytes(f.g), 5 * P);
+  uint64_t got = 0;
+  ortep_commit_range c = range(base, R, 5 * P, 2 * P); /* b's only mapping */
+  ck_assert_ok(ortep_allocator_decommit(f.a, &c, &got));
+  ck_assert_uint_eq(got, 2 * P); /* b went with it */
+  ck_assert_uint_eq(gov_bytes(f.g), 3 * P);
+  c = range(base, R, 0, 16 * P); /* a's pages 4, 10, 11 */
+  ck_assert_ok(ortep_allocator_decommit(f.a, &c, &got));
+  ck_assert_uint_eq(gov_bytes(f.g), 3 * P); /* page 20's mapping still holds a */
+  ck_assert_mem_eq(base + 20 * P, sa, 2 * P);
+  /* private memory beside a mapped prefix, and the whole reservation going at once */
+  c = range(base, R, 22 * P, P);
+  ck_assert_ok(ortep_allocator_commit(f.a, &c, &got));
+  ck_assert_uint_eq(ortep_allocator_release(f.a, base, R, 64).unmapped_bytes, 3 * P);
+  free(sa), free(sb);
+  vfix_free(&f); /* a went with the release */
+}
+END_TEST
+
+START_TEST(prefix_offsets_are_checked) {
+  vfix f = vfix_new(0);
+  size_t P = page();
+  char src[64] = "prefix";
+  ortep_shared_prefix *pre;
+  ck_assert_ok(ortep_allocator_create_prefix(f.a, src, sizeof src, &pre));
+  char *a;
+  ck_assert_ok(ortep_allocator_reserve(f.a, 4 * P, 64, (void **)&a));
+  ortep_shared_commit_info info;
+  ck_assert_status(ortep_allocator_map_prefix_at(f.a, pre, a, 4 * P, P / 2, 0, &info), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_error_mentions("whole number");
+  ck_assert_status(ortep_allocator_map_prefix_at(f.a, pre, a, 4 * P, 4 * P, 0, &info), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_status(ortep_allocator_map_prefix_at(f.a, pre, a, 4 * P, 5 * P, 0, &info), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_status(ortep_allocator_map_prefix_at(f.a, pre, a, 4 * P, 0, 2 * P, &info), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_error_mentions("asked to be mapped");
+  ck_assert_uint_eq(gov_bytes(f.g), P); /* nothing changed */
+  ck_assert_ok(ortep_allocator_map_prefix_at(f.a, pre, a, 4 * P, 3 * P, 0, &info));
+  ck_assert_str_eq(a + 3 * P, "prefix");
+  ortep_allocator_destroy_prefix(f.a, pre);
+  ortep_allocator_release(f.a, a, 4 * P, 64);
   vfix_free(&f);
 }
 END_TEST
@@ -374,6 +458,8 @@ int main(void) {
   tcase_add_test(tc, ordinary_allocations_are_committed_and_aligned);
   tcase_add_test(tc, a_shared_prefix_is_owned_once_and_mapped_read_only);
   tcase_add_test(tc, prefix_mappings_are_checked);
+  tcase_add_test(tc, a_prefix_maps_at_any_page_of_one_reservation);
+  tcase_add_test(tc, prefix_offsets_are_checked);
   tcase_add_test(tc, every_injected_failure_is_clean);
   tcase_add_test(tc, concurrent_commits_keep_the_books);
   suite_add_tcase(s, tc);

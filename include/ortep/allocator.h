@@ -102,11 +102,14 @@ typedef struct ortep_commit_range {
 /* Optional capability: shared physical mappings. A prefix is physical memory
  * holding a copy of `len` bytes, owned (and charged) once, which map_prefix
  * maps read-only at the start of any number of reservations of the same
- * allocator, replacing what those granules held (private memory there is
- * given back). Writing through a shared mapping faults: a user that must
- * change such a range decommits it and commits private memory. The memory
- * goes back when the prefix handle is destroyed and the last mapping is gone
- * (decommitted, or its reservation released). */
+ * allocator, and map_prefix_at at any granule of one (its first granules or
+ * all of them, as many times as asked: a batch's slots share one
+ * reservation), replacing what those granules held (private memory there
+ * is given back, a prefix mapped there before loses those granules).
+ * Writing through a shared mapping faults: a user that must change such a
+ * range decommits it and commits private memory. The memory goes back when
+ * the prefix handle is destroyed and the last mapping is gone (decommitted,
+ * or its reservation released). */
 typedef struct ortep_shared_prefix ortep_shared_prefix;
 typedef struct ortep_shared_commit_info {
   uint64_t additional_owned_bytes; /* the prefix's bytes for its first mapping, zero for every later one */
@@ -144,6 +147,14 @@ ORTEP_API ortep_status ortep_allocator_create_prefix(ortep_allocator *a, const v
                                                      ortep_shared_prefix **out);
 ORTEP_API ortep_status ortep_allocator_map_prefix(ortep_allocator *a, ortep_shared_prefix *prefix, void *allocation,
                                                   size_t allocation_bytes, ortep_shared_commit_info *out);
+/* The prefix's first `bytes` (rounded up to whole granules; 0: all of it)
+ * at `offset` into the reservation (a whole number of granules:
+ * ORTEP_E_INVALID_ARGUMENT otherwise; ORTEP_E_OUT_OF_RANGE when it does not
+ * fit the reservation or asks for more than the prefix holds).
+ * map_prefix is this at offset 0 with all of it. */
+ORTEP_API ortep_status ortep_allocator_map_prefix_at(ortep_allocator *a, ortep_shared_prefix *prefix, void *allocation,
+                                                     size_t allocation_bytes, size_t offset, size_t bytes,
+                                                     ortep_shared_commit_info *out);
 /* Drops the handle; the memory stays while a mapping holds it. NULL: no-op. */
 ORTEP_API void ortep_allocator_destroy_prefix(ortep_allocator *a, ortep_shared_prefix *prefix);
 ORTEP_API ortep_status ortep_allocator_get_stats(const ortep_allocator *a, ortep_mem_stats *out);

@@ -180,8 +180,11 @@ typedef struct ortep_virtual_backing {
 
 typedef struct ortep_shared_mapping {
   ortep_status (*create_prefix)(ortep_allocator *self, const void *bytes, size_t len, ortep_shared_prefix **out);
+  /* The prefix's first `bytes` (whole granules; 0: all of it) at `offset`
+   * (a whole number of granules, checked by the dispatcher) of the
+   * reservation; the backend checks they fit it. */
   ortep_status (*map_prefix)(ortep_allocator *self, ortep_shared_prefix *prefix, void *allocation,
-                             size_t allocation_bytes, ortep_shared_commit_info *out);
+                             size_t allocation_bytes, size_t offset, size_t bytes, ortep_shared_commit_info *out);
   void (*destroy_prefix)(ortep_allocator *self, ortep_shared_prefix *prefix);
 } ortep_shared_mapping;
 
