@@ -15,6 +15,11 @@
  * is the next token. The sampler's block of each slot is written when a
  * request takes the slot; the device history is the slot's row.
  *
+ * A request's prompt may start with positions another slot has run the
+ * same way (a system prompt): the slot then takes their KV (kv.c: the
+ * whole pages mapped from one shared prefix, the last one copied) and its
+ * history instead of running them (take_prefix).
+ *
  * Nothing in a steady step allocates: rows, results and every slot's ids
  * are sized at open; a request's copy of its tokens is made when it ends.
  */
@@ -60,6 +65,7 @@ struct ortep_batch {
   ortep_decoder *d;
   ortep__decoder_parts p;
   size_t n_slots, capacity, budget, smallest_chunk;
+  bool share; /* prompts take what other slots ran (options.disable_prefix_sharing: never) */
   slot *slots;
   request **reqs; /* every request not forgotten, in the order added */
   size_t n_reqs, cap_reqs;
@@ -225,6 +231,7 @@ ortep_status ortep_batch_open(const char *model, const ortep_batch_options *opti
   atomic_flag_clear(&b->busy);
   b->n_slots = slots;
   b->next_id = 1;
+  b->share = !o.disable_prefix_sharing;
   ortep_status st = ortep__decoder_open_slots(model, &o.decoder, slots, &b->d);
   if (st == ORTEP_OK) {
     ortep__decoder_get_parts(b->d, &b->p);
@@ -375,6 +382,63 @@ static void device_failure(ortep_batch *b, request *r, uint32_t bits, size_t fir
                (unsigned long long)r->id, slot_index, first, first + count - 1, bits, desc, bad);
 }
 
+/* The plan of a prompt of n tokens (the decoder's): at `at`, the largest
+ * chunk that fits, greedily; below the smallest chunk, one token a row;
+ * past the prompt, one row a step (the tokens generated). */
+static size_t plan_step(const ortep_batch *b, size_t n, size_t at) {
+  if (at >= n || !b->smallest_chunk || n - at < b->smallest_chunk) return 1;
+  size_t g = b->p.n_seq_graphs;
+  while (g < b->p.n_graphs && b->p.tokens[g] > n - at) g++;
+  return b->p.tokens[g];
+}
+
+/* Slot si's row of the sampler's token history: ids at positions [0, n). */
+static ortep_status write_history(ortep_batch *b, size_t si, const int32_t *ids, size_t n) {
+  ortep_ep *ep;
+  void *ptr;
+  size_t bytes;
+  ortep_buffer h;
+  ortep_status st = ortep_session_value(b->p.session, ORTEP_INPUT_HISTORY, &ep, &ptr, &bytes);
+  if (st == ORTEP_OK)
+    st = ortep_buffer_wrap_borrowed_mut((char *)ptr + si * (bytes / b->n_slots), ortep_ep_device(ep), n * sizeof *ids,
+                                        1, &h);
+  return st == ORTEP_OK ? ortep_ep_copy_from_host(ep, ids, n * sizeof *ids, &h) : st;
+}
+
+/* A slot about to run its prompt takes the positions another slot has run
+ * the same way: the longest stretch of its plan that the other's plan cut
+ * into the same chunks, over the same tokens, short of the prompt's last
+ * token (whose logits draw the first token). Those positions' KV is then
+ * bitwise what the request would compute itself (the same graphs over the
+ * same tokens and the same earlier KV), so its tokens stay those of the
+ * request alone. Sharing is an economy: when it fails (memory), the slot
+ * runs the whole prompt instead. */
+static void take_prefix(ortep_batch *b, size_t si) {
+  slot *s = &b->slots[si];
+  request *r = s->r;
+  size_t best = 0, donor = 0;
+  for (size_t j = 0; j < b->n_slots; j++) {
+    const slot *o = &b->slots[j];
+    if (j == si || !o->r || !o->pos) continue;
+    size_t same = 0, limit = o->pos < r->n - 1 ? o->pos : r->n - 1;
+    while (same < limit && o->ids[same] == r->prompt[same]) same++;
+    size_t at = 0;
+    for (size_t t; at < same && (t = plan_step(b, r->n, at)) == plan_step(b, o->r->n, at) && at + t <= same;) at += t;
+    if (at > best) best = at, donor = j;
+  }
+  if (!best) return;
+  ortep_status st = ortep__kv_share_slot(b->p.kv, donor, si, best);
+  if (st == ORTEP_OK) st = write_history(b, si, r->prompt, best);
+  if (st != ORTEP_OK) {
+    ortep_clear_error();
+    if (ortep__kv_drop_slot(b->p.kv, si, 0) != ORTEP_OK) ortep_clear_error(); /* its pages stay for the next */
+    return;
+  }
+  memcpy(s->ids, r->prompt, best * sizeof *s->ids);
+  s->pos = s->fed = best;
+  b->st.shared_tokens += best;
+}
+
 /* Chunks of one slot's prompt (the decoder's plan), within what is left of
  * the step's budget (at least one chunk, so a long prompt always moves),
  * then one read of the last chunk's (token, word). */
@@ -384,9 +448,8 @@ static ortep_status prefill_slot(ortep_batch *b, size_t si, size_t *budget) {
   size_t first = s->pos, ran = 0;
   ortep_status st = ORTEP_OK;
   while (r->n - s->fed >= b->smallest_chunk && b->smallest_chunk) {
-    size_t g = b->p.n_seq_graphs, left = r->n - s->fed;
-    while (g < b->p.n_graphs && b->p.tokens[g] > left) g++;
-    size_t t = b->p.tokens[g];
+    size_t t = plan_step(b, r->n, s->fed), g = b->p.n_seq_graphs;
+    while (b->p.tokens[g] != t) g++;
     if (ran && t > *budget) break;
     if ((st = write_params(b)) != ORTEP_OK || (st = ortep__kv_hold_slot(b->p.kv, si, s->pos + t)) != ORTEP_OK) break;
     for (size_t i = 0; i < t; i++) b->chunk_pos[i] = (int32_t)(s->pos + i), b->chunk_slot[i] = (int32_t)si;
@@ -481,10 +544,12 @@ static ortep_status step(ortep_batch *b) {
   admit(b);
   size_t budget = b->budget;
   ortep_status st = ORTEP_OK;
-  for (size_t i = 0; st == ORTEP_OK && i < b->n_slots; i++)
-    if (b->slots[i].r && b->slots[i].r->state == ORTEP_REQUEST_PREFILLING && b->smallest_chunk &&
-        b->slots[i].r->n - b->slots[i].fed >= b->smallest_chunk && budget)
-      st = prefill_slot(b, i, &budget);
+  for (size_t i = 0; st == ORTEP_OK && i < b->n_slots; i++) {
+    slot *s = &b->slots[i];
+    if (!s->r || s->r->state != ORTEP_REQUEST_PREFILLING) continue;
+    if (b->share && s->pos == 0) take_prefix(b, i); /* after the slots before it ran this step's chunks */
+    if (b->smallest_chunk && s->r->n - s->fed >= b->smallest_chunk && budget) st = prefill_slot(b, i, &budget);
+  }
   if (st == ORTEP_OK) st = decode_rows(b);
   return st;
 }

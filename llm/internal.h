@@ -72,7 +72,13 @@ ortep_status ortep__kv_open(ortep_session *session, size_t layers, size_t slots,
 /* positions rounded up so that a slot of them (row_bytes each) is whole host pages */
 size_t ortep__kv_slot_capacity(size_t positions, size_t row_bytes);
 ortep_status ortep__kv_hold_slot(ortep__kv *kv, size_t slot, size_t positions);
+/* Keeps a slot's positions [0, positions): 0, or at least what it maps from a prefix. */
 ortep_status ortep__kv_drop_slot(ortep__kv *kv, size_t slot, size_t positions);
+/* Slot `to` (holding nothing) takes slot `from`'s first positions: the
+ * whole granules of them mapped read-only from one prefix per cache shared
+ * by the two (and by every slot that took them before), the rest copied.
+ * On failure the caller drops `to` to 0. */
+ortep_status ortep__kv_share_slot(ortep__kv *kv, size_t from, size_t to, size_t positions);
 void ortep__kv_close(ortep__kv *kv);
 /* Memory for positions [0, positions) in every cache (a no-op when held). */
 ortep_status ortep__kv_hold(ortep__kv *kv, size_t positions);

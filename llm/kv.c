@@ -16,6 +16,12 @@
  * are replaced by the same mapping, so N conversations that share a prompt
  * hold its KV once; the granule the prefix ends in stays private to each.
  *
+ * A batch's slots share one reservation per cache: a slot that starts with
+ * another's positions (a system prompt) maps the whole granules of them
+ * from one shared prefix per cache at its own range (map_prefix_at), the
+ * granule they end in copied; a prefix goes back with the last slot that
+ * maps it.
+ *
  * An EP whose memory has no virtual backing (a GPU without the VMM API)
  * gets its caches allocated whole, committed up front as before.
  */
@@ -68,7 +74,19 @@ struct ortep__kv {
    * + s] bytes of cache i from the slot's start. */
   size_t slots, stride;
   size_t *slot_held, *slot_committed;
+  /* Per cache and slot (i x slots + s), the prefix the slot maps its first
+   * slot_shared bytes from (NULL: none); prefix_bytes: theirs, each once. */
+  struct kv_prefix **slot_prefix;
+  size_t *slot_shared;
+  uint64_t prefix_bytes;
 };
+
+/* A prefix shared among a batch's slots (one cache's). */
+typedef struct kv_prefix {
+  ortep_shared_prefix *h;
+  size_t bytes; /* whole granules from a slot's start */
+  size_t users; /* slots mapping it */
+} kv_prefix;
 
 static ortep_allocator *allocator_for(ortep__kv_memory *m, ortep_ep *ep, ortep_status *st) {
   ortep_device dev = ortep_ep_device(ep);
@@ -114,10 +132,14 @@ ortep_status ortep__kv_open(ortep_session *s, size_t layers, size_t slots, size_
   kv_value *v = ortep__calloc(2 * layers + 1, sizeof *v);
   size_t *held = slots ? ortep__calloc(slots, sizeof *held) : NULL;
   size_t *committed = slots ? ortep__calloc(2 * layers * slots, sizeof *committed) : NULL;
-  if (!kv || !v || (slots && (!held || !committed))) {
-    ortep__free(kv), ortep__free(v), ortep__free(held), ortep__free(committed);
+  size_t *shared = slots ? ortep__calloc(2 * layers * slots, sizeof *shared) : NULL;
+  kv_prefix **prefix = slots ? ortep__calloc(2 * layers * slots, sizeof *prefix) : NULL;
+  if (!kv || !v || (slots && (!held || !committed || !shared || !prefix))) {
+    ortep__free(kv), ortep__free(v), ortep__free(held), ortep__free(committed), ortep__free(shared);
+    ortep__free(prefix);
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for the KV caches' bookkeeping");
   }
+  kv->slot_shared = shared, kv->slot_prefix = prefix;
   kv->v = v;
   kv->capacity = capacity;
   kv->mem = mem;
@@ -156,8 +178,17 @@ static size_t round_up(size_t bytes, size_t granule, size_t limit) {
   return r < limit ? r : limit;
 }
 
+static void unref_prefix(ortep__kv *kv, kv_value *x, kv_prefix *p) {
+  if (!p || --p->users) return;
+  kv->prefix_bytes -= p->bytes;
+  ortep_allocator_destroy_prefix(x->alloc, p->h); /* its memory goes with its last mapping */
+  ortep__free(p);
+}
+
 void ortep__kv_close(ortep__kv *kv) {
   if (!kv) return;
+  for (size_t i = 0; kv->slot_prefix && i < kv->n; i++)
+    for (size_t s = 0; s < kv->slots; s++) unref_prefix(kv, &kv->v[i], kv->slot_prefix[i * kv->slots + s]);
   for (size_t i = 0; i < kv->n; i++) {
     kv_value *x = &kv->v[i];
     if (x->alloc) {
@@ -170,6 +201,8 @@ void ortep__kv_close(ortep__kv *kv) {
   ortep__free(kv->v);
   ortep__free(kv->slot_held);
   ortep__free(kv->slot_committed);
+  ortep__free(kv->slot_shared);
+  ortep__free(kv->slot_prefix);
   ortep__free(kv);
 }
 
@@ -215,15 +248,82 @@ ortep_status ortep__kv_drop_slot(ortep__kv *kv, size_t slot, size_t positions) {
   ortep_status st = ORTEP_OK;
   for (size_t i = 0; st == ORTEP_OK && i < kv->n; i++) {
     kv_value *x = &kv->v[i];
-    size_t *have = &kv->slot_committed[i * kv->slots + slot];
+    size_t *have = &kv->slot_committed[i * kv->slots + slot], *shared = &kv->slot_shared[i * kv->slots + slot];
     if (!x->alloc) continue;
     size_t keep = round_up(positions * kv->row, ortep_allocator_granularity(x->alloc), kv->stride);
+    /* a slot ends whole (positions 0) or keeps what it maps: a batch never cuts into its shared prefix */
+    ortep__assert(keep >= *shared || keep == 0);
     if (keep >= *have) continue;
     uint64_t released = 0;
     ortep_commit_range r = {x->base, x->bytes, 4096, slot * kv->stride + keep, *have - keep};
-    if ((st = ortep_allocator_decommit(x->alloc, &r, &released)) == ORTEP_OK) *have = keep;
+    if ((st = ortep_allocator_decommit(x->alloc, &r, &released)) != ORTEP_OK) break;
+    *have = keep;
+    if (keep < *shared) {
+      unref_prefix(kv, x, kv->slot_prefix[i * kv->slots + slot]);
+      kv->slot_prefix[i * kv->slots + slot] = NULL, *shared = 0;
+    }
   }
   if (positions < kv->slot_held[slot]) kv->slot_held[slot] = positions;
+  return st;
+}
+
+/* Bytes [off, off + len) of a cache copied within it, through host memory. */
+static ortep_status copy_within(kv_value *x, size_t to, size_t from, size_t len);
+
+/* Slot `to` (empty) takes slot `from`'s first positions, cache by cache:
+ * their whole granules mapped from one prefix (from's own when it maps one
+ * at least that long, else a new one made of from's bytes and mapped into
+ * from too), the granule they end in copied. A failure leaves every cache
+ * either done or untouched; the caller drops `to`. */
+ortep_status ortep__kv_share_slot(ortep__kv *kv, size_t from, size_t to, size_t positions) {
+  ortep__assert(from < kv->slots && to < kv->slots && from != to && kv->slot_held[to] == 0 &&
+                positions <= kv->slot_held[from]);
+  size_t bytes = positions * kv->row;
+  ortep_status st = ORTEP_OK;
+  for (size_t i = 0; st == ORTEP_OK && i < kv->n; i++) {
+    kv_value *x = &kv->v[i];
+    size_t f = i * kv->slots + from, t = i * kv->slots + to;
+    size_t gran = x->alloc ? ortep_allocator_granularity(x->alloc) : 1;
+    size_t whole = x->alloc && ortep_allocator_has_shared_mapping(x->alloc) ? bytes / gran * gran : 0;
+    ortep_shared_commit_info info;
+    if (whole && (!kv->slot_prefix[f] || kv->slot_shared[f] < whole)) { /* a new prefix of from's granules */
+      kv_prefix *p = ortep__calloc(1, sizeof *p);
+      if (!p) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for a shared KV prefix");
+      char *at = (char *)x->base + from * kv->stride;
+      st = ortep_allocator_create_prefix(x->alloc, at, whole, &p->h);
+      if (st == ORTEP_OK)
+        st = ortep_allocator_map_prefix_at(x->alloc, p->h, x->base, x->bytes, from * kv->stride, 0, &info);
+      if (st != ORTEP_OK) {
+        ortep_allocator_destroy_prefix(x->alloc, p->h);
+        ortep__free(p);
+        return st;
+      }
+      unref_prefix(kv, x, kv->slot_prefix[f]); /* from's older, shorter prefix: every granule of it replaced */
+      *p = (kv_prefix){p->h, whole, 1};
+      kv->prefix_bytes += whole;
+      kv->slot_prefix[f] = p, kv->slot_shared[f] = whole;
+      if (kv->slot_committed[f] < whole) kv->slot_committed[f] = whole;
+    }
+    if (whole) {
+      kv_prefix *p = kv->slot_prefix[f];
+      if ((st = ortep_allocator_map_prefix_at(x->alloc, p->h, x->base, x->bytes, to * kv->stride, whole, &info)) !=
+          ORTEP_OK)
+        return st;
+      p->users++;
+      kv->slot_prefix[t] = p, kv->slot_shared[t] = kv->slot_committed[t] = whole;
+    }
+    if (bytes == whole) continue;
+    if (x->alloc) { /* the rest into private memory */
+      uint64_t added;
+      ortep_commit_range r = {x->base, x->bytes, 4096, to * kv->stride + whole,
+                              round_up(bytes, gran, kv->stride) - whole};
+      if ((st = ortep_allocator_commit(x->alloc, &r, &added)) != ORTEP_OK) return st;
+      kv->commits += added > 0;
+      kv->slot_committed[t] = whole + r.bytes;
+    }
+    st = copy_within(x, to * kv->stride + whole, from * kv->stride + whole, bytes - whole);
+  }
+  if (st == ORTEP_OK) kv->slot_held[to] = positions;
   return st;
 }
 
@@ -259,6 +359,15 @@ static ortep_status move_bytes(kv_value *x, size_t off, void *host, size_t len, 
   ortep_status st = ortep_buffer_wrap_borrowed_mut((char *)x->base + off, ortep_ep_device(x->ep), len, 1, &b);
   if (st != ORTEP_OK) return st;
   return to_host ? ortep_ep_copy_to_host(x->ep, &b, host, len) : ortep_ep_copy_from_host(x->ep, host, len, &b);
+}
+
+static ortep_status copy_within(kv_value *x, size_t to, size_t from, size_t len) {
+  void *tmp = ortep__malloc(len);
+  if (!tmp) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory to copy %zu bytes of KV", len);
+  ortep_status st = move_bytes(x, from, tmp, len, true);
+  if (st == ORTEP_OK) st = move_bytes(x, to, tmp, len, false);
+  ortep__free(tmp);
+  return st;
 }
 
 /* The shared prefix is read-only: a cache that keeps fewer positions than it
@@ -383,8 +492,10 @@ void ortep__kv_stats(const ortep__kv *kv, ortep__kv_usage *out) {
     out->reserved_bytes += kv->v[i].bytes;
     out->committed_bytes += kv->v[i].committed - kv->v[i].shared;
     out->shared_bytes += kv->v[i].shared;
-    for (size_t s = 0; s < kv->slots; s++) out->committed_bytes += kv->slot_committed[i * kv->slots + s];
+    for (size_t s = 0; s < kv->slots; s++)
+      out->committed_bytes += kv->slot_committed[i * kv->slots + s] - kv->slot_shared[i * kv->slots + s];
   }
+  out->shared_bytes += kv->prefix_bytes; /* a batch's prefixes, each once however many slots map it */
   out->commits = kv->commits;
   out->positions = kv->held;
   for (size_t s = 0; s < kv->slots; s++) out->positions += kv->slot_held[s];

@@ -353,6 +353,65 @@ START_TEST(joining_and_leaving_recaptures_nothing_and_steps_allocate_nothing) {
 }
 END_TEST
 
+/* Requests behind one system prompt: each takes the positions another slot
+ * ran the same way (ortep_batch_stats.shared_tokens), their pages held once
+ * (less KV memory than the same batch without sharing, at the same step),
+ * and every request's tokens are those it gives alone: greedy, and sampled
+ * with a repetition penalty (which reads the positions it took from the
+ * slot's history). A request that joins after the first one ended takes
+ * them from a slot that itself took them. */
+START_TEST(a_shared_system_prompt_is_held_once_and_changes_no_token) {
+  ortep_decoder_options o = {.max_seq_len = 256};
+  enum { SYS = 150, REQS = 5 };
+  static const size_t suffix[REQS] = {10, 30, 57, 90, 12};
+  static const size_t max_tokens[REQS] = {2, 20, 24, 16, 18};
+  static int32_t p[REQS][SYS + 90];
+  ortep_sampling penalised = sampled;
+  penalised.repetition_penalty = 1.6f;
+  ortep_generate_options g[REQS];
+  run want[REQS];
+  for (size_t k = 0; k < REQS; k++) {
+    for (size_t i = 0; i < SYS; i++) p[k][i] = (int32_t)((i * 13 + 3) % 241);
+    for (size_t i = 0; i < suffix[k]; i++) p[k][SYS + i] = (int32_t)((k * 31 + i * 7 + 1) % 239);
+    g[k] = (ortep_generate_options){
+        .max_tokens = max_tokens[k], .ignore_eos = true, .sampling = k % 2 ? &penalised : NULL};
+    want[k] = alone(g_dir, &o, p[k], SYS + suffix[k], &g[k]);
+  }
+  uint64_t held[2] = {0, 0};
+  for (int share = 1; share >= 0; share--) {
+    ortep_batch_options bo = {.decoder = o, .slots = 4, .disable_prefix_sharing = !share};
+    ortep_batch *b;
+    ck_assert_ok(ortep_batch_open(g_dir, &bo, &b));
+    sink *s = calloc(1, sizeof *s);
+    for (size_t k = 0; k < REQS - 1; k++) add(b, s, p[k], SYS + suffix[k], &g[k]);
+    ortep_request_info info;
+    do { /* until every prompt ran: the KV memory of four conversations */
+      ck_assert_ok(ortep_batch_step(b, NULL));
+      ck_assert_ok(ortep_batch_request(b, s->ids[3], &info));
+    } while (info.state == ORTEP_REQUEST_PREFILLING);
+    ortep_batch_stats st;
+    ortep_batch_get_stats(b, &st);
+    held[share] = st.kv.committed_bytes + st.kv.shared_bytes;
+    ck_assert_uint_eq(st.kv.shared_bytes > 0, share);
+    while (s->done < 1) ck_assert_ok(ortep_batch_step(b, NULL)); /* the first one ends: its slot goes */
+    add(b, s, p[REQS - 1], SYS + suffix[REQS - 1], &g[REQS - 1]);
+    ck_assert_ok(ortep_batch_run(b));
+    ck_assert_int_eq(s->done, REQS);
+    for (size_t k = 0; k < REQS; k++) expect_same(&want[k], &s->runs[k], share ? "sharing" : "not sharing", k);
+    ortep_batch_get_stats(b, &st);
+    /* 128 positions (the plans' first chunk) for each request but the first */
+    ck_assert_uint_eq(st.shared_tokens, share ? 128 * (REQS - 1) : 0);
+    ck_assert_uint_eq(st.prefill_tokens + st.shared_tokens,
+                      share ? st.prefill_tokens + 128 * (REQS - 1) : st.prefill_tokens);
+    ck_assert_uint_eq(st.kv.committed_bytes, 0); /* everything went back, prefixes too */
+    ck_assert_uint_eq(st.kv.shared_bytes, 0);
+    ortep_batch_close(b);
+    free(s);
+  }
+  ck_assert_uint_lt(held[1], held[0] * 2 / 3); /* four conversations' 128 shared positions, held once */
+}
+END_TEST
+
 /* Slot memory: committed as a slot's tokens arrive, given back when its
  * request ends; the whole context reserved, not committed. */
 START_TEST(slot_memory_follows_its_tokens) {
@@ -437,6 +496,7 @@ int main(void) {
   tcase_add_loop_test(tc, a_bad_token_fails_its_request_alone, 0, 2);
   tcase_add_test(tc, joining_and_leaving_recaptures_nothing_and_steps_allocate_nothing);
   tcase_add_test(tc, slot_memory_follows_its_tokens);
+  tcase_add_test(tc, a_shared_system_prompt_is_held_once_and_changes_no_token);
   tcase_add_test(tc, bad_arguments_are_refused_with_the_reason);
   suite_add_tcase(s, tc);
   return test_run(s);

@@ -21,6 +21,10 @@
  * from its own parameters, and one read of the B (token, error word) pairs.
  * Joining and leaving re-capture nothing; a steady step allocates nothing.
  *
+ * Prompts that start alike (a system prompt) hold those positions' KV once:
+ * a slot takes what another has run the same way instead of running it
+ * (ortep_batch_options.disable_prefix_sharing).
+ *
  * Determinism: every row of a batched step is computed exactly as the same
  * sequence alone would be (the Linear kernels' exact_rows), and a prompt is
  * cut into the same chunks a decoder cuts it into, so each request's tokens
@@ -60,6 +64,13 @@ typedef struct ortep_batch_options {
    * is spread over steps, so decoding sequences keep their pace); 0: the
    * largest chunk (256 unless decoder.prefill_chunk says otherwise) */
   size_t prefill_budget;
+  /* A prompt that starts with positions another slot has run the same way
+   * (a system prompt: the same tokens, cut into the same chunks) takes their
+   * KV instead of running them: the whole pages mapped read-only from one
+   * shared copy per cache, held once however many slots map it; the
+   * request's tokens and logits stay bitwise those it would compute alone.
+   * true: every prompt runs in full. */
+  bool disable_prefix_sharing;
 } ortep_batch_options;
 
 /* Opens model (model.h) for options->slots sequences; options may be NULL. */
@@ -146,9 +157,10 @@ typedef struct ortep_batch_stats {
   uint64_t decode_rows;         /* sequences over all decode steps (decode_rows / decode_steps: mean B) */
   uint64_t padded_rows;         /* rows of buckets left empty */
   uint64_t prefill_chunks, prefill_tokens;
-  uint64_t generated; /* tokens emitted, every request */
-  uint64_t captures;  /* graph captures of the batch's session since open */
-  ortep_kv_stats kv;  /* every slot's caches together */
+  uint64_t shared_tokens; /* prompt positions taken from another slot's KV instead of run */
+  uint64_t generated;     /* tokens emitted, every request */
+  uint64_t captures;      /* graph captures of the batch's session since open */
+  ortep_kv_stats kv;      /* every slot's caches together */
 } ortep_batch_stats;
 ORTEP_API void ortep_batch_get_stats(const ortep_batch *batch, ortep_batch_stats *out);
 /* The session (plans, per-graph stats: graph g < ortep_batch_graph_rows's
