@@ -7,6 +7,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "runtime/internal.h"
 #include "ortep/cuda_ep.h"
@@ -30,6 +31,14 @@ ortep_status ortep__wrap(ortep_status status, const char *fmt, ...) {
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   return H->wrap(status, "%s", buf);
+}
+/* The module's own, as the core's (status.c): a broken invariant is a bug,
+ * and the process stops before memory is corrupted. */
+void ortep__assert_fail(const char *expr, const char *file, int line) {
+  fprintf(stderr,
+          "ortep (CUDA module): internal invariant failed: %s (%s:%d); this is a bug in ortep, please report it\n",
+          expr, file, line);
+  abort();
 }
 void *ortep__malloc(size_t size) { return H->malloc(size); }
 void *ortep__calloc(size_t count, size_t size) { return H->calloc(count, size); }
