@@ -14,8 +14,9 @@
  * back when the handle and the last mapping are gone.
  *
  * Every reservation keeps one byte of state per page (reserved, private,
- * shared) and the ranges of its shared pages (internal.h), so a commit reports exactly the bytes it added and a decommit
- * exactly the bytes it gave back, whatever overlaps with earlier calls. A
+ * shared) and the ranges of its shared pages (internal.h), so a commit
+ * reports exactly the bytes it added and a decommit exactly the bytes it
+ * gave back, whatever overlaps with earlier calls. A
  * failed call changes nothing: pages are charged before they are mapped and
  * a partial mapping is undone. One mutex serialises the bookkeeping.
  */

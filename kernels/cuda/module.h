@@ -20,7 +20,7 @@
 #include "kernels/opset.h"
 #include "ortep/cuda_ep.h"
 
-#define ORTEP__CUDA_MODULE_ABI   4
+#define ORTEP__CUDA_MODULE_ABI   5 /* 5: the shared-mapping vtable's map_prefix takes an offset and a length */
 #define ORTEP__CUDA_MODULE_ENTRY "ortep_cuda_module_init"
 
 typedef struct ortep__cuda_host {
