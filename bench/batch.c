@@ -12,7 +12,10 @@
  * peak) measured in the same run, and the allocations per
  * steady step. Runs are interleaved over B (--runs rounds), medians. A
  * mixed workload follows: --mixed requests arriving one every few steps
- * while others decode.
+ * while others decode. With --system N, eight requests that open with the
+ * same N-token system prompt run once with prefix sharing and once without
+ * (two batches of the same options): the KV memory held once every prompt
+ * ran, the prompt tokens computed and the time to first token.
  */
 #include <getopt.h>
 #include <stdlib.h>
@@ -24,7 +27,7 @@
 
 static const char batch_usage[] =
     "usage: ortep-bench batch [model options] [--batches B,...] [--tokens N] [--prompt-len P] [--runs R]\n"
-    "                         [--mixed N] [--json FILE]\n"
+    "                         [--mixed N] [--system N] [--json FILE]\n"
     "\n"
     "Many sequences decoded together: aggregate and per-sequence tokens/s, per-token latency and\n"
     "time to first token for B concurrent sequences, the fraction of the read bound and of the sgemm\n"
@@ -35,6 +38,8 @@ static const char batch_usage[] =
     "  --prompt-len P   each prompt's tokens (default 16)\n"
     "  --runs R         interleaved rounds over the batch sizes (default 3; medians)\n"
     "  --mixed N        requests of the mixed workload, one joining every 4 steps (default 16; 0: none)\n"
+    "  --system N       eight requests opening with the same N-token system prompt, with and without\n"
+    "                   prefix sharing: KV held, prompt tokens run, time to first token (default 0: none)\n"
     "  --json FILE      also write the figures as JSON\n"
     "  -h, --help       this text\n";
 
@@ -43,7 +48,7 @@ static const char batch_usage[] =
 
 typedef struct batch_opts {
   tool_model m;
-  long batches[MAX_B], tokens, plen, runs, mixed;
+  long batches[MAX_B], tokens, plen, runs, mixed, system;
   size_t n_batches;
   const char *json_path;
 } batch_opts;
@@ -164,6 +169,7 @@ static int parse(int argc, char **argv, batch_opts *o) {
                                      {"prompt-len", required_argument, 0, 'p'},
                                      {"runs", required_argument, 0, 'r'},
                                      {"mixed", required_argument, 0, 'x'},
+                                     {"system", required_argument, 0, 's'},
                                      {"json", required_argument, 0, 'j'},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
@@ -192,6 +198,7 @@ static int parse(int argc, char **argv, batch_opts *o) {
       case 'p': rc = bench_parse_count("batch", "--prompt-len", optarg, 1, 100000, &o->plen); break;
       case 'r': rc = bench_parse_count("batch", "--runs", optarg, 1, MAX_ROUND, &o->runs); break;
       case 'x': rc = bench_parse_count("batch", "--mixed", optarg, 0, 256, &o->mixed); break;
+      case 's': rc = bench_parse_count("batch", "--system", optarg, 0, 100000, &o->system); break;
       case 'j': o->json_path = optarg; break;
     }
     if (rc) return rc;
@@ -243,6 +250,85 @@ static int mixed(const batch_opts *o, ortep_batch *b, size_t vocab, cJSON *root)
   cJSON_AddNumberToObject(m, "p99_ms", p99);
   free(prompt), free(k->gaps), free(k);
   return rc;
+}
+
+/* One pass of the system-prompt workload: SYS_REQS requests (the system
+ * prompt, then --prompt-len tokens of their own) added at once to a fresh
+ * batch of as many slots, run to their end: the most KV memory held after
+ * a step, the prompt tokens run in chunks, those taken from another slot. */
+#define SYS_REQS 8
+typedef struct sys_figures {
+  double kv_mib, ttft_ms, secs;
+  uint64_t prompt_tokens, shared_tokens;
+} sys_figures;
+static int system_pass(const batch_opts *o, ortep_config *cfg, size_t vocab, bool share, sys_figures *f) {
+  size_t n = (size_t)(o->system + o->plen);
+  ortep_batch_options bo = {.decoder = {.ep = o->m.ep, .max_seq_len = n + (size_t)o->tokens + 8, .config = cfg},
+                            .slots = SYS_REQS,
+                            .disable_prefix_sharing = !share};
+  ortep_batch *b = NULL;
+  sink *k = calloc(1, sizeof *k);
+  int32_t *prompt = malloc(n * sizeof *prompt);
+  int rc = !k || !prompt ? fail("no memory") : 0;
+  if (!rc && ortep_batch_open(o->m.dir, &bo, &b) != ORTEP_OK) rc = fail("opening the batch");
+  ortep_generate_options g = {.max_tokens = (size_t)o->tokens, .ignore_eos = true};
+  double t0 = bench_now_ns();
+  ortep_request_id last = 0;
+  for (size_t i = 0; !rc && i < SYS_REQS; i++) {
+    for (size_t t = 0; t < n; t++)
+      prompt[t] = (int32_t)((t < (size_t)o->system ? t * 7919u + 13u : t * 31u + i * 131u + 5u) % vocab);
+    if (ortep_batch_add(b, prompt, n, &g, on_event, k, &last) != ORTEP_OK) rc = fail("adding");
+    if (!rc && i == 0) k->first = last;
+    if (!rc) k->s[i].added_ns = bench_now_ns();
+  }
+  ortep_batch_stats st;
+  uint64_t peak = 0;
+  for (size_t active = 1; !rc && active;) { /* the KV held at its peak: after a step */
+    if (ortep_batch_step(b, &active) != ORTEP_OK) rc = fail("a step");
+    ortep_batch_get_stats(b, &st);
+    if (st.kv.committed_bytes + st.kv.shared_bytes > peak) peak = st.kv.committed_bytes + st.kv.shared_bytes;
+  }
+  if (!rc) {
+    f->kv_mib = (double)peak / 1048576.0;
+    f->secs = (bench_now_ns() - t0) / 1e9;
+    ortep_batch_get_stats(b, &st);
+    f->prompt_tokens = st.prefill_tokens;
+    f->shared_tokens = st.shared_tokens;
+    double ttft = 0;
+    for (size_t i = 0; i < SYS_REQS; i++) ttft += k->s[i].first_ns - k->s[i].added_ns;
+    f->ttft_ms = ttft / SYS_REQS / 1e6;
+  }
+  ortep_batch_close(b);
+  free(prompt), free(k);
+  return rc;
+}
+
+static int system_prompt(const batch_opts *o, ortep_config *cfg, size_t vocab, cJSON *root) {
+  if (!o->system) return 0;
+  sys_figures f[2] = {{0}};
+  int rc = system_pass(o, cfg, vocab, true, &f[0]);
+  if (!rc) rc = system_pass(o, cfg, vocab, false, &f[1]);
+  if (rc) return rc;
+  printf("\nsystem prompt: %d requests of a %ld-token system prompt and %ld tokens of their own, %d slots\n", SYS_REQS,
+         o->system, o->plen, SYS_REQS);
+  printf("  %-12s %12s %14s %14s %14s %10s\n", "", "KV peak MiB", "chunk tokens", "shared tokens", "ttft ms (mean)",
+         "wall s");
+  cJSON *arr = cJSON_AddArrayToObject(root, "system_prompt");
+  for (int i = 0; i < 2; i++) {
+    printf("  %-12s %12.2f %14llu %14llu %14.1f %10.2f\n", i ? "not sharing" : "sharing", f[i].kv_mib,
+           (unsigned long long)f[i].prompt_tokens, (unsigned long long)f[i].shared_tokens, f[i].ttft_ms, f[i].secs);
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddBoolToObject(e, "prefix_sharing", !i);
+    cJSON_AddNumberToObject(e, "requests", SYS_REQS);
+    cJSON_AddNumberToObject(e, "system_tokens", (double)o->system);
+    cJSON_AddNumberToObject(e, "kv_peak_bytes", f[i].kv_mib * 1048576.0);
+    cJSON_AddNumberToObject(e, "prompt_tokens_run", (double)f[i].prompt_tokens);
+    cJSON_AddNumberToObject(e, "shared_tokens", (double)f[i].shared_tokens);
+    cJSON_AddNumberToObject(e, "time_to_first_token_ms", f[i].ttft_ms);
+    cJSON_AddNumberToObject(e, "seconds", f[i].secs);
+    cJSON_AddItemToArray(arr, e);
+  }
+  return 0;
 }
 
 int bench_batch_main(int argc, char **argv) {
@@ -369,6 +455,7 @@ int bench_batch_main(int argc, char **argv) {
     if (peak > 0) cJSON_AddNumberToObject(root, "gemm_peak_gflops", peak);
     cJSON_AddNumberToObject(root, "weight_bytes", (double)weight_bytes);
     rc = mixed(&o, b, vocab, root);
+    if (!rc) rc = system_prompt(&o, cfg, vocab, root);
     ortep_batch_get_stats(b, &ss);
     cJSON_AddNumberToObject(root, "captures", (double)ss.captures);
   }

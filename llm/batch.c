@@ -405,38 +405,53 @@ static ortep_status write_history(ortep_batch *b, size_t si, const int32_t *ids,
   return st == ORTEP_OK ? ortep_ep_copy_from_host(ep, ids, n * sizeof *ids, &h) : st;
 }
 
+/* How many of r's first positions slot o computes as r would alone: the
+ * same tokens, cut into the same chunks by both plans, short of r's last
+ * prompt token (whose logits draw its first token). ran: what o holds
+ * already; else what o will hold once its prompt ran. */
+static size_t same_way(const ortep_batch *b, const request *r, const slot *o, bool ran) {
+  const int32_t *ids = ran ? o->ids : o->r->prompt;
+  size_t have = ran ? o->pos : o->r->n, same = 0, limit = have < r->n - 1 ? have : r->n - 1;
+  while (same < limit && ids[same] == r->prompt[same]) same++;
+  size_t at = 0;
+  for (size_t t; at < same && (t = plan_step(b, r->n, at)) == plan_step(b, o->r->n, at) && at + t <= same;) at += t;
+  return at;
+}
+
 /* A slot about to run its prompt takes the positions another slot has run
- * the same way: the longest stretch of its plan that the other's plan cut
- * into the same chunks, over the same tokens, short of the prompt's last
- * token (whose logits draw the first token). Those positions' KV is then
- * bitwise what the request would compute itself (the same graphs over the
- * same tokens and the same earlier KV), so its tokens stay those of the
- * request alone. Sharing is an economy: when it fails (memory), the slot
- * runs the whole prompt instead. */
-static void take_prefix(ortep_batch *b, size_t si) {
+ * the same way (same_way): those positions' KV is then bitwise what the
+ * request would compute itself (the same graphs over the same tokens and
+ * the same earlier KV), so its tokens stay those of the request alone.
+ * While a slot that has started its prompt is still computing more of
+ * them, it waits for it instead (returns true): running them itself would
+ * only compute them twice. A slot that has started never waits, so no two
+ * wait for each other. Sharing is an economy: when it fails (memory), the
+ * slot runs the whole prompt instead. */
+static bool take_prefix(ortep_batch *b, size_t si) {
   slot *s = &b->slots[si];
   request *r = s->r;
   size_t best = 0, donor = 0;
+  bool wait = false;
   for (size_t j = 0; j < b->n_slots; j++) {
     const slot *o = &b->slots[j];
     if (j == si || !o->r || !o->pos) continue;
-    size_t same = 0, limit = o->pos < r->n - 1 ? o->pos : r->n - 1;
-    while (same < limit && o->ids[same] == r->prompt[same]) same++;
-    size_t at = 0;
-    for (size_t t; at < same && (t = plan_step(b, r->n, at)) == plan_step(b, o->r->n, at) && at + t <= same;) at += t;
+    size_t at = same_way(b, r, o, true);
     if (at > best) best = at, donor = j;
+    wait |= o->r->state == ORTEP_REQUEST_PREFILLING && same_way(b, r, o, false) > at;
   }
-  if (!best) return;
+  if (wait) return true;
+  if (!best) return false;
   ortep_status st = ortep__kv_share_slot(b->p.kv, donor, si, best);
   if (st == ORTEP_OK) st = write_history(b, si, r->prompt, best);
   if (st != ORTEP_OK) {
     ortep_clear_error();
     if (ortep__kv_drop_slot(b->p.kv, si, 0) != ORTEP_OK) ortep_clear_error(); /* its pages stay for the next */
-    return;
+    return false;
   }
   memcpy(s->ids, r->prompt, best * sizeof *s->ids);
   s->pos = s->fed = best;
   b->st.shared_tokens += best;
+  return false;
 }
 
 /* Chunks of one slot's prompt (the decoder's plan), within what is left of
@@ -547,7 +562,7 @@ static ortep_status step(ortep_batch *b) {
   for (size_t i = 0; st == ORTEP_OK && i < b->n_slots; i++) {
     slot *s = &b->slots[i];
     if (!s->r || s->r->state != ORTEP_REQUEST_PREFILLING) continue;
-    if (b->share && s->pos == 0) take_prefix(b, i); /* after the slots before it ran this step's chunks */
+    if (b->share && s->pos == 0 && take_prefix(b, i)) continue; /* after the slots before it ran this step's chunks */
     if (b->smallest_chunk && s->r->n - s->fed >= b->smallest_chunk && budget) st = prefill_slot(b, i, &budget);
   }
   if (st == ORTEP_OK) st = decode_rows(b);

@@ -412,6 +412,102 @@ START_TEST(a_shared_system_prompt_is_held_once_and_changes_no_token) {
 }
 END_TEST
 
+/* Followers wait for a leader that is still computing their common
+ * prefix, then take all of it: with one chunk a step (prefill_budget 1),
+ * the leader's 208-token prompt runs 128, then 64, then its own 16; each
+ * follower takes 192 positions, not the 128 there after the first step.
+ * A leader cancelled halfway leaves nothing to wait for: the next slot
+ * leads, and the other two wait for it. Tokens are always those alone. */
+START_TEST(followers_wait_for_the_leaders_chunks) {
+  ortep_decoder_options o = {.max_seq_len = 256};
+  enum { SYS = 200, N = 208, REQS = 4 };
+  static int32_t p[REQS][N];
+  ortep_generate_options g = {.max_tokens = 6, .ignore_eos = true};
+  run want[REQS];
+  for (size_t k = 0; k < REQS; k++) {
+    for (size_t i = 0; i < N; i++) p[k][i] = (int32_t)(i < SYS ? (i * 13 + 3) % 241 : (k * 31 + i * 7 + 1) % 239);
+    want[k] = alone(g_dir, &o, p[k], N, &g);
+  }
+  for (int cancel = 0; cancel < 2; cancel++) {
+    ortep_batch_options bo = {.decoder = o, .slots = REQS, .prefill_budget = 1};
+    ortep_batch *b;
+    ck_assert_ok(ortep_batch_open(g_dir, &bo, &b));
+    sink *s = calloc(1, sizeof *s);
+    for (size_t k = 0; k < REQS; k++) add(b, s, p[k], N, &g);
+    ck_assert_ok(ortep_batch_step(b, NULL)); /* the leader's first chunk: the others wait */
+    ortep_batch_stats st;
+    ortep_batch_get_stats(b, &st);
+    ck_assert_uint_eq(st.prefill_tokens, 128);
+    ck_assert_uint_eq(st.shared_tokens, 0);
+    if (cancel) ck_assert_ok(ortep_batch_cancel(b, s->ids[0]));
+    ck_assert_ok(ortep_batch_run(b));
+    ortep_batch_get_stats(b, &st);
+    ck_assert_uint_eq(st.shared_tokens, 192 * (cancel ? REQS - 2 : REQS - 1));
+    ck_assert_int_eq(s->done, cancel ? REQS - 1 : REQS);
+    for (size_t k = cancel; k < REQS; k++)
+      expect_same(&want[k], &s->runs[k], cancel ? "leader cancelled" : "waiting", k);
+    ck_assert_uint_eq(st.kv.committed_bytes + st.kv.shared_bytes, 0);
+    ortep_batch_close(b);
+    free(s);
+  }
+}
+END_TEST
+
+/* Memory failing at every call in turn while a second request takes a
+ * first one's prompt (slot commits, the prefix, its mappings, the copied
+ * page): each request ends DONE with the tokens it gives alone (a failed
+ * share runs the whole prompt instead) or FAILED naming the injected
+ * failure, and every page and prefix goes back. */
+START_TEST(a_failed_share_loses_nothing) {
+  ortep_decoder_options o = {.max_seq_len = 256};
+  int32_t p[150];
+  for (size_t i = 0; i < 150; i++) p[i] = (int32_t)((i * 13 + 3) % 241);
+  ortep_generate_options g = {.max_tokens = 5, .ignore_eos = true};
+  run want = alone(g_dir, &o, p, 150, &g);
+  bool fell_back = false, failed = false;
+  uint64_t failures = 1;
+  for (uint64_t nth = 1; failures; nth++) {
+    ortep_governor *gov;
+    ortep_allocator *vm, *fa;
+    ck_assert_ok(ortep_governor_create(&gov));
+    ck_assert_ok(ortep_host_virtual_allocator_create(gov, &vm));
+    ck_assert_ok(ortep_fault_allocator_create(vm, &fa));
+    ortep_decoder_options fo = o;
+    fo.host_allocator = fa;
+    ortep_batch *b = open_batch(g_dir, 2, &fo);
+    sink *s = calloc(1, sizeof *s);
+    add(b, s, p, 150, &g); /* warm-up: the graphs captured, the arenas planned */
+    ck_assert_ok(ortep_batch_run(b));
+    ortep_fault_allocator_arm(fa, nth, false);
+    add(b, s, p, 150, &g);
+    add(b, s, p, 150, &g);
+    ck_assert_ok(ortep_batch_run(b));
+    failures = ortep_fault_allocator_failures(fa);
+    ck_assert_int_eq(s->done + s->failed, 3);
+    for (size_t k = 0; k < 3; k++)
+      if (s->runs[k].result.generated == 5) expect_same(&want, &s->runs[k], "with a failure injected", k);
+    if (s->failed) ck_assert_msg(strstr(s->message, "injected failure"), "%s", s->message);
+    ortep_batch_stats st;
+    ortep_batch_get_stats(b, &st);
+    fell_back |= failures && !s->failed && st.shared_tokens == 0;
+    failed |= s->failed > 0;
+    ck_assert_uint_eq(st.kv.committed_bytes, 0);
+    ck_assert_uint_eq(st.kv.shared_bytes, 0);
+    ortep_batch_close(b);
+    free(s);
+    ortep_mem_stats ms;
+    ck_assert_ok(ortep_allocator_get_stats(vm, &ms));
+    ck_assert_uint_eq(ms.current_bytes, 0); /* every page and prefix back */
+    ortep_allocator_destroy(fa);
+    ortep_allocator_destroy(vm);
+    ortep_governor_destroy(gov);
+    ck_assert_uint_lt(nth, 200);
+  }
+  ck_assert(fell_back); /* some failure hit the share itself */
+  ck_assert(failed);    /* and some a commit the request needed */
+}
+END_TEST
+
 /* Slot memory: committed as a slot's tokens arrive, given back when its
  * request ends; the whole context reserved, not committed. */
 START_TEST(slot_memory_follows_its_tokens) {
@@ -497,6 +593,8 @@ int main(void) {
   tcase_add_test(tc, joining_and_leaving_recaptures_nothing_and_steps_allocate_nothing);
   tcase_add_test(tc, slot_memory_follows_its_tokens);
   tcase_add_test(tc, a_shared_system_prompt_is_held_once_and_changes_no_token);
+  tcase_add_test(tc, a_failed_share_loses_nothing);
+  tcase_add_test(tc, followers_wait_for_the_leaders_chunks);
   tcase_add_test(tc, bad_arguments_are_refused_with_the_reason);
   suite_add_tcase(s, tc);
   return test_run(s);

@@ -81,6 +81,7 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
       {"prefill --layout rows", "--layout 'rows' is not one of auto, blocked, row_major"},
       {"prefill --products fast", "--products 'fast' is not one of auto, bf16, f32"},
       {"batch --batches 0", "--batches '0' is not a whole number in [1, 64]"},
+      {"batch --system -1", "--system '-1'"},
       {"decode --threads 0", "--threads '0' is not a whole number in [1, 1024]"},
       {"prefill --threads 2000", "--threads '2000'"},
       {"tokenizer --added 10,0", "--added '0'"},
@@ -99,7 +100,7 @@ END_TEST
 
 START_TEST(help_for_every_command) {
   const char *cmds[] = {"--help",         "decode --help",    "alloc --help", "replay --help",
-                        "prefill --help", "tokenizer --help", "kv --help"};
+                        "prefill --help", "tokenizer --help", "kv --help",    "batch --help"};
   for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) ck_assert_int_eq(bench(NULL, cmds[i], NULL, 0), 0);
 }
 END_TEST
@@ -322,10 +323,12 @@ END_TEST
 /* ortep-bench batch on the tiny preset: one JSON entry per B with its
  * sequences, tokens/s, allocations per steady step (none) and GFLOP/s as a
  * fraction of the EP's own Linear rate (the GEMM peak, measured in the run),
- * and the mixed workload. */
+ * the mixed workload, and the system-prompt workload: sharing holds less
+ * KV and runs fewer prompt tokens than not sharing. */
 START_TEST(batch_reports_every_batch_size) {
   char err[4096], args[256];
-  snprintf(args, sizeof args, "batch --batches 1,2 --tokens 3 --runs 1 --mixed 2 --json %s/bt.json", g_tmp);
+  snprintf(args, sizeof args, "batch --batches 1,2 --tokens 20 --runs 1 --mixed 2 --system 100 --json %s/bt.json",
+           g_tmp);
   ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
   cJSON *j = read_json("bt.json");
   const cJSON *arr = cJSON_GetObjectItem(j, "batches");
@@ -340,6 +343,17 @@ START_TEST(batch_reports_every_batch_size) {
   ck_assert_double_gt(cJSON_GetObjectItem(j, "gemm_peak_gflops")->valuedouble, 0);
   ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "mixed"));
   ck_assert_int_ge(cJSON_GetObjectItem(j, "captures")->valueint, 2); /* the buckets of 1 and 2, prompt chunks */
+  const cJSON *sys = cJSON_GetObjectItem(j, "system_prompt");
+  ck_assert_int_eq(cJSON_GetArraySize(sys), 2);
+  const cJSON *on = cJSON_GetArrayItem(sys, 0), *off = cJSON_GetArrayItem(sys, 1);
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(on, "prefix_sharing")));
+  ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(off, "prefix_sharing")));
+  ck_assert_double_gt(cJSON_GetObjectItem(on, "shared_tokens")->valuedouble, 0);
+  ck_assert_double_eq(cJSON_GetObjectItem(off, "shared_tokens")->valuedouble, 0);
+  ck_assert_double_lt(cJSON_GetObjectItem(on, "kv_peak_bytes")->valuedouble,
+                      cJSON_GetObjectItem(off, "kv_peak_bytes")->valuedouble);
+  ck_assert_double_lt(cJSON_GetObjectItem(on, "prompt_tokens_run")->valuedouble,
+                      cJSON_GetObjectItem(off, "prompt_tokens_run")->valuedouble);
   cJSON_Delete(j);
   ck_assert_msg(strstr(stdout_text(), "of gemm: the EP Linear"), "%.2000s", stdout_text());
 }

@@ -67,8 +67,9 @@ typedef struct ortep_batch_options {
   /* A prompt that starts with positions another slot has run the same way
    * (a system prompt: the same tokens, cut into the same chunks) takes their
    * KV instead of running them: the whole pages mapped read-only from one
-   * shared copy per cache, held once however many slots map it; the
-   * request's tokens and logits stay bitwise those it would compute alone.
+   * shared copy per cache, held once however many slots map it (and waits
+   * for a slot still computing more of them); the request's tokens and
+   * logits stay bitwise those it would compute alone (docs/batch.md).
    * true: every prompt runs in full. */
   bool disable_prefix_sharing;
 } ortep_batch_options;
