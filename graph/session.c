@@ -110,7 +110,8 @@ typedef struct variant {
   size_t kernel_nodes; /* device kernels its live segments hold */
   char fallback[FALLBACK_BYTES];
   uint64_t n_run, captures, retries;
-  ortep_node_id *order; /* while building: the topological order and each node's EP */
+  uint64_t device_loops; /* runs through run_graph_while that looped on the EP (one launch each) */
+  ortep_node_id *order;  /* while building: the topological order and each node's EP */
   uint32_t *where;
 } variant;
 
@@ -1189,6 +1190,61 @@ ortep_status ortep_session_read(ortep_session *s, const char *name, void *dst, s
   return ortep_ep_copy_to_host(s->eps[s->slots[sl].ep].ep, &b, dst, len);
 }
 
+/* Whether graph var runs as one launch of one captured segment on the EP
+ * that holds flag slot sl, and that EP repeats segments itself. */
+static bool loops_on_device(const ortep_session *s, const variant *var, uint32_t sl) {
+  if (var->mode != ORTEP_RUN_GRAPH || !var->captured || var->n_units != 1 || !var->units[0].segment) return false;
+  if (var->units[0].ep != s->slots[sl].ep) return false;
+  return ortep_ep_get_capabilities(s->eps[var->units[0].ep].ep).device_loops;
+}
+
+/* The loop (session.h): on the EP when the graph is one segment there (one
+ * launch, no sync between iterations), else from here, reading the flag
+ * after each run. The first run of a graph is always from here: it runs
+ * eagerly and captures (run_once's warm-up), and the flag then says
+ * whether the loop goes on, on the EP from then. */
+static ortep_status run_while(ortep_session *s, variant *var, uint32_t sl, size_t max_iterations) {
+  ortep_buffer flag = view(s, sl, false);
+  ortep_ep *ep = s->eps[s->slots[sl].ep].ep;
+  for (size_t done = 0; done < max_iterations;) {
+    if (loops_on_device(s, var, sl)) {
+      ortep__trace_push(ORTEP__TRACE_REPLAY_SEGMENT, ortep__trace_segment_payload(0, var->units[0].count));
+      ortep_status st = ortep_ep_replay_segment_while(s->eps[var->units[0].ep].ep, var->units[0].ep_segment,
+                                                      (const int32_t *)s->slots[sl].ptr, max_iterations - done);
+      ortep__trace_pop();
+      if (st == ORTEP_OK) var->n_run++, var->device_loops++;
+      return st;
+    }
+    ortep_status st = ortep__trace_maybe_on() ? run_traced(s, var) : run_untraced(s, var);
+    if (st != ORTEP_OK) return st;
+    int32_t go = 0;
+    if (++done < max_iterations && (st = ortep_ep_copy_to_host(ep, &flag, &go, sizeof go)) != ORTEP_OK) return st;
+    if (!go) break;
+  }
+  return ORTEP_OK;
+}
+
+ortep_status ortep_session_run_graph_while(ortep_session *s, size_t graph, const char *flag, size_t max_iterations) {
+  if (!s) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_run_graph_while: session is NULL");
+  if (graph >= s->n_graphs)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "ortep_session_run_graph_while: graph %zu of a session of %zu", graph,
+                       s->n_graphs);
+  if (!max_iterations)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_session_run_graph_while: max_iterations is 0; give at least 1");
+  uint32_t sl = 0;
+  ortep_status st = find_usable(s, flag, "ortep_session_run_graph_while: the flag", &sl);
+  if (st != ORTEP_OK) return st;
+  if (s->slots[sl].dtype != ORTEP_DTYPE_I32 || s->slots[sl].bytes < sizeof(int32_t))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "ortep_session_run_graph_while: the flag '%s' must be an i32 value the graph writes, got %s",
+                       flag, ortep_dtype_name(s->slots[sl].dtype));
+  if (s->unbound) return unbound(s, "ortep_session_run_graph_while");
+  if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire)) return busy();
+  st = run_while(s, &s->graphs[graph], sl, max_iterations);
+  atomic_flag_clear_explicit(&s->running, memory_order_release);
+  return st;
+}
+
 /* --- introspection ---------------------------------------------------------------------- */
 bool ortep_session_initializer_prepared(const ortep_session *s, const char *name) {
   return ortep_session_initializer_form(s, name, NULL, NULL);
@@ -1243,6 +1299,7 @@ ortep_status ortep_session_get_graph_stats(const ortep_session *s, size_t graph,
     out->graph_updates += f;
   }
   out->steps = var->n_run;
+  out->device_loops = var->device_loops;
   out->captures = var->captures;
   out->capture_retries = var->retries;
   out->fallback_reason = var->fallback[0] ? var->fallback : NULL;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "feed.h"
 #include "opset.h"
 
 typedef struct ctx {
@@ -570,6 +571,33 @@ static bool check_select(ctx *c) {
   return true;
 }
 
+/* ortep:FeedToken, after SelectToken in a decode step (kernels/feed.h):
+ * inputs [result i32 [2], token_ids i32 [1], positions i32 [1], stop mask
+ * u8 [V], loop state i32 [ORTEP__FEED_HEADER + kmax]], output the loop
+ * flag i32 [1]. It writes its token and position inputs and the state in
+ * place, as SelectToken writes the history: all three persist between
+ * steps (graph inputs), so a step repeated on the device feeds itself. */
+static bool check_feed(ctx *c) {
+  if (!common(c, 5, 5, false)) return false;
+  if (c->dtypes[0] != ORTEP_DTYPE_I32 || numel(&c->shapes[0]) != 2)
+    return refuse(c, "input 0 must be SelectToken's result: 2 i32 (token, error word)");
+  if (c->dtypes[1] != ORTEP_DTYPE_I32 || numel(&c->shapes[1]) != 1 || c->dtypes[2] != ORTEP_DTYPE_I32 ||
+      numel(&c->shapes[2]) != 1)
+    return refuse(c, "token_ids and positions must be one i32 each: a decode step of one token");
+  if (c->dtypes[3] != ORTEP_DTYPE_U8 || numel(&c->shapes[3]) == 0)
+    return refuse(c, "input 3 must be the stop mask: u8, one byte per id of the vocabulary");
+  size_t words = numel(&c->shapes[4]);
+  if (c->dtypes[4] != ORTEP_DTYPE_I32 || words <= ORTEP__FEED_HEADER || words > ORTEP__FEED_HEADER + ORTEP__FEED_MAX)
+    return refuse(c, "input 4 must be the loop state: i32 [%d + K], K in [1, %d] (kernels/feed.h)", ORTEP__FEED_HEADER,
+                  ORTEP__FEED_MAX);
+  if (!out_present(c, 0)) return refuse(c, "output 0, the loop flag (i32 [1]), is missing");
+  if (c->k) {
+    c->k->kind = ORTEP__OP_FEED;
+    c->k->p.feed.vocab = numel(&c->shapes[3]), c->k->p.feed.kmax = words - ORTEP__FEED_HEADER;
+  }
+  return true;
+}
+
 static bool check_noop(ctx *c) {
   if (!common(c, 0, 64, false)) return false;
   if (c->k) c->k->kind = ORTEP__OP_NOOP;
@@ -579,7 +607,8 @@ static bool check_noop(ctx *c) {
 static const char supported_list[] =
     "Gather, MatMul, Gemm, Add, Mul, Sigmoid, Softmax, ArgMax, SimplifiedLayerNormalization, ortep:SiLUMul, "
     "com.microsoft:FusedMatMul, com.microsoft:SkipSimplifiedLayerNormalization, com.microsoft:RotaryEmbedding, "
-    "com.microsoft:GroupQueryAttention, ortep:Linear, ortep:Embedding, ortep:SelectToken, ortep:Noop";
+    "com.microsoft:GroupQueryAttention, ortep:Linear, ortep:Embedding, ortep:SelectToken, ortep:FeedToken, "
+    "ortep:Noop";
 
 static bool check(ctx *c) {
   const char *op = ortep_node_op_type(c->node), *dom = ortep_node_domain(c->node);
@@ -605,6 +634,7 @@ static bool check(ctx *c) {
   if (own && !strcmp(op, "Linear")) return check_linear(c);
   if (own && !strcmp(op, "Embedding")) return check_embedding(c);
   if (own && !strcmp(op, "SelectToken")) return check_select(c);
+  if (own && !strcmp(op, "FeedToken")) return check_feed(c);
   return refuse(c,
                 "the op %s%s%s is not implemented; %s supports %s. Rewrite the model with these ops or "
                 "register an EP that has it",

@@ -26,6 +26,7 @@ typedef enum ortep__op_kind {
   ORTEP__OP_NOOP,
   ORTEP__OP_LINEAR,
   ORTEP__OP_SELECT,
+  ORTEP__OP_FEED,
 } ortep__op_kind;
 
 #define ORTEP__LINEAR_GROUPS 3
@@ -96,6 +97,10 @@ typedef struct ortep__op_params {
       size_t n, tokens, cap;
       size_t rows, slots; /* slots=1: the slots and the logits' rows; 0 and 1 for one sequence */
     } sel;
+    /* ortep:FeedToken (kernels/feed.h): the stop mask's ids, the launch's most steps */
+    struct {
+      size_t vocab, kmax;
+    } feed;
     /* ortep:Linear: y_g = x W_g^T (+ b_g) for up to 3 groups sharing x; or
      * gate_up: y_0 = SiLU(x W_0^T + b_0) * (x W_1^T + b_1); residual adds an
      * f32 value to y_0 (a single group). blocked: every W_g is in the

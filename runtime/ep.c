@@ -101,7 +101,7 @@ uint32_t ortep_ep_id(const ortep_ep *ep) { return ep ? ep->id : 0; }
 
 ortep_ep_capabilities ortep_ep_get_capabilities(const ortep_ep *ep) {
   if (ep && ep->vtable->capabilities) return ep->vtable->capabilities(ep);
-  return (ortep_ep_capabilities){false, false, ep && ortep_device_is_host_accessible(ep->device)};
+  return (ortep_ep_capabilities){false, false, ep && ortep_device_is_host_accessible(ep->device), false};
 }
 
 ortep_status ortep_ep_initialize(ortep_ep *ep, const ortep_config *config) {
@@ -393,6 +393,20 @@ ortep_status ortep_ep_replay_segment(ortep_ep *ep, size_t index) {
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: segment %zu does not exist (%zu captured)", ortep_ep_name(ep), index,
                        have);
   return ep->vtable->replay_segment(ep, index);
+}
+ortep_status ortep_ep_replay_segment_while(ortep_ep *ep, size_t index, const int32_t *flag, size_t max_iterations) {
+  NEED_EP(ep, "ortep_ep_replay_segment_while");
+  GRAPH_DEFAULT(replay_segment_while, "replaying a device graph in a loop");
+  if (!flag || !max_iterations)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: replay_segment_while: %s", ortep_ep_name(ep),
+                       flag ? "max_iterations is 0; give at least 1" : "the flag is NULL");
+  if (ortep_ep_capture_active(ep))
+    return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: replay while a capture is open", ortep_ep_name(ep));
+  size_t have = ortep_ep_segment_count(ep);
+  if (index >= have)
+    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: segment %zu does not exist (%zu captured)", ortep_ep_name(ep), index,
+                       have);
+  return ep->vtable->replay_segment_while(ep, index, flag, max_iterations);
 }
 ortep_status ortep_ep_reset_graph(ortep_ep *ep, bool *had_graph) {
   NEED_EP(ep, "ortep_ep_reset_graph");

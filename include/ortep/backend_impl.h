@@ -114,6 +114,9 @@ typedef struct ortep_ep_vtable {
   ortep_status (*abort_capture)(ortep_ep *self);
   ortep_status (*replay)(ortep_ep *self);
   ortep_status (*replay_segment)(ortep_ep *self, size_t index);
+  /* Optional (capabilities.device_loops): the dispatcher checked the capture
+   * state, the index, flag and max_iterations (ep.h). */
+  ortep_status (*replay_segment_while)(ortep_ep *self, size_t index, const int32_t *flag, size_t max_iterations);
   ortep_status (*reset_graph)(ortep_ep *self, bool *had_graph);
   size_t (*segment_count)(const ortep_ep *self);
   /* Required of an EP that implements begin_capture: the dispatcher refuses a

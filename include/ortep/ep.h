@@ -12,7 +12,7 @@
  *                                       overflow checks; refused for a device
  *                                       that is not host-accessible
  *   device_argmax                       unsupported (the EP's name in the message)
- *   begin/end capture, replay, replay_segment
+ *   begin/end capture, replay, replay_segment, replay_segment_while
  *                                       unsupported (the EP's name in the message)
  *   abort_capture                       a no-op (nothing to abort)
  *   reset_graph                         false (no graph was installed)
@@ -101,6 +101,7 @@ typedef struct ortep_ep_capabilities {
   bool device_graphs; /* begin/end capture and replay work */
   bool device_argmax;
   bool host_accessible_memory; /* the EP's buffers are host memory */
+  bool device_loops;           /* replay_segment_while repeats a segment with no host round trip */
 } ortep_ep_capabilities;
 
 /* --- dispatch -------------------------------------------------------------- */
@@ -158,6 +159,15 @@ ORTEP_API ortep_status ortep_ep_end_capture(ortep_ep *ep);
 ORTEP_API ortep_status ortep_ep_abort_capture(ortep_ep *ep);
 ORTEP_API ortep_status ortep_ep_replay(ortep_ep *ep);
 ORTEP_API ortep_status ortep_ep_replay_segment(ortep_ep *ep, size_t index);
+/* Replays segment `index` at least once and again while the i32 at `flag`
+ * (the EP's memory, written by a kernel of the segment) is non-zero after a
+ * replay, at most max_iterations times (>= 1), with no host round trip
+ * between replays (the CPU EP: a loop over its recorded plan; the CUDA EP:
+ * the segment inside a conditional WHILE node of one graph launch).
+ * Asynchronous like a replay: the flag and whatever the segment wrote are
+ * read after the EP's next sync. */
+ORTEP_API ortep_status ortep_ep_replay_segment_while(ortep_ep *ep, size_t index, const int32_t *flag,
+                                                     size_t max_iterations);
 ORTEP_API ortep_status ortep_ep_reset_graph(ortep_ep *ep, bool *had_graph);
 ORTEP_API size_t ortep_ep_segment_count(const ortep_ep *ep);
 ORTEP_API bool ortep_ep_capture_active(const ortep_ep *ep);

@@ -94,7 +94,8 @@ typedef struct ortep_session_stats {
   size_t planned_bytes;     /* arena bytes over all EPs (the whole session's) */
   size_t lower_bound_bytes; /* the most bytes live at one step */
   size_t naive_bytes;       /* every value its own memory */
-  uint64_t steps;           /* steps run (of this graph) */
+  uint64_t steps;           /* runs of this graph the host started (a loop on the EP counts once) */
+  uint64_t device_loops;    /* of them, ortep_session_run_graph_while loops the EP ran alone (one launch each) */
   uint64_t captures;        /* successful captures of this graph (re-captures included) */
   uint64_t capture_retries; /* captures retried after a recording failure */
   uint64_t graph_updates;   /* executable graphs updated in place (CUDA) */
@@ -140,6 +141,18 @@ ORTEP_API ortep_status ortep_session_run(ortep_session *session);
 /* The same for graph `graph` of a multi-graph session (ORTEP_E_OUT_OF_RANGE
  * past the last). */
 ORTEP_API ortep_status ortep_session_run_graph(ortep_session *session, size_t graph);
+/* Runs graph `graph` at least once, and again while the i32 value `flag`
+ * (a graph input or output the graph writes, e.g. ortep:FeedToken's) is
+ * non-zero after a run, at most max_iterations times (>= 1). In GRAPH mode,
+ * once the graph is captured as one segment on the EP that holds the flag
+ * and that EP loops device graphs (capabilities.device_loops: the CPU EP's
+ * recorded plan, the CUDA EP's conditional WHILE node), the whole loop is
+ * one launch with no host round trip between runs (stats: device_loops);
+ * otherwise (eager, seams, another EP) the session runs it from the host,
+ * reading the flag after each run. Either way the graph's results are those
+ * of the same runs one by one. */
+ORTEP_API ortep_status ortep_session_run_graph_while(ortep_session *session, size_t graph, const char *flag,
+                                                     size_t max_iterations);
 /* Drops the captured graphs (the next GRAPH step re-captures). */
 ORTEP_API ortep_status ortep_session_invalidate(ortep_session *session);
 

@@ -182,7 +182,9 @@ static void cpu_destroy(ortep_ep *ep) {
   ortep__free(e);
 }
 
-static ortep_ep_capabilities cpu_capabilities(const ortep_ep *ep) { return (ortep_ep_capabilities){true, true, true}; }
+static ortep_ep_capabilities cpu_capabilities(const ortep_ep *ep) {
+  return (ortep_ep_capabilities){true, true, true, true};
+}
 
 static void cpu_supports(const ortep_ep *ep, const ortep_node *node, int64_t opset, const ortep_shape *shapes,
                          const ortep_dtype *dtypes, size_t n, ortep_kernel_match *out) {
@@ -353,6 +355,18 @@ static ortep_status cpu_replay(ortep_ep *ep) {
 static ortep_status cpu_replay_segment(ortep_ep *ep, size_t index) {
   cpu_ep *e = self_of(ep);
   return replay_one(e, &e->segments[index]);
+}
+
+/* The CPU's device loop: the plan replayed while the flag its last kernel
+ * writes stays set (the kernels ran, so the flag is current: no sync). */
+static ortep_status cpu_replay_segment_while(ortep_ep *ep, size_t index, const int32_t *flag, size_t max) {
+  cpu_ep *e = self_of(ep);
+  for (size_t i = 0; i < max; i++) {
+    ortep_status st = replay_one(e, &e->segments[index]);
+    if (st != ORTEP_OK) return st;
+    if (!__atomic_load_n(flag, __ATOMIC_RELAXED)) break;
+  }
+  return ORTEP_OK;
 }
 
 static ortep_status cpu_reset_graph(ortep_ep *ep, bool *had) {
@@ -584,6 +598,7 @@ static const ortep_ep_vtable cpu_vtable = {
     .abort_capture = cpu_abort_capture,
     .replay = cpu_replay,
     .replay_segment = cpu_replay_segment,
+    .replay_segment_while = cpu_replay_segment_while,
     .reset_graph = cpu_reset_graph,
     .segment_count = cpu_segment_count,
     .capture_active = cpu_capture_active,

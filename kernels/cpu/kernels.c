@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/feed.h"
 #include "kernels/opset.h"
 #include "internal.h"
 
@@ -342,6 +343,11 @@ static ortep_status cpu_run(ortep_kernel *self, const ortep_kernel_io *io) {
       break;
     case ORTEP__OP_LINEAR: run_linear(k, in, out); break;
     case ORTEP__OP_SELECT: run_select(k, in, out, ew); break;
+    case ORTEP__OP_FEED:
+      ((int32_t *)out[0])[0] =
+          ortep__feed_token(in[0], (int32_t *)(uintptr_t)in[1], (int32_t *)(uintptr_t)in[2], in[3],
+                            (int64_t)k->op.p.feed.vocab, (int32_t *)(uintptr_t)in[4], (int64_t)k->op.p.feed.kmax);
+      break;
     case ORTEP__OP_NOOP: break;
   }
   return ORTEP_OK;

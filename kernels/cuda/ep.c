@@ -67,7 +67,14 @@ typedef struct cuda_ep {
    * launched, so the buffers they name may have moved. */
   cudaGraphExec_t *retired;
   size_t n_segments, n_retired, segments_cap, retired_cap;
-  size_t kernel_nodes; /* kernel nodes of the live segments' graphs */
+  /* Per live segment: its graph, kept for a device loop built from it on
+   * first use (replay_segment_while: the graph inside a WHILE node). */
+  cudaGraph_t *graphs;
+  ortep__cu_loop *loops;
+  size_t graphs_cap, loops_cap;
+  uint32_t *loop_counter; /* device: the running loop's iterations and bound (ops.h) */
+  bool loops_ok;          /* runtime and driver have conditional nodes (CUDA 12.4) */
+  size_t kernel_nodes;    /* kernel nodes of the live segments' graphs */
   uint64_t instantiations, updates;
 } cuda_ep;
 
@@ -123,6 +130,7 @@ static ortep_status need_init(const cuda_ep *e, const char *what) {
 }
 
 static void release_all(cuda_ep *e);
+static void init_loops(cuda_ep *e);
 
 static ortep_status cuda_initialize(ortep_ep *ep, const ortep_config *config) {
   cuda_ep *e = self_of(ep);
@@ -197,11 +205,22 @@ static ortep_status cuda_initialize(ortep_ep *ep, const ortep_config *config) {
     release_all(e);
     return cuda_fail(r, "initialising");
   }
+  init_loops(e);
   e->initialized = true;
   return ORTEP_OK;
 }
 
+/* The live segments' graphs and device loops. */
+static void drop_loops(cuda_ep *e) {
+  for (size_t i = 0; i < e->n_segments; i++) {
+    ortep__cu_loop_release(&e->loops[i]);
+    cudaGraphDestroy(e->graphs[i]);
+    e->graphs[i] = NULL;
+  }
+}
+
 static void free_segments(cuda_ep *e) {
+  drop_loops(e);
   for (size_t i = 0; i < e->n_segments; i++) cudaGraphExecDestroy(e->segments[i]);
   for (size_t i = 0; i < e->n_retired; i++)
     if (e->retired[i]) cudaGraphExecDestroy(e->retired[i]);
@@ -218,6 +237,8 @@ static void release_all(cuda_ep *e) {
     ortep_allocator_deallocate(e->pool, e->old_scores[i], e->old_scores_bytes[i], 256);
   e->scores = NULL, e->scores_bytes = 0, e->n_old_scores = 0;
   if (e->err) ortep_allocator_deallocate(e->pool, e->err, 256, 256);
+  if (e->loop_counter) ortep_allocator_deallocate(e->pool, e->loop_counter, 256, 256);
+  e->loop_counter = NULL;
   if (e->argmax_scratch) ortep_allocator_deallocate(e->pool, e->argmax_scratch, ortep__cu_argmax_scratch_bytes(), 256);
   if (e->workspace) ortep_allocator_deallocate(e->pool, e->workspace, e->workspace_bytes, 256);
   if (e->blas) cublasDestroy(e->blas);
@@ -240,10 +261,24 @@ static void cuda_destroy(ortep_ep *ep) {
   ortep__free(self_of(ep)->old_scores_bytes);
   ortep__free(self_of(ep)->segments);
   ortep__free(self_of(ep)->retired);
+  ortep__free(self_of(ep)->graphs);
+  ortep__free(self_of(ep)->loops);
   ortep__free(ep);
 }
 
-static ortep_ep_capabilities cuda_caps(const ortep_ep *ep) { return (ortep_ep_capabilities){true, true, false}; }
+static ortep_ep_capabilities cuda_caps(const ortep_ep *ep) {
+  return (ortep_ep_capabilities){true, true, false, cself_of(ep)->loops_ok};
+}
+
+/* Device loops need conditional WHILE nodes: CUDA 12.4 in the runtime this
+ * module was built and runs with, and in the driver. Older ones get the
+ * session's host loop instead (session.h), which gives the same results. */
+static void init_loops(cuda_ep *e) {
+  int rt = 0, drv = 0;
+  e->loops_ok = ortep__cu_loops_built() && cudaRuntimeGetVersion(&rt) == cudaSuccess &&
+                cudaDriverGetVersion(&drv) == cudaSuccess && rt >= 12040 && drv >= 12040;
+  cudaGetLastError();
+}
 
 /* What the shared op check accepts and this EP's kernels do not (yet). */
 static bool cuda_refuses(const ortep__op_params *p, ortep_kernel_match *out) {
@@ -375,6 +410,10 @@ static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
     case ORTEP__OP_SELECT:
       rc = ortep__cu_select(in[0], o->p.sel.n, in[1], in[2], o->p.sel.tokens, in[3], (int32_t *)(uintptr_t)in[4],
                             o->p.sel.cap, k->scratch, out[0], err, s);
+      break;
+    case ORTEP__OP_FEED:
+      rc = ortep__cu_feed(in[0], (int32_t *)(uintptr_t)in[1], (int32_t *)(uintptr_t)in[2], in[3], o->p.feed.vocab,
+                          (int32_t *)(uintptr_t)in[4], o->p.feed.kmax, out[0], s);
       break;
     case ORTEP__OP_NOOP: rc = ortep__cu_noop(s); break;
   }
@@ -615,7 +654,9 @@ static ortep_status cuda_end(ortep_ep *ep) {
   if (r != cudaSuccess) return cuda_fail(r, "cudaStreamEndCapture");
   size_t had = e->retired_cap;
   if (!ORTEP__GROW(e->segments, e->segments_cap, e->n_segments + 1) ||
-      !ORTEP__GROW(e->retired, e->retired_cap, e->n_segments + 1)) {
+      !ORTEP__GROW(e->retired, e->retired_cap, e->n_segments + 1) ||
+      !ORTEP__GROW(e->graphs, e->graphs_cap, e->n_segments + 1) ||
+      !ORTEP__GROW(e->loops, e->loops_cap, e->n_segments + 1)) {
     cudaGraphDestroy(graph);
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to install a segment", CUDA_EP_NAME);
   }
@@ -647,7 +688,7 @@ static ortep_status cuda_end(ortep_ep *ep) {
     }
     e->instantiations++;
   }
-  cudaGraphDestroy(graph);
+  e->graphs[at] = graph, e->loops[at] = (ortep__cu_loop){0}; /* kept for a device loop (drop_loops) */
   e->segments[e->n_segments++] = exec;
   e->kernel_nodes += kernels;
   return ORTEP_OK;
@@ -671,6 +712,27 @@ static ortep_status cuda_replay_segment(ortep_ep *ep, size_t i) {
   return ORTEP_OK;
 }
 
+/* The segment inside a WHILE node, built on its first loop (ops.h:
+ * ortep__cu_loop_create) and launched as one graph: no host round trip
+ * between iterations. Never run on a GPU yet (docs/api.md). */
+static ortep_status cuda_replay_segment_while(ortep_ep *ep, size_t i, const int32_t *flag, size_t max) {
+  cuda_ep *e = self_of(ep);
+  if (!e->loops_ok)
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED,
+                       "%s: device loops need CUDA 12.4 conditional nodes in the runtime and the driver", CUDA_EP_NAME);
+  if (!e->loop_counter) {
+    ortep_status st = ortep_allocator_allocate(e->pool, 256, 256, (void **)&e->loop_counter);
+    if (st != ORTEP_OK) return ortep__wrap(st, "%s: the device loop's counter", CUDA_EP_NAME);
+  }
+  ortep__cu_loop *l = &e->loops[i];
+  if (l->exec && l->flag != flag) ortep__cu_loop_release(l);
+  if (!l->exec)
+    CU((cudaError_t)ortep__cu_loop_create(e->graphs[i], flag, e->loop_counter, l),
+       "building a device loop (a conditional WHILE node around the segment)");
+  CU((cudaError_t)ortep__cu_loop_launch(l, max, e->stream), "launching a device loop");
+  return ORTEP_OK;
+}
+
 static ortep_status cuda_replay(ortep_ep *ep) {
   cuda_ep *e = self_of(ep);
   if (!e->n_segments)
@@ -686,6 +748,7 @@ static ortep_status cuda_reset(ortep_ep *ep, bool *had) {
   cuda_ep *e = self_of(ep);
   *had = e->n_segments > 0;
   if (e->stream) cudaStreamSynchronize(e->stream); /* no replay still reads a buffer about to move */
+  drop_loops(e);
   /* Retire the executables (never launched again) for a later update. */
   for (size_t i = 0; i < e->n_segments; i++) {
     if (i < e->n_retired && e->retired[i]) cudaGraphExecDestroy(e->retired[i]);
@@ -747,6 +810,7 @@ static const ortep_ep_vtable cuda_vtable = {
     .abort_capture = cuda_abort,
     .replay = cuda_replay,
     .replay_segment = cuda_replay_segment,
+    .replay_segment_while = cuda_replay_segment_while,
     .reset_graph = cuda_reset,
     .segment_count = cuda_segment_count,
     .capture_active = cuda_capture_active,

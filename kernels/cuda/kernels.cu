@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/feed.h"
 #include "kernels/sampling.h"
 #include "ops.h"
 
@@ -791,3 +792,94 @@ extern "C" int ortep__cu_sample(const void *logits, int f16, size_t n, const voi
                                                            history, scratch, (uint32_t *)result, err);
   return launched();
 }
+
+/* --- K tokens per launch (kernels/feed.h, ops.h) --------------------------------
+ * Written and compiled without a GPU: never run yet (docs/api.md). */
+__global__ void k_feed(const int32_t *result, int32_t *token, int32_t *position, const uint8_t *stop, int64_t vocab,
+                       int32_t *state, int64_t kmax, int32_t *go) {
+  *go = ortep__feed_token(result, token, position, stop, vocab, state, kmax);
+}
+
+extern "C" int ortep__cu_feed(const int32_t *result, int32_t *token, int32_t *position, const uint8_t *stop,
+                              size_t vocab, int32_t *state, size_t kmax, int32_t *go, void *stream) {
+  k_feed<<<1, 1, 0, (cudaStream_t)stream>>>(result, token, position, stop, (int64_t)vocab, state, (int64_t)kmax, go);
+  return launched();
+}
+
+extern "C" void ortep__cu_loop_release(ortep__cu_loop *l) {
+  if (l->exec) cudaGraphExecDestroy((cudaGraphExec_t)l->exec);
+  *l = ortep__cu_loop{};
+}
+
+#if CUDART_VERSION >= 12040
+/* The body's last node: one more iteration ran; go on while the segment's
+ * flag says so and the bound allows. */
+__global__ void k_loop_next(cudaGraphConditionalHandle h, const int32_t *flag, uint32_t *counter) {
+  uint32_t ran = ++counter[0];
+  cudaGraphSetConditional(h, *flag != 0 && ran < counter[1] ? 1u : 0u);
+}
+
+extern "C" int ortep__cu_loops_built(void) { return 1; }
+
+static cudaError_t add_while(cudaGraph_t g, cudaGraphNode_t after, cudaGraphConditionalHandle h, cudaGraphNode_t *node,
+                             cudaGraph_t *body) {
+  cudaGraphNodeParams p = {};
+  p.type = cudaGraphNodeTypeConditional;
+  p.conditional.handle = h;
+  p.conditional.type = cudaGraphCondTypeWhile;
+  p.conditional.size = 1;
+#if CUDART_VERSION >= 13000
+  cudaError_t r = cudaGraphAddNode(node, g, &after, NULL, 1, &p);
+#else
+  cudaError_t r = cudaGraphAddNode(node, g, &after, 1, &p);
+#endif
+  if (r == cudaSuccess) *body = p.conditional.phGraph_out[0];
+  return r;
+}
+
+extern "C" int ortep__cu_loop_create(void *segment, const int32_t *flag, uint32_t *counter, ortep__cu_loop *l) {
+  *l = ortep__cu_loop{};
+  cudaGraph_t g = NULL, body = NULL;
+  cudaGraphConditionalHandle h;
+  cudaGraphNode_t reset, loop, child, next;
+  cudaError_t r = cudaGraphCreate(&g, 0);
+  /* the condition starts at 1 at every launch: the body runs at least once */
+  if (r == cudaSuccess) r = cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault);
+  cudaMemsetParams ms = {};
+  ms.dst = counter, ms.value = 0, ms.elementSize = sizeof(uint32_t), ms.width = 1, ms.height = 1;
+  if (r == cudaSuccess) r = cudaGraphAddMemsetNode(&reset, g, NULL, 0, &ms);
+  if (r == cudaSuccess) r = add_while(g, reset, h, &loop, &body);
+  if (r == cudaSuccess) r = cudaGraphAddChildGraphNode(&child, body, NULL, 0, (cudaGraph_t)segment);
+  void *args[] = {&h, &flag, &counter};
+  cudaKernelNodeParams kp = {};
+  kp.func = (void *)k_loop_next, kp.gridDim = dim3(1), kp.blockDim = dim3(1), kp.kernelParams = args;
+  if (r == cudaSuccess) r = cudaGraphAddKernelNode(&next, body, &child, 1, &kp);
+  cudaGraphExec_t exec = NULL;
+  if (r == cudaSuccess) r = cudaGraphInstantiate(&exec, g, 0);
+  if (g) cudaGraphDestroy(g);
+  if (r != cudaSuccess) return (int)r;
+  l->exec = exec, l->flag = flag, l->counter = counter;
+  return 0;
+}
+
+extern "C" int ortep__cu_loop_launch(ortep__cu_loop *l, size_t max_iterations, void *stream) {
+  uint32_t bound = max_iterations > UINT32_MAX ? UINT32_MAX : (uint32_t)max_iterations;
+  if (bound != l->bound) { /* pageable source: staged before the call returns */
+    cudaError_t r = cudaMemcpyAsync(l->counter + 1, &bound, sizeof bound, cudaMemcpyHostToDevice, (cudaStream_t)stream);
+    if (r != cudaSuccess) return (int)r;
+    l->bound = bound;
+  }
+  return (int)cudaGraphLaunch((cudaGraphExec_t)l->exec, (cudaStream_t)stream);
+}
+#else
+extern "C" int ortep__cu_loops_built(void) { return 0; }
+extern "C" int ortep__cu_loop_create(void *segment, const int32_t *flag, uint32_t *counter, ortep__cu_loop *l) {
+  (void)segment, (void)flag, (void)counter;
+  *l = ortep__cu_loop{};
+  return (int)cudaErrorNotSupported;
+}
+extern "C" int ortep__cu_loop_launch(ortep__cu_loop *l, size_t max_iterations, void *stream) {
+  (void)l, (void)max_iterations, (void)stream;
+  return (int)cudaErrorNotSupported;
+}
+#endif

@@ -73,6 +73,28 @@ size_t ortep__cu_argmax_scratch_bytes(void);
 int ortep__cu_device_argmax(const void *logits, int f16, size_t n, void *scratch, uint32_t *result, uint32_t *err,
                             void *stream);
 int ortep__cu_noop(void *stream);
+/* ortep:FeedToken (kernels/feed.h), one thread: *go = the loop flag. */
+int ortep__cu_feed(const int32_t *result, int32_t *token, int32_t *position, const uint8_t *stop, size_t vocab,
+                   int32_t *state, size_t kmax, int32_t *go, void *stream);
+
+/* A device loop: a graph that zeroes counter[0], then runs a WHILE node
+ * whose body is a copy of `segment` (a cudaGraph_t) followed by one thread
+ * that counts the iteration and keeps the condition set while *flag is
+ * non-zero and fewer than counter[1] iterations ran (the bound, written by
+ * a launch when it changes). Conditional nodes need CUDA 12.4: built with
+ * an older toolkit, ortep__cu_loops_built() is 0 and create fails. */
+typedef struct ortep__cu_loop {
+  void *exec; /* the cudaGraphExec_t; NULL: not built */
+  const int32_t *flag;
+  uint32_t *counter;
+  uint32_t bound; /* what counter[1] holds (0: not written yet) */
+} ortep__cu_loop;
+int ortep__cu_loops_built(void);
+/* Fills *loop (exec NULL on failure). */
+int ortep__cu_loop_create(void *segment, const int32_t *flag, uint32_t *counter, ortep__cu_loop *loop);
+int ortep__cu_loop_launch(ortep__cu_loop *loop, size_t max_iterations, void *stream);
+/* Destroys what create built; *loop is zeroed (a zeroed loop: no-op). */
+void ortep__cu_loop_release(ortep__cu_loop *loop);
 
 #ifdef __cplusplus
 }
