@@ -67,6 +67,19 @@ double bench_sgemm_gflops(size_t m, size_t k, size_t n, size_t threads);
  * CPU EP's blocked layout (prefill.c); 0 when the EP does not take it. */
 double bench_linear_gflops(ortep_ep *ep, ortep_dtype dt, size_t m, size_t k, size_t n);
 
+/* K tokens per launch (launch.c), for ortep-bench decode: per K
+ * (tokens_per_launch; 0: automatic) the median tokens/s of whole generate
+ * calls and launches per call, and the tokens generated (malloc'd). */
+typedef struct bench_launch {
+  size_t k;
+  bool ran;
+  double tok_s, launches;
+  int32_t *tokens;
+  size_t ntokens;
+} bench_launch;
+int bench_launch_run(const char *dir, const char *ep, const ortep_config *config, const int32_t *prompt, size_t plen,
+                     long tokens, long runs, bench_launch *ks, size_t n);
+
 int bench_alloc_main(int argc, char **argv);
 int bench_batch_main(int argc, char **argv);
 int bench_prefill_main(int argc, char **argv);

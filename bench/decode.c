@@ -58,7 +58,7 @@ static const char decode_usage[] =
     "                          [--dtype f32|f16|bf16|q8_0|q4_0] [--mode eager|graph|segmented|all] [--seam OP,...]\n"
     "                          [--prompt-len P] [--tokens N] [--warmup W] [--runs R] [--threads N]\n"
     "                          [--weights map|read] [--layout auto|blocked|row_major] [--json FILE]\n"
-    "                          [--explain] [--profile]\n"
+    "                          [--tokens-per-launch K,...] [--explain] [--profile]\n"
     "\n"
     "Per-token decode latency of each execution mode, side by side in one run. With no\n"
     "arguments: the synthetic tiny preset (written to ~/.cache/ortep/models the first\n"
@@ -70,6 +70,9 @@ static const char decode_usage[] =
     "  --tokens N       generated tokens timed per run (default 64)\n"
     "  --warmup W       untimed tokens before the runs (default 8)\n"
     "  --runs R         timed runs per mode (default 5)\n"
+    "  --tokens-per-launch K,...  graph mode with K decode steps per launch (each drawn token fed to the\n"
+    "                   next step on the device), one generate call per run, runs interleaved over K\n"
+    "                   (default 1,4,16; 0: automatic; none: skip)\n"
     "  --profile        also time every node of an eager run and print the time per token by op type\n"
     "  --json FILE      also write the figures as JSON\n"
     "  --explain        print each mode's plan (node -> EP, segment or seam, offsets)\n"
@@ -510,6 +513,7 @@ typedef struct decode_opts {
   const char *seams, *json_path;
   long plen, tokens, warmup, runs;
   bool explain, profile, want[NMODES];
+  size_t per_launch[8], n_per_launch; /* --tokens-per-launch */
 } decode_opts;
 
 typedef struct decode_run {
@@ -530,8 +534,29 @@ typedef struct decode_run {
   ortep_dtype wdtype; /* of the projections (layer 0's down_proj), when the file has one */
   double kbw;         /* the Linear kernel alone (linear_bench), 0 when not measured */
   size_t krows;
-  bool kblocked; /* its weight blocked */
+  bool kblocked;          /* its weight blocked */
+  bench_launch launch[8]; /* --tokens-per-launch */
+  size_t n_launch;
 } decode_run;
+
+/* --tokens-per-launch K,... (each 0..64) or none. */
+static int parse_per_launch(const char *arg, decode_opts *o) {
+  o->n_per_launch = 0;
+  if (!strcmp(arg, "none")) return 0;
+  char copy[256];
+  snprintf(copy, sizeof copy, "%s", arg);
+  int rc = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(copy, ",", &save); t && !rc; t = strtok_r(NULL, ",", &save)) {
+    long k;
+    if (o->n_per_launch == sizeof o->per_launch / sizeof *o->per_launch)
+      return bench_usage_error("decode", "--tokens-per-launch lists at most 8 values");
+    if (!(rc = bench_parse_count("decode", "--tokens-per-launch", t, 0, 64, &k)))
+      o->per_launch[o->n_per_launch++] = (size_t)k;
+  }
+  if (!rc && !o->n_per_launch) rc = bench_usage_error("decode", "--tokens-per-launch is empty; give K,... or none");
+  return rc;
+}
 
 /* -1: go on; otherwise the exit code (help: 0, usage errors: 2). */
 static int parse(int argc, char **argv, decode_opts *o) {
@@ -540,7 +565,9 @@ static int parse(int argc, char **argv, decode_opts *o) {
                      .plen = 16,
                      .tokens = 64,
                      .warmup = 8,
-                     .runs = 5};
+                     .runs = 5,
+                     .per_launch = {1, 4, 16},
+                     .n_per_launch = 3};
   const char *mode = "all";
   static const struct option lo[] = {TOOL_MODEL_LONG_OPTIONS,
                                      {"mode", required_argument, 0, 'M'},
@@ -552,6 +579,7 @@ static int parse(int argc, char **argv, decode_opts *o) {
                                      {"json", required_argument, 0, 'j'},
                                      {"explain", no_argument, 0, 'x'},
                                      {"profile", no_argument, 0, 'F'},
+                                     {"tokens-per-launch", required_argument, 0, 'K'},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
   int c, rc = 0;
@@ -570,6 +598,7 @@ static int parse(int argc, char **argv, decode_opts *o) {
       case 'j': o->json_path = optarg; break;
       case 'x': o->explain = true; break;
       case 'F': o->profile = true; break;
+      case 'K': rc = parse_per_launch(optarg, o); break;
     }
     if (rc) return rc;
   }
@@ -672,6 +701,11 @@ static int run_all(const decode_opts *o, decode_run *r) {
                     o->runs, o->explain, progress, &before, r->read_per_token, &r->res[i], r->ep_used,
                     sizeof r->ep_used, &r->threads_used, &r->simd_used, &r->blocked);
   read_close(&before);
+  r->n_launch = o->n_per_launch;
+  for (size_t i = 0; i < r->n_launch; i++) r->launch[i] = (bench_launch){.k = o->per_launch[i]};
+  if (r->n_launch && !rc)
+    rc = bench_launch_run(r->dir, o->m.ep, config, r->prompt, (size_t)o->plen, o->tokens, o->runs, r->launch,
+                          r->n_launch);
   if (o->profile && !rc) rc = profile_run(r->dir, o->m.ep, config, r->prompt, (size_t)o->plen, o->tokens, &r->prof);
   ortep_config_destroy(config);
   return rc;
@@ -698,6 +732,13 @@ static bool compare(decode_run *r) {
         return false;
       }
   }
+  for (size_t k = 0; first >= 0 && k < r->n_launch; k++)
+    for (size_t t = 0; r->launch[k].ran && t < r->launch[k].ntokens; t++)
+      if (r->launch[k].tokens[t] != res[first].tokens[t]) {
+        fprintf(stderr, "ortep-bench decode: %zu tokens per launch and %s disagree at generated token %zu (%d vs %d)\n",
+                r->launch[k].k, modes[first].name, t, r->launch[k].tokens[t], res[first].tokens[t]);
+        return false;
+      }
   return true;
 }
 
@@ -784,6 +825,20 @@ static void report_bound(const decode_run *r) {
   }
 }
 
+/* K tokens per launch (launch.c). */
+static void report_launch(const decode_opts *o, const decode_run *r) {
+  if (!r->n_launch || !r->launch[0].ran) return;
+  printf("\ntokens per launch (graph mode; one generate call of %ld tokens per run, medians of %ld interleaved runs)\n",
+         o->tokens, o->runs);
+  printf("  %6s %12s %10s %16s\n", "K", "tokens/s", "vs first", "launches/call");
+  for (size_t i = 0; i < r->n_launch; i++) {
+    char k[16];
+    snprintf(k, sizeof k, r->launch[i].k ? "%zu" : "auto", r->launch[i].k);
+    printf("  %6s %12.1f %9.2fx %16.0f\n", k, r->launch[i].tok_s, r->launch[i].tok_s / r->launch[0].tok_s,
+           r->launch[i].launches);
+  }
+}
+
 static void report_table(const decode_opts *o, const decode_run *r) {
   const mode_result *res = r->res;
   if (r->simd_used)
@@ -832,7 +887,9 @@ static void report_table(const decode_opts *o, const decode_run *r) {
     printf("  graph over eager: %.2fx tokens/s (same run)\n", res[MODE_GRAPH].tok_s / res[MODE_EAGER].tok_s);
   if (res[MODE_EAGER].ran && res[MODE_SEGMENTED].ran)
     printf("  segmented over eager: %.2fx tokens/s (same run)\n", res[MODE_SEGMENTED].tok_s / res[MODE_EAGER].tok_s);
-  printf("  token ids: %s across modes\n", r->agree ? "identical" : "DIFFERENT (error)");
+  printf("  token ids: %s across modes%s\n", r->agree ? "identical" : "DIFFERENT (error)",
+         r->n_launch ? " and tokens per launch" : "");
+  report_launch(o, r);
   report_bound(r);
   if (r->prof) print_profile(r->prof, o->tokens);
 }
@@ -935,6 +992,14 @@ static cJSON *report_json(const decode_opts *o, decode_run *r) {
   if (r->simd_used) cJSON_AddStringToObject(root, "cpu_simd", r->simd_used);
   cJSON_AddStringToObject(root, "weights_layout", r->blocked ? "blocked" : "row_major");
   bound_json(root, r);
+  cJSON *jl = r->n_launch && r->launch[0].ran ? cJSON_AddArrayToObject(root, "tokens_per_launch") : NULL;
+  for (size_t i = 0; jl && i < r->n_launch; i++) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "tokens_per_launch", (double)r->launch[i].k);
+    cJSON_AddNumberToObject(e, "tokens_per_s", r->launch[i].tok_s);
+    cJSON_AddNumberToObject(e, "launches_per_call", r->launch[i].launches);
+    cJSON_AddItemToArray(jl, e);
+  }
   if (r->prof) cJSON_AddItemToObject(root, "profile_us_per_token", r->prof), r->prof = NULL;
   return root;
 }
@@ -949,6 +1014,7 @@ static void release(const decode_opts *o, decode_run *r) {
     free(r->res[i].seam_text);
   }
   free(r->prompt);
+  for (size_t i = 0; i < r->n_launch; i++) free(r->launch[i].tokens);
 }
 
 int bench_decode_main(int argc, char **argv) {

@@ -62,7 +62,7 @@ run build 600 cmake --build build-gpu -j"$(nproc)" || { printf '%s\n' "${rows[@]
 # --- tests ----------------------------------------------------------------------
 run ctest_cpu 400 ctest --test-dir build-gpu --output-on-failure -j8 -E '^(valgrind_|install_consumer|cuda_device)'
 run cuda_device 400 env ORTEP_DEVICE_CHECK_LARGE=1 ./build-gpu/tests/test_cuda_device
-grep -E '^(tiny|qwen|chunked|sampler)' "$out/cuda_device.log" >"$out/cuda_vs_cpu.txt" 2>/dev/null || true
+grep -E '^(tiny|qwen|chunked|sampler|K tokens)' "$out/cuda_device.log" >"$out/cuda_vs_cpu.txt" 2>/dev/null || true
 
 # --- compute-sanitizer ----------------------------------------------------------
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -89,8 +89,9 @@ done
 bench=./build-gpu/bench/ortep-bench
 run bench_tiny_cuda 120 "$bench" decode --ep cuda --preset tiny --runs 5 --json "$out/decode_tiny_cuda.json"
 run bench_tiny_cpu 120 "$bench" decode --ep cpu --preset tiny --runs 5 --json "$out/decode_tiny_cpu.json"
+# decode also times K tokens per launch (the step in a conditional WHILE node)
 run bench_qwen_bf16 300 "$bench" decode --ep cuda --preset qwen2.5-0.5b --dtype bf16 --tokens 64 --runs 3 \
-  --json "$out/decode_qwen_bf16.json"
+  --tokens-per-launch 1,4,8,16 --json "$out/decode_qwen_bf16.json"
 run bench_qwen_f16 300 "$bench" decode --ep cuda --preset qwen2.5-0.5b --dtype f16 --tokens 64 --runs 3 \
   --json "$out/decode_qwen_f16.json"
 run bench_prefill_qwen 300 "$bench" prefill --ep cuda --preset qwen2.5-0.5b --dtype bf16 --lengths 16,128,512 --runs 3 \
@@ -116,8 +117,14 @@ print("graph %.0f tok/s, eager %.0f tok/s: graph/eager %.2fx; p50 %.1f us; %d ke
       g["graph_kernel_nodes"], g["host_launch_us_per_token"]))' "$1" 2>/dev/null ||
     echo "no figures"
 }
+per_launch() { # tokens/s per K from a decode JSON
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))
+print(", ".join("K=%s %.0f tok/s" % (e["tokens_per_launch"] or "auto", e["tokens_per_s"]) for e in j["tokens_per_launch"]))' \
+    "$1" 2>/dev/null || echo "no figures"
+}
 for f in tiny_cuda tiny_cpu qwen_bf16 qwen_f16; do
   [ -f "$out/decode_$f.json" ] && row "ratio_$f" "" "$(ratio "$out/decode_$f.json")"
+  [ -f "$out/decode_$f.json" ] && row "per_launch_$f" "" "$(per_launch "$out/decode_$f.json")"
 done
 for set in avx512 avx2; do
   [ -f "$out/decode_cpu_$set.json" ] && row "cpu_$set" "" "$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))

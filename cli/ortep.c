@@ -59,6 +59,8 @@ static const char generate_usage[] =
     "  --repetition-penalty R > 1 discourages tokens already in the text (1: off)\n"
     "  --seed S               the sampler's seed (default 0): the same seed, the same text\n"
     "  --ignore-eos           do not stop at the end-of-sequence token\n"
+    "  --tokens-per-launch K  decode steps per launch, each drawn token fed to the next step on the\n"
+    "                         device (0, default: automatic; 1 to 64); the text is the same for any K\n"
     "  -h, --help             this text\n";
 
 static const char tokenize_usage[] =
@@ -245,7 +247,7 @@ static const char *reason_name(ortep_stop_reason r) {
 typedef struct gen_args {
   tool_model src;
   const char *prompt, *prompt_ids;
-  uint64_t max_tokens, top_k, seed;
+  uint64_t max_tokens, top_k, seed, per_launch;
   double temperature, top_p, min_p, penalty;
   bool ignore_eos;
 } gen_args;
@@ -263,6 +265,7 @@ static int parse_generate(int argc, char **argv, gen_args *a) {
                                      {"repetition-penalty", required_argument, 0, 'r'},
                                      {"seed", required_argument, 0, 's'},
                                      {"ignore-eos", no_argument, 0, 'E'},
+                                     {"tokens-per-launch", required_argument, 0, 'K'},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
   *a = (gen_args){.src = {.prog = "ortep", .cmd = cmd}, .max_tokens = 128, .top_p = 1, .penalty = 1};
@@ -281,6 +284,7 @@ static int parse_generate(int argc, char **argv, gen_args *a) {
       case 'r': rc = parse_number(cmd, "--repetition-penalty", optarg, 0, 100, &a->penalty); break;
       case 's': rc = parse_whole(cmd, "--seed", optarg, 0, UINT64_MAX, &a->seed); break;
       case 'E': a->ignore_eos = true; break;
+      case 'K': rc = parse_whole(cmd, "--tokens-per-launch", optarg, 0, 64, &a->per_launch); break;
       case 'h': fputs(generate_usage, stdout); return -1;
       case ':': return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
       default: return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
@@ -355,8 +359,12 @@ static int cmd_generate(int argc, char **argv) {
   if ((rc = prompt_tokens(&a, &c, &tok, &detok, &ids, &n)) != 0 || (rc = context_for(&c, n, a.max_tokens, &max_seq)))
     goto out;
   if ((rc = tool_model_config(&a.src, &config)) != 0) goto out;
-  ortep_decoder_options o = {
-      .ep = a.src.ep, .max_seq_len = max_seq, .config = config, .progress = tool_progress, .progress_ctx = &a.src};
+  ortep_decoder_options o = {.ep = a.src.ep,
+                             .max_seq_len = max_seq,
+                             .config = config,
+                             .progress = tool_progress,
+                             .progress_ctx = &a.src,
+                             .tokens_per_launch = (size_t)a.per_launch};
   double t0 = now_s();
   if (ortep_decoder_open(a.src.dir, &o, &d) != ORTEP_OK) {
     rc = ortep_last_status() == ORTEP_E_INVALID_ARGUMENT && strstr(ortep_last_error(), "EP")

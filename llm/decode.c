@@ -22,6 +22,7 @@
 
 #include "runtime/trace.h"
 #include "internal.h"
+#include "kernels/feed.h"
 #include "llama.h"
 #include "ortep/cpu_ep.h"
 #include "ortep/cuda_ep.h"
@@ -98,6 +99,20 @@ struct ortep_decoder {
   uint64_t launch_ns;    /* host time in steps up to the sync (what launching costs on a GPU) */
   size_t prepared;       /* weights an EP holds in a layout of its own (the CPU EP's blocked projections) */
   ortep__wcache *wcache; /* the origin's weights cache (weights_cache.c); NULL for a fork */
+  /* K tokens per launch (decode.h: tokens_per_launch; kernels/feed.h): the
+   * draws of the last launch the device fed on and generate has not taken
+   * yet (queue[q_at, q_n)), an error word its last step latched (raised when
+   * the queue runs out, where a single step would have failed), the stop
+   * mask as the device holds it (mask: a host copy, mask_ids: the ids set),
+   * and the measured time per token of launches (auto K). */
+  int32_t queue[ORTEP__FEED_MAX];
+  size_t q_at, q_n;
+  uint32_t q_word;
+  uint8_t *mask;
+  int32_t *mask_ids;
+  size_t n_mask_ids, cap_mask_ids;
+  uint64_t ns_per_token;
+  uint64_t launches; /* launches of the decode step (a launch of K steps counts once) */
 };
 
 /* Drops one reference; the last frees what the decoder owns, then lets go
@@ -111,6 +126,8 @@ static void release(ortep_decoder *d) {
   ortep_tensor_release(d->rope[0]);
   ortep_tensor_release(d->rope[1]);
   ortep__free(d->positions);
+  ortep__free(d->mask);
+  ortep__free(d->mask_ids);
   ortep_decoder *origin = d->origin;
   if (!origin) ortep_model_close(d->model); /* a private copy is the CPU EP's: before the EPs go */
   ortep_ep_registry_destroy(d->registry);
@@ -508,6 +525,13 @@ void ortep_decoder_weights_cache(const ortep_decoder *d, ortep_weights_cache_inf
 static ortep_status prime_state(ortep_decoder *d) {
   ortep_status st = ortep_session_value(d->session, ORTEP_OUTPUT_RESULT, &d->ep, NULL, NULL);
   if (st == ORTEP_OK) st = write_params(d);
+  if (st == ORTEP_OK && !d->slots) { /* the loop state unarmed (an arena holds anything) and no stop id set */
+    int32_t idle[ORTEP__FEED_HEADER + ORTEP__FEED_MAX] = {0};
+    if (!(d->mask = ortep__calloc(d->vocab, 1)))
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for the stop mask (%zu ids)", d->vocab);
+    st = ortep_session_write(d->session, ORTEP_INPUT_LOOP, idle, sizeof idle);
+    if (st == ORTEP_OK) st = ortep_session_write(d->session, ORTEP_INPUT_STOP_MASK, d->mask, d->vocab);
+  }
   for (uint32_t i = 0; st == ORTEP_OK && i < ortep_ep_registry_count(d->registry); i++) {
     ortep_ep *ep = ortep_ep_registry_get(d->registry, i);
     if (ep != d->ep && ortep_ep_error_word_ptr(ep) && runs_nodes(d, ep) &&
@@ -524,6 +548,9 @@ static ortep_status open_decoder(const char *dir, const ortep_decoder_options *o
   if (!dir) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_open: the model directory is NULL");
   ortep_decoder_options o = options ? *options : (ortep_decoder_options){0};
   const char *want = o.ep ? o.ep : "auto";
+  if (o.tokens_per_launch > ORTEP__FEED_MAX)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "tokens_per_launch %zu: use 0 (automatic) or 1 to %d",
+                       o.tokens_per_launch, ORTEP__FEED_MAX);
   if (strcmp(want, "auto") && strcmp(want, "cpu") && strcmp(want, "cuda"))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "unknown EP '%s'; choose auto, cpu or cuda", want);
   ortep_decoder *d = ortep__calloc(1, sizeof *d);
@@ -626,6 +653,30 @@ static ortep_status launch(ortep_decoder *d, size_t g, const int32_t *ids, int32
   return st;
 }
 
+/* A step latched the error word: the decoder fails (what: the positions and
+ * tokens that ran, for the message). */
+static ortep_status fail_word(ortep_decoder *d, uint32_t word, const char *what) {
+  d->failed = true;
+  d->last_bits = word;
+  ortep_session_invalidate(d->session);
+  char bits[512];
+  return ortep__fail(ORTEP_E_DEVICE_VALIDATION,
+                     "%s: the device error word is 0x%x: %s; the token was not emitted and the graph was "
+                     "invalidated; call ortep_decoder_reset to start over",
+                     what, word, ortep_error_word_describe(word, bits, sizeof bits));
+}
+
+/* The words of the other EPs that ran nodes (mixed placement), ORed. */
+static ortep_status watched_words(ortep_decoder *d, uint32_t *word) {
+  for (size_t i = 0; i < d->n_watch; i++) {
+    uint32_t bits = 0;
+    ortep_status st = ortep_ep_check_error_word(d->watch[i], &bits);
+    if (st != ORTEP_OK) return st;
+    *word |= bits;
+  }
+  return ORTEP_OK;
+}
+
 /* The one sync: an 8-byte read of the (token, error word) the graph's last
  * node wrote, the words of other EPs that ran nodes ORed in (none when one
  * EP runs the step). A set bit fails the decoder (what: the positions and
@@ -635,24 +686,11 @@ static ortep_status finish(ortep_decoder *d, uint64_t t0, int32_t *next, const c
   ortep__trace_push(ORTEP__TRACE_SYNC, d->steps);
   d->launch_ns += ortep__now_ns() - t0;
   ortep_status st = ortep_session_read(d->session, ORTEP_OUTPUT_RESULT, pair, sizeof pair); /* the one sync */
-  for (size_t i = 0; st == ORTEP_OK && i < d->n_watch; i++) {                               /* mixed placement only */
-    uint32_t bits = 0;
-    st = ortep_ep_check_error_word(d->watch[i], &bits);
-    pair[1] |= bits;
-  }
+  if (st == ORTEP_OK) st = watched_words(d, &pair[1]);
   ortep__trace_pop();
   if (st == ORTEP_OK && pair[1]) ortep__trace_mark(ORTEP__TRACE_ERROR_WORD_HIT, pair[1]);
   if (st != ORTEP_OK) return st;
-  if (pair[1]) {
-    d->failed = true;
-    d->last_bits = pair[1];
-    ortep_session_invalidate(d->session);
-    char bits[512];
-    return ortep__fail(ORTEP_E_DEVICE_VALIDATION,
-                       "%s: the device error word is 0x%x: %s; the token was not emitted and the graph was "
-                       "invalidated; call ortep_decoder_reset to start over",
-                       what, pair[1], ortep_error_word_describe(pair[1], bits, sizeof bits));
-  }
+  if (pair[1]) return fail_word(d, pair[1], what);
   d->logits_valid = true;
   d->next_sampled = d->sampling;
   d->next_sp = d->sp;
@@ -697,19 +735,155 @@ ortep_status ortep_decoder_step(ortep_decoder *d, int32_t token, int32_t positio
   return leave(d, st);
 }
 
-/* Runs the token generate emitted last, if it has not been run yet. */
-static ortep_status feed_emitted(ortep_decoder *d, size_t emitted) {
+/* --- K tokens per launch (decode.h: tokens_per_launch) --------------------------
+ * generate runs the decode step (graph 0) for up to K tokens in one launch:
+ * its last node, ortep:FeedToken (kernels/feed.h), records each draw and
+ * feeds it to the next step on the device, until K draws, a stop id (the
+ * mask) or a latched error word. The draws wait in the queue and are taken
+ * one per token, so pos, next and fed move exactly as with single steps:
+ * a launch never runs past what the caller still wants (max_tokens), the
+ * cache or a stop id. Only a callback that stops inside a launch leaves
+ * draws behind: they are dropped (drop_queue), as if never run. */
+#define LAUNCH_BUDGET_NS 4000000 /* auto K: a launch of about 4 ms at most... */
+#define AUTO_MAX_TOKENS  16      /* ...and of at most 16 tokens */
+
+/* The ids generate stops at, as the device's stop mask: written (the whole
+ * mask) only when the set changes. Ids outside the vocabulary are never
+ * drawn: left out. */
+static ortep_status set_stop_mask(ortep_decoder *d, const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+  size_t distinct = 0;
+  bool changed = false;
+  for (size_t i = 0; i < na + nb; i++) { /* mark the wanted ids (bit 2), counting each once */
+    int32_t id = i < na ? a[i] : b[i - na];
+    if (id < 0 || (size_t)id >= d->vocab || d->mask[id] & 2) continue;
+    changed |= !(d->mask[id] & 1);
+    d->mask[id] |= 2, distinct++;
+  }
+  changed |= distinct != d->n_mask_ids;
+  if (changed && !ORTEP__GROW(d->mask_ids, d->cap_mask_ids, distinct)) changed = false, distinct = SIZE_MAX;
+  for (size_t i = 0; changed && i < d->n_mask_ids; i++) d->mask[d->mask_ids[i]] = 0; /* the old set goes */
+  size_t n = 0;
+  for (size_t i = 0; i < na + nb; i++) {
+    int32_t id = i < na ? a[i] : b[i - na];
+    if (id < 0 || (size_t)id >= d->vocab || !(d->mask[id] & 2)) continue;
+    d->mask[id] = changed ? 1 : d->mask[id] & 1; /* unmarked; set when the set changes */
+    if (changed) d->mask_ids[n++] = id;
+  }
+  if (distinct == SIZE_MAX) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no memory for %zu stop ids", na + nb);
+  if (!changed) return ORTEP_OK;
+  d->n_mask_ids = n;
+  return ortep_session_write(d->session, ORTEP_INPUT_STOP_MASK, d->mask, d->vocab);
+}
+
+/* How many steps the next launch runs: the option (or the automatic K),
+ * within what the caller still wants and the cache holds. One when the
+ * step runs on several EPs (the other EPs' words are read per step). */
+static size_t launch_size(const ortep_decoder *d, size_t ahead) {
+  size_t k = d->opts.tokens_per_launch;
+  if (!k) {
+    k = d->ns_per_token ? LAUNCH_BUDGET_NS / d->ns_per_token : 1;
+    k = k < 1 ? 1 : k > AUTO_MAX_TOKENS ? AUTO_MAX_TOKENS : k;
+  }
+  if (d->n_watch) k = 1;
+  if (k > ahead) k = ahead;
+  return k < d->max_seq - d->pos ? k : d->max_seq - d->pos;
+}
+
+static void measured(ortep_decoder *d, uint64_t t0, size_t tokens) {
+  if (!tokens) return;
+  uint64_t per = (ortep__now_ns() - t0) / tokens;
+  d->ns_per_token = d->ns_per_token ? (3 * d->ns_per_token + per) / 4 : per;
+}
+
+/* One launch of up to k steps from the pending token at d->pos (the KV
+ * memory for them held by the caller, outside any graph): one write each
+ * of the token, the position and the loop header, the launch, and one read
+ * of the header with the draws (the only sync). */
+static ortep_status launch_steps(ortep_decoder *d, size_t k) {
+  ortep__trace_push(ORTEP__TRACE_DECODE_STEP, (uint64_t)d->pos);
+  uint64_t t0 = ortep__now_ns();
+  int32_t position = (int32_t)d->pos, state[ORTEP__FEED_HEADER + ORTEP__FEED_MAX] = {(int32_t)k};
+  ortep_status st = write_params(d);
+  if (st == ORTEP_OK) st = ortep_session_write(d->session, d->names[0].tokens, &d->next, sizeof d->next);
+  if (st == ORTEP_OK) st = ortep_session_write(d->session, d->names[0].positions, &position, sizeof position);
+  if (st == ORTEP_OK) st = ortep_session_write(d->session, ORTEP_INPUT_LOOP, state, sizeof state); /* armed: k */
+  if (st == ORTEP_OK) st = ortep_session_run_graph_while(d->session, 0, ORTEP_OUTPUT_LOOP_GO, k);
+  d->launch_ns += ortep__now_ns() - t0;
+  if (st == ORTEP_OK)
+    st = ortep_session_read(d->session, ORTEP_INPUT_LOOP, state, (ORTEP__FEED_HEADER + k) * sizeof *state);
+  uint32_t word = (uint32_t)state[2];
+  if (st == ORTEP_OK) st = watched_words(d, &word);
+  ortep__trace_pop();
+  if (st != ORTEP_OK) return st;
+  size_t n = state[1] >= 0 && (size_t)state[1] <= k ? (size_t)state[1] : 0;
+  ortep__assert(n == (size_t)state[1] && (n || word)); /* the node records a draw or a word every step */
+  memcpy(d->queue, state + ORTEP__FEED_HEADER, n * sizeof *d->queue);
+  d->q_at = 0, d->q_n = n, d->q_word = word;
+  for (size_t j = 0; j < n + (word != 0); j++) d->ids[d->pos + j] = j ? d->queue[j - 1] : d->next; /* what each fed */
+  d->last_token = n ? d->ids[d->pos + n - 1] : d->next;
+  d->steps += n + (word != 0), d->launches++;
+  d->logits_valid = !word; /* the last step's: the one that drew queue[n - 1] */
+  d->next_sampled = d->sampling, d->next_sp = d->sp;
+  measured(d, t0, n);
+  return ORTEP_OK;
+}
+
+/* The draw of the step the device fed d->next to, or its failure. */
+static ortep_status take_queued(ortep_decoder *d) {
+  if (d->q_at == d->q_n) { /* the step after the last draw latched the word */
+    char what[96];
+    snprintf(what, sizeof what, "step at position %zu (token %d)", d->pos, d->next);
+    uint32_t word = d->q_word;
+    d->q_word = 0, d->have_next = false;
+    return fail_word(d, word, what);
+  }
+  d->next = d->queue[d->q_at++];
+  d->pos++;
+  d->fed = true;
+  return ORTEP_OK;
+}
+
+/* Draws generate will not take (a callback stopped inside a launch): the
+ * sequence stays at the token emitted last, as if they were never run. The
+ * logits are a later step's; an error word the last of them latched goes. */
+static void drop_queue(ortep_decoder *d) {
+  if (d->q_at == d->q_n && !d->q_word) return;
+  d->logits_valid = false;
+  if (d->q_word && reset_error_words(d) != ORTEP_OK) ortep_clear_error();
+  d->q_at = d->q_n = 0, d->q_word = 0;
+}
+
+/* Runs the token generate emitted last, if it has not been run yet: takes
+ * its draw from the last launch, or launches up to `ahead` steps (the
+ * tokens the caller still wants), one when K is 1 or memory for more
+ * positions is not there (the single step then says where it runs out). */
+static ortep_status feed_emitted(ortep_decoder *d, size_t emitted, size_t ahead) {
   if (d->fed) return ORTEP_OK;
+  if (d->q_at < d->q_n || d->q_word) return take_queued(d);
   if (d->pos >= d->max_seq)
     return ortep__fail(ORTEP_E_OUT_OF_RANGE,
                        "the KV cache is full (max_seq_len %zu) after %zu generated tokens; open the decoder with a "
                        "larger max_seq_len",
                        d->max_seq, emitted);
+  size_t k = launch_size(d, ahead);
+  if (k > 1 && ortep__kv_hold(d->kv, d->pos + k) != ORTEP_OK) { /* memory for fewer: the single step says where */
+    ortep_clear_error();
+    k = 1;
+  }
+  if (k > 1) {
+    ortep_status st = launch_steps(d, k);
+    if (st == ORTEP_OK) return take_queued(d);
+    d->have_next = false;
+    return st;
+  }
+  uint64_t t0 = ortep__now_ns();
   ortep_status st = step(d, d->next, (int32_t)d->pos, &d->next);
   if (st != ORTEP_OK) {
     d->have_next = false;
     return st;
   }
+  measured(d, t0, 1);
+  d->launches++;
   d->pos++;
   d->fed = true;
   ortep__assert(d->pos <= d->max_seq); /* checked before the step */
@@ -841,7 +1015,7 @@ static ortep_status prefill(ortep_decoder *d, const int32_t *tokens, size_t n, i
                        "a prompt of %zu token%s at position %zu does not fit max_seq_len %zu; shorten it or open the "
                        "decoder with a larger max_seq_len",
                        n, n == 1 ? "" : "s", d->pos + pending, d->max_seq);
-  ortep_status st = pending ? feed_emitted(d, 0) : ORTEP_OK;
+  ortep_status st = pending ? feed_emitted(d, 0, 1) : ORTEP_OK;
   if (st != ORTEP_OK) return st;
   int32_t t = 0;
   if ((st = run_prompt(d, tokens, n, &t)) != ORTEP_OK) {
@@ -882,7 +1056,7 @@ static ortep_status prefill_conversation(ortep_decoder *d, const int32_t *ids, s
   bool pending = d->have_next && !d->fed;
   while (common < held && common < n && d->ids[common] == ids[common]) common++;
   if (pending && common == held && n > held && ids[held] == d->next) {
-    ortep_status st = feed_emitted(d, 0);
+    ortep_status st = feed_emitted(d, 0, 1);
     if (st != ORTEP_OK) return st;
     common = ++held;
   }
@@ -1003,16 +1177,18 @@ static ortep_status generate_ex(ortep_decoder *d, const ortep_generate_options *
   if (o->n_stop_tokens && !o->stop_tokens)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_generate_ex: %zu stop tokens but the list is NULL",
                        o->n_stop_tokens);
+  const ortep_model_config *c = ortep_model_get_config(d->model);
   ortep_status cst = choose_draw(d, o->sampling);
   if (cst == ORTEP_OK) cst = redraw_pending(d);
+  if (cst == ORTEP_OK) /* a launch stops where this loop stops: at the same ids */
+    cst = set_stop_mask(d, c->eos_token_ids, o->ignore_eos ? 0 : c->n_eos_token_ids, o->stop_tokens, o->n_stop_tokens);
   if (cst != ORTEP_OK) return cst;
-  const ortep_model_config *c = ortep_model_get_config(d->model);
   for (size_t i = 0; o->max_tokens == 0 || i < o->max_tokens; i++) {
     if (!d->fed && d->pos >= d->max_seq) {
       r->reason = ORTEP_STOP_CACHE_FULL;
       return ORTEP_OK;
     }
-    ortep_status st = feed_emitted(d, i);
+    ortep_status st = feed_emitted(d, i, o->max_tokens ? o->max_tokens - i : SIZE_MAX);
     if (st != ORTEP_OK) return st;
     int32_t tok = d->next;
     bool eos = !o->ignore_eos && ortep__in_ids(tok, c->eos_token_ids, c->n_eos_token_ids);
@@ -1039,7 +1215,10 @@ ortep_status ortep_decoder_generate_ex(ortep_decoder *d, const ortep_generate_op
   if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_generate_ex: decoder is NULL");
   ortep_generate_options o = options ? *options : (ortep_generate_options){0};
   ortep_status st = enter(d, "ortep_decoder_generate_ex");
-  return st != ORTEP_OK ? st : leave(d, generate_ex(d, &o, cb, user, r));
+  if (st != ORTEP_OK) return st;
+  st = generate_ex(d, &o, cb, user, r);
+  drop_queue(d); /* a callback stopped inside a launch */
+  return leave(d, st);
 }
 
 static ortep_status generate(ortep_decoder *d, size_t max_tokens, ortep_token_callback cb, void *user,
@@ -1049,9 +1228,10 @@ static ortep_status generate(ortep_decoder *d, size_t max_tokens, ortep_token_ca
     return ortep__fail(ORTEP_E_STATE, "ortep_decoder_generate: nothing to continue from; prefill a prompt first");
   ortep_status cst = choose_draw(d, NULL); /* greedy */
   if (cst == ORTEP_OK) cst = redraw_pending(d);
+  if (cst == ORTEP_OK) cst = set_stop_mask(d, NULL, 0, NULL, 0); /* no stop id: max_tokens or the callback */
   if (cst != ORTEP_OK) return cst;
   for (size_t i = 0; i < max_tokens; i++) {
-    ortep_status st = feed_emitted(d, i);
+    ortep_status st = feed_emitted(d, i, max_tokens - i);
     if (st != ORTEP_OK) return st;
     int32_t tok = d->next;
     d->fed = false; /* emitted now; run through the model on the next call or iteration */
@@ -1066,7 +1246,10 @@ ortep_status ortep_decoder_generate(ortep_decoder *d, size_t max_tokens, ortep_t
   if (generated) *generated = 0;
   if (!d) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_decoder_generate: decoder is NULL");
   ortep_status st = enter(d, "ortep_decoder_generate");
-  return st != ORTEP_OK ? st : leave(d, generate(d, max_tokens, cb, user, generated));
+  if (st != ORTEP_OK) return st;
+  st = generate(d, max_tokens, cb, user, generated);
+  drop_queue(d); /* a callback stopped inside a launch */
+  return leave(d, st);
 }
 
 ortep_status ortep_decoder_reset(ortep_decoder *d) {
@@ -1084,6 +1267,7 @@ ortep_status ortep_decoder_reset(ortep_decoder *d) {
   d->failed = false;
   d->logits_valid = false;
   d->last_bits = 0;
+  d->q_at = d->q_n = 0, d->q_word = 0; /* empty outside generate; said again */
   return leave(d, st);
 }
 

@@ -21,6 +21,7 @@
  *     h   = g Wd^T + h'                        (ortep:Linear with the residual)
  *   logits = RMSNorm(h) Wlm^T                  (lm_head, or embed when tied)
  *   result = SelectToken(logits, token_id, position, sample.params, sample.history)
+ *   go = FeedToken(result, token_id, position, loop.stop_mask, loop.state)   (the decode step only)
  *
  * The last node selects the next token on the EP that holds the logits
  * (ortep:SelectToken: argmax, or the sampler when the parameters ask), and
@@ -38,6 +39,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "kernels/feed.h"
 #include "llama.h"
 #include "ortep/tensor.h"
 
@@ -227,6 +229,21 @@ static void select_token(builder *b, const char *logits, const char *tokens, con
   if (b->st == ORTEP_OK) b->st = ortep_graph_add_output(b->g, result);
 }
 
+/* A decoder's decode step ends with ortep:FeedToken (kernels/feed.h), so
+ * the session can repeat it on the device for K tokens a launch: the stop
+ * mask and the loop state are persistent inputs, the loop flag an output.
+ * Idle (its state unarmed), it changes nothing: a plain step. */
+static void feed_token(builder *b, const char *result, const char *tokens, const char *positions, int64_t vocab) {
+  ortep_shape mask = {1, {vocab}}, state = {1, {ORTEP__FEED_HEADER + ORTEP__FEED_MAX}}, flag = {1, {1}};
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_input(b->g, ORTEP_INPUT_STOP_MASK, ORTEP_DTYPE_U8, &mask);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_input(b->g, ORTEP_INPUT_LOOP, ORTEP_DTYPE_I32, &state);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_value(b->g, ORTEP_OUTPUT_LOOP_GO, ORTEP_DTYPE_I32, &flag);
+  node(b, "FeedToken", ORTEP_DOMAIN_ORTEP, "feed_token",
+       (const char *[]){result, tokens, positions, ORTEP_INPUT_STOP_MASK, ORTEP_INPUT_LOOP}, 5,
+       (const char *[]){ORTEP_OUTPUT_LOOP_GO}, 1);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_output(b->g, ORTEP_OUTPUT_LOOP_GO);
+}
+
 ortep_status ortep__llama_build_redraw(const ortep_model *m, size_t max_seq, size_t slots, ortep_graph **out) {
   const ortep_model_config *c = ortep_model_get_config(m);
   builder b = {NULL, m, NULL, 1, ORTEP_OK, ORTEP_DTYPE_COUNT, false};
@@ -373,6 +390,7 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
          (const char *[]){nm_io.logits}, (int64_t[]){V}, false, NULL);
   b.prefer = ORTEP_DTYPE_COUNT;
   select_token(&b, nm_io.logits, tok_in, pos_in, (size_t)S, slot_in, slots, seq_rows ? tokens : 1, nm_io.result);
+  if (tokens == 1 && !slots) feed_token(&b, nm_io.result, tok_in, pos_in, V);
   if (b.st == ORTEP_OK) b.st = ortep_graph_add_output(b.g, nm_io.logits);
   if (b.st != ORTEP_OK) {
     ortep_graph_destroy(b.g);

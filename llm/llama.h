@@ -14,6 +14,12 @@
 #define ORTEP_INPUT_HISTORY       "sample.history"
 #define ORTEP_OUTPUT_RESULT       "select.result"
 #define ORTEP__SAMPLE_PARAM_WORDS 9
+/* ortep:FeedToken's values in a decoder's decode step (kernels/feed.h):
+ * the stop mask (u8, one byte per id), the loop state (i32 [header + max])
+ * and the loop flag the session's loop reads */
+#define ORTEP_INPUT_STOP_MASK "loop.stop_mask"
+#define ORTEP_INPUT_LOOP      "loop.state"
+#define ORTEP_OUTPUT_LOOP_GO  "loop.go"
 /* the redraw graph's inputs: the last token fed and its position */
 #define ORTEP_REDRAW_TOKEN    "redraw.token_id"
 #define ORTEP_REDRAW_POSITION "redraw.position"

@@ -83,6 +83,7 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
       {"batch --batches 0", "--batches '0' is not a whole number in [1, 64]"},
       {"batch --system -1", "--system '-1'"},
       {"decode --threads 0", "--threads '0' is not a whole number in [1, 1024]"},
+      {"decode --tokens-per-launch 4,65", "--tokens-per-launch '65'"},
       {"prefill --threads 2000", "--threads '2000'"},
       {"tokenizer --added 10,0", "--added '0'"},
       {"tokenizer --text-bytes 1.5", "--text-bytes '1.5'"},
@@ -123,6 +124,16 @@ START_TEST(decode_runs_every_mode_and_writes_the_documented_json) {
   ck_assert_str_eq(cJSON_GetObjectItem(j, "ep")->valuestring, "cpu_ep");
   ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "tokens_agree")));
   ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "prompt_token_ids")), 3);
+  /* K tokens per launch (default 1, 4, 16): the same tokens (tokens_agree),
+   * fewer launches per call as K grows: 5 steps for 6 tokens */
+  const cJSON *per = cJSON_GetObjectItem(j, "tokens_per_launch");
+  ck_assert_int_eq(cJSON_GetArraySize(per), 3);
+  static const double launches[] = {5, 2, 1};
+  for (int i = 0; i < 3; i++) {
+    const cJSON *e = cJSON_GetArrayItem(per, i);
+    ck_assert_double_gt(cJSON_GetObjectItem(e, "tokens_per_s")->valuedouble, 0);
+    ck_assert_double_eq(cJSON_GetObjectItem(e, "launches_per_call")->valuedouble, launches[i]);
+  }
   const cJSON *modes = cJSON_GetObjectItem(j, "modes");
   const char *names[] = {"eager", "graph", "segmented"};
   const char *fields[] = {"tokens_per_s",

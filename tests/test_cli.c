@@ -129,6 +129,30 @@ START_TEST(generate_streams_text_and_sampling_is_reproducible) {
 }
 END_TEST
 
+/* --tokens-per-launch: the same text for one token a launch and for 8
+ * (greedy and sampled, stopping at max-tokens inside a launch); out of
+ * range is a usage error. */
+START_TEST(tokens_per_launch_changes_no_text) {
+  static const char *const base[] = {
+      "generate --ep cpu --preset tiny --prompt 'Hello' --max-tokens 29 --ignore-eos",
+      "generate --ep cpu --preset tiny --prompt 'Hello' --max-tokens 29 --ignore-eos --temperature 0.9 --top-k 50 "
+      "--repetition-penalty 1.2 --seed 5"};
+  static char one[sizeof g_out];
+  for (int i = 0; i < 2; i++) {
+    char args[512];
+    snprintf(args, sizeof args, "%s --tokens-per-launch 1", base[i]);
+    ck_assert_msg(ortep(args, NULL) == 0, "%s", g_err);
+    memcpy(one, g_out, sizeof one);
+    snprintf(args, sizeof args, "%s --tokens-per-launch 8", base[i]);
+    ck_assert_msg(ortep(args, NULL) == 0, "%s", g_err);
+    ck_assert_str_eq(g_out, one);
+    ck_assert_msg(strstr(g_err, "29 generated"), "%s", g_err);
+  }
+  ck_assert_int_eq(ortep("generate --preset tiny --prompt x --tokens-per-launch 65", NULL), 2);
+  ck_assert_msg(strstr(g_err, "--tokens-per-launch '65' is not a whole number in [0, 64]"), "%s", g_err);
+}
+END_TEST
+
 /* A .gguf file is a model too (the tokenizer.json beside it), and decodes
  * the text its directory does. */
 START_TEST(a_gguf_file_generates_like_its_directory) {
@@ -375,6 +399,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, usage_errors_exit_2_and_name_the_argument);
   tcase_add_test(tc, generate_streams_text_and_sampling_is_reproducible);
+  tcase_add_test(tc, tokens_per_launch_changes_no_text);
   tcase_add_test(tc, tokenize_and_detokenize_round_trip);
   tcase_add_test(tc, a_gguf_file_generates_like_its_directory);
   tcase_add_test(tc, a_model_without_a_tokenizer_takes_ids);

@@ -387,6 +387,78 @@ START_TEST(sampling_on_cuda_draws_what_the_cpu_draws) {
 }
 END_TEST
 
+/* K tokens per launch on the GPU: the decode step inside a conditional
+ * WHILE node (when the runtime and driver have them; else the session's
+ * host loop, said in the output), the same tokens and bitwise the same last
+ * logits as one step per launch, greedy and sampled, and a stop id ending
+ * the launch at the same token. */
+typedef struct kept {
+  int32_t *t;
+  size_t n;
+} kept;
+static bool keep_token(int32_t token, size_t index, void *user) {
+  kept *k = user;
+  ck_assert_uint_lt(index, 64);
+  k->t[k->n++] = token;
+  return true;
+}
+
+static void cuda_generate(size_t k, const ortep_sampling *s, const int32_t *stop, int32_t *out, size_t *n,
+                          float *logits, size_t vocab, uint64_t *loops) {
+  ortep_decoder *d;
+  ck_assert_ok(
+      ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cuda", .max_seq_len = 64, .tokens_per_launch = k}, &d));
+  static const int32_t prompt[] = {3, 14, 15, 92};
+  ck_assert_ok(ortep_decoder_prefill(d, prompt, 4, NULL));
+  ortep_generate_options g = {
+      .max_tokens = 40, .ignore_eos = true, .sampling = s, .stop_tokens = stop, .n_stop_tokens = stop ? 1 : 0};
+  ortep_generate_result r;
+  kept kt = {out, 0};
+  ck_assert_ok(ortep_decoder_generate_ex(d, &g, keep_token, &kt, &r));
+  *n = r.generated;
+  ck_assert_uint_eq(kt.n, *n);
+  ck_assert_ok(ortep_decoder_logits(d, logits, vocab));
+  ortep_session_stats st;
+  ck_assert_ok(ortep_session_get_graph_stats(ortep_decoder_session(d), 0, &st));
+  *loops = st.device_loops;
+  ortep_decoder_close(d);
+}
+
+START_TEST(k_tokens_per_launch_on_cuda) {
+  ortep_ep *ep;
+  ck_assert_ok(ortep_cuda_ep_create(NULL, &ep));
+  ck_assert_ok(ortep_ep_initialize(ep, NULL));
+  bool loops = ortep_ep_get_capabilities(ep).device_loops;
+  ortep_ep_destroy(ep);
+  const ortep_sampling sampled = {.temperature = 0.8f, .top_k = 40, .repetition_penalty = 1.2f, .seed = 3};
+  size_t vocab = 512;
+  float *l1 = malloc(vocab * sizeof *l1), *l8 = malloc(vocab * sizeof *l8);
+  for (int way = 0; way < 3; way++) {
+    const ortep_sampling *s = way == 1 ? &sampled : NULL;
+    int32_t t1[64], t8[64], stop = 0;
+    size_t n1, n8;
+    uint64_t lp1, lp8;
+    cuda_generate(1, s, NULL, t1, &n1, l1, vocab, &lp1);
+    if (way == 2) { /* a stop id: the token drawn at index 20 */
+      stop = t1[20];
+      cuda_generate(1, s, &stop, t1, &n1, l1, vocab, &lp1);
+    }
+    cuda_generate(8, s, way == 2 ? &stop : NULL, t8, &n8, l8, vocab, &lp8);
+    ck_assert_uint_eq(n8, n1);
+    for (size_t i = 0; i < n1; i++) ck_assert_int_eq(t8[i], t1[i]);
+    ck_assert_msg(!memcmp(l1, l8, vocab * sizeof *l1), "way %d: the last logits differ", way);
+    ck_assert_uint_eq(lp1, 0);
+    if (loops) ck_assert_uint_gt(lp8, 0);
+    printf("K tokens per launch on cuda (%s): %zu tokens identical to K = 1, %s\n",
+           way == 0   ? "greedy"
+           : way == 1 ? "sampled"
+                      : "stop id",
+           n1, loops ? "looped on the device (conditional WHILE node)" : "host loop (no conditional nodes)");
+  }
+  free(l1), free(l8);
+}
+END_TEST
+
 /* The CUDA virtual allocator: reserve costs nothing, commits add whole
  * granules (zeroed) charged to the DEVICE tier, decommits give them back, a
  * shared prefix maps the same bytes into two reservations read-only and is
@@ -505,6 +577,7 @@ int main(void) {
   tcase_add_test(tc, sampling_on_cuda_draws_what_the_cpu_draws);
   tcase_add_test(tc, cuda_virtual_allocator_commits_and_shares);
   tcase_add_test(tc, kv_caches_grow_and_fork_on_cuda);
+  tcase_add_test(tc, k_tokens_per_launch_on_cuda);
   suite_add_tcase(s, tc);
   /* its own case, so the sanitizer runs can leave it out (CK_RUN_CASE=core) */
   TCase *large = tcase_create("large");

@@ -56,6 +56,16 @@ typedef struct ortep_decoder_options {
    * per chunk size, captured at its first use, all sharing the KV caches and
    * one arena. */
   size_t prefill_chunk;
+  /* Tokens per launch of generate / generate_ex: the decode step repeated
+   * on the device, each drawn token fed to the next step there, so K tokens
+   * cost one launch and one read instead of K (kernels/feed.h; on a GPU one
+   * CUDA graph with a conditional WHILE node). The tokens, stop reasons,
+   * errors and callbacks are exactly those of one step at a time. 0
+   * (default): automatic, as many as keep a launch near 4 ms at the
+   * measured time per token (at most 16; 1 where a token takes longer, so
+   * streamed text never comes in late bursts); 1: one step per launch; at
+   * most 64. */
+  size_t tokens_per_launch;
   /* Progress of quantizing the weights at open (ortep.weights_dtype): called
    * as each tensor is done (model.h); NULL: none. */
   ortep_progress_fn progress;
