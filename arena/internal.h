@@ -83,8 +83,7 @@ static inline ortep_shared_prefix *ortep__prefix_range_drop(ortep__prefix_range 
     ortep__free(m);
     return p;
   }
-  ortep__assert(!"a shared granule that no prefix range holds");
-  return NULL;
+  ortep__assert_fail("every shared granule is in a prefix range", __FILE__, __LINE__); /* a broken invariant */
 }
 
 /* Whether host code may read and write what this allocator hands out. */
