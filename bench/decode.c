@@ -832,7 +832,7 @@ static void report_launch(const decode_opts *o, const decode_run *r) {
          o->tokens, o->runs);
   printf("  %6s %12s %10s %16s\n", "K", "tokens/s", "vs first", "launches/call");
   for (size_t i = 0; i < r->n_launch; i++) {
-    char k[16];
+    char k[24];
     snprintf(k, sizeof k, r->launch[i].k ? "%zu" : "auto", r->launch[i].k);
     printf("  %6s %12.1f %9.2fx %16.0f\n", k, r->launch[i].tok_s, r->launch[i].tok_s / r->launch[0].tok_s,
            r->launch[i].launches);
