@@ -18,6 +18,78 @@
 
 static void blocked_row_f32(cpu_weights w, size_t r, size_t k, float *dst);
 
+/* --- e^x (ops.h) ------------------------------------------------------------------ */
+#define EXP_LO  (-87.3f) /* e^x a normal float, and 2^n below fits the exponent field */
+#define EXP_HI  88.3f
+#define EXP_L2E 1.44269504088896341f
+#define EXP_C1  0.693359375f /* ln 2 in two parts: n * C1 is exact */
+#define EXP_C2  (-2.12194440e-4f)
+#define EXP_P0  1.9875691500e-4f
+#define EXP_P1  1.3981999507e-3f
+#define EXP_P2  8.3334519073e-3f
+#define EXP_P3  4.1665795894e-2f
+#define EXP_P4  1.6666665459e-1f
+#define EXP_P5  5.0000001201e-1f
+
+static float exp1(float x) {
+  x = x < EXP_LO ? EXP_LO : x > EXP_HI ? EXP_HI : x == x ? x : EXP_LO;
+  float f = x * EXP_L2E + 0.5f, n = (float)(int32_t)f;
+  n = n > f ? n - 1.0f : n; /* floor */
+  x = x - n * EXP_C1;
+  x = x - n * EXP_C2;
+  float z = x * x, p = EXP_P0;
+  p = p * x + EXP_P1, p = p * x + EXP_P2, p = p * x + EXP_P3, p = p * x + EXP_P4, p = p * x + EXP_P5;
+  p = p * z + x + 1.0f;
+  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* The same operations as exp1, four lanes. */
+static __m128 exp4(__m128 x) {
+  const __m128 lo = _mm_set1_ps(EXP_LO), one = _mm_set1_ps(1.0f);
+  __m128 nan = _mm_cmpunord_ps(x, x);
+  x = _mm_min_ps(_mm_max_ps(x, lo), _mm_set1_ps(EXP_HI));
+  x = _mm_or_ps(_mm_andnot_ps(nan, x), _mm_and_ps(nan, lo));
+  __m128 f = _mm_add_ps(_mm_mul_ps(x, _mm_set1_ps(EXP_L2E)), _mm_set1_ps(0.5f));
+  __m128 n = _mm_cvtepi32_ps(_mm_cvttps_epi32(f));
+  n = _mm_sub_ps(n, _mm_and_ps(_mm_cmpgt_ps(n, f), one));
+  x = _mm_sub_ps(x, _mm_mul_ps(n, _mm_set1_ps(EXP_C1)));
+  x = _mm_sub_ps(x, _mm_mul_ps(n, _mm_set1_ps(EXP_C2)));
+  __m128 z = _mm_mul_ps(x, x), p = _mm_set1_ps(EXP_P0);
+  p = _mm_add_ps(_mm_mul_ps(p, x), _mm_set1_ps(EXP_P1));
+  p = _mm_add_ps(_mm_mul_ps(p, x), _mm_set1_ps(EXP_P2));
+  p = _mm_add_ps(_mm_mul_ps(p, x), _mm_set1_ps(EXP_P3));
+  p = _mm_add_ps(_mm_mul_ps(p, x), _mm_set1_ps(EXP_P4));
+  p = _mm_add_ps(_mm_mul_ps(p, x), _mm_set1_ps(EXP_P5));
+  p = _mm_add_ps(_mm_add_ps(_mm_mul_ps(p, z), x), one);
+  __m128i bits = _mm_slli_epi32(_mm_add_epi32(_mm_cvttps_epi32(n), _mm_set1_epi32(127)), 23);
+  return _mm_mul_ps(p, _mm_castsi128_ps(bits));
+}
+#endif
+
+__attribute__((noinline)) void ortep__cpu_exp(const float *x, float *y, size_t n) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, exp4(_mm_loadu_ps(x + i)));
+#endif
+  for (; i < n; i++) y[i] = exp1(x[i]);
+}
+
+/* SiLU(g) x u with g and u already biased, n at a time (the exponentials in one call). */
+static void silu_mul_n(const float *g, const float *u, float *y, size_t n) {
+  float e[64];
+  for (size_t i0 = 0; i0 < n; i0 += 64) {
+    size_t m = n - i0 < 64 ? n - i0 : 64;
+    for (size_t i = 0; i < m; i++) e[i] = -g[i0 + i];
+    ortep__cpu_exp(e, e, m);
+    for (size_t i = 0; i < m; i++) y[i0 + i] = g[i0 + i] / (1.0f + e[i]) * u[i0 + i];
+  }
+}
+
 void ortep__cpu_gather(cpu_weights table, bool blocked, size_t rows, size_t h, const void *index, bool index64,
                        size_t n, float *out, uint32_t *error_word) {
   for (size_t i = 0; i < n; i++) {
@@ -121,6 +193,8 @@ static const float *x4_as_is(const float *x, size_t k, float *xp) {
 #define ORTEP_F32_ROWS  6 /* the row counts of simd_rows.h's kernels, which only x86-64 has */
 #define ORTEP_BF16_ROWS 8
 #endif
+/* the most rows one store_quads call takes */
+#define STORE_ROWS (ORTEP_BF16_ROWS > ORTEP_F32_ROWS ? ORTEP_BF16_ROWS : ORTEP_F32_ROWS)
 
 typedef struct dot_set {
   float (*f32)(const float *, const float *, size_t);
@@ -304,7 +378,7 @@ void ortep__cpu_linear(const float *x, size_t m, size_t k, size_t groups, const 
     if (gate_up) {
       float g = dot_row(xr, w[0], j, k) + (b[0].data ? cpu_w(b[0], j) : 0.0f);
       float u = dot_row(xr, w[1], j, k) + (b[1].data ? cpu_w(b[1], j) : 0.0f);
-      y[0][r * n[0] + j] = g / (1.0f + expf(-g)) * u;
+      silu_mul_n(&g, &u, &y[0][r * n[0] + j], 1);
       continue;
     }
     size_t g = 0;
@@ -341,18 +415,25 @@ const float *ortep__cpu_blocked_x(const float *x, size_t k, float *xp) { return 
  * residual. */
 static void store_quads(const float *v, const float *u, size_t r0, size_t nr, size_t j, size_t g, bool gate_up,
                         const cpu_weights *b, const size_t *n, const float *res, float *const *y) {
+  float b0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, b1[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* 0: no bias, as v + 0 was */
+  const cpu_weights *bw = &b[gate_up ? 0 : g];
+  for (size_t i = 0; i < 4; i++) {
+    if (bw->data) b0[i] = cpu_w(*bw, j + i);
+    if (gate_up && b[1].data) b1[i] = cpu_w(b[1], j + i);
+  }
+  ortep__assert(nr <= STORE_ROWS);
+  if (gate_up) {
+    float gv[4 * STORE_ROWS], uv[4 * STORE_ROWS], sv[4 * STORE_ROWS];
+    for (size_t i = 0; i < 4 * nr; i++) gv[i] = v[i] + b0[i & 3], uv[i] = u[i] + b1[i & 3];
+    silu_mul_n(gv, uv, sv, 4 * nr);
+    for (size_t r = 0; r < nr; r++) memcpy(&y[0][(r0 + r) * n[0] + j], sv + 4 * r, 4 * sizeof *sv);
+    return;
+  }
   for (size_t r = 0; r < nr; r++)
     for (size_t i = 0; i < 4; i++) {
-      size_t row = r0 + r;
-      if (gate_up) {
-        float gv = v[4 * r + i] + (b[0].data ? cpu_w(b[0], j + i) : 0.0f);
-        float up = u[4 * r + i] + (b[1].data ? cpu_w(b[1], j + i) : 0.0f);
-        y[0][row * n[0] + j + i] = gv / (1.0f + expf(-gv)) * up;
-      } else {
-        float o = v[4 * r + i] + (b[g].data ? cpu_w(b[g], j + i) : 0.0f);
-        size_t at = row * n[g] + j + i;
-        y[g][at] = res ? o + res[at] : o;
-      }
+      size_t at = (r0 + r) * n[g] + j + i;
+      float o = v[4 * r + i] + b0[i];
+      y[g][at] = res ? o + res[at] : o;
     }
 }
 
@@ -538,12 +619,13 @@ void ortep__cpu_linear_gemm(const float *x, size_t m, size_t k, size_t groups, c
     block_gemm(xr, mr, k, w0, nb, yg, ld);
     if (gate_up) {
       block_gemm(xr, mr, k, w1, nb, up, nb);
-      for (size_t r = 0; r < mr; r++)
+      for (size_t r = 0; r < mr; r++) {
         for (size_t j = 0; j < nb; j++) {
-          float gv = yg[r * ld + j] + (b[0].data ? cpu_w(b[0], j0 + j) : 0.0f);
-          float uv = up[r * nb + j] + (b[1].data ? cpu_w(b[1], j0 + j) : 0.0f);
-          yg[r * ld + j] = gv / (1.0f + expf(-gv)) * uv;
+          yg[r * ld + j] += b[0].data ? cpu_w(b[0], j0 + j) : 0.0f;
+          up[r * nb + j] += b[1].data ? cpu_w(b[1], j0 + j) : 0.0f;
         }
+        silu_mul_n(yg + r * ld, up + r * nb, yg + r * ld, nb);
+      }
       continue;
     }
     if (!b[g].data && !res) continue;
@@ -633,15 +715,12 @@ void ortep__cpu_mul(const float *a, cpu_weights b, size_t nb, size_t n, float *y
 }
 
 void ortep__cpu_sigmoid(const float *x, size_t n, float *y) {
-  for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+  for (size_t i = 0; i < n; i++) y[i] = -x[i];
+  ortep__cpu_exp(y, y, n);
+  for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + y[i]);
 }
 
-void ortep__cpu_silu_mul(const float *gate, const float *up, size_t n, float *y) {
-  for (size_t i = 0; i < n; i++) {
-    float g = gate[i];
-    y[i] = g / (1.0f + expf(-g)) * up[i];
-  }
-}
+void ortep__cpu_silu_mul(const float *gate, const float *up, size_t n, float *y) { silu_mul_n(gate, up, y, n); }
 
 void ortep__cpu_rmsnorm(const float *x, const float *skip, cpu_weights bias, bool has_bias, cpu_weights scale,
                         size_t rows, size_t h, float eps, float *y, float *sum) {
@@ -753,7 +832,9 @@ void ortep__cpu_gqa_heads(const float *q, ortep__kv_cache c, const int32_t *pos,
       if (sc[s] > mx) mx = sc[s];
     }
     float denom = 0.0f;
-    for (size_t s = 0; s <= slot; s++) denom += (sc[s] = expf(sc[s] - mx));
+    for (size_t s = 0; s <= slot; s++) sc[s] -= mx;
+    ortep__cpu_exp(sc, sc, slot + 1);
+    for (size_t s = 0; s <= slot; s++) denom += sc[s];
     float *oh = out + item * head_dim;
     memset(oh, 0, head_dim * sizeof *oh);
     for (size_t s = 0; s <= slot; s++)
@@ -799,7 +880,9 @@ void ortep__cpu_gqa_chunk_heads(const float *q, ortep__kv_cache c, const int32_t
       float *sc = scores + t * span, mx = -INFINITY, denom = 0.0f;
       size_t last = p0 + t;
       for (size_t s2 = 0; s2 <= last; s2++) mx = sc[s2] > mx ? sc[s2] : mx;
-      for (size_t s2 = 0; s2 <= last; s2++) denom += (sc[s2] = expf(sc[s2] - mx));
+      for (size_t s2 = 0; s2 <= last; s2++) sc[s2] -= mx;
+      ortep__cpu_exp(sc, sc, last + 1);
+      for (size_t s2 = 0; s2 <= last; s2++) denom += sc[s2];
       float inv = 1.0f / denom;
       for (size_t s2 = 0; s2 <= last; s2++) sc[s2] *= inv;
       for (size_t s2 = last + 1; s2 < span; s2++) sc[s2] = 0.0f;
@@ -816,7 +899,9 @@ void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y) {
     float mx = -INFINITY;
     for (size_t i = 0; i < n; i++) mx = xr[i] > mx ? xr[i] : mx;
     float s = 0.0f;
-    for (size_t i = 0; i < n; i++) s += (yr[i] = expf(xr[i] - mx));
+    for (size_t i = 0; i < n; i++) yr[i] = xr[i] - mx;
+    ortep__cpu_exp(yr, yr, n);
+    for (size_t i = 0; i < n; i++) s += yr[i];
     for (size_t i = 0; i < n; i++) yr[i] /= s;
   }
 }

@@ -109,6 +109,16 @@ void ortep__cpu_argmax_range(const float *x32, const uint16_t *x16, size_t begin
                              float *value, bool *bad);
 void ortep__cpu_add(const float *a, cpu_weights b, size_t nb, size_t n, float *y);
 void ortep__cpu_mul(const float *a, cpu_weights b, size_t nb, size_t n, float *y);
+/* y[i] = e^x[i], i < n (y may be x): every CPU kernel's exponential (SiLU,
+ * sigmoid, softmax, attention), Cephes' expf: x clamped to [-87.3, 88.3],
+ * x = n ln 2 + r, a degree-5 polynomial for e^r, 2^n in the exponent bits;
+ * within 2 ulp of e^x there. Four lanes at a time in SSE2 registers on
+ * x86-64, the same operations one lane at a time elsewhere and for the
+ * tail, and out of line in a file built for the baseline instruction set,
+ * so no caller's FMA contracts it: every lane of every caller gets bitwise
+ * the same value for the same x. A NaN comes back as a number (the clamp);
+ * every caller keeps the NaN in its other operand. */
+void ortep__cpu_exp(const float *x, float *y, size_t n);
 void ortep__cpu_sigmoid(const float *x, size_t n, float *y);
 /* y = silu(gate) * up */
 void ortep__cpu_silu_mul(const float *gate, const float *up, size_t n, float *y);

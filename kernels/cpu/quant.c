@@ -387,10 +387,10 @@ void ortep__cpu_linear_quant(const ortep__cpu_qx *x, size_t rows, size_t k, size
           u[0] = dot_portable(w[1].dtype, w[1].data, false, j, k, xr);
         }
         for (size_t r = 0; r < step; r++) {
-          float gv = v[r] + (b[0].data ? cpu_w(b[0], j + r) : 0.0f);
-          float uv = u[r] + (b[1].data ? cpu_w(b[1], j + r) : 0.0f);
-          y[0][row * n[0] + j + r] = gv / (1.0f + expf(-gv)) * uv;
+          v[r] += b[0].data ? cpu_w(b[0], j + r) : 0.0f;
+          u[r] += b[1].data ? cpu_w(b[1], j + r) : 0.0f;
         }
+        ortep__cpu_silu_mul(v, u, step, &y[0][row * n[0] + j]);
         continue;
       }
       if (blocked)
