@@ -501,6 +501,15 @@ START_TEST(softmax_and_argmax) {
     for (int i = 0; i < 4; i++) want[rr * 4 + i] = exp(y[rr * 4 + i] - mx) / s;
   }
   expect_close(out, want, 8, "Softmax");
+  /* rows of 8 and 11 (four lanes, and a tail): a NaN anywhere makes the row
+   * NaN (the exponential keeps it), a row without one stays finite; large
+   * and tiny values do not overflow */
+  float z[2 * 11] = {0, 1, NAN, 2, 3, 4, 5, 6, -1, -1, -1, 90, -90, 0, 1, 2, 3, 4, 5, 6, 7, 8}, zo[22];
+  ck_assert_ok(run_node("Softmax", "", NULL, 0, (tin[]){{ORTEP_DTYPE_F32, SHAPE(2, 11), z}}, 1, (void *[]){zo}, 1));
+  for (int i = 0; i < 11; i++) ck_assert_msg(isnan(zo[i]), "softmax of a row with a NaN: %g at %d", zo[i], i);
+  double zs = 0;
+  for (int i = 11; i < 22; i++) zs += zo[i];
+  ck_assert_msg(fabs(zs - 1.0) < 1e-6 && zo[11] > 0.999f, "softmax of a finite row sums to %g", zs);
   ck_assert_int_eq(run_node("Softmax", "", (tattr[]){{"axis", 0, 0, 0}}, 1, (tin[]){{ORTEP_DTYPE_F32, SHAPE(2, 4), y}},
                             1, (void *[]){out}, 1),
                    ORTEP_E_NOT_SUPPORTED);

@@ -32,7 +32,8 @@ static void blocked_row_f32(cpu_weights w, size_t r, size_t k, float *dst);
 #define EXP_P5  5.0000001201e-1f
 
 static float exp1(float x) {
-  x = x < EXP_LO ? EXP_LO : x > EXP_HI ? EXP_HI : x == x ? x : EXP_LO;
+  if (x != x) return x; /* NaN stays NaN */
+  x = x < EXP_LO ? EXP_LO : x > EXP_HI ? EXP_HI : x;
   float f = x * EXP_L2E + 0.5f, n = (float)(int32_t)f;
   n = n > f ? n - 1.0f : n; /* floor */
   x = x - n * EXP_C1;
@@ -67,9 +68,41 @@ static __m128 exp4(__m128 x) {
   p = _mm_add_ps(_mm_mul_ps(p, x), _mm_set1_ps(EXP_P5));
   p = _mm_add_ps(_mm_add_ps(_mm_mul_ps(p, z), x), one);
   __m128i bits = _mm_slli_epi32(_mm_add_epi32(_mm_cvttps_epi32(n), _mm_set1_epi32(127)), 23);
-  return _mm_mul_ps(p, _mm_castsi128_ps(bits));
+  p = _mm_mul_ps(p, _mm_castsi128_ps(bits));
+  return _mm_or_ps(_mm_andnot_ps(nan, p), _mm_and_ps(nan, _mm_set1_ps(NAN))); /* NaN stays NaN */
 }
 #endif
+
+/* The softmax's first half over x[0, n), in place: x = e^(x - max x); returns
+ * the sum. The max ignores NaN (as a scalar compare does) and the sum runs
+ * in four lanes combined in one order, so a row's result is the same
+ * wherever it runs. */
+static float exp_shifted(float *x, size_t n) {
+  float mx = -INFINITY, sum = 0.0f;
+  size_t i = 0;
+#if defined(__SSE2__)
+  __m128 m4 = _mm_set1_ps(-INFINITY), s4 = _mm_setzero_ps();
+  for (; i + 4 <= n; i += 4) m4 = _mm_max_ps(_mm_loadu_ps(x + i), m4); /* a NaN in x: m4 kept */
+  float l[4];
+  _mm_storeu_ps(l, m4);
+  for (int q = 0; q < 4; q++) mx = l[q] > mx ? l[q] : mx;
+  for (size_t t = i; t < n; t++) mx = x[t] > mx ? x[t] : mx;
+  __m128 m = _mm_set1_ps(mx);
+  for (size_t t = 0; t + 4 <= n; t += 4) _mm_storeu_ps(x + t, _mm_sub_ps(_mm_loadu_ps(x + t), m));
+  for (size_t t = i; t < n; t++) x[t] -= mx;
+  ortep__cpu_exp(x, x, n);
+  for (size_t t = 0; t + 4 <= n; t += 4) s4 = _mm_add_ps(s4, _mm_loadu_ps(x + t));
+  _mm_storeu_ps(l, s4);
+  sum = (l[0] + l[1]) + (l[2] + l[3]);
+#else
+  for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+  for (size_t t = 0; t < n; t++) x[t] -= mx;
+  ortep__cpu_exp(x, x, n);
+  i = 0;
+#endif
+  for (size_t t = i; t < n; t++) sum += x[t];
+  return sum;
+}
 
 __attribute__((noinline)) void ortep__cpu_exp(const float *x, float *y, size_t n) {
   size_t i = 0;
@@ -497,23 +530,48 @@ bool ortep__cpu_bf16_rows(void) { return dots.bf16_rows != NULL; }
 
 void ortep__cpu_to_bf16(const float *x, size_t n, uint16_t *dst) { dots.to_bf16(x, n, dst); }
 
-void ortep__cpu_linear_bf16(const uint16_t *x16, size_t rows, size_t k, size_t groups, const cpu_weights *w,
-                            const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
-                            size_t begin, size_t end) {
-  (void)groups;
+/* A long reduction (k above BF16_KBLOCK, e.g. the down projection's 4864)
+ * runs in blocks of columns, the block loop outside the quads: the chunk's
+ * rows of one block (256 x 1024 bf16, 512 KiB) stay in L2 while every quad
+ * of the range passes over them, where whole rows (2.4 MiB) would stream
+ * from L3 for each quad. The partial sums wait in y; the last block adds
+ * them and runs the epilogue. Sums of one output in the same order for any
+ * thread count and any neighbours (a row's result is that row's alone). A
+ * gate_up node (two sums per output) keeps whole rows. */
+#define BF16_KBLOCK 1024
+
+static void bf16_quads(const uint16_t *x16, size_t rows, size_t k, size_t k0, size_t kn, const cpu_weights *w,
+                       const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
+                       size_t begin, size_t end) {
   float v[4 * ORTEP_BF16_ROWS], u[4 * ORTEP_BF16_ROWS];
+  bool first = k0 == 0, last = k0 + kn == k;
   for (size_t item = begin; item < end; item++) {
     size_t j = item * 4, g = 0;
     if (!gate_up)
       while (j >= n[g]) j -= n[g++];
-    const uint16_t *wq = (const uint16_t *)w[g].data + j * k;
+    const uint16_t *wq = (const uint16_t *)w[g].data + j * k + k0 * ORTEP__LINEAR_ROWS;
     for (size_t r0 = 0; r0 < rows; r0 += ORTEP_BF16_ROWS) {
       size_t nr = rows - r0 < ORTEP_BF16_ROWS ? rows - r0 : ORTEP_BF16_ROWS;
-      dots.bf16_rows(x16 + r0 * k, k, nr, wq, k, v);
+      dots.bf16_rows(x16 + r0 * k + k0, k, nr, wq, kn, v);
       if (gate_up) dots.bf16_rows(x16 + r0 * k, k, nr, (const uint16_t *)w[1].data + j * k, k, u);
-      store_quads(v, u, r0, nr, j, g, gate_up, b, n, res, y);
+      for (size_t r = 0; !first && r < nr; r++) /* the blocks before this one */
+        for (size_t i = 0; i < 4; i++) v[4 * r + i] += y[g][(r0 + r) * n[g] + j + i];
+      if (last) {
+        store_quads(v, u, r0, nr, j, g, gate_up, b, n, res, y);
+        continue;
+      }
+      for (size_t r = 0; r < nr; r++) memcpy(&y[g][(r0 + r) * n[g] + j], v + 4 * r, 4 * sizeof *v);
     }
   }
+}
+
+void ortep__cpu_linear_bf16(const uint16_t *x16, size_t rows, size_t k, size_t groups, const cpu_weights *w,
+                            const cpu_weights *b, const size_t *n, bool gate_up, const float *res, float *const *y,
+                            size_t begin, size_t end) {
+  (void)groups;
+  size_t kb = gate_up || k <= BF16_KBLOCK ? k : BF16_KBLOCK;
+  for (size_t k0 = 0; k0 < k; k0 += kb)
+    bf16_quads(x16, rows, k, k0, k - k0 < kb ? k - k0 : kb, w, b, n, gate_up, res, y, begin, end);
 }
 
 /* --- Linear over many rows (prefill): blocks through sgemm -------------------
@@ -826,15 +884,8 @@ void ortep__cpu_gqa_heads(const float *q, ortep__kv_cache c, const int32_t *pos,
       continue; /* zeroed (and latched) by write_kv */
     size_t slot = (size_t)p, base = (size_t)sq * capacity * row + g * head_dim;
     const float *qh = q + item * head_dim;
-    float mx = -INFINITY;
-    for (size_t s = 0; s <= slot; s++) {
-      sc[s] = kv_dot(qh, c.k, base + s * row, head_dim, c.dt) * scale;
-      if (sc[s] > mx) mx = sc[s];
-    }
-    float denom = 0.0f;
-    for (size_t s = 0; s <= slot; s++) sc[s] -= mx;
-    ortep__cpu_exp(sc, sc, slot + 1);
-    for (size_t s = 0; s <= slot; s++) denom += sc[s];
+    for (size_t s = 0; s <= slot; s++) sc[s] = kv_dot(qh, c.k, base + s * row, head_dim, c.dt) * scale;
+    float denom = exp_shifted(sc, slot + 1);
     float *oh = out + item * head_dim;
     memset(oh, 0, head_dim * sizeof *oh);
     for (size_t s = 0; s <= slot; s++)
@@ -877,13 +928,9 @@ void ortep__cpu_gqa_chunk_heads(const float *q, ortep__kv_cache c, const int32_t
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)tokens, (int)span, (int)head_dim, scale, q + h * head_dim,
                 (int)row, kc, (int)ld, 0.0f, scores, (int)span);
     for (size_t t = 0; t < tokens; t++) { /* causal: token t sees positions 0..p0 + t */
-      float *sc = scores + t * span, mx = -INFINITY, denom = 0.0f;
+      float *sc = scores + t * span;
       size_t last = p0 + t;
-      for (size_t s2 = 0; s2 <= last; s2++) mx = sc[s2] > mx ? sc[s2] : mx;
-      for (size_t s2 = 0; s2 <= last; s2++) sc[s2] -= mx;
-      ortep__cpu_exp(sc, sc, last + 1);
-      for (size_t s2 = 0; s2 <= last; s2++) denom += sc[s2];
-      float inv = 1.0f / denom;
+      float inv = 1.0f / exp_shifted(sc, last + 1);
       for (size_t s2 = 0; s2 <= last; s2++) sc[s2] *= inv;
       for (size_t s2 = last + 1; s2 < span; s2++) sc[s2] = 0.0f;
     }
@@ -896,12 +943,8 @@ void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y) {
   for (size_t r = 0; r < rows; r++) {
     const float *xr = x + r * n;
     float *yr = y + r * n;
-    float mx = -INFINITY;
-    for (size_t i = 0; i < n; i++) mx = xr[i] > mx ? xr[i] : mx;
-    float s = 0.0f;
-    for (size_t i = 0; i < n; i++) yr[i] = xr[i] - mx;
-    ortep__cpu_exp(yr, yr, n);
-    for (size_t i = 0; i < n; i++) s += yr[i];
+    memmove(yr, xr, n * sizeof *yr);
+    float s = exp_shifted(yr, n);
     for (size_t i = 0; i < n; i++) yr[i] /= s;
   }
 }
