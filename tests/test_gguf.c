@@ -398,19 +398,76 @@ START_TEST(a_gguf_tokenizer_matches_its_tokenizer_json) {
   ck_assert_ok(ortep_tokenizer_open(file, &b));
   ortep_tokenizer_close(b);
   unlink(beside);
-  /* SentencePiece metadata */
-  ck_assert_ok(ortep_gguf_writer_create(&w));
-  ck_assert_ok(ortep_gguf_writer_add_string(w, "tokenizer.ggml.model", "llama"));
-  const char *toks[2] = {"<unk>", "a"};
-  ck_assert_ok(ortep_gguf_writer_add_strings(w, "tokenizer.ggml.tokens", toks, 2));
-  ck_assert_ok(ortep_gguf_writer_write(w, file));
-  ortep_gguf_writer_destroy(w);
-  ck_assert_status(ortep_tokenizer_open(file, &b), ORTEP_E_FORMAT);
-  ck_assert_ptr_nonnull(strstr(ortep_last_error(), "tokenizer.ggml.model 'llama' is not read from GGUF metadata"));
+  /* SentencePiece metadata without its scores, or with a NaN among them */
+  for (int nan = 0; nan < 2; nan++) {
+    ck_assert_ok(ortep_gguf_writer_create(&w));
+    ck_assert_ok(ortep_gguf_writer_add_string(w, "tokenizer.ggml.model", "llama"));
+    const char *toks[2] = {"<unk>", "a"};
+    ck_assert_ok(ortep_gguf_writer_add_strings(w, "tokenizer.ggml.tokens", toks, 2));
+    if (nan)
+      ck_assert_ok(ortep_gguf_writer_add_array(w, "tokenizer.ggml.scores", ORTEP_GGUF_F32, (float[]){0, NAN}, 2));
+    ck_assert_ok(ortep_gguf_writer_write(w, file));
+    ortep_gguf_writer_destroy(w);
+    ck_assert_status(ortep_tokenizer_open(file, &b), ORTEP_E_FORMAT);
+    ck_assert_ptr_nonnull(
+        strstr(ortep_last_error(), nan ? "tokenizer.ggml.scores[1] is NaN" : "tokenizer.ggml.scores (an f32 array"));
+  }
   unlink(file);
   rmdir(other);
   free(json);
   test_model_dir_remove(dir);
+}
+END_TEST
+
+/* A SentencePiece vocabulary (tokenizer.ggml.model "llama") encodes by its
+ * scores: the merges are every split of a piece into two pieces, the
+ * higher-scored piece first. Here "▁a" (-10), then "ab" (-11), then "▁ab"
+ * (-12: "▁" + "ab" before "▁a" + "b", by the halves' ids), so "ab ab!"
+ * becomes "▁a" twice, then "▁ab" twice; "!" falls back to its byte piece,
+ * "c" (no byte piece) to <unk>; a BOS comes first. "aab" is "▁a" "ab", not
+ * "▁" "aa" "b": "aa" (-20) merges last. Decoding gives the text back. */
+START_TEST(a_sentencepiece_vocabulary_encodes_by_its_scores) {
+  char dir[64] = "/tmp/ortep-gguf-spm-XXXXXX", file[128];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(file, sizeof file, "%s/spm.gguf", dir);
+#define SPACE "\xe2\x96\x81" /* U+2581, SentencePiece's space */
+  const char *toks[11] = {"<unk>", "<s>", "</s>", "<0x21>", SPACE, "a", "b", SPACE "a", "ab", SPACE "ab", "aa"};
+#undef SPACE
+  float scores[11] = {0, 0, 0, 0, -1, -2, -3, -10, -11, -12, -20};
+  int32_t types[11] = {2, 3, 3, 6, 1, 1, 1, 1, 1, 1, 1};
+  ortep_gguf_writer *w;
+  ck_assert_ok(ortep_gguf_writer_create(&w));
+  ck_assert_ok(ortep_gguf_writer_add_string(w, "tokenizer.ggml.model", "llama"));
+  ck_assert_ok(ortep_gguf_writer_add_strings(w, "tokenizer.ggml.tokens", toks, 11));
+  ck_assert_ok(ortep_gguf_writer_add_array(w, "tokenizer.ggml.scores", ORTEP_GGUF_F32, scores, 11));
+  ck_assert_ok(ortep_gguf_writer_add_array(w, "tokenizer.ggml.token_type", ORTEP_GGUF_I32, types, 11));
+  ck_assert_ok(ortep_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1));
+  ck_assert_ok(ortep_gguf_writer_write(w, file));
+  ortep_gguf_writer_destroy(w);
+  ortep_tokenizer *t;
+  ck_assert_ok(ortep_tokenizer_open(file, &t));
+  struct {
+    const char *text;
+    int32_t ids[8];
+    size_t n;
+  } cases[] = {{"ab ab!", {1, 9, 9, 3}, 4}, {"ab c", {1, 9, 4, 0}, 4}, {"a", {1, 7}, 2}, {"aab", {1, 7, 8}, 3}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    int32_t *ids;
+    size_t n;
+    ck_assert_ok(ortep_tokenizer_encode(t, cases[i].text, strlen(cases[i].text), true, &ids, &n));
+    ck_assert_msg(n == cases[i].n && !memcmp(ids, cases[i].ids, n * sizeof *ids), "'%s': %zu ids, first %d",
+                  cases[i].text, n, n ? ids[0] : -1);
+    free(ids);
+  }
+  ck_assert(ortep_tokenizer_is_special(t, 1) && ortep_tokenizer_is_special(t, 0) && !ortep_tokenizer_is_special(t, 9));
+  char *text;
+  size_t len;
+  ck_assert_ok(ortep_tokenizer_decode(t, (const int32_t[]){9, 9, 3}, 3, true, &text, &len));
+  ck_assert_str_eq(text, "ab ab!");
+  free(text);
+  ortep_tokenizer_close(t);
+  unlink(file);
+  rmdir(dir);
 }
 END_TEST
 
@@ -424,6 +481,7 @@ int main(void) {
   tcase_add_test(tc, a_gguf_decodes_like_its_directory);
   tcase_add_test(tc, gguf_models_refuse_what_ortep_does_not_run);
   tcase_add_test(tc, a_gguf_tokenizer_matches_its_tokenizer_json);
+  tcase_add_test(tc, a_sentencepiece_vocabulary_encodes_by_its_scores);
   tcase_set_timeout(tc, 300);
   suite_add_tcase(s, tc);
   return test_run(s);

@@ -12,12 +12,19 @@
  * into those keys, as llama.cpp's convert_hf_to_gguf.py writes them (ids
  * without a token become "[PAD<id>]").
  *
- * SentencePiece vocabularies (tokenizer.ggml.model "llama": scores, no
- * merges) are not read from metadata yet: a tokenizer.json beside the file
- * is needed for them.
+ * SentencePiece vocabularies (tokenizer.ggml.model "llama": pieces with
+ * scores, no merges) become the document Hugging Face's converter makes from
+ * the same pieces (LlamaConverter: a BPE with byte fallback, the Prepend /
+ * Replace normalizer, the LLaMA decoder): the merges are every split of a
+ * piece into two pieces of the vocabulary, ranked by the piece's score
+ * (higher first), then the piece's id, then the two halves' ids, the order
+ * its extractor gives (checked on the real LLaMA-2 tokenizer.json: 58,980
+ * merges). Written back, a piece's score is minus the rank of the first
+ * merge that makes it, so reading gives the same merges again.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/internal.h"
@@ -65,101 +72,250 @@ static cJSON *pre_tokenizer(const char *re) {
   return pre;
 }
 
-static ortep_status gguf_json(const ortep_gguf *g, char **out, size_t *len) {
+/* --- SentencePiece pieces ----------------------------------------------------------- */
+typedef struct spm_merge {
+  float score;
+  uint32_t piece, l, r;
+} spm_merge;
+
+static int merge_order(const void *a, const void *b) {
+  const spm_merge *x = a, *y = b;
+  if (x->score != y->score) return x->score > y->score ? -1 : 1;
+  if (x->piece != y->piece) return x->piece < y->piece ? -1 : 1;
+  if (x->l != y->l) return x->l < y->l ? -1 : 1;
+  return (x->r > y->r) - (x->r < y->r);
+}
+
+/* The merges of n pieces (NUL-terminated strings, their scores): every
+ * split at a character boundary into two pieces of the vocabulary, ranked
+ * as the file comment says, as ["l", "r"] pairs into ml. */
+static ortep_status spm_merges(char *const *piece, const float *score, size_t n, cJSON *ml) {
+  ortep__strmap ids = {0};
+  spm_merge *m = NULL;
+  size_t nm = 0, cap = 0;
+  ortep_status st = ORTEP_OK;
+  for (size_t i = 0; st == ORTEP_OK && i < n; i++)
+    if (!ortep__strmap_get(&ids, piece[i], &(uint32_t){0}) && !ortep__strmap_put(&ids, piece[i], (uint32_t)i))
+      st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory");
+  char buf[1024];
+  for (size_t i = 0; st == ORTEP_OK && i < n; i++) {
+    size_t len = strlen(piece[i]);
+    if (len >= sizeof buf) continue; /* no piece this long is made of two */
+    for (size_t at = 1; st == ORTEP_OK && at < len; at++) {
+      if (((unsigned char)piece[i][at] & 0xc0) == 0x80) continue; /* inside a character */
+      uint32_t l, r;
+      memcpy(buf, piece[i], at), buf[at] = '\0';
+      if (!ortep__strmap_get(&ids, buf, &l) || !ortep__strmap_get(&ids, piece[i] + at, &r)) continue;
+      if (!ORTEP__GROW(m, cap, nm + 1)) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory");
+      if (st == ORTEP_OK) m[nm++] = (spm_merge){score[i], (uint32_t)i, l, r};
+    }
+  }
+  if (nm) qsort(m, nm, sizeof *m, merge_order);
+  for (size_t k = 0; st == ORTEP_OK && k < nm; k++) {
+    cJSON *pair = cJSON_CreateArray();
+    cJSON_AddItemToArray(pair, cJSON_CreateString(piece[m[k].l]));
+    cJSON_AddItemToArray(pair, cJSON_CreateString(piece[m[k].r]));
+    cJSON_AddItemToArray(ml, pair);
+  }
+  ortep__free(m);
+  ortep__strmap_free(&ids);
+  return st;
+}
+
+/* What a LLaMA-2 tokenizer.json holds besides its pieces: byte fallback,
+ * "▁" for spaces (and before the text: add_space_prefix, true unless the
+ * file says otherwise), the decoder that undoes both. */
+static void spm_frame(const ortep_gguf *g, cJSON *root, cJSON *model, const char *unk) {
+  const ortep_gguf_kv *prefix = ortep_gguf_find_kv(g, "tokenizer.ggml.add_space_prefix");
+  cJSON_AddBoolToObject(model, "byte_fallback", true);
+  cJSON_AddBoolToObject(model, "fuse_unk", true);
+  if (unk) cJSON_AddStringToObject(model, "unk_token", unk);
+  cJSON *norm = cJSON_AddObjectToObject(root, "normalizer"), *nl = cJSON_AddArrayToObject(norm, "normalizers");
+  cJSON_AddStringToObject(norm, "type", "Sequence");
+  if (!prefix || prefix->type != ORTEP_GGUF_BOOL || prefix->u) {
+    cJSON *pre = cJSON_CreateObject();
+    cJSON_AddStringToObject(pre, "type", "Prepend");
+    cJSON_AddStringToObject(pre, "prepend", "\u2581");
+    cJSON_AddItemToArray(nl, pre);
+  }
+  cJSON *rp = cJSON_CreateObject();
+  cJSON_AddStringToObject(rp, "type", "Replace");
+  cJSON_AddStringToObject(cJSON_AddObjectToObject(rp, "pattern"), "String", " ");
+  cJSON_AddStringToObject(rp, "content", "\u2581");
+  cJSON_AddItemToArray(nl, rp);
+  cJSON *dec = cJSON_AddObjectToObject(root, "decoder"), *dl = cJSON_AddArrayToObject(dec, "decoders");
+  cJSON_AddStringToObject(dec, "type", "Sequence");
+  cJSON *d0 = cJSON_CreateObject(), *d1 = cJSON_CreateObject(), *d2 = cJSON_CreateObject(), *d3 = cJSON_CreateObject();
+  cJSON_AddStringToObject(d0, "type", "Replace");
+  cJSON_AddStringToObject(cJSON_AddObjectToObject(d0, "pattern"), "String", "\u2581");
+  cJSON_AddStringToObject(d0, "content", " ");
+  cJSON_AddStringToObject(d1, "type", "ByteFallback");
+  cJSON_AddStringToObject(d2, "type", "Fuse");
+  cJSON_AddStringToObject(d3, "type", "Strip");
+  cJSON_AddStringToObject(d3, "content", " ");
+  cJSON_AddNumberToObject(d3, "start", 1);
+  cJSON_AddNumberToObject(d3, "stop", 0);
+  cJSON_AddItemToArray(dl, d0), cJSON_AddItemToArray(dl, d1), cJSON_AddItemToArray(dl, d2),
+      cJSON_AddItemToArray(dl, d3);
+}
+
+static char *gguf_string(const ortep_gguf_kv *kv) { /* a short string value, for a message */
+  static _Thread_local char b[40];
+  snprintf(b, sizeof b, "%.*s", kv->type == ORTEP_GGUF_STRING ? (int)(kv->len < 32 ? kv->len : 32) : 1,
+           kv->type == ORTEP_GGUF_STRING ? kv->str : "?");
+  return b;
+}
+
+/* The keys a vocabulary needs, checked: tokens, their types, and the
+ * merges (byte-level BPE) or the scores (SentencePiece). */
+typedef struct gguf_vocab {
+  const ortep_gguf_kv *toks, *types, *merges, *scores;
+  const char *re;
+  bool spm, nfc, ignore_merges;
+} gguf_vocab;
+
+static ortep_status vocab_keys(const ortep_gguf *g, gguf_vocab *v) {
   const ortep_gguf_kv *model = ortep_gguf_find_kv(g, "tokenizer.ggml.model");
   const ortep_gguf_kv *pre = ortep_gguf_find_kv(g, "tokenizer.ggml.pre");
-  const ortep_gguf_kv *toks = ortep_gguf_find_kv(g, "tokenizer.ggml.tokens");
-  const ortep_gguf_kv *types = ortep_gguf_find_kv(g, "tokenizer.ggml.token_type");
-  const ortep_gguf_kv *merges = ortep_gguf_find_kv(g, "tokenizer.ggml.merges");
-  if (!model || !toks) return TOK_FAIL("the file has no tokenizer.ggml.model / tokenizer.ggml.tokens");
-  if (!kv_is(model, "gpt2"))
+  *v = (gguf_vocab){ortep_gguf_find_kv(g, "tokenizer.ggml.tokens"),
+                    ortep_gguf_find_kv(g, "tokenizer.ggml.token_type"),
+                    ortep_gguf_find_kv(g, "tokenizer.ggml.merges"),
+                    ortep_gguf_find_kv(g, "tokenizer.ggml.scores"),
+                    NULL,
+                    false,
+                    false,
+                    false};
+  if (!model || !v->toks) return TOK_FAIL("the file has no tokenizer.ggml.model / tokenizer.ggml.tokens");
+  v->spm = kv_is(model, "llama");
+  if (!v->spm && !kv_is(model, "gpt2"))
     return TOK_FAIL(
-        "tokenizer.ggml.model '%.*s' is not read from GGUF metadata (ortep reads byte-level BPE, "
-        "\"gpt2\"); put the model's tokenizer.json beside the file",
-        model->type == ORTEP_GGUF_STRING ? (int)(model->len < 32 ? model->len : 32) : 1,
-        model->type == ORTEP_GGUF_STRING ? model->str : "?");
-  const char *re = NULL;
-  bool nfc = false, ignore_merges = false;
+        "tokenizer.ggml.model '%s' is not read from GGUF metadata (ortep reads byte-level BPE, \"gpt2\", "
+        "and SentencePiece, \"llama\"); put the model's tokenizer.json beside the file",
+        gguf_string(model));
   if (kv_is(pre, "qwen2"))
-    re = qwen2_re, nfc = true;
+    v->re = qwen2_re, v->nfc = true;
   else if (kv_is(pre, "llama-bpe") || kv_is(pre, "llama3"))
-    re = llama3_re, ignore_merges = true;
-  else if (pre && !kv_is(pre, "gpt2") && !kv_is(pre, "default"))
+    v->re = llama3_re, v->ignore_merges = true;
+  else if (!v->spm && pre && !kv_is(pre, "gpt2") && !kv_is(pre, "default"))
     return TOK_FAIL(
-        "tokenizer.ggml.pre '%.*s' is not one ortep knows (qwen2, llama-bpe, gpt2); put the model's "
+        "tokenizer.ggml.pre '%s' is not one ortep knows (qwen2, llama-bpe, gpt2); put the model's "
         "tokenizer.json beside the file",
-        pre->type == ORTEP_GGUF_STRING ? (int)(pre->len < 32 ? pre->len : 32) : 1,
-        pre->type == ORTEP_GGUF_STRING ? pre->str : "?");
-  if (toks->type != ORTEP_GGUF_ARRAY || toks->elem_type != ORTEP_GGUF_STRING || !toks->count || toks->count > INT32_MAX)
+        gguf_string(pre));
+  const ortep_gguf_kv *t = v->toks;
+  if (t->type != ORTEP_GGUF_ARRAY || t->elem_type != ORTEP_GGUF_STRING || !t->count || t->count > INT32_MAX)
     return TOK_FAIL("tokenizer.ggml.tokens must be a non-empty array of strings");
-  if (types && (types->type != ORTEP_GGUF_ARRAY || types->elem_type != ORTEP_GGUF_I32 || types->count != toks->count))
+  if (v->types &&
+      (v->types->type != ORTEP_GGUF_ARRAY || v->types->elem_type != ORTEP_GGUF_I32 || v->types->count != t->count))
     return TOK_FAIL("tokenizer.ggml.token_type must be an i32 array as long as the tokens");
-  if (!merges || merges->type != ORTEP_GGUF_ARRAY || merges->elem_type != ORTEP_GGUF_STRING)
+  if (v->spm) {
+    if (!v->scores || v->scores->type != ORTEP_GGUF_ARRAY || v->scores->elem_type != ORTEP_GGUF_F32 ||
+        v->scores->count != t->count)
+      return TOK_FAIL("tokenizer.ggml.scores (an f32 array as long as the tokens) is missing; SentencePiece needs it");
+    for (uint64_t i = 0; i < t->count; i++) {
+      float sc;
+      memcpy(&sc, (const uint8_t *)v->scores->data + i * 4, 4);
+      if (sc != sc) return TOK_FAIL("tokenizer.ggml.scores[%llu] is NaN", (unsigned long long)i);
+    }
+  } else if (!v->merges || v->merges->type != ORTEP_GGUF_ARRAY || v->merges->elem_type != ORTEP_GGUF_STRING) {
     return TOK_FAIL("tokenizer.ggml.merges (an array of strings) is missing; byte-level BPE needs it");
+  }
+  return ORTEP_OK;
+}
+
+/* The pieces into the vocabulary (NUL-terminated copies kept in piece[]),
+ * the added tokens from their types (CONTROL and, for SentencePiece,
+ * UNKNOWN: special; USER_DEFINED: added), the BOS to prepend and the
+ * unknown piece's name. */
+static ortep_status vocab_pieces(const ortep_gguf *g, const gguf_vocab *v, cJSON *vocab, cJSON *added, char **piece,
+                                 const char **bos_name, const char **unk) {
+  const ortep_gguf_kv *bos = ortep_gguf_find_kv(g, "tokenizer.ggml.bos_token_id"),
+                      *add_bos = ortep_gguf_find_kv(g, "tokenizer.ggml.add_bos_token");
+  bool want_bos = add_bos ? add_bos->u != 0 : v->spm; /* llama.cpp's default: a BOS for SentencePiece */
+  for (uint64_t i = 0; i < v->toks->count; i++) {
+    const char *s;
+    size_t n;
+    ortep_status st = ortep_gguf_array_string(g, v->toks, i, &s, &n);
+    if (st != ORTEP_OK) return st;
+    char *c = piece[i] = dup_n(s, n);
+    if (!c) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory");
+    if (strlen(c) != n) return TOK_FAIL("token %llu holds a NUL byte", (unsigned long long)i);
+    int32_t type = 1;
+    if (v->types) memcpy(&type, (const uint8_t *)v->types->data + i * 4, 4);
+    bool special = type == 3 || (v->spm && type == 2);
+    if (special || type == 4) { /* CONTROL (and UNKNOWN): special; USER_DEFINED: added, not special */
+      cJSON *a = cJSON_CreateObject();
+      cJSON_AddNumberToObject(a, "id", (double)i);
+      cJSON_AddStringToObject(a, "content", c);
+      cJSON_AddBoolToObject(a, "normalized", type == 4);
+      cJSON_AddBoolToObject(a, "special", special);
+      cJSON_AddItemToArray(added, a);
+    }
+    if (type == 2 && !*unk) *unk = c;
+    if (bos && want_bos && bos->u == i) *bos_name = c;
+    cJSON_AddNumberToObject(vocab, c, (double)i);
+  }
+  return ORTEP_OK;
+}
+
+static ortep_status bpe_merges(const ortep_gguf *g, const ortep_gguf_kv *merges, cJSON *ml) {
+  for (uint64_t i = 0; i < merges->count; i++) {
+    const char *s;
+    size_t n;
+    ortep_status st = ortep_gguf_array_string(g, merges, i, &s, &n);
+    if (st != ORTEP_OK) return st;
+    char *c = dup_n(s, n);
+    if (!c) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory");
+    cJSON_AddItemToArray(ml, cJSON_CreateString(c));
+    ortep__free(c);
+  }
+  return ORTEP_OK;
+}
+
+static void post_bos(cJSON *root,
+                     const char *bos_name) { /* a leading BOS, as Hugging Face's TemplateProcessing adds it */
+  cJSON *pp = cJSON_AddObjectToObject(root, "post_processor"), *single = cJSON_AddArrayToObject(pp, "single");
+  cJSON_AddStringToObject(pp, "type", "TemplateProcessing");
+  cJSON *sp = cJSON_CreateObject(), *seq = cJSON_CreateObject();
+  cJSON_AddStringToObject(cJSON_AddObjectToObject(sp, "SpecialToken"), "id", bos_name);
+  cJSON_AddStringToObject(cJSON_AddObjectToObject(seq, "Sequence"), "id", "A");
+  cJSON_AddItemToArray(single, sp);
+  cJSON_AddItemToArray(single, seq);
+}
+
+static ortep_status gguf_json(const ortep_gguf *g, char **out, size_t *len) {
+  gguf_vocab v;
+  ortep_status st = vocab_keys(g, &v);
+  if (st != ORTEP_OK) return st;
+  char **piece = ortep__calloc(v.toks->count, sizeof *piece);
+  float *score = v.spm ? ortep__malloc(v.toks->count * sizeof *score) : NULL;
+  if (!piece || (v.spm && !score)) {
+    ortep__free(piece), ortep__free(score);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory for %llu tokens",
+                       (unsigned long long)v.toks->count);
+  }
+  if (v.spm) memcpy(score, v.scores->data, v.toks->count * sizeof *score);
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "version", "1.0");
   cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
   cJSON *m = cJSON_AddObjectToObject(root, "model");
   cJSON_AddStringToObject(m, "type", "BPE");
-  cJSON_AddBoolToObject(m, "ignore_merges", ignore_merges);
+  cJSON_AddBoolToObject(m, "ignore_merges", v.ignore_merges);
   cJSON *vocab = cJSON_AddObjectToObject(m, "vocab"), *ml = cJSON_AddArrayToObject(m, "merges");
-  ortep_status st = ORTEP_OK;
-  const char *bos_name = NULL;
-  char *bos_copy = NULL;
-  const ortep_gguf_kv *bos = ortep_gguf_find_kv(g, "tokenizer.ggml.bos_token_id"),
-                      *add_bos = ortep_gguf_find_kv(g, "tokenizer.ggml.add_bos_token");
-  for (uint64_t i = 0; st == ORTEP_OK && i < toks->count; i++) {
-    const char *s;
-    size_t n;
-    if ((st = ortep_gguf_array_string(g, toks, i, &s, &n)) != ORTEP_OK) break;
-    char *c = dup_n(s, n);
-    if (!c || strlen(c) != n) {
-      ortep__free(c);
-      st = c ? TOK_FAIL("token %llu holds a NUL byte", (unsigned long long)i)
-             : ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory");
-      break;
-    }
-    int32_t type = 1;
-    if (types) memcpy(&type, (const uint8_t *)types->data + i * 4, 4);
-    if (type == 3 || type == 4) { /* CONTROL: special; USER_DEFINED: added, not special */
-      cJSON *a = cJSON_CreateObject();
-      cJSON_AddNumberToObject(a, "id", (double)i);
-      cJSON_AddStringToObject(a, "content", c);
-      cJSON_AddBoolToObject(a, "normalized", type == 4);
-      cJSON_AddBoolToObject(a, "special", type == 3);
-      cJSON_AddItemToArray(added, a);
-    }
-    if (bos && add_bos && add_bos->u && bos->u == i) bos_name = bos_copy = dup_n(c, n);
-    cJSON_AddNumberToObject(vocab, c, (double)i);
-    ortep__free(c);
+  const char *bos_name = NULL, *unk = NULL;
+  st = vocab_pieces(g, &v, vocab, added, piece, &bos_name, &unk);
+  if (st == ORTEP_OK) st = v.spm ? spm_merges(piece, score, v.toks->count, ml) : bpe_merges(g, v.merges, ml);
+  if (v.spm) {
+    spm_frame(g, root, m, unk);
+  } else {
+    if (v.nfc) cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "normalizer"), "type", "NFC");
+    cJSON_AddItemToObject(root, "pre_tokenizer", pre_tokenizer(v.re));
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "decoder"), "type", "ByteLevel");
   }
-  for (uint64_t i = 0; st == ORTEP_OK && i < merges->count; i++) {
-    const char *s;
-    size_t n;
-    if ((st = ortep_gguf_array_string(g, merges, i, &s, &n)) != ORTEP_OK) break;
-    char *c = dup_n(s, n);
-    if (!c) {
-      st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory");
-      break;
-    }
-    cJSON_AddItemToArray(ml, cJSON_CreateString(c));
-    ortep__free(c);
-  }
-  if (nfc) cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "normalizer"), "type", "NFC");
-  cJSON_AddItemToObject(root, "pre_tokenizer", pre_tokenizer(re));
-  cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "decoder"), "type", "ByteLevel");
-  if (bos_name) { /* a leading BOS, as Hugging Face's TemplateProcessing adds it */
-    cJSON *pp = cJSON_AddObjectToObject(root, "post_processor"), *single = cJSON_AddArrayToObject(pp, "single");
-    cJSON_AddStringToObject(pp, "type", "TemplateProcessing");
-    cJSON *sp = cJSON_CreateObject(), *seq = cJSON_CreateObject();
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(sp, "SpecialToken"), "id", bos_name);
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(seq, "Sequence"), "id", "A");
-    cJSON_AddItemToArray(single, sp);
-    cJSON_AddItemToArray(single, seq);
-  }
-  ortep__free(bos_copy);
+  if (bos_name) post_bos(root, bos_name);
   char *text = st == ORTEP_OK ? cJSON_PrintUnformatted(root) : NULL;
   cJSON_Delete(root);
+  for (uint64_t i = 0; i < v.toks->count; i++) ortep__free(piece[i]);
+  ortep__free(piece), ortep__free(score);
   if (st == ORTEP_OK && !text) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory for the document");
   *out = text, *len = text ? strlen(text) : 0;
   return st;
@@ -204,6 +360,90 @@ static const char *pre_name(const cJSON *root) {
   return !strcmp(re, qwen2_re) ? "qwen2" : !strcmp(re, llama3_re) ? "llama-bpe" : NULL;
 }
 
+/* A SentencePiece-style tokenizer.json (LLaMA-2): byte fallback, and a
+ * normalizer that turns spaces into "▁" (a Replace, after a Prepend of
+ * "▁" when spaces are prefixed: *prefix). */
+static bool spm_json(const cJSON *root, const cJSON *model, bool *prefix) {
+  *prefix = false;
+  if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) return false;
+  const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(norm, "normalizers");
+  bool replace = false;
+  for (const cJSON *c = cJSON_IsArray(list) ? list->child : NULL; c; c = c->next) {
+    const char *type = str_of(c, "type"), *content = str_of(c, "content");
+    if (type && !strcmp(type, "Prepend") && str_of(c, "prepend") && !strcmp(str_of(c, "prepend"), "\u2581"))
+      *prefix = true;
+    if (type && !strcmp(type, "Replace") && content && !strcmp(content, "\u2581")) replace = true;
+  }
+  return replace;
+}
+
+/* SentencePiece scores from the merges: minus the rank of the first merge
+ * that makes a piece (reading ranks merges by them: gguf_json), below every
+ * such rank for the pieces no merge makes. */
+static ortep_status spm_scores(const char *const *tok, size_t n, const char *const *mrg, size_t n_merges,
+                               float *score) {
+  ortep__strmap ids = {0};
+  ortep_status st = ORTEP_OK;
+  for (size_t i = 0; i < n; i++) score[i] = -(float)(n_merges + 1 + i);
+  for (size_t i = 0; st == ORTEP_OK && i < n; i++)
+    if (!ortep__strmap_get(&ids, tok[i], &(uint32_t){0}) && !ortep__strmap_put(&ids, tok[i], (uint32_t)i))
+      st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "tokenizer to gguf: no memory");
+  char buf[1024];
+  for (size_t k = 0; st == ORTEP_OK && k < n_merges; k++) {
+    const char *sp = strchr(mrg[k], ' ');
+    size_t a = sp ? (size_t)(sp - mrg[k]) : 0, b = sp ? strlen(sp + 1) : 0;
+    uint32_t id;
+    if (!sp || a + b >= sizeof buf) continue;
+    memcpy(buf, mrg[k], a), memcpy(buf + a, sp + 1, b + 1);
+    if (ortep__strmap_get(&ids, buf, &id) && score[id] < -(float)n_merges) score[id] = -(float)k;
+  }
+  ortep__strmap_free(&ids);
+  return st;
+}
+
+/* SentencePiece token types: unknown 2, byte pieces ("<0x41>") 6. */
+static void spm_types(const char *const *tok, size_t n, const char *unk, int32_t *type) {
+  for (size_t i = 0; i < n; i++) {
+    const char *t = tok[i];
+    if (type[i] != 1) continue;
+    if (unk && !strcmp(t, unk))
+      type[i] = 2;
+    else if (strlen(t) == 6 && !strncmp(t, "<0x", 3) && t[5] == '>')
+      type[i] = 6;
+  }
+}
+
+/* The keys of each kind, as llama.cpp's converter writes them. */
+static ortep_status add_bpe(ortep_gguf_writer *w, const char *const *tok, size_t n, const char *const *mrg,
+                            size_t n_merges, const int32_t *type, const char *pre) {
+  ortep_status st = ortep_gguf_writer_add_string(w, "tokenizer.ggml.model", "gpt2");
+  if (st == ORTEP_OK) st = ortep_gguf_writer_add_string(w, "tokenizer.ggml.pre", pre);
+  if (st == ORTEP_OK) st = ortep_gguf_writer_add_strings(w, "tokenizer.ggml.tokens", tok, n);
+  if (st == ORTEP_OK) st = ortep_gguf_writer_add_array(w, "tokenizer.ggml.token_type", ORTEP_GGUF_I32, type, n);
+  if (st == ORTEP_OK) st = ortep_gguf_writer_add_strings(w, "tokenizer.ggml.merges", mrg, n_merges);
+  return st;
+}
+static ortep_status add_spm(ortep_gguf_writer *w, const char *const *tok, size_t n, const char *const *mrg,
+                            size_t n_merges, int32_t *type, const char *unk, bool prefix) {
+  float *score = ortep__malloc(n * sizeof *score);
+  if (!score) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "tokenizer to gguf: no memory for %zu scores", n);
+  spm_types(tok, n, unk, type);
+  ortep_status st = spm_scores(tok, n, mrg, n_merges, score);
+  if (st == ORTEP_OK) st = ortep_gguf_writer_add_string(w, "tokenizer.ggml.model", "llama");
+  if (st == ORTEP_OK) st = ortep_gguf_writer_add_strings(w, "tokenizer.ggml.tokens", tok, n);
+  if (st == ORTEP_OK) st = ortep_gguf_writer_add_array(w, "tokenizer.ggml.scores", ORTEP_GGUF_F32, score, n);
+  if (st == ORTEP_OK) st = ortep_gguf_writer_add_array(w, "tokenizer.ggml.token_type", ORTEP_GGUF_I32, type, n);
+  if (st == ORTEP_OK) st = ortep_gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", prefix);
+  for (size_t i = 0; st == ORTEP_OK && i < n; i++)
+    if (type[i] == 2) {
+      st = ortep_gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)i);
+      break;
+    }
+  ortep__free(score);
+  return st;
+}
+
 ortep_status ortep_tokenizer_add_to_gguf(ortep_gguf_writer *w, const char *json, size_t len) {
   if (!w || !json) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_add_to_gguf: NULL argument");
   cJSON *root = NULL;
@@ -213,12 +453,13 @@ ortep_status ortep_tokenizer_add_to_gguf(ortep_gguf_writer *w, const char *json,
   const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
   const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
   const char *pre = pre_name(root);
+  bool prefix, spm = spm_json(root, model, &prefix);
   if (!str_of(model, "type") || strcmp(str_of(model, "type"), "BPE") || !cJSON_IsObject(vocab) ||
-      !cJSON_IsArray(merges) || !pre) {
+      !cJSON_IsArray(merges) || (!pre && !spm)) {
     cJSON_Delete(root);
     return ortep__fail(ORTEP_E_NOT_SUPPORTED,
-                       "tokenizer.json: only byte-level BPE with the qwen2, llama-bpe or gpt2 pre-tokenizer is "
-                       "written as GGUF metadata");
+                       "tokenizer.json: only byte-level BPE with the qwen2, llama-bpe or gpt2 pre-tokenizer and "
+                       "SentencePiece-style BPE (byte fallback, \"\u2581\" for spaces) are written as GGUF metadata");
   }
   /* ids: the vocabulary's and the added tokens' */
   size_t n = 0;
@@ -281,11 +522,10 @@ ortep_status ortep_tokenizer_add_to_gguf(ortep_gguf_writer *w, const char *json,
   const char *bos = cJSON_IsArray(single) && single->child
                         ? str_of(cJSON_GetObjectItemCaseSensitive(single->child, "SpecialToken"), "id")
                         : NULL;
-  if (st == ORTEP_OK) st = ortep_gguf_writer_add_string(w, "tokenizer.ggml.model", "gpt2");
-  if (st == ORTEP_OK) st = ortep_gguf_writer_add_string(w, "tokenizer.ggml.pre", pre);
-  if (st == ORTEP_OK) st = ortep_gguf_writer_add_strings(w, "tokenizer.ggml.tokens", tok, n);
-  if (st == ORTEP_OK) st = ortep_gguf_writer_add_array(w, "tokenizer.ggml.token_type", ORTEP_GGUF_I32, type, n);
-  if (st == ORTEP_OK) st = ortep_gguf_writer_add_strings(w, "tokenizer.ggml.merges", mrg, n_merges);
+  if (st == ORTEP_OK && spm)
+    st = add_spm(w, tok, n, mrg, n_merges, type, str_of(model, "unk_token"), prefix);
+  else if (st == ORTEP_OK)
+    st = add_bpe(w, tok, n, mrg, n_merges, type, pre);
   for (size_t i = 0; st == ORTEP_OK && bos && i < n; i++)
     if (!strcmp(tok[i], bos)) {
       st = ortep_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)i);
