@@ -58,6 +58,7 @@ static const ortep__cuda_host host = {
     ortep_governor_refund,
     ortep_node_name,
     ortep_node_op_type,
+    ortep__quantize_from,
 };
 
 static bool try_path(const char *path, char *err, size_t len) {

@@ -116,9 +116,10 @@ static bool blocked_refused(ctx *c, const char *what) {
                  what, c->ep);
 }
 
-/* q8_0 / q4_0 weights run on the CPU EP only, for now. */
+/* q8_0 / q4_0 weights run on the CPU and CUDA EPs (the CUDA EP's kernels
+ * have not run on a GPU yet). */
 static bool quant_refused(ctx *c, const char *what) {
-  if (!strcmp(c->ep, "cpu_ep")) return false;
+  if (!strcmp(c->ep, "cpu_ep") || !strcmp(c->ep, "cuda_ep")) return false;
   return !refuse(c,
                  "%s is block-quantized (q8_0/q4_0); %s has no kernels for them yet: run the step on the CPU EP "
                  "(ep \"cpu\"), or open the model with its weights as stored",

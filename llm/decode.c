@@ -360,8 +360,8 @@ static ortep_status open_weights(ortep_decoder *d, const char *dir, const ortep_
 /* ortep.weights_dtype (the projections) and ortep.embedding_dtype (the
  * embedding and lm_head): q8_0, q4_0 or stored; the embedding's default is
  * q8_0 once the projections are quantized, stored otherwise. The graphs ask
- * the EP to store them so (ortep_graph_prefer_initializer_dtype): the CPU EP
- * quantizes them when it prepares them. */
+ * the EP to store them so (ortep_graph_prefer_initializer_dtype): the CPU or
+ * CUDA EP quantizes them when it prepares them. */
 static ortep_status quant_choice(const char *key, const char *v, const char *fallback, ortep_dtype *out) {
   if (!v) v = fallback;
   if (!strcmp(v, "stored")) return *out = ORTEP_DTYPE_COUNT, ORTEP_OK;
@@ -376,13 +376,7 @@ static ortep_status weights_dtype(ortep_decoder *d) {
   if (st == ORTEP_OK)
     st = quant_choice(EDTYPE_KEY, ortep_config_get(d->ep_config, EDTYPE_KEY),
                       d->dtypes.projections == ORTEP_DTYPE_COUNT ? "stored" : "q8_0", &d->dtypes.embedding);
-  if (st == ORTEP_OK && (d->dtypes.projections != ORTEP_DTYPE_COUNT || d->dtypes.embedding != ORTEP_DTYPE_COUNT) &&
-      ortep_ep_registry_count(d->registry) > 1)
-    return ortep__fail(ORTEP_E_NOT_SUPPORTED,
-                       "%s / %s: q8_0 and q4_0 weights run on the CPU EP only for now (the CUDA EP has no kernels for "
-                       "them yet), but the step would run on the GPU; use ep \"cpu\", or the weights as stored",
-                       WDTYPE_KEY, EDTYPE_KEY);
-  return st;
+  return st; /* the EP that runs a weight's nodes quantizes it (the CPU EP; the CUDA EP, not run on a GPU yet) */
 }
 
 /* ortep.kv_dtype: f32 (the default), f16 or bf16; 16-bit caches are the CPU

@@ -251,6 +251,23 @@ ortep_status ortep_quantize(ortep_dtype dtype, const float *x, size_t n, void *o
   return ORTEP_OK;
 }
 
+ortep_status ortep__quantize_from(ortep_dtype from, const void *x, size_t n, ortep_dtype to, void *out) {
+  if (from == ORTEP_DTYPE_F32) return ortep_quantize(to, x, n, out);
+  if (from != ORTEP_DTYPE_F16 && from != ORTEP_DTYPE_BF16)
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "quantizing %s values: only f32, f16 and bf16 are",
+                       ortep_dtype_name(from));
+  ortep_status st = check_blocks("ortep__quantize_from", to, x, out, n);
+  const uint16_t *h = x;
+  uint8_t *y = out;
+  float block[QK];
+  for (size_t b = 0; st == ORTEP_OK && b < n / QK; b++, y += ortep_dtype_size(to)) {
+    for (size_t j = 0; j < QK; j++)
+      block[j] = from == ORTEP_DTYPE_F16 ? ortep_f16_to_f32(h[b * QK + j]) : ortep_bf16_to_f32(h[b * QK + j]);
+    (to == ORTEP_DTYPE_Q8_0 ? quantize_q8_0 : quantize_q4_0)(block, y);
+  }
+  return st;
+}
+
 ortep_status ortep_dequantize(ortep_dtype dtype, const void *blocks, size_t n, float *out) {
   ortep_status st = check_blocks("ortep_dequantize", dtype, blocks, out, n);
   if (st != ORTEP_OK) return st;

@@ -100,6 +100,12 @@ static inline bool ortep__align_up(size_t x, size_t align, size_t *out) {
  * that costs more than what it guards (a whole-plan verification), or one
  * on a path of a few nanoseconds that the line before it already proves
  * (the arena's carve). */
+/* n values (a multiple of 32) of f32, f16 or bf16 at x into q8_0 / q4_0
+ * blocks at out, rounded as ortep_quantize rounds (dtype.h): what an EP
+ * that quantizes weights it prepares calls (the CUDA module through its
+ * host table). */
+ortep_status ortep__quantize_from(ortep_dtype from, const void *x, size_t n, ortep_dtype to, void *out);
+
 __attribute__((noreturn, cold)) void ortep__assert_fail(const char *expr, const char *file, int line);
 #define ortep__assert(x) ((x) ? (void)0 : ortep__assert_fail(#x, __FILE__, __LINE__))
 #if defined(ORTEP_DEBUG)

@@ -25,10 +25,11 @@ static ortep_decoder *open_ep(const char *ep, bool eager, const char *seams) {
  * where the CPU's best two logits are closer than the largest logit
  * difference seen at that step. Prints one summary line, near-ties with
  * their margins. */
-static void compare_with_cpu(const char *dir, const char *label, int steps, float tol) {
+static void compare_with_cpu_cfg(const char *dir, const char *label, int steps, float tol, const ortep_config *cfg) {
   ortep_decoder *g, *c;
-  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cuda", .max_seq_len = 64}, &g));
-  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .eager = true, .max_seq_len = 64}, &c));
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cuda", .max_seq_len = 64, .config = cfg}, &g));
+  ck_assert_ok(ortep_decoder_open(
+      dir, &(ortep_decoder_options){.ep = "cpu", .eager = true, .max_seq_len = 64, .config = cfg}, &c));
   ck_assert_str_eq(ortep_ep_name(ortep_decoder_ep(g)), "cuda_ep");
   size_t V = ortep_decoder_vocab_size(c);
   float *lg = malloc(V * sizeof *lg), *lc = malloc(V * sizeof *lc);
@@ -74,6 +75,32 @@ static void compare_with_cpu(const char *dir, const char *label, int steps, floa
   ortep_decoder_close(g);
   ortep_decoder_close(c);
 }
+
+static void compare_with_cpu(const char *dir, const char *label, int steps, float tol) {
+  compare_with_cpu_cfg(dir, label, steps, tol, NULL);
+}
+
+/* q8_0 / q4_0 quantized at open by each EP (the same bytes: ortep_quantize's
+ * rounding), x quantized per node the same way, integer dot products: the
+ * CPU's function up to the order of the f32 sums of block products. */
+START_TEST(cuda_matches_cpu_with_quantized_weights) {
+  static const char *const q[] = {"q8_0", "q4_0"};
+  char dir[64], label[64];
+  snprintf(dir, sizeof dir, "/tmp/ortep-cuda-q-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_ok(ortep_model_write_synthetic(dir, "tiny-llama", ORTEP_DTYPE_BF16, 1234));
+  for (int i = 0; i < 2; i++) {
+    ortep_config *cfg;
+    ck_assert_ok(ortep_config_create(&cfg));
+    ck_assert_ok(ortep_config_set(cfg, "ortep.weights_dtype", q[i]));
+    ck_assert_ok(ortep_config_set(cfg, "ortep.weights_cache", "off"));
+    snprintf(label, sizeof label, "tiny-llama %s", q[i]);
+    compare_with_cpu_cfg(dir, label, 32, 1e-3f, cfg);
+    ortep_config_destroy(cfg);
+  }
+  test_model_dir_remove(dir);
+}
+END_TEST
 
 /* The GEMV computes the CPU's function (f32 activations, widened weights,
  * f32 accumulation) for every weight type, so one tolerance serves all. */
@@ -578,6 +605,7 @@ int main(void) {
   tcase_add_test(tc, cuda_virtual_allocator_commits_and_shares);
   tcase_add_test(tc, kv_caches_grow_and_fork_on_cuda);
   tcase_add_test(tc, k_tokens_per_launch_on_cuda);
+  tcase_add_test(tc, cuda_matches_cpu_with_quantized_weights);
   suite_add_tcase(s, tc);
   /* its own case, so the sanitizer runs can leave it out (CK_RUN_CASE=core) */
   TCase *large = tcase_create("large");

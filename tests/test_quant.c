@@ -614,8 +614,10 @@ START_TEST(quantizing_stores_what_was_asked_and_refuses_what_it_cannot) {
 }
 END_TEST
 
-/* The CUDA EP has no q8_0 / q4_0 kernels yet: its op check refuses them,
- * saying what to do (checked by name: no GPU needed). */
+/* q8_0 / q4_0 weights: the CPU and CUDA EPs take them row-major [N, K]
+ * (the CUDA EP's kernels have not run on a GPU yet), only the CPU EP in
+ * its blocked layout; any other EP refuses them saying what to do; K must
+ * be whole blocks (checked by name: no GPU needed). */
 START_TEST(other_eps_refuse_quantized_weights) {
   ortep_graph *g;
   ck_assert_ok(ortep_graph_create(&g));
@@ -625,10 +627,14 @@ START_TEST(other_eps_refuse_quantized_weights) {
   ortep_shape shapes[2] = {SHAPE(1, 64), SHAPE(8, 64)};
   ortep_dtype dtypes[2] = {ORTEP_DTYPE_F32, ORTEP_DTYPE_Q8_0};
   ortep_kernel_match m;
-  ck_assert(!ortep__op_check("cuda_ep", ortep_graph_node(g, id), 17, shapes, dtypes, 2, &m, NULL));
+  ck_assert(ortep__op_check("cuda_ep", ortep_graph_node(g, id), 17, shapes, dtypes, 2, &m, NULL));
+  ck_assert(ortep__op_check("cpu_ep", ortep_graph_node(g, id), 17, shapes, dtypes, 2, &m, NULL));
+  ck_assert(!ortep__op_check("other_ep", ortep_graph_node(g, id), 17, shapes, dtypes, 2, &m, NULL));
   ck_assert_ptr_nonnull(strstr(m.reason, "q8_0/q4_0"));
   ck_assert_ptr_nonnull(strstr(m.reason, "CPU EP"));
+  shapes[1] = (ortep_shape){4, {2, 2, 4, 32}}; /* blocked: the CPU EP's only */
   ck_assert(ortep__op_check("cpu_ep", ortep_graph_node(g, id), 17, shapes, dtypes, 2, &m, NULL));
+  ck_assert(!ortep__op_check("cuda_ep", ortep_graph_node(g, id), 17, shapes, dtypes, 2, &m, NULL));
   shapes[1] = SHAPE(8, 48); /* K not whole blocks */
   ck_assert(!ortep__op_check("cpu_ep", ortep_graph_node(g, id), 17, shapes, dtypes, 2, &m, NULL));
   ck_assert_ptr_nonnull(strstr(m.reason, "multiple of 32"));

@@ -78,6 +78,11 @@ typedef struct cuda_ep {
   uint64_t instantiations, updates;
 } cuda_ep;
 
+/* kernels.cu's dtype codes */
+_Static_assert(ORTEP_DTYPE_F32 == 0 && ORTEP_DTYPE_F16 == 1 && ORTEP_DTYPE_BF16 == 2 && ORTEP_DTYPE_Q8_0 == 7 &&
+                   ORTEP_DTYPE_Q4_0 == 8,
+               "kernels.cu's DT_* must follow ortep_dtype");
+
 static cuda_ep *self_of(ortep_ep *ep) { return (cuda_ep *)ep; }
 static const cuda_ep *cself_of(const ortep_ep *ep) { return (const cuda_ep *)ep; }
 
@@ -398,7 +403,9 @@ static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
                                  .m = p->m,
                                  .k = p->k,
                                  .groups = p->groups,
-                                 .gate_up = p->gate_up};
+                                 .gate_up = p->gate_up,
+                                 .xq = k->scratch,
+                                 .xd = k->scratch ? (float *)((char *)k->scratch + p->m * p->k) : NULL};
       for (size_t g = 0; g < p->groups; g++) {
         a.n[g] = p->n[g], a.w[g] = in[1 + 2 * g], a.wdt[g] = (int)p->wdt[g];
         a.b[g] = p->bias[g] ? in[2 + 2 * g] : NULL, a.bdt[g] = (int)p->bdt[g];
@@ -470,12 +477,56 @@ static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const 
   if (k->op.kind == ORTEP__OP_GEMM && k->op.p.gemm.bdt != ORTEP_DTYPE_F32 && k->op.p.gemm.m > 1)
     k->scratch_bytes = k->op.p.gemm.m * k->op.p.gemm.k * 2;
   if (k->op.kind == ORTEP__OP_SELECT) k->scratch_bytes = ORTEP__SAMPLE_SCRATCH_BYTES(k->op.p.sel.n);
+  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.quant != ORTEP_DTYPE_COUNT) /* x quantized, per node */
+    k->scratch_bytes = ortep__cu_linear_scratch(k->op.p.lin.m, k->op.p.lin.k);
   if (k->scratch_bytes && (st = ortep_allocator_allocate(e->pool, k->scratch_bytes, 256, &k->scratch)) != ORTEP_OK) {
     ortep__free(k);
     return ortep__wrap(st, "%s: scratch for %s", CUDA_EP_NAME, ortep_node_name(node));
   }
   k->base = (ortep_kernel){&cuda_kernel_vtable, k->name, true};
   *out = &k->base;
+  return ORTEP_OK;
+}
+
+/* --- preparing initializers: q8_0 / q4_0 asked for by the graph ---------------------
+ * A float weight [N, K] (K a multiple of 32) that every use reads as an
+ * ortep:Linear weight or an ortep:Embedding table, and that the graph asks to
+ * store as q8_0 / q4_0 (ortep.weights_dtype), is quantized on the host with
+ * ortep_quantize's rounding (the bytes the CPU EP and llama.cpp make) and
+ * uploaded: only the blocks live on the GPU. Anything else is left as it is.
+ * Written and compiled without a GPU: never run yet. */
+static bool quantizable(const ortep_initializer *in) {
+  if (in->prefer != ORTEP_DTYPE_Q8_0 && in->prefer != ORTEP_DTYPE_Q4_0) return false;
+  if ((in->dtype != ORTEP_DTYPE_F32 && in->dtype != ORTEP_DTYPE_F16 && in->dtype != ORTEP_DTYPE_BF16) ||
+      in->shape.rank != 2 || in->shape.dims[1] % 32 || !in->n_uses)
+    return false;
+  for (size_t i = 0; i < in->n_uses; i++) {
+    const char *op = ortep_node_op_type(in->uses[i].node);
+    size_t at = in->uses[i].input;
+    if (!(!strcmp(op, "Linear") && (at == 1 || at == 3 || at == 5)) && !(!strcmp(op, "Embedding") && at == 0))
+      return false;
+  }
+  return true;
+}
+
+static ortep_status cuda_allocate(ortep_ep *ep, size_t size, size_t align, ortep_buffer *out);
+static ortep_status cuda_deallocate(ortep_ep *ep, ortep_buffer *b);
+static ortep_status cuda_from_host(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst);
+
+static ortep_status cuda_prepare(ortep_ep *ep, const ortep_initializer *in, ortep_dtype *dtype, ortep_shape *shape,
+                                 ortep_buffer *out) {
+  if (!quantizable(in)) return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s keeps '%s' as it is", CUDA_EP_NAME, in->name);
+  bool q8 = in->prefer == ORTEP_DTYPE_Q8_0; /* blocks of 32 values: 34 and 18 bytes (dtype.h) */
+  size_t n = (size_t)in->shape.dims[0] * (size_t)in->shape.dims[1], bytes = n / 32 * (q8 ? 34 : 18);
+  void *host = ortep__malloc(bytes);
+  if (!host) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to quantize '%s'", CUDA_EP_NAME, in->name);
+  ortep_status st = ortep__quantize_from(in->dtype, in->data, n, in->prefer, host);
+  if (st == ORTEP_OK) st = cuda_allocate(ep, bytes, 256, out);
+  if (st == ORTEP_OK && (st = cuda_from_host(ep, host, bytes, out)) != ORTEP_OK) cuda_deallocate(ep, out);
+  ortep__free(host);
+  if (st != ORTEP_OK) return ortep__wrap(st, "%s: quantizing '%s' to %s", CUDA_EP_NAME, in->name, q8 ? "q8_0" : "q4_0");
+  *dtype = in->prefer;
+  (void)shape; /* [N, K] as it was: the blocks of each row follow each other */
   return ORTEP_OK;
 }
 
@@ -811,6 +862,7 @@ static const ortep_ep_vtable cuda_vtable = {
     .replay = cuda_replay,
     .replay_segment = cuda_replay_segment,
     .replay_segment_while = cuda_replay_segment_while,
+    .prepare_initializer = cuda_prepare,
     .reset_graph = cuda_reset,
     .segment_count = cuda_segment_count,
     .capture_active = cuda_capture_active,

@@ -74,6 +74,9 @@ ortep_status ortep_governor_refund(ortep_governor *g, ortep_tier tier, uint64_t 
 }
 const char *ortep_node_name(const ortep_node *node) { return H->node_name(node); }
 const char *ortep_node_op_type(const ortep_node *node) { return H->node_op_type(node); }
+ortep_status ortep__quantize_from(ortep_dtype from, const void *x, size_t n, ortep_dtype to, void *out) {
+  return H->quantize_from(from, x, n, to, out);
+}
 
 __attribute__((visibility("default"))) bool ortep_cuda_module_init(int abi, const ortep__cuda_host *host,
                                                                    ortep__cuda_module *out);

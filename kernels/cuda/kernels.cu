@@ -13,8 +13,8 @@
 #include "kernels/sampling.h"
 #include "ops.h"
 
-/* ortep_dtype values (dtype.h): keep in step. */
-enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
+/* ortep_dtype values (dtype.h): keep in step (ep.c checks them). */
+enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_Q8_0 = 7, DT_Q4_0 = 8 };
 /* error_word.h bits */
 enum {
   BIT_GATHER = 1u,
@@ -83,6 +83,82 @@ static unsigned blocks(size_t n, unsigned threads) { return (unsigned)((n + thre
  * its owner) an error some other code left pending. */
 static int launched(void) { return (int)cudaPeekAtLastError(); }
 
+/* --- q8_0 / q4_0 (dtype.h) ------------------------------------------------------
+ * GGUF's blocks of 32 values: an f16 scale d, then 32 int8 (q8_0: x = d q)
+ * or 16 bytes of nibbles (q4_0: byte i holds value i in its low nibble and
+ * value i + 16 in its high one, x = d (q - 8)), rows [N, K] of K / 32 blocks
+ * of 34 / 18 bytes. A block is only 2-byte aligned: it is read 16 bits at a
+ * time. Decode computes what the CPU EP computes (kernels/cpu/quant.c): x
+ * quantized to q8 blocks once per node (d = max|x| / 127, q = x / d
+ * rounded to even, a NaN to -128), integer dot products per block, the
+ * products' sums times d_w d_x accumulated in f32 (in another order than the
+ * CPU's lanes: within float rounding of it). Written and compiled without a
+ * GPU: never run yet (docs/api.md). */
+#define QK 32
+__device__ __forceinline__ size_t q_bytes(int dt) { return dt == DT_Q8_0 ? 34 : 18; }
+
+/* Value i of a row-major q8_0 / q4_0 tensor. */
+__device__ __forceinline__ float ld_q(const void *p, int dt, size_t i) {
+  const unsigned char *b = (const unsigned char *)p + (i / QK) * q_bytes(dt);
+  float d = __half2float(*(const __half *)b);
+  size_t w = i % QK;
+  if (dt == DT_Q8_0) return d * (float)(signed char)b[2 + w];
+  unsigned c = b[2 + (w & 15)];
+  return d * (float)((int)(w < 16 ? c & 15u : c >> 4) - 8);
+}
+
+/* Four bytes at a 2-byte aligned address. */
+__device__ __forceinline__ int ld_i32_2(const unsigned char *p) {
+  const unsigned short *h = (const unsigned short *)p;
+  return (int)((unsigned)h[0] | ((unsigned)h[1] << 16));
+}
+
+/* The 32 products of a weight block with x's block (xq 4-byte aligned), summed in integers. */
+__device__ __forceinline__ int q_block_dot(const unsigned char *blk, int dt, const signed char *xq) {
+  const int *xi = (const int *)xq;
+  int s = 0;
+  if (dt == DT_Q8_0) {
+#pragma unroll
+    for (int t = 0; t < 8; t++) s = __dp4a(ld_i32_2(blk + 2 + 4 * t), xi[t], s);
+    return s;
+  }
+  int sx = 0;
+#pragma unroll
+  for (int t = 0; t < 4; t++) {
+    int packed = ld_i32_2(blk + 2 + 4 * t); /* values 4t..4t+3 (low nibbles) and 16 + 4t.. (high) */
+    s = __dp4a(packed & 0x0f0f0f0f, xi[t], s);
+    s = __dp4a((packed >> 4) & 0x0f0f0f0f, xi[4 + t], s);
+  }
+#pragma unroll
+  for (int t = 0; t < 8; t++) sx = __dp4a(0x01010101, xi[t], sx);
+  return s - 8 * sx; /* the nibbles are q + 8 */
+}
+
+/* One warp's dot product of row r's quantized x with weight row j: lanes stride over blocks. */
+__device__ __forceinline__ float warp_dot_q(const signed char *xq, const float *xd, const void *w, int dt, size_t j,
+                                            size_t k, unsigned lane) {
+  size_t nb = k / QK;
+  const unsigned char *row = (const unsigned char *)w + j * nb * q_bytes(dt);
+  float acc = 0.0f;
+  for (size_t b = lane; b < nb; b += 32) {
+    const unsigned char *blk = row + b * q_bytes(dt);
+    acc += __half2float(*(const __half *)blk) * xd[b] * (float)q_block_dot(blk, dt, xq + b * QK);
+  }
+  return warp_sum(acc);
+}
+
+/* x [rows, k] into q8 blocks, one warp per block of 32: lane i holds value i. */
+__global__ void k_quantize_x(const float *x, size_t n_blocks, signed char *q, float *d) {
+  size_t b = blockIdx.x * (size_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+  unsigned lane = threadIdx.x & 31;
+  if (b >= n_blocks) return; /* a whole warp leaves together */
+  float v = x[b * QK + lane];
+  float amax = warp_max(fabsf(v)), dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+  float r = rintf(v * id); /* half to even, as the CPU's */
+  q[b * QK + lane] = (signed char)(r >= 127.0f ? 127 : r >= -128.0f ? (int)r : -128);
+  if (lane == 0) d[b] = dd;
+}
+
 __global__ void k_gather(const void *table, int tdt, size_t rows, size_t h, const void *index, int idx64, size_t n,
                          float *out, uint32_t *err) {
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -94,7 +170,7 @@ __global__ void k_gather(const void *table, int tdt, size_t rows, size_t h, cons
     out[i] = 0.0f;
     return;
   }
-  out[i] = ld(table, tdt, (size_t)r * h + j);
+  out[i] = tdt == DT_Q8_0 || tdt == DT_Q4_0 ? ld_q(table, tdt, (size_t)r * h + j) : ld(table, tdt, (size_t)r * h + j);
 }
 
 extern "C" int ortep__cu_gather(const void *table, int tdt, size_t rows, size_t h, const void *index, int idx64,
@@ -205,14 +281,23 @@ struct linear_vec {
 };
 
 /* Rows of all groups laid end to end: blockIdx.x * warps + warp picks one. */
+/* A weight row of any kind against row r of x (a.xq / a.xd: x quantized, for q8_0 / q4_0 weights). */
+__device__ __forceinline__ float linear_dot(const ortep__cu_linear_args &a, const float *xr, size_t r, size_t g,
+                                            size_t j, int vec, unsigned lane) {
+  int dt = a.wdt[g];
+  if (dt == DT_Q8_0 || dt == DT_Q4_0)
+    return warp_dot_q(a.xq + r * a.k, a.xd + r * (a.k / QK), a.w[g], dt, j, a.k, lane);
+  return warp_dot(xr, a.w[g], dt, j, a.k, vec, lane);
+}
+
 __global__ void k_linear(ortep__cu_linear_args a, linear_vec vec) {
   unsigned lane = threadIdx.x & 31;
   size_t j = blockIdx.x * (size_t)(blockDim.x >> 5) + (threadIdx.x >> 5), r = blockIdx.y;
   const float *xr = a.x + r * a.k;
   if (a.gate_up) {
     if (j >= a.n[0]) return;
-    float g = warp_dot(xr, a.w[0], a.wdt[0], j, a.k, vec.v[0], lane);
-    float u = warp_dot(xr, a.w[1], a.wdt[1], j, a.k, vec.v[1], lane);
+    float g = linear_dot(a, xr, r, 0, j, vec.v[0], lane);
+    float u = linear_dot(a, xr, r, 1, j, vec.v[1], lane);
     if (lane == 0) {
       if (a.b[0]) g += ld(a.b[0], a.bdt[0], j);
       if (a.b[1]) u += ld(a.b[1], a.bdt[1], j);
@@ -223,7 +308,7 @@ __global__ void k_linear(ortep__cu_linear_args a, linear_vec vec) {
   size_t g = 0;
   while (g < a.groups && j >= a.n[g]) j -= a.n[g++];
   if (g >= a.groups) return;
-  float v = warp_dot(xr, a.w[g], a.wdt[g], j, a.k, vec.v[g], lane);
+  float v = linear_dot(a, xr, r, g, j, vec.v[g], lane);
   if (lane == 0) {
     if (a.b[g]) v += ld(a.b[g], a.bdt[g], j);
     if (a.res) v += a.res[r * a.n[g] + j];
@@ -234,12 +319,20 @@ __global__ void k_linear(ortep__cu_linear_args a, linear_vec vec) {
 extern "C" int ortep__cu_linear(const ortep__cu_linear_args *a, void *stream) {
   size_t rows = a->gate_up ? a->n[0] : 0;
   linear_vec vec = {{0, 0, 0}};
+  bool quant = false;
   for (size_t g = 0; g < a->groups; g++) {
     if (!a->gate_up) rows += a->n[g];
     vec.v[g] = vec_ok(a->x, a->w[g], a->wdt[g], a->k);
+    quant = quant || a->wdt[g] == DT_Q8_0 || a->wdt[g] == DT_Q4_0;
   }
   if (!rows || !a->m) return 0;
   const unsigned warps = 4;
+  if (quant) { /* x into q8 blocks once, for every output row */
+    size_t nb = a->m * (a->k / QK);
+    k_quantize_x<<<blocks(nb, 8), 8 * 32, 0, (cudaStream_t)stream>>>(a->x, nb, a->xq, a->xd);
+    int rc = launched();
+    if (rc) return rc;
+  }
   k_linear<<<dim3(blocks(rows, warps), (unsigned)a->m), warps * 32, 0, (cudaStream_t)stream>>>(*a, vec);
   return launched();
 }

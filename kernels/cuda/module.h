@@ -20,7 +20,9 @@
 #include "kernels/opset.h"
 #include "ortep/cuda_ep.h"
 
-#define ORTEP__CUDA_MODULE_ABI   5 /* 5: the shared-mapping vtable's map_prefix takes an offset and a length */
+/* 5: the shared-mapping vtable's map_prefix takes an offset and a length;
+ * the host table's quantize_from */
+#define ORTEP__CUDA_MODULE_ABI   5
 #define ORTEP__CUDA_MODULE_ENTRY "ortep_cuda_module_init"
 
 typedef struct ortep__cuda_host {
@@ -47,6 +49,7 @@ typedef struct ortep__cuda_host {
   ortep_status (*governor_refund)(ortep_governor *governor, ortep_tier tier, uint64_t bytes);
   const char *(*node_name)(const ortep_node *node);
   const char *(*node_op_type)(const ortep_node *node);
+  ortep_status (*quantize_from)(ortep_dtype from, const void *x, size_t n, ortep_dtype to, void *out);
 } ortep__cuda_host;
 
 typedef struct ortep__cuda_module {

@@ -27,7 +27,8 @@ int ortep__cu_gemv(const float *x, const void *w, int wdt, int trans_b, size_t m
                    const void *c, int cdt, size_t c_rows, float beta, float *y, void *stream);
 /* ortep:Linear (kernels/opset.h) in one launch: a warp per output row of
  * every group; gate_up computes both dots of a row and writes SiLU(g) * u;
- * res (may be NULL) is added to group 0. Same arithmetic as the GEMV. */
+ * res (may be NULL) is added to group 0. Same arithmetic as the GEMV; for
+ * q8_0 / q4_0 weights a launch first quantizes x (kernels.cu). */
 typedef struct ortep__cu_linear_args {
   const float *x;
   const float *res;
@@ -36,7 +37,13 @@ typedef struct ortep__cu_linear_args {
   int wdt[3], bdt[3];
   float *y[3];
   int gate_up;
+  /* q8_0 / q4_0 weights: x quantized into m * k int8 and m * k / 32 scales
+   * (device scratch, 4-byte aligned; ortep__cu_linear_scratch bytes) */
+  signed char *xq;
+  float *xd;
 } ortep__cu_linear_args;
+/* The scratch a Linear of quantized weights over m rows of k needs. */
+static inline size_t ortep__cu_linear_scratch(size_t m, size_t k) { return m * k + m * (k / 32) * sizeof(float); }
 int ortep__cu_linear(const ortep__cu_linear_args *a, void *stream);
 /* y[i] = broadcast c over rows (c dtype cdt, c_rows 1 or m) */
 int ortep__cu_fill_bias(const void *c, int cdt, size_t c_rows, size_t m, size_t n, float *y, void *stream);
