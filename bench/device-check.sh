@@ -6,8 +6,10 @@
 # their margins); runs compute-sanitizer memcheck and racecheck on the device
 # suite where the runtime allows it ("not available" otherwise: a sandbox that
 # refuses the tool is no failure of ortep); runs the decode benchmark on the
-# tiny and 0.5B presets and prints graph mode's speed-up over eager; and ends
-# with one summary table. Logs and JSON go to $OUT when it is set, else
+# tiny and 0.5B presets (and K tokens per launch) and prints graph mode's
+# speed-up over eager; profiles a 0.5B decode (Nsight Systems: per-kernel
+# time; Nsight Compute: DRAM throughput and occupancy per kernel) where the
+# tools run; and ends with one summary table. Logs and JSON go to $OUT when it is set, else
 # ./device-check-out. Sized for about 6 minutes on an H200.
 #
 # On a GPU machine with no package registry, first run here
@@ -109,6 +111,44 @@ if grep -qw avx512f /proc/cpuinfo; then
       --mode graph --tokens 32 --runs 3 --weights read --json "$out/decode_cpu_$set.json"
   done
 fi
+# --- profile: where a token's GPU time goes (nsys for the timeline and the
+# per-kernel sums, ncu for achieved bandwidth and occupancy of one step's
+# kernels); "not available" where the tool is missing or refused
+prof() { # prof NAME LIMIT CMD...: like run, but a refusal of the tool is not a failure
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS rc=0
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1 || rc=$?
+  if [ $rc = 0 ]; then
+    row "$name" "ok" "$((SECONDS - t0)) s"
+  elif grep -qiE 'not supported|permission|ERR_NVGPUCTRPERM|unable to|not available|no such file' "$out/$name.log"; then
+    row "$name" "not available" "$(grep -m1 -iE 'not supported|permission|ERR_NVGPUCTRPERM|unable to|not available|no such file' "$out/$name.log" | cut -c1-70)"
+  else
+    row "$name" "FAIL (rc $rc)" "$((SECONDS - t0)) s, see $name.log"
+    status=1
+  fi
+}
+nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+if [ -n "$nsys_bin" ]; then
+  prof profile_nsys 240 "$nsys_bin" profile -t cuda,nvtx -o "$out/decode_qwen" --force-overwrite true \
+    "$bench" decode --ep cuda --preset qwen2.5-0.5b --dtype bf16 --mode graph --tokens 32 --runs 1 --tokens-per-launch none &&
+    "$nsys_bin" stats -r cuda_gpu_kern_sum,nvtx_sum -f csv -o "$out/decode_qwen" "$out/decode_qwen.nsys-rep" \
+      >"$out/profile_nsys_stats.log" 2>&1
+else
+  row profile_nsys "not available" "nsys not found"
+fi
+if [ -n "$ncu_bin" ]; then
+  # one decode step's kernels (after warm-up): duration, DRAM throughput, occupancy
+  prof profile_ncu 300 "$ncu_bin" --launch-skip 400 --launch-count 60 \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
+    --csv "$bench" decode --ep cuda --preset qwen2.5-0.5b --dtype bf16 --mode eager --tokens 8 --runs 1 --warmup 2 \
+    --tokens-per-launch none
+  cp "$out/profile_ncu.log" "$out/profile_ncu.csv" 2>/dev/null || true
+else
+  row profile_ncu "not available" "ncu not found"
+fi
+
 ratio() { # graph over eager from a decode JSON
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); m=j["modes"]
 g = m["graph"]
