@@ -357,6 +357,48 @@ static ortep_status run_gemm(cuda_kernel *k, const void *const *in, void *const 
   return ORTEP_OK;
 }
 
+/* A prefill chunk's Linear over bf16 weights on tensor cores: x rounded to
+ * bf16 once (the rounding the CPU EP's chunk products make), one
+ * cublasGemmEx per weight (f32 accumulation, y [m, n] = x W^T), then the
+ * epilogue: biases, SiLU(gate) x up, the residual. Scratch: x in bf16, then
+ * the up projection's [m, n] for gate_up. f16 weights (x rounded to f16 could
+ * overflow) and one row keep the GEMV. Never run on a GPU yet. */
+static bool linear_on_tensor_cores(const __typeof__(((ortep__op_params *)0)->p.lin) *p) {
+  if (p->m < 2 || p->quant != ORTEP_DTYPE_COUNT || p->blocked) return false;
+  for (size_t g = 0; g < p->groups; g++)
+    if (p->wdt[g] != ORTEP_DTYPE_BF16) return false;
+  return true;
+}
+static size_t linear_gemm_scratch(const __typeof__(((ortep__op_params *)0)->p.lin) *p) {
+  return (p->m * p->k * 2 + 255) / 256 * 256 + (p->gate_up ? p->m * p->n[0] * sizeof(float) : 0);
+}
+
+static ortep_status run_linear_gemm(cuda_kernel *k, const void *const *in, void *const *out) {
+  const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
+  cuda_ep *e = k->ep;
+  void *x16 = k->scratch;
+  float *up = p->gate_up ? (float *)((char *)k->scratch + (p->m * p->k * 2 + 255) / 256 * 256) : NULL;
+  int rc = ortep__cu_convert(in[0], x16, ORTEP_DTYPE_BF16, p->m * p->k, e->stream);
+  if (rc) return launched(k, rc);
+  const float one = 1.0f, zero = 0.0f;
+  for (size_t g = 0; g < p->groups; g++) {
+    float *y = p->gate_up && g == 1 ? up : (float *)out[p->gate_up ? 0 : g];
+    cublasStatus_t s = cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->n[g], (int)p->m, (int)p->k, &one,
+                                    in[1 + 2 * g], CUDA_R_16BF, (int)p->k, x16, CUDA_R_16BF, (int)p->k, &zero, y,
+                                    CUDA_R_32F, (int)p->n[g], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      return ortep__fail(ORTEP_E_DEVICE_ERROR, "%s: cublasGemmEx for %s failed (status %d)", CUDA_EP_NAME, k->name,
+                         (int)s);
+  }
+  ortep__cu_linear_epilogue_args a = {
+      .m = p->m, .groups = p->groups, .gate_up = p->gate_up, .up = up, .res = p->residual ? in[7] : NULL};
+  for (size_t g = 0; g < p->groups; g++) {
+    a.n[g] = p->n[g], a.y[g] = p->gate_up ? (g ? NULL : out[0]) : out[g];
+    a.b[g] = p->bias[g] ? in[2 + 2 * g] : NULL, a.bdt[g] = (int)p->bdt[g];
+  }
+  return launched(k, ortep__cu_linear_epilogue(&a, e->stream));
+}
+
 static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
   cuda_kernel *k = (cuda_kernel *)self;
   const void *const *in = io->inputs;
@@ -398,6 +440,7 @@ static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
     case ORTEP__OP_ARGMAX: rc = ortep__cu_argmax_rows(in[0], o->p.sm.rows, o->p.sm.n, out[0], err, s); break;
     case ORTEP__OP_LINEAR: {
       const __typeof__(o->p.lin) *p = &o->p.lin;
+      if (linear_on_tensor_cores(p)) return run_linear_gemm(k, in, out);
       ortep__cu_linear_args a = {.x = in[0],
                                  .res = p->residual ? in[7] : NULL,
                                  .m = p->m,
@@ -479,6 +522,8 @@ static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const 
   if (k->op.kind == ORTEP__OP_SELECT) k->scratch_bytes = ORTEP__SAMPLE_SCRATCH_BYTES(k->op.p.sel.n);
   if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.quant != ORTEP_DTYPE_COUNT) /* x quantized, per node */
     k->scratch_bytes = ortep__cu_linear_scratch(k->op.p.lin.m, k->op.p.lin.k);
+  if (k->op.kind == ORTEP__OP_LINEAR && linear_on_tensor_cores(&k->op.p.lin)) /* x in bf16, the up projection */
+    k->scratch_bytes = linear_gemm_scratch(&k->op.p.lin);
   if (k->scratch_bytes && (st = ortep_allocator_allocate(e->pool, k->scratch_bytes, 256, &k->scratch)) != ORTEP_OK) {
     ortep__free(k);
     return ortep__wrap(st, "%s: scratch for %s", CUDA_EP_NAME, ortep_node_name(node));

@@ -976,3 +976,33 @@ extern "C" int ortep__cu_loop_launch(ortep__cu_loop *l, size_t max_iterations, v
   return (int)cudaErrorNotSupported;
 }
 #endif
+
+/* --- a chunk's Linear epilogue (ops.h), after its GEMMs on tensor cores ------------
+ * Written and compiled without a GPU: never run yet. */
+__global__ void k_linear_epilogue(ortep__cu_linear_epilogue_args a, size_t total) {
+  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  if (a.gate_up) {
+    size_t j = i % a.n[0];
+    float g = a.y[0][i] + (a.b[0] ? ld(a.b[0], a.bdt[0], j) : 0.0f);
+    float u = a.up[i] + (a.b[1] ? ld(a.b[1], a.bdt[1], j) : 0.0f);
+    a.y[0][i] = g / (1.0f + expf(-g)) * u;
+    return;
+  }
+  size_t g = 0, at = i;
+  while (g + 1 < a.groups && at >= a.m * a.n[g]) at -= a.m * a.n[g++];
+  size_t j = at % a.n[g];
+  float v = a.y[g][at] + (a.b[g] ? ld(a.b[g], a.bdt[g], j) : 0.0f);
+  if (a.res && g == 0) v += a.res[at];
+  a.y[g][at] = v;
+}
+
+extern "C" int ortep__cu_linear_epilogue(const ortep__cu_linear_epilogue_args *a, void *stream) {
+  size_t total = 0;
+  for (size_t g = 0; g < (a->gate_up ? 1 : a->groups); g++) total += a->m * a->n[g];
+  bool work = a->gate_up || a->res;
+  for (size_t g = 0; g < a->groups; g++) work = work || a->b[g];
+  if (!total || !work) return 0; /* the GEMMs wrote y as it is */
+  k_linear_epilogue<<<blocks(total, 256), 256, 0, (cudaStream_t)stream>>>(*a, total);
+  return launched();
+}

@@ -45,6 +45,18 @@ typedef struct ortep__cu_linear_args {
 /* The scratch a Linear of quantized weights over m rows of k needs. */
 static inline size_t ortep__cu_linear_scratch(size_t m, size_t k) { return m * k + m * (k / 32) * sizeof(float); }
 int ortep__cu_linear(const ortep__cu_linear_args *a, void *stream);
+/* After a chunk's GEMMs (ep.c: a Linear on tensor cores): y_g [m, n_g] +=
+ * b_g; gate_up: y_0 = SiLU(y_0 + b_0) x (up + b_1); res (may be NULL) added
+ * to group 0. */
+typedef struct ortep__cu_linear_epilogue_args {
+  size_t m, groups, n[3];
+  float *y[3];
+  const void *b[3];
+  int bdt[3];
+  const float *up, *res;
+  int gate_up;
+} ortep__cu_linear_epilogue_args;
+int ortep__cu_linear_epilogue(const ortep__cu_linear_epilogue_args *a, void *stream);
 /* y[i] = broadcast c over rows (c dtype cdt, c_rows 1 or m) */
 int ortep__cu_fill_bias(const void *c, int cdt, size_t c_rows, size_t m, size_t n, float *y, void *stream);
 int ortep__cu_binary(int mul, const float *a, const void *b, int bdt, size_t nb, size_t n, float *y, void *stream);
