@@ -24,7 +24,8 @@ export XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/ortep-cache}"
 status=0
 rows=()
 row() { rows+=("$(printf '%-28s %-15s %s' "$1" "$2" "$3")"); echo "$1: $2 $3"; }
-run() { # run NAME TIMEOUT CMD...: log to $out/NAME.log, one summary row
+refused='not supported|permission|ERR_NVGPUCTRPERM|unable to|not available|no such file'
+run() { # run NAME TIMEOUT CMD...: log to $out/NAME.log, one summary row; with TOOL=1 a refusal of the tool is no failure
   local name=$1 limit=$2
   shift 2
   local t0=$SECONDS rc=0
@@ -33,6 +34,8 @@ run() { # run NAME TIMEOUT CMD...: log to $out/NAME.log, one summary row
     row "$name" "ok" "$((SECONDS - t0)) s"
   elif [ $rc = 77 ]; then
     row "$name" "skipped" "$(tail -1 "$out/$name.log")"
+  elif [ "${TOOL:-0}" = 1 ] && grep -qiE "$refused" "$out/$name.log"; then
+    row "$name" "not available" "$(grep -m1 -iE "$refused" "$out/$name.log" | cut -c1-70)"
   else
     row "$name" "FAIL (rc $rc)" "$((SECONDS - t0)) s, see $name.log"
     status=1
@@ -114,24 +117,10 @@ fi
 # --- profile: where a token's GPU time goes (nsys for the timeline and the
 # per-kernel sums, ncu for achieved bandwidth and occupancy of one step's
 # kernels); "not available" where the tool is missing or refused
-prof() { # prof NAME LIMIT CMD...: like run, but a refusal of the tool is not a failure
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS rc=0
-  timeout "$limit" "$@" >"$out/$name.log" 2>&1 || rc=$?
-  if [ $rc = 0 ]; then
-    row "$name" "ok" "$((SECONDS - t0)) s"
-  elif grep -qiE 'not supported|permission|ERR_NVGPUCTRPERM|unable to|not available|no such file' "$out/$name.log"; then
-    row "$name" "not available" "$(grep -m1 -iE 'not supported|permission|ERR_NVGPUCTRPERM|unable to|not available|no such file' "$out/$name.log" | cut -c1-70)"
-  else
-    row "$name" "FAIL (rc $rc)" "$((SECONDS - t0)) s, see $name.log"
-    status=1
-  fi
-}
 nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
 ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -n "$nsys_bin" ]; then
-  prof profile_nsys 240 "$nsys_bin" profile -t cuda,nvtx -o "$out/decode_qwen" --force-overwrite true \
+  TOOL=1 run profile_nsys 240 "$nsys_bin" profile -t cuda,nvtx -o "$out/decode_qwen" --force-overwrite true \
     "$bench" decode --ep cuda --preset qwen2.5-0.5b --dtype bf16 --mode graph --tokens 32 --runs 1 --tokens-per-launch none &&
     "$nsys_bin" stats -r cuda_gpu_kern_sum,nvtx_sum -f csv -o "$out/decode_qwen" "$out/decode_qwen.nsys-rep" \
       >"$out/profile_nsys_stats.log" 2>&1
@@ -140,7 +129,7 @@ else
 fi
 if [ -n "$ncu_bin" ]; then
   # one decode step's kernels (after warm-up): duration, DRAM throughput, occupancy
-  prof profile_ncu 300 "$ncu_bin" --launch-skip 400 --launch-count 60 \
+  TOOL=1 run profile_ncu 300 "$ncu_bin" --launch-skip 400 --launch-count 60 \
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
     --csv "$bench" decode --ep cuda --preset qwen2.5-0.5b --dtype bf16 --mode eager --tokens 8 --runs 1 --warmup 2 \
     --tokens-per-launch none

@@ -383,16 +383,21 @@ ortep_status ortep_ep_replay(ortep_ep *ep) {
     return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: replay while a capture is open", ortep_ep_name(ep));
   return ep->vtable->replay(ep);
 }
-ortep_status ortep_ep_replay_segment(ortep_ep *ep, size_t index) {
-  NEED_EP(ep, "ortep_ep_replay_segment");
-  GRAPH_DEFAULT(replay_segment, "segmented device graph replay");
+/* What replaying segment `index` needs: no capture open, the segment there. */
+static ortep_status segment_ready(ortep_ep *ep, size_t index) {
   if (ortep_ep_capture_active(ep))
     return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: replay while a capture is open", ortep_ep_name(ep));
   size_t have = ortep_ep_segment_count(ep);
   if (index >= have)
     return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: segment %zu does not exist (%zu captured)", ortep_ep_name(ep), index,
                        have);
-  return ep->vtable->replay_segment(ep, index);
+  return ORTEP_OK;
+}
+ortep_status ortep_ep_replay_segment(ortep_ep *ep, size_t index) {
+  NEED_EP(ep, "ortep_ep_replay_segment");
+  GRAPH_DEFAULT(replay_segment, "segmented device graph replay");
+  ortep_status st = segment_ready(ep, index);
+  return st == ORTEP_OK ? ep->vtable->replay_segment(ep, index) : st;
 }
 ortep_status ortep_ep_replay_segment_while(ortep_ep *ep, size_t index, const int32_t *flag, size_t max_iterations) {
   NEED_EP(ep, "ortep_ep_replay_segment_while");
@@ -400,13 +405,8 @@ ortep_status ortep_ep_replay_segment_while(ortep_ep *ep, size_t index, const int
   if (!flag || !max_iterations)
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "%s: replay_segment_while: %s", ortep_ep_name(ep),
                        flag ? "max_iterations is 0; give at least 1" : "the flag is NULL");
-  if (ortep_ep_capture_active(ep))
-    return ortep__fail(ORTEP_E_CAPTURE_ACTIVE, "%s: replay while a capture is open", ortep_ep_name(ep));
-  size_t have = ortep_ep_segment_count(ep);
-  if (index >= have)
-    return ortep__fail(ORTEP_E_OUT_OF_RANGE, "%s: segment %zu does not exist (%zu captured)", ortep_ep_name(ep), index,
-                       have);
-  return ep->vtable->replay_segment_while(ep, index, flag, max_iterations);
+  ortep_status st = segment_ready(ep, index);
+  return st == ORTEP_OK ? ep->vtable->replay_segment_while(ep, index, flag, max_iterations) : st;
 }
 ortep_status ortep_ep_reset_graph(ortep_ep *ep, bool *had_graph) {
   NEED_EP(ep, "ortep_ep_reset_graph");
