@@ -73,6 +73,8 @@ cJSON *bench_machine_json(void) {
     cJSON_AddStringToObject(o, "driver_cuda_version", v);
     snprintf(v, sizeof v, "%d.%d", g.runtime_version / 1000, g.runtime_version % 1000 / 10);
     cJSON_AddStringToObject(o, "runtime_version", v);
+    cJSON_AddBoolToObject(o, "conditional_nodes", g.conditional_nodes);
+    cJSON_AddBoolToObject(o, "programmatic_launch", g.programmatic_launch);
   } else {
     cJSON_AddNullToObject(m, "gpu");
   }

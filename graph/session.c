@@ -1200,7 +1200,8 @@ static bool loops_on_device(const ortep_session *s, const variant *var, uint32_t
 
 /* The loop (session.h): on the EP when the graph is one segment there (one
  * launch, no sync between iterations), else from here, reading the flag
- * after each run. The first run of a graph is always from here: it runs
+ * after each run (also when the EP finds it cannot loop after all:
+ * ORTEP_E_NOT_SUPPORTED before anything ran). The first run of a graph is always from here: it runs
  * eagerly and captures (run_once's warm-up), and the flag then says
  * whether the loop goes on, on the EP from then. */
 static ortep_status run_while(ortep_session *s, variant *var, uint32_t sl, size_t max_iterations) {
@@ -1213,7 +1214,8 @@ static ortep_status run_while(ortep_session *s, variant *var, uint32_t sl, size_
                                                       (const int32_t *)s->slots[sl].ptr, max_iterations - done);
       ortep__trace_pop();
       if (st == ORTEP_OK) var->n_run++, var->device_loops++;
-      return st;
+      if (st != ORTEP_E_NOT_SUPPORTED) return st;
+      ortep_clear_error(); /* the EP could not build the loop (nothing ran; it says so from now on): from here */
     }
     ortep_status st = ortep__trace_maybe_on() ? run_traced(s, var) : run_untraced(s, var);
     if (st != ORTEP_OK) return st;

@@ -15,7 +15,9 @@
  * launches the executable graphs in order. The error word is a device u32
  * the kernels atomicOr into.
  *
- * Options: cuda.device_id = N (default 0), cuda.workspace_bytes (default 32M).
+ * Options: cuda.device_id = N (default 0), cuda.workspace_bytes (default 32M),
+ * cuda.pdl = auto (default: programmatic dependent launch where the device
+ * and the build allow it, ortep_cuda_device_info.programmatic_launch) or off.
  */
 #ifndef ORTEP_CUDA_EP_H
 #define ORTEP_CUDA_EP_H
@@ -39,6 +41,8 @@ typedef struct ortep_cuda_device_info {
   int multiprocessors;
   int compute_major, compute_minor;
   int driver_version, runtime_version; /* as CUDA encodes them: 13000 = 13.0 */
+  bool conditional_nodes;              /* device loops (K tokens per launch): CUDA 12.4 runtime and driver */
+  bool programmatic_launch;            /* kernels launched to overlap the one before (compute 9.0, sm_90 build) */
 } ortep_cuda_device_info;
 /* Describes device `device`; ORTEP_E_NO_DEVICE when there is none (or no
  * driver), ORTEP_E_NOT_SUPPORTED in a build without CUDA. */

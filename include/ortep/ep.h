@@ -165,7 +165,9 @@ ORTEP_API ortep_status ortep_ep_replay_segment(ortep_ep *ep, size_t index);
  * between replays (the CPU EP: a loop over its recorded plan; the CUDA EP:
  * the segment inside a conditional WHILE node of one graph launch).
  * Asynchronous like a replay: the flag and whatever the segment wrote are
- * read after the EP's next sync. */
+ * read after the EP's next sync. ORTEP_E_NOT_SUPPORTED when the EP finds it
+ * cannot loop this segment after all, before anything ran (its capabilities
+ * then say so). */
 ORTEP_API ortep_status ortep_ep_replay_segment_while(ortep_ep *ep, size_t index, const int32_t *flag,
                                                      size_t max_iterations);
 ORTEP_API ortep_status ortep_ep_reset_graph(ortep_ep *ep, bool *had_graph);

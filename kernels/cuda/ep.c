@@ -74,6 +74,7 @@ typedef struct cuda_ep {
   size_t graphs_cap, loops_cap;
   uint32_t *loop_counter; /* device: the running loop's iterations and bound (ops.h) */
   bool loops_ok;          /* runtime and driver have conditional nodes (CUDA 12.4) */
+  bool pdl_off;           /* cuda.pdl = off */
   size_t kernel_nodes;    /* kernel nodes of the live segments' graphs */
   uint64_t instantiations, updates;
 } cuda_ep;
@@ -96,6 +97,9 @@ static ortep_status cuda_fail(cudaError_t e, const char *what) {
     cudaError_t e_ = (call);                           \
     if (e_ != cudaSuccess) return cuda_fail(e_, what); \
   } while (0)
+
+static bool conditional_nodes(void);
+static bool pdl_usable(int device);
 
 bool ortep__cuda_available(char *why, size_t len) {
   int n = 0;
@@ -125,6 +129,8 @@ ortep_status ortep__cuda_device_info(int device, ortep_cuda_device_info *out) {
   out->compute_major = p.major, out->compute_minor = p.minor;
   CU(cudaDriverGetVersion(&out->driver_version), "cudaDriverGetVersion");
   CU(cudaRuntimeGetVersion(&out->runtime_version), "cudaRuntimeGetVersion");
+  out->conditional_nodes = conditional_nodes();
+  out->programmatic_launch = pdl_usable(device);
   return ORTEP_OK;
 }
 
@@ -139,8 +145,8 @@ static void init_loops(cuda_ep *e);
 
 static ortep_status cuda_initialize(ortep_ep *ep, const ortep_config *config) {
   cuda_ep *e = self_of(ep);
-  static const char *const known[] = {"cuda.device_id", "cuda.workspace_bytes"};
-  ortep_status st = ortep_config_check_namespace(config, "cuda", known, 2);
+  static const char *const known[] = {"cuda.device_id", "cuda.workspace_bytes", "cuda.pdl"};
+  ortep_status st = ortep_config_check_namespace(config, "cuda", known, 3);
   if (st != ORTEP_OK) return st;
   if (e->initialized) return ORTEP_OK;
   long dev = 0, ws = 32l << 20;
@@ -166,6 +172,10 @@ static ortep_status cuda_initialize(ortep_ep *ep, const ortep_config *config) {
   }
   if (dev >= count)
     return ortep__fail(ORTEP_E_NO_DEVICE, "%s: cuda.device_id %ld but %d device(s) present", CUDA_EP_NAME, dev, count);
+  const char *pdl = ortep_config_get(config, "cuda.pdl");
+  if (pdl && strcmp(pdl, "auto") && strcmp(pdl, "off"))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cuda.pdl = '%s': use auto (the default) or off", pdl);
+  e->pdl_off = pdl && !strcmp(pdl, "off");
   e->device = (int)dev;
   e->base.device = ortep_device_cuda((uint32_t)dev);
   CU(cudaSetDevice(e->device), "cudaSetDevice");
@@ -277,12 +287,26 @@ static ortep_ep_capabilities cuda_caps(const ortep_ep *ep) {
 
 /* Device loops need conditional WHILE nodes: CUDA 12.4 in the runtime this
  * module was built and runs with, and in the driver. Older ones get the
- * session's host loop instead (session.h), which gives the same results. */
-static void init_loops(cuda_ep *e) {
+ * session's host loop instead (session.h), which gives the same results.
+ * Programmatic dependent launch needs compute 9.0 and kernels built for it
+ * (their wait makes it safe); the EP votes (ops.h). */
+static bool conditional_nodes(void) {
   int rt = 0, drv = 0;
-  e->loops_ok = ortep__cu_loops_built() && cudaRuntimeGetVersion(&rt) == cudaSuccess &&
-                cudaDriverGetVersion(&drv) == cudaSuccess && rt >= 12040 && drv >= 12040;
+  bool ok = ortep__cu_loops_built() && cudaRuntimeGetVersion(&rt) == cudaSuccess &&
+            cudaDriverGetVersion(&drv) == cudaSuccess && rt >= 12040 && drv >= 12040;
   cudaGetLastError();
+  return ok;
+}
+static bool pdl_usable(int device) {
+  int major = 0;
+  bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 &&
+            ortep__cu_built_for() >= 90;
+  cudaGetLastError();
+  return ok;
+}
+static void init_loops(cuda_ep *e) {
+  e->loops_ok = conditional_nodes();
+  ortep__cu_pdl_vote(!e->pdl_off && pdl_usable(e->device));
 }
 
 /* What the shared op check accepts and this EP's kernels do not (yet). */
@@ -822,9 +846,14 @@ static ortep_status cuda_replay_segment_while(ortep_ep *ep, size_t i, const int3
   }
   ortep__cu_loop *l = &e->loops[i];
   if (l->exec && l->flag != flag) ortep__cu_loop_release(l);
-  if (!l->exec)
-    CU((cudaError_t)ortep__cu_loop_create(e->graphs[i], flag, e->loop_counter, l),
-       "building a device loop (a conditional WHILE node around the segment)");
+  int rc = l->exec ? 0 : ortep__cu_loop_create(e->graphs[i], flag, e->loop_counter, l);
+  if (rc) { /* this driver will not take the loop: no device loops from now on, the session loops itself */
+    cudaGetLastError();
+    e->loops_ok = false;
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED,
+                       "%s: building a device loop (a conditional WHILE node around the segment): %s", CUDA_EP_NAME,
+                       cudaGetErrorString((cudaError_t)rc));
+  }
   CU((cudaError_t)ortep__cu_loop_launch(l, max, e->stream), "launching a device loop");
   return ORTEP_OK;
 }

@@ -83,6 +83,38 @@ static unsigned blocks(size_t n, unsigned threads) { return (unsigned)((n + thre
  * its owner) an error some other code left pending. */
 static int launched(void) { return (int)cudaPeekAtLastError(); }
 
+/* --- programmatic dependent launch (compute 9.0) ------------------------------------
+ * With it (the EPs' vote: ortep__cu_pdl_vote), every kernel is launched with
+ * programmatic stream serialization, so it may start while the kernel
+ * before it finishes; each kernel's first act is pdl_begin: wait for the
+ * grid before it to complete with its writes visible (griddepcontrol.wait:
+ * a no-op when not launched so), then let the next one launch and reach its
+ * own wait. A kernel thus reads nothing early, and the launch latency and
+ * block scheduling of the next overlap this one's tail. Captured into the
+ * graphs as programmatic edges. Written and compiled without a GPU: never
+ * run yet. */
+static int g_pdl_yes, g_pdl_no;
+extern "C" void ortep__cu_pdl_vote(int usable) { usable ? ++g_pdl_yes : ++g_pdl_no; }
+extern "C" int ortep__cu_pdl(void) { return g_pdl_yes > 0 && g_pdl_no == 0; }
+
+__device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+
+template <typename... P, typename... A>
+static void launch(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t stream, A... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = 0, cfg.stream = stream;
+  cfg.attrs = attr, cfg.numAttrs = ortep__cu_pdl() ? 1 : 0;
+  cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...); /* its status: launched() */
+}
+
 /* --- q8_0 / q4_0 (dtype.h) ------------------------------------------------------
  * GGUF's blocks of 32 values: an f16 scale d, then 32 int8 (q8_0: x = d q)
  * or 16 bytes of nibbles (q4_0: byte i holds value i in its low nibble and
@@ -149,6 +181,7 @@ __device__ __forceinline__ float warp_dot_q(const signed char *xq, const float *
 
 /* x [rows, k] into q8 blocks, one warp per block of 32: lane i holds value i. */
 __global__ void k_quantize_x(const float *x, size_t n_blocks, signed char *q, float *d) {
+  pdl_begin();
   size_t b = blockIdx.x * (size_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
   unsigned lane = threadIdx.x & 31;
   if (b >= n_blocks) return; /* a whole warp leaves together */
@@ -161,6 +194,7 @@ __global__ void k_quantize_x(const float *x, size_t n_blocks, signed char *q, fl
 
 __global__ void k_gather(const void *table, int tdt, size_t rows, size_t h, const void *index, int idx64, size_t n,
                          float *out, uint32_t *err) {
+  pdl_begin();
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n * h) return;
   size_t row = i / h, j = i % h;
@@ -176,11 +210,13 @@ __global__ void k_gather(const void *table, int tdt, size_t rows, size_t h, cons
 extern "C" int ortep__cu_gather(const void *table, int tdt, size_t rows, size_t h, const void *index, int idx64,
                                 size_t n, float *out, uint32_t *err, void *stream) {
   if (!n || !h) return 0;
-  k_gather<<<blocks(n * h, 256), 256, 0, (cudaStream_t)stream>>>(table, tdt, rows, h, index, idx64, n, out, err);
+  launch(k_gather, dim3(blocks(n * h, 256)), dim3(256), (cudaStream_t)stream, table, tdt, rows, h, index, idx64, n, out,
+         err);
   return launched();
 }
 
 __global__ void k_convert(const float *x, void *dst, int dt, size_t n) {
+  pdl_begin();
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
   if (dt == DT_F16)
@@ -191,11 +227,12 @@ __global__ void k_convert(const float *x, void *dst, int dt, size_t n) {
 
 extern "C" int ortep__cu_convert(const float *x, void *dst, int dt, size_t n, void *stream) {
   if (!n) return 0;
-  k_convert<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(x, dst, dt, n);
+  launch(k_convert, dim3(blocks(n, 256)), dim3(256), (cudaStream_t)stream, x, dst, dt, n);
   return launched();
 }
 
 __global__ void k_fill_bias(const void *c, int cdt, size_t c_rows, size_t m, size_t n, float *y) {
+  pdl_begin();
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= m * n) return;
   size_t row = c_rows == 1 ? 0 : i / n;
@@ -204,7 +241,7 @@ __global__ void k_fill_bias(const void *c, int cdt, size_t c_rows, size_t m, siz
 
 extern "C" int ortep__cu_fill_bias(const void *c, int cdt, size_t c_rows, size_t m, size_t n, float *y, void *stream) {
   if (!m || !n) return 0;
-  k_fill_bias<<<blocks(m * n, 256), 256, 0, (cudaStream_t)stream>>>(c, cdt, c_rows, m, n, y);
+  launch(k_fill_bias, dim3(blocks(m * n, 256)), dim3(256), (cudaStream_t)stream, c, cdt, c_rows, m, n, y);
   return launched();
 }
 
@@ -269,6 +306,7 @@ static int vec_ok(const float *x, const void *w, int wdt, size_t k) {
 
 __global__ void k_gemv_nk(const float *x, const void *w, int wdt, size_t k, size_t n, int vec, float alpha,
                           const void *c, int cdt, size_t c_rows, float beta, float *y) {
+  pdl_begin();
   unsigned lane = threadIdx.x & 31;
   size_t j = blockIdx.x * (size_t)(blockDim.x >> 5) + (threadIdx.x >> 5), r = blockIdx.y;
   if (j >= n) return;
@@ -291,6 +329,7 @@ __device__ __forceinline__ float linear_dot(const ortep__cu_linear_args &a, cons
 }
 
 __global__ void k_linear(ortep__cu_linear_args a, linear_vec vec) {
+  pdl_begin();
   unsigned lane = threadIdx.x & 31;
   size_t j = blockIdx.x * (size_t)(blockDim.x >> 5) + (threadIdx.x >> 5), r = blockIdx.y;
   const float *xr = a.x + r * a.k;
@@ -329,16 +368,17 @@ extern "C" int ortep__cu_linear(const ortep__cu_linear_args *a, void *stream) {
   const unsigned warps = 4;
   if (quant) { /* x into q8 blocks once, for every output row */
     size_t nb = a->m * (a->k / QK);
-    k_quantize_x<<<blocks(nb, 8), 8 * 32, 0, (cudaStream_t)stream>>>(a->x, nb, a->xq, a->xd);
+    launch(k_quantize_x, dim3(blocks(nb, 8)), dim3(8 * 32), (cudaStream_t)stream, a->x, nb, a->xq, a->xd);
     int rc = launched();
     if (rc) return rc;
   }
-  k_linear<<<dim3(blocks(rows, warps), (unsigned)a->m), warps * 32, 0, (cudaStream_t)stream>>>(*a, vec);
+  launch(k_linear, dim3(dim3(blocks(rows, warps), (unsigned)a->m)), dim3(warps * 32), (cudaStream_t)stream, *a, vec);
   return launched();
 }
 
 __global__ void k_gemv_kn(const float *x, const void *w, int wdt, size_t k, size_t n, float alpha, const void *c,
                           int cdt, size_t c_rows, float beta, float *y) {
+  pdl_begin();
   size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x, r = blockIdx.y;
   if (j >= n) return;
   const float *xr = x + r * k;
@@ -355,15 +395,17 @@ extern "C" int ortep__cu_gemv(const float *x, const void *w, int wdt, int trans_
     /* 16-byte loads need 16-byte aligned rows of both x (f32) and W */
     int vec = vec_ok(x, w, wdt, k);
     const unsigned warps = 4;
-    k_gemv_nk<<<dim3(blocks(n, warps), (unsigned)m), warps * 32, 0, s>>>(x, w, wdt, k, n, vec, alpha, c, cdt, c_rows,
-                                                                         beta, y);
+    launch(k_gemv_nk, dim3(dim3(blocks(n, warps), (unsigned)m)), dim3(warps * 32), s, x, w, wdt, k, n, vec, alpha, c,
+           cdt, c_rows, beta, y);
   } else {
-    k_gemv_kn<<<dim3(blocks(n, 128), (unsigned)m), 128, 0, s>>>(x, w, wdt, k, n, alpha, c, cdt, c_rows, beta, y);
+    launch(k_gemv_kn, dim3(dim3(blocks(n, 128), (unsigned)m)), dim3(128), s, x, w, wdt, k, n, alpha, c, cdt, c_rows,
+           beta, y);
   }
   return launched();
 }
 
 __global__ void k_binary(int mul, const float *a, const void *b, int bdt, size_t nb, size_t n, float *y) {
+  pdl_begin();
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= n) return;
   float bv = ld(b, bdt, i % nb);
@@ -373,35 +415,38 @@ __global__ void k_binary(int mul, const float *a, const void *b, int bdt, size_t
 extern "C" int ortep__cu_binary(int mul, const float *a, const void *b, int bdt, size_t nb, size_t n, float *y,
                                 void *stream) {
   if (!n) return 0;
-  k_binary<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(mul, a, b, bdt, nb, n, y);
+  launch(k_binary, dim3(blocks(n, 256)), dim3(256), (cudaStream_t)stream, mul, a, b, bdt, nb, n, y);
   return launched();
 }
 
 __global__ void k_sigmoid(const float *x, size_t n, float *y) {
+  pdl_begin();
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i < n) y[i] = 1.0f / (1.0f + expf(-x[i]));
 }
 
 extern "C" int ortep__cu_sigmoid(const float *x, size_t n, float *y, void *stream) {
   if (!n) return 0;
-  k_sigmoid<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(x, n, y);
+  launch(k_sigmoid, dim3(blocks(n, 256)), dim3(256), (cudaStream_t)stream, x, n, y);
   return launched();
 }
 
 __global__ void k_silu_mul(const float *g, const float *u, size_t n, float *y) {
+  pdl_begin();
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i < n) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 extern "C" int ortep__cu_silu_mul(const float *g, const float *u, size_t n, float *y, void *stream) {
   if (!n) return 0;
-  k_silu_mul<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(g, u, n, y);
+  launch(k_silu_mul, dim3(blocks(n, 256)), dim3(256), (cudaStream_t)stream, g, u, n, y);
   return launched();
 }
 
 /* One block per row. */
 __global__ void k_rmsnorm(const float *x, const float *skip, const void *bias, int bdt, const void *scale, int sdt,
                           size_t h, float eps, float *y, float *sum) {
+  pdl_begin();
   size_t r = blockIdx.x;
   const float *xr = x + r * h;
   float ss = 0.0f;
@@ -420,7 +465,8 @@ __global__ void k_rmsnorm(const float *x, const float *skip, const void *bias, i
 extern "C" int ortep__cu_rmsnorm(const float *x, const float *skip, const void *bias, int bdt, const void *scale,
                                  int sdt, size_t rows, size_t h, float eps, float *y, float *sum, void *stream) {
   if (!rows) return 0;
-  k_rmsnorm<<<(unsigned)rows, 256, 0, (cudaStream_t)stream>>>(x, skip, bias, bdt, scale, sdt, h, eps, y, sum);
+  launch(k_rmsnorm, dim3((unsigned)rows), dim3(256), (cudaStream_t)stream, x, skip, bias, bdt, scale, sdt, h, eps, y,
+         sum);
   return launched();
 }
 
@@ -428,6 +474,7 @@ extern "C" int ortep__cu_rmsnorm(const float *x, const float *skip, const void *
 __global__ void k_rotary(const float *x, const void *pos, int pos64, size_t tokens, size_t heads, size_t hd, size_t rot,
                          int inter, const void *cosc, const void *sinc, int cdt, size_t max_pos, float *y,
                          uint32_t *err) {
+  pdl_begin();
   size_t half = rot / 2, per_head = hd - half; /* threads per head: half pairs + (hd - rot) copies */
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= tokens * heads * per_head) return;
@@ -461,8 +508,8 @@ extern "C" int ortep__cu_rotary(const float *x, const void *pos, int pos64, size
                                 float *y, uint32_t *err, void *stream) {
   size_t n = tokens * heads * (hd - rot / 2);
   if (!n) return 0;
-  k_rotary<<<blocks(n, 128), 128, 0, (cudaStream_t)stream>>>(x, pos, pos64, tokens, heads, hd, rot, inter, cosc, sinc,
-                                                             cdt, max_pos, y, err);
+  launch(k_rotary, dim3(blocks(n, 128)), dim3(128), (cudaStream_t)stream, x, pos, pos64, tokens, heads, hd, rot, inter,
+         cosc, sinc, cdt, max_pos, y, err);
   return launched();
 }
 
@@ -470,6 +517,7 @@ extern "C" int ortep__cu_rotary(const float *x, const void *pos, int pos64, size
  * element of tokens x kv x hd). */
 __global__ void k_kv_write(const float *k, const float *v, float *kc, float *vc, const int32_t *pos, size_t tokens,
                            size_t kv, size_t hd, size_t cap, uint32_t *err) {
+  pdl_begin();
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= tokens * kv * hd) return;
   size_t t = i / (kv * hd), e = i % (kv * hd);
@@ -494,6 +542,7 @@ __global__ void k_kv_write(const float *k, const float *v, float *kc, float *vc,
 #define GQA_THREADS 256
 __global__ void k_gqa(const float *q, const float *kc, const float *vc, const int32_t *pos, size_t heads, size_t kv,
                       size_t hd, size_t cap, float scale, float *scores, float *out) {
+  pdl_begin();
   __shared__ float part[GQA_THREADS];
   size_t h = blockIdx.x, g = h / (heads / kv), t = blockIdx.y, item = t * heads + h;
   int p = pos[t];
@@ -549,15 +598,16 @@ extern "C" int ortep__cu_gqa(const float *q, const float *k, const float *v, flo
                              size_t tokens, size_t heads, size_t kv, size_t hd, size_t cap, float scale, float *scores,
                              float *out, uint32_t *err, void *stream) {
   cudaStream_t s = (cudaStream_t)stream;
-  k_kv_write<<<blocks(tokens * kv * hd, 128), 128, 0, s>>>(k, v, kc, vc, pos, tokens, kv, hd, cap, err);
+  launch(k_kv_write, dim3(blocks(tokens * kv * hd, 128)), dim3(128), s, k, v, kc, vc, pos, tokens, kv, hd, cap, err);
   int st = launched();
   if (st) return st;
-  k_gqa<<<dim3((unsigned)heads, (unsigned)tokens), GQA_THREADS, 0, s>>>(q, kc, vc, pos, heads, kv, hd, cap, scale,
-                                                                        scores, out);
+  launch(k_gqa, dim3(dim3((unsigned)heads, (unsigned)tokens)), dim3(GQA_THREADS), s, q, kc, vc, pos, heads, kv, hd, cap,
+         scale, scores, out);
   return launched();
 }
 
 __global__ void k_softmax(const float *x, size_t n, float *y) {
+  pdl_begin();
   const float *xr = x + blockIdx.x * n;
   float *yr = y + blockIdx.x * n;
   float mx = -INFINITY;
@@ -571,7 +621,7 @@ __global__ void k_softmax(const float *x, size_t n, float *y) {
 
 extern "C" int ortep__cu_softmax(const float *x, size_t rows, size_t n, float *y, void *stream) {
   if (!rows) return 0;
-  k_softmax<<<(unsigned)rows, 256, 0, (cudaStream_t)stream>>>(x, n, y);
+  launch(k_softmax, dim3((unsigned)rows), dim3(256), (cudaStream_t)stream, x, n, y);
   return launched();
 }
 
@@ -626,6 +676,7 @@ __device__ best scan(const void *x, size_t n, int f16, bool *bad) {
 }
 
 __global__ void k_argmax_rows(const float *x, size_t n, long long *out, uint32_t *err) {
+  pdl_begin();
   bool bad = false;
   best b = block_best(scan(x + blockIdx.x * n, n, 0, &bad));
   bad = __syncthreads_or(bad);
@@ -637,7 +688,7 @@ __global__ void k_argmax_rows(const float *x, size_t n, long long *out, uint32_t
 
 extern "C" int ortep__cu_argmax_rows(const float *x, size_t rows, size_t n, int64_t *out, uint32_t *err, void *stream) {
   if (!rows) return 0;
-  k_argmax_rows<<<(unsigned)rows, 1024, 0, (cudaStream_t)stream>>>(x, n, (long long *)out, err);
+  launch(k_argmax_rows, dim3((unsigned)rows), dim3(1024), (cudaStream_t)stream, x, n, (long long *)out, err);
   return launched();
 }
 
@@ -652,6 +703,7 @@ struct argmax_part {
 };
 
 __global__ void k_argmax_partial(const void *logits, int f16, size_t n, size_t chunk, argmax_part *parts) {
+  pdl_begin();
   size_t lo = blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
   bool bad = false;
   best b = {0.0f, ~0ull};
@@ -669,6 +721,7 @@ __global__ void k_argmax_partial(const void *logits, int f16, size_t n, size_t c
 }
 
 __global__ void k_argmax_final(const argmax_part *parts, unsigned nparts, uint32_t *result, uint32_t *err) {
+  pdl_begin();
   best b = {0.0f, ~0ull};
   bool bad = false;
   for (unsigned k = threadIdx.x; k < nparts; k += blockDim.x) {
@@ -696,17 +749,17 @@ extern "C" int ortep__cu_device_argmax(const void *logits, int f16, size_t n, vo
     chunk = (n + blocks_needed - 1) / blocks_needed;
   }
   if (!blocks_needed) blocks_needed = 1;
-  k_argmax_partial<<<(unsigned)blocks_needed, 1024, 0, s>>>(logits, f16, n, chunk, (argmax_part *)scratch);
+  launch(k_argmax_partial, dim3((unsigned)blocks_needed), dim3(1024), s, logits, f16, n, chunk, (argmax_part *)scratch);
   int st = launched();
   if (st) return st;
-  k_argmax_final<<<1, 256, 0, s>>>((const argmax_part *)scratch, (unsigned)blocks_needed, result, err);
+  launch(k_argmax_final, dim3(1), dim3(256), s, (const argmax_part *)scratch, (unsigned)blocks_needed, result, err);
   return launched();
 }
 
-__global__ void k_noop(void) {}
+__global__ void k_noop(void) { pdl_begin(); }
 
 extern "C" int ortep__cu_noop(void *stream) {
-  k_noop<<<1, 1, 0, (cudaStream_t)stream>>>();
+  launch(k_noop, dim3(1), dim3(1), (cudaStream_t)stream);
   return launched();
 }
 
@@ -838,6 +891,7 @@ __device__ void sample_block(const void *logits, int f16, size_t n, const ortep_
 
 __global__ void k_sample(const void *logits, int f16, size_t n, const ortep__sample_params *pp, const int32_t *history,
                          void *scratch, uint32_t *result, uint32_t *err) {
+  pdl_begin();
   sample_block(logits, f16, n, *pp, history, scratch, result, err);
 }
 
@@ -849,6 +903,7 @@ __global__ void k_sample(const void *logits, int f16, size_t n, const ortep__sam
 __global__ void k_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions, size_t t,
                          const ortep__sample_params *pp, int32_t *history, size_t cap, void *scratch, uint32_t *result,
                          uint32_t *err) {
+  pdl_begin();
   for (size_t i = threadIdx.x; i < t; i += blockDim.x)
     if (positions[i] >= 0 && (size_t)positions[i] < cap) history[positions[i]] = tokens[i];
   __syncthreads();
@@ -873,16 +928,15 @@ __global__ void k_select(const float *logits, size_t n, const int32_t *tokens, c
 extern "C" int ortep__cu_select(const float *logits, size_t n, const int32_t *tokens, const int32_t *positions,
                                 size_t t, const void *params, int32_t *history, size_t cap, void *scratch, void *result,
                                 uint32_t *err, void *stream) {
-  k_select<<<1, SAMPLE_THREADS, 0, (cudaStream_t)stream>>>(logits, n, tokens, positions, t,
-                                                           (const ortep__sample_params *)params, history, cap, scratch,
-                                                           (uint32_t *)result, err);
+  launch(k_select, dim3(1), dim3(SAMPLE_THREADS), (cudaStream_t)stream, logits, n, tokens, positions, t,
+         (const ortep__sample_params *)params, history, cap, scratch, (uint32_t *)result, err);
   return launched();
 }
 
 extern "C" int ortep__cu_sample(const void *logits, int f16, size_t n, const void *params, const int32_t *history,
                                 void *scratch, void *result, uint32_t *err, void *stream) {
-  k_sample<<<1, SAMPLE_THREADS, 0, (cudaStream_t)stream>>>(logits, f16, n, (const ortep__sample_params *)params,
-                                                           history, scratch, (uint32_t *)result, err);
+  launch(k_sample, dim3(1), dim3(SAMPLE_THREADS), (cudaStream_t)stream, logits, f16, n,
+         (const ortep__sample_params *)params, history, scratch, (uint32_t *)result, err);
   return launched();
 }
 
@@ -890,12 +944,14 @@ extern "C" int ortep__cu_sample(const void *logits, int f16, size_t n, const voi
  * Written and compiled without a GPU: never run yet (docs/api.md). */
 __global__ void k_feed(const int32_t *result, int32_t *token, int32_t *position, const uint8_t *stop, int64_t vocab,
                        int32_t *state, int64_t kmax, int32_t *go) {
+  pdl_begin();
   *go = ortep__feed_token(result, token, position, stop, vocab, state, kmax);
 }
 
 extern "C" int ortep__cu_feed(const int32_t *result, int32_t *token, int32_t *position, const uint8_t *stop,
                               size_t vocab, int32_t *state, size_t kmax, int32_t *go, void *stream) {
-  k_feed<<<1, 1, 0, (cudaStream_t)stream>>>(result, token, position, stop, (int64_t)vocab, state, (int64_t)kmax, go);
+  launch(k_feed, dim3(1), dim3(1), (cudaStream_t)stream, result, token, position, stop, (int64_t)vocab, state,
+         (int64_t)kmax, go);
   return launched();
 }
 
@@ -980,6 +1036,7 @@ extern "C" int ortep__cu_loop_launch(ortep__cu_loop *l, size_t max_iterations, v
 /* --- a chunk's Linear epilogue (ops.h), after its GEMMs on tensor cores ------------
  * Written and compiled without a GPU: never run yet. */
 __global__ void k_linear_epilogue(ortep__cu_linear_epilogue_args a, size_t total) {
+  pdl_begin();
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (i >= total) return;
   if (a.gate_up) {
@@ -1003,6 +1060,17 @@ extern "C" int ortep__cu_linear_epilogue(const ortep__cu_linear_epilogue_args *a
   bool work = a->gate_up || a->res;
   for (size_t g = 0; g < a->groups; g++) work = work || a->b[g];
   if (!total || !work) return 0; /* the GEMMs wrote y as it is */
-  k_linear_epilogue<<<blocks(total, 256), 256, 0, (cudaStream_t)stream>>>(*a, total);
+  launch(k_linear_epilogue, dim3(blocks(total, 256)), dim3(256), (cudaStream_t)stream, *a, total);
   return launched();
+}
+
+/* The PTX version the module's kernels were built for (90: sm_90), so PDL is
+ * voted for only when the kernels hold the wait that makes it safe. */
+extern "C" int ortep__cu_built_for(void) {
+  cudaFuncAttributes a;
+  if (cudaFuncGetAttributes(&a, k_noop) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return a.ptxVersion;
 }

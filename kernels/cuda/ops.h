@@ -92,6 +92,12 @@ size_t ortep__cu_argmax_scratch_bytes(void);
 int ortep__cu_device_argmax(const void *logits, int f16, size_t n, void *scratch, uint32_t *result, uint32_t *err,
                             void *stream);
 int ortep__cu_noop(void *stream);
+/* Programmatic dependent launch (kernels.cu): each initialised EP votes
+ * whether its device can use it (compute 9.0, kernels built for sm_90, not
+ * cuda.pdl = off); launches use it while every vote said yes. */
+void ortep__cu_pdl_vote(int usable);
+int ortep__cu_pdl(void);
+int ortep__cu_built_for(void);
 /* ortep:FeedToken (kernels/feed.h), one thread: *go = the loop flag. */
 int ortep__cu_feed(const int32_t *result, int32_t *token, int32_t *position, const uint8_t *stop, size_t vocab,
                    int32_t *state, size_t kmax, int32_t *go, void *stream);
