@@ -1091,6 +1091,112 @@ START_TEST(group_query_attention_over_a_chunk_matches_token_steps) {
 }
 END_TEST
 
+/* A chunk's attention over bf16 caches with bf16 products (cpu.products
+ * auto on a CPU with AVX512-BF16; ops.h): within 5e-3 x (1 + |want|) of
+ * double-precision attention over the cached values (the queries and the
+ * probabilities are rounded to bf16: about 2^-9 each), while cpu.products =
+ * f32 stays within 1e-5 of it; a row's result is that row's alone (the
+ * chunk's last 13 rows as a chunk of their own, after the rest, give the
+ * same bits) and the same on 1 and 3 threads. A chunk of 70 at position 5
+ * (two blocks of rows, an odd span); _i: head_dim 16, 48, 64, 128 (the
+ * output's 1, 3, 4 and 8 registers a row). Where the CPU lacks AVX512-BF16
+ * both EPs take f32 products and the f32 bound applies to both. */
+static ortep_ep *cpu_with_products(const char *threads, const char *products) {
+  ortep_ep *ep;
+  ortep_config *c;
+  ck_assert_ok(ortep_config_create(&c));
+  ck_assert_ok(ortep_config_set(c, "cpu.threads", threads));
+  ck_assert_ok(ortep_config_set(c, "cpu.products", products));
+  ck_assert_ok(ortep_cpu_ep_create(NULL, &ep));
+  ck_assert_ok(ortep_ep_initialize(ep, c));
+  ortep_config_destroy(c);
+  return ep;
+}
+
+START_TEST(group_query_attention_over_a_chunk_in_bf16_products) {
+  static const int hds[] = {16, 48, 64, 128};
+  enum { NH = 4, KV = 2, T = 70, P0 = 5, CAP = 80, TAIL = 13 };
+  const int HD = hds[_i];
+  test_rng r = test_rng_new(test_seed() + 60 + (uint64_t)_i);
+  size_t cache_n = (size_t)CAP * KV * HD;
+  float *q = malloc(T * NH * HD * sizeof *q), *k = malloc(T * KV * HD * sizeof *k),
+        *v = malloc(T * KV * HD * sizeof *v);
+  float *first = malloc(P0 * KV * HD * sizeof *first), *kr = malloc(cache_n * sizeof *kr),
+        *vr = malloc(cache_n * sizeof *vr);
+  uint16_t *kc0 = calloc(cache_n, 2), *vc0 = calloc(cache_n, 2), *kc = malloc(cache_n * 2), *vc = malloc(cache_n * 2);
+  fill(&r, q, (size_t)T * NH * HD, 2.0f), fill(&r, k, (size_t)T * KV * HD, 1.0f),
+      fill(&r, v, (size_t)T * KV * HD, 1.0f);
+  fill(&r, first, (size_t)P0 * KV * HD, 1.0f);
+  for (size_t i = 0; i < (size_t)P0 * KV * HD; i++)
+    kc0[i] = ortep_f32_to_bf16(first[i]), vc0[i] = ortep_f32_to_bf16(-first[i]);
+  int32_t pos[T];
+  for (int t = 0; t < T; t++) pos[t] = P0 + t;
+  tattr at[] = {{"num_heads", 0, NH, 0}, {"kv_num_heads", 0, KV, 0}};
+  float *out[4]; /* products f32; auto on 1 thread, on 3; the tail alone */
+  for (int c = 0; c < 4; c++) out[c] = malloc(T * NH * HD * sizeof(float));
+  ortep_ep *saved = g_cpu;
+  bool bf16 = false;
+  for (int c = 0; c < 4; c++) {
+    g_cpu = cpu_with_products(c == 2 ? "3" : "1", c == 0 ? "f32" : "auto");
+    if (c == 1) bf16 = ortep_cpu_ep_bf16_products(g_cpu);
+    memcpy(kc, kc0, cache_n * 2), memcpy(vc, vc0, cache_n * 2);
+    size_t t0 = 0, n = T;
+    if (c == 3) { /* the first rows as one chunk, then the tail as its own */
+      t0 = T - TAIL, n = TAIL;
+      tin head[] = {
+          {ORTEP_DTYPE_F32, SHAPE(1, T - TAIL, NH * HD), q}, {ORTEP_DTYPE_F32, SHAPE(1, T - TAIL, KV * HD), k},
+          {ORTEP_DTYPE_F32, SHAPE(1, T - TAIL, KV * HD), v}, {ORTEP_DTYPE_BF16, SHAPE(CAP, KV, HD), kc},
+          {ORTEP_DTYPE_BF16, SHAPE(CAP, KV, HD), vc},        {ORTEP_DTYPE_I32, SHAPE(1, T - TAIL), pos}};
+      ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, head, 6, (void *[]){out[3]}, 1));
+    }
+    tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)n, NH * HD), q + t0 * NH * HD},
+                 {ORTEP_DTYPE_F32, SHAPE(1, (int64_t)n, KV * HD), k + t0 * KV * HD},
+                 {ORTEP_DTYPE_F32, SHAPE(1, (int64_t)n, KV * HD), v + t0 * KV * HD},
+                 {ORTEP_DTYPE_BF16, SHAPE(CAP, KV, HD), kc},
+                 {ORTEP_DTYPE_BF16, SHAPE(CAP, KV, HD), vc},
+                 {ORTEP_DTYPE_I32, SHAPE(1, (int64_t)n), pos + t0}};
+    ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){out[c] + t0 * NH * HD}, 1));
+    ck_assert_uint_eq(error_bits(), 0);
+    ortep_ep_destroy(g_cpu);
+  }
+  g_cpu = saved;
+  for (size_t i = 0; i < cache_n; i++) kr[i] = ortep_bf16_to_f32(kc[i]), vr[i] = ortep_bf16_to_f32(vc[i]);
+  double worst[2] = {0, 0};
+  for (int t = 0; t < T; t++)
+    for (int h = 0; h < NH; h++) {
+      int g = h / (NH / KV), last = P0 + t;
+      double sc[CAP], mx = -1e300, den = 0;
+      for (int s2 = 0; s2 <= last; s2++) {
+        double d = 0;
+        for (int i = 0; i < HD; i++) d += (double)q[(t * NH + h) * HD + i] * kr[(s2 * KV + g) * HD + i];
+        sc[s2] = d / sqrt((double)HD);
+        mx = sc[s2] > mx ? sc[s2] : mx;
+      }
+      for (int s2 = 0; s2 <= last; s2++) den += (sc[s2] = exp(sc[s2] - mx));
+      for (int i = 0; i < HD; i++) {
+        double want = 0;
+        for (int s2 = 0; s2 <= last; s2++) want += sc[s2] / den * vr[(s2 * KV + g) * HD + i];
+        size_t at_i = ((size_t)t * NH + h) * HD + i;
+        for (int c = 0; c < 2; c++) {
+          double e = fabs(out[c][at_i] - want) / (1.0 + fabs(want)), tol = c == 1 && bf16 ? 5e-3 : 1e-5;
+          ck_assert_msg(e <= tol, "head_dim %d, products %s: token %d head %d [%d]: %.7g, want %.7g", HD,
+                        c ? "auto" : "f32", t, h, i, out[c][at_i], want);
+          worst[c] = e > worst[c] ? e : worst[c];
+        }
+      }
+    }
+  ck_assert_msg(memcmp(out[1], out[2], T * NH * HD * sizeof(float)) == 0, "head_dim %d: 1 and 3 threads differ", HD);
+  if (bf16) /* each row its own: the tail alone gives the tail's bits */
+    ck_assert_msg(
+        memcmp(out[1] + (T - TAIL) * NH * HD, out[3] + (T - TAIL) * NH * HD, TAIL * NH * HD * sizeof(float)) == 0,
+        "head_dim %d: the last %d rows as a chunk of their own differ from the same rows in the chunk", HD, TAIL);
+  fprintf(stderr, "bf16 chunk attention, head_dim %d: worst relative error %.2e (f32 products %.2e)%s\n", HD, worst[1],
+          worst[0], bf16 ? "" : " (this CPU has no AVX512-BF16: f32 products both)");
+  for (int c = 0; c < 4; c++) free(out[c]);
+  free(q), free(k), free(v), free(first), free(kr), free(vr), free(kc0), free(vc0), free(kc), free(vc);
+}
+END_TEST
+
 /* The CPU EP's prepare_initializer (backend_impl.h): a 16-bit weight a
  * Linear reads comes back [N/4, K/16, 4, 16] with every value where the
  * blocked layout puts it (kernels/opset.h), into a copy of the EP's, or in
@@ -1172,6 +1278,7 @@ int main(void) {
   tcase_add_loop_test(tc, rows_over_blocked_weights_are_independent_of_their_neighbours, 0, 2);
   tcase_add_test(tc, group_query_attention_over_a_chunk_matches_token_steps);
   tcase_add_loop_test(tc, group_query_attention_over_16_bit_caches, 0, 2);
+  tcase_add_loop_test(tc, group_query_attention_over_a_chunk_in_bf16_products, 0, 4);
   tcase_add_test(tc, refusals_say_what_is_accepted);
   tcase_add_test(tc, prepare_initializer_blocks_linear_weights);
   suite_add_tcase(s, tc);

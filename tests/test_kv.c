@@ -395,9 +395,11 @@ static ortep_decoder *open_kv_dtype(const char *dt, size_t max_seq) {
 }
 
 /* 16-bit caches: half the bytes per position; the logits of a 100-token
- * prompt and the steps after it stay within 2e-2 of the f32 caches' on the
- * tiny preset (f16 keeps 11 bits of mantissa, bf16 8), the greedy tokens
- * the same; forks share them too. */
+ * prompt and the steps after it stay within 5e-3 (f16, 11 bits of mantissa;
+ * 3.5e-3 measured) and 3e-2 (bf16, 8 bits; 1.9e-2 measured with f32
+ * products, 2.5e-2 with the bf16 products a bf16 cache's chunk attention
+ * takes where the CPU has them) of the f32 caches' on the tiny preset, the
+ * greedy tokens the same; forks share them too. */
 START_TEST(sixteen_bit_caches_halve_the_bytes_and_keep_the_tokens) {
   const char *dts[] = {"f16", "bf16"};
   ortep_decoder *ref = open_kv_dtype(NULL, 0);
@@ -415,7 +417,7 @@ START_TEST(sixteen_bit_caches_halve_the_bytes_and_keep_the_tokens) {
     ck_assert_ok(ortep_decoder_logits(d, l16, v));
     float worst = 0;
     for (size_t j = 0; j < v; j++) worst = fmaxf(worst, fabsf(l16[j] - l32[j]) / (1.0f + fabsf(l32[j])));
-    ck_assert_msg(worst <= 2e-2f, "%s caches: logits off by %g", dts[i], (double)worst);
+    ck_assert_msg(worst <= (i ? 3e-2f : 5e-3f), "%s caches: logits off by %g", dts[i], (double)worst);
     ortep_kv_stats k;
     ortep_decoder_kv_stats(d, &k);
     ck_assert_uint_eq(k.reserved_bytes * 2, k32.reserved_bytes);

@@ -20,6 +20,7 @@ typedef struct cpu_kernel {
   ortep__cpu_qx *xq;     /* the quantized rows in xq_mem */
   void *sample_scratch;  /* ortep:SelectToken: the sampler's, made with the kernel, never during a step */
   bool bf16_rows;        /* a Linear of bf16 blocked weights over rows rounded to bf16 (simd_rows.h) */
+  bool bf16_attn;        /* GroupQueryAttention: a chunk's products in bf16 (simd_rows.h) */
 } cpu_kernel;
 
 /* ortep:Linear over the pool: every output row is one item, computed whole
@@ -43,6 +44,7 @@ typedef struct gqa_job {
   const int32_t *pos;
   float *out;
   ortep__cpu_pool *pool;
+  bool bf16; /* a chunk in bf16 products */
 } gqa_job;
 static void gqa_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const gqa_job *j = ctx;
@@ -53,7 +55,7 @@ static void gqa_task(void *ctx, size_t worker, size_t begin, size_t end) {
 static void gqa_chunk_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const gqa_job *j = ctx;
   ortep__cpu_gqa_chunk_heads(j->q, j->cache, j->pos, j->g->tokens, j->g->heads, j->g->kv, j->g->hd, j->g->cap,
-                             j->g->scale, ortep__cpu_pool_scratch(j->pool, worker), j->out, begin, end);
+                             j->g->scale, j->bf16, ortep__cpu_pool_scratch(j->pool, worker), j->out, begin, end);
 }
 
 static void linear_task(void *ctx, size_t worker, size_t begin, size_t end) {
@@ -139,7 +141,7 @@ static void run_gqa(cpu_kernel *k, const void *const *in, void *const *out, uint
     }
   }
   ortep__cpu_gqa_write_kv(in[1], in[2], cache, pos, g->tokens, g->heads, g->kv, g->hd, g->cap, out[0], ew);
-  gqa_job j = {g, in[0], cache, pos, out[0], k->pool};
+  gqa_job j = {g, in[0], cache, pos, out[0], k->pool, k->bf16_attn};
   int32_t last = pos[g->tokens - 1]; /* the longest row: the work estimate only */
   size_t span = last >= 0 && (size_t)last < g->cap ? (size_t)last + 1 : g->cap;
   if (!cache.slots && ortep__cpu_gqa_chunk_ok(pos, g->tokens, g->cap))
@@ -396,6 +398,10 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     k->bf16_rows = true;
     for (size_t g = 0; g < lin->groups; g++) k->bf16_rows = k->bf16_rows && lin->wdt[g] == ORTEP_DTYPE_BF16;
   }
+  /* a prefill chunk's attention over bf16 caches likewise: the keys and
+   * values are read as stored, the queries and probabilities rounded */
+  if (k->op.kind == ORTEP__OP_GQA && k->op.p.gqa.tokens > 1 && k->op.p.gqa.kvdt == ORTEP_DTYPE_BF16 && bf16_products)
+    k->bf16_attn = ortep__cpu_attn_bf16(k->op.p.gqa.hd);
   if (k->bf16_rows && (st = ortep__cpu_pool_reserve_shared(pool, lin->m * lin->k * sizeof(uint16_t))) != ORTEP_OK) {
     ortep__free(k);
     return st;
@@ -405,7 +411,8 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   size_t scratch = 0;
   if (k->op.kind == ORTEP__OP_GQA)
     scratch =
-        ortep__cpu_gqa_scratch(k->op.p.gqa.tokens, k->op.p.gqa.hd, k->op.p.gqa.cap, k->op.p.gqa.kvdt) * sizeof(float);
+        ortep__cpu_gqa_scratch(k->op.p.gqa.tokens, k->op.p.gqa.hd, k->op.p.gqa.cap, k->op.p.gqa.kvdt, k->bf16_attn) *
+        sizeof(float);
   if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1 && !k->op.p.lin.exact_rows && !k->bf16_rows)
     scratch = ortep__cpu_linear_scratch(k->op.p.lin.k, k->op.p.lin.quant != ORTEP_DTYPE_COUNT);
   st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;

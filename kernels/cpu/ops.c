@@ -230,8 +230,10 @@ static const float *x4_as_is(const float *x, size_t k, float *xp) {
 #include "simd_rows.h"
 #endif
 #ifndef ORTEP_F32_ROWS
-#define ORTEP_F32_ROWS  6 /* the row counts of simd_rows.h's kernels, which only x86-64 has */
-#define ORTEP_BF16_ROWS 8
+#define ORTEP_F32_ROWS         6 /* the row counts of simd_rows.h's kernels, which only x86-64 has */
+#define ORTEP_BF16_ROWS        8
+#define ORTEP_ATTN_MAX_HD      128
+#define ORTEP_ATTN_PV_ROWS(hd) 8
 #endif
 /* the most rows one store_quads call takes */
 #define STORE_ROWS (ORTEP_BF16_ROWS > ORTEP_F32_ROWS ? ORTEP_BF16_ROWS : ORTEP_F32_ROWS)
@@ -255,6 +257,10 @@ typedef struct dot_set {
   /* up to ORTEP_F32_ROWS rows of x against a quad, bitwise dot4_* per row (simd_rows.h); NULL: dot4 / dot4x2 */
   void (*rows_bf16)(const float *, size_t, size_t, const uint16_t *, size_t, float *);
   void (*rows_f16)(const float *, size_t, size_t, const uint16_t *, size_t, float *);
+  /* a chunk's attention in bf16 products (simd_rows.h); NULL with bf16_rows */
+  void (*attn_scores)(const uint16_t *, size_t, size_t, const uint16_t *, size_t, size_t, float, float *, size_t);
+  void (*attn_values)(const uint16_t *, size_t, size_t, const uint16_t *, size_t, size_t, const float *, float *,
+                      size_t);
   const char *name;
 } dot_set;
 
@@ -274,6 +280,8 @@ static dot_set dots = {dot8,
                        dot4_f16_portable,
                        dot4x2_bf16_portable,
                        dot4x2_f16_portable,
+                       NULL,
+                       NULL,
                        NULL,
                        NULL,
                        NULL,
@@ -364,15 +372,42 @@ __attribute__((target("avx512f"))) static void exp_avx512(const float *x, float 
   exp_sse(x + i, y + i, n - i);
 }
 
-static const dot_set avx2_set = {
-    dot_f32_avx2,     dot_bf16_avx2,   dot_f16_avx2, axpy_avx2, widen_avx2, avx2_x4_bf16, dot4_bf16_avx2, dot4_f16_avx2,
-    dot4x2_bf16_avx2, dot4x2_f16_avx2, NULL,         NULL,      NULL,       NULL,         "avx2"};
+static const dot_set avx2_set = {dot_f32_avx2,
+                                 dot_bf16_avx2,
+                                 dot_f16_avx2,
+                                 axpy_avx2,
+                                 widen_avx2,
+                                 avx2_x4_bf16,
+                                 dot4_bf16_avx2,
+                                 dot4_f16_avx2,
+                                 dot4x2_bf16_avx2,
+                                 dot4x2_f16_avx2,
+                                 NULL,
+                                 NULL,
+                                 NULL,
+                                 NULL,
+                                 NULL,
+                                 NULL,
+                                 "avx2"};
 /* the blocked four-row kernels are the AVX2 ones (no AVX-512 variant yet);
  * their two-row forms use AVX-512VL's 32 registers when it is there */
-static const dot_set avx512_set = {
-    dot_f32_avx512, dot_bf16_avx512,  dot_f16_avx512,  axpy_avx512, widen_avx512, avx2_x4_bf16, dot4_bf16_avx2,
-    dot4_f16_avx2,  dot4x2_bf16_avx2, dot4x2_f16_avx2, NULL,        NULL,         NULL,         NULL,
-    "avx512"};
+static const dot_set avx512_set = {dot_f32_avx512,
+                                   dot_bf16_avx512,
+                                   dot_f16_avx512,
+                                   axpy_avx512,
+                                   widen_avx512,
+                                   avx2_x4_bf16,
+                                   dot4_bf16_avx2,
+                                   dot4_f16_avx2,
+                                   dot4x2_bf16_avx2,
+                                   dot4x2_f16_avx2,
+                                   NULL,
+                                   NULL,
+                                   NULL,
+                                   NULL,
+                                   NULL,
+                                   NULL,
+                                   "avx512"};
 static bool have_avx512vl(void) {
   unsigned a, b, c, d;
   __cpuid_count(7, 0, a, b, c, d);
@@ -431,7 +466,10 @@ static void pick_dots(void) {
     exp_impl = exp_avx512;
     if (have_avx512vl()) dots.dot4x2_bf16 = dot4x2_bf16_avx2vl, dots.dot4x2_f16 = dot4x2_f16_avx2vl;
     if (have_avx512bw_vl()) dots.rows_bf16 = rows_bf16_avx512, dots.rows_f16 = rows_f16_avx512;
-    if (have_avx512bw_vl() && have_avx512bf16()) dots.to_bf16 = to_bf16_avx512, dots.bf16_rows = bf16_rows_avx512;
+    if (have_avx512bw_vl() && have_avx512bf16()) {
+      dots.to_bf16 = to_bf16_avx512, dots.bf16_rows = bf16_rows_avx512;
+      dots.attn_scores = attn_scores_avx512, dots.attn_values = attn_values_avx512;
+    }
   } else if (avx2) {
     dots = avx2_set;
     exp_impl = exp_avx2;
@@ -984,17 +1022,94 @@ bool ortep__cpu_gqa_chunk_ok(const int32_t *pos, size_t tokens, size_t capacity)
   return (size_t)pos[tokens - 1] < capacity;
 }
 
-size_t ortep__cpu_gqa_scratch(size_t tokens, size_t head_dim, size_t capacity, ortep_dtype dt) {
+#define ATTN_ROWS 64 /* a chunk's tokens per block of causal attention */
+
+static size_t up16(size_t n) { return (n + 15) / 16 * 16; }
+
+bool ortep__cpu_attn_bf16(size_t head_dim) {
+  pthread_once(&dots_once, pick_dots);
+  return dots.attn_scores && head_dim % 16 == 0 && head_dim <= ORTEP_ATTN_MAX_HD;
+}
+
+/* gqa_chunk_bf16's scratch, in floats: the packed keys and values, the
+ * block's queries and probabilities (bf16), its scores and 1 / sums (f32). */
+static size_t bf16_attn_floats(size_t head_dim, size_t capacity) {
+  size_t c16 = up16(capacity), halves = 2 * c16 * head_dim + ATTN_ROWS * head_dim + ATTN_ROWS * c16;
+  return (halves + 1) / 2 + ATTN_ROWS * c16 + ATTN_ROWS;
+}
+
+size_t ortep__cpu_gqa_scratch(size_t tokens, size_t head_dim, size_t capacity, ortep_dtype dt, bool bf16) {
   size_t per_token = capacity + head_dim,
          chunk = tokens * capacity + (dt == ORTEP_DTYPE_F32 ? 0 : 2 * capacity * head_dim);
+  if (bf16 && tokens > 1) {
+    size_t b = bf16_attn_floats(head_dim, capacity);
+    chunk = chunk > b ? chunk : b;
+  }
   return per_token > chunk ? per_token : chunk;
 }
 
-#define ATTN_ROWS 64 /* a chunk's tokens per block of causal attention */
+/* Element i of a cache as bf16: itself, or rounded to nearest even. */
+static inline uint16_t kv_bf16(const void *cache, ortep_dtype dt, size_t i) {
+  if (dt == ORTEP_DTYPE_BF16) return ((const uint16_t *)cache)[i];
+  float f = dt == ORTEP_DTYPE_F32 ? ((const float *)cache)[i] : ortep_f16_to_f32(((const uint16_t *)cache)[i]);
+  return ortep_f32_to_bf16(f);
+}
+
+/* Positions [0, span) of KV head g as attn_scores reads keys ([blocks of 16
+ * keys][hd / 2][16][2]) and as attn_values reads values ([span / 2][hd][2]),
+ * zeros up to a multiple of 16 positions. */
+static void pack_head(ortep__kv_cache c, size_t kv_row, size_t g, size_t hd, size_t span, uint16_t *kt, uint16_t *vp) {
+  for (size_t s = 0; s < up16(span); s++) {
+    uint16_t *kd = kt + s / 16 * 16 * hd + s % 16 * 2, *vd = vp + s / 2 * 2 * hd + s % 2;
+    size_t at = s * kv_row + g * hd;
+    for (size_t i = 0; i < hd; i++) {
+      kd[i / 2 * 32 + i % 2] = s < span ? kv_bf16(c.k, c.dt, at + i) : 0;
+      vd[2 * i] = s < span ? kv_bf16(c.v, c.dt, at + i) : 0;
+    }
+  }
+}
+
+/* ortep__cpu_gqa_chunk_heads in bf16 products (ops.h). */
+static void gqa_chunk_bf16(const float *q, ortep__kv_cache c, size_t p0, size_t tokens, size_t heads, size_t kv_heads,
+                           size_t hd, size_t capacity, float scale, float *scratch, float *out, size_t h0, size_t h1) {
+  size_t group = heads / kv_heads, span = p0 + tokens, row = heads * hd, kv_row = kv_heads * hd, c16 = up16(capacity);
+  uint16_t *kt = (uint16_t *)scratch, *vp = kt + c16 * hd, *qb = vp + c16 * hd, *pb = qb + ATTN_ROWS * hd;
+  float *sc = scratch + bf16_attn_floats(hd, capacity) - ATTN_ROWS * c16 - ATTN_ROWS, *inv = sc + ATTN_ROWS * c16;
+  size_t packed = SIZE_MAX, pv_rows = ORTEP_ATTN_PV_ROWS(hd);
+  for (size_t h = h0; h < h1; h++) {
+    size_t g = h / group;
+    if (g != packed) pack_head(c, kv_row, g, hd, span, kt, vp), packed = g;
+    for (size_t t0 = 0; t0 < tokens; t0 += ATTN_ROWS) {
+      size_t nt = tokens - t0 < ATTN_ROWS ? tokens - t0 : ATTN_ROWS, ld = up16(p0 + t0 + nt);
+      for (size_t t = 0; t < nt; t++) dots.to_bf16(q + (t0 + t) * row + h * hd, hd, qb + t * hd);
+      /* rows r0.. reach the keys up to their last row's position */
+      for (size_t r0 = 0; r0 < nt; r0 += 8) {
+        size_t nr = nt - r0 < 8 ? nt - r0 : 8, reach = p0 + t0 + r0 + nr;
+        dots.attn_scores(qb + r0 * hd, hd, nr, kt, (reach + 15) / 16, hd, scale, sc + r0 * ld, ld);
+      }
+      for (size_t t = 0; t < nt; t++) { /* token t0 + t sees positions 0..p0 + t0 + t */
+        float *s = sc + t * ld;
+        uint16_t *pr = pb + t * ld;
+        size_t last = p0 + t0 + t;
+        inv[t] = 1.0f / exp_shifted(s, last + 1);
+        dots.to_bf16(s, last + 1, pr);
+        memset(pr + last + 1, 0, (ld - last - 1) * sizeof *pr);
+      }
+      for (size_t r0 = 0; r0 < nt; r0 += pv_rows) {
+        size_t nr = nt - r0 < pv_rows ? nt - r0 : pv_rows, reach = p0 + t0 + r0 + nr;
+        dots.attn_values(pb + r0 * ld, ld, nr, vp, (reach + 1) / 2, hd, inv + r0, out + (t0 + r0) * row + h * hd, row);
+      }
+    }
+  }
+}
 
 void ortep__cpu_gqa_chunk_heads(const float *q, ortep__kv_cache c, const int32_t *pos, size_t tokens, size_t heads,
-                                size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *scores,
-                                float *out, size_t h0, size_t h1) {
+                                size_t kv_heads, size_t head_dim, size_t capacity, float scale, bool bf16,
+                                float *scores, float *out, size_t h0, size_t h1) {
+  if (bf16) {
+    gqa_chunk_bf16(q, c, (size_t)pos[0], tokens, heads, kv_heads, head_dim, capacity, scale, scores, out, h0, h1);
+    return;
+  }
   size_t group = heads / kv_heads, p0 = (size_t)pos[0], span = p0 + tokens, row = heads * head_dim;
   size_t kv_row = kv_heads * head_dim; /* position-major caches: position s of head g at s * kv_row + g * head_dim */
   float *kw = scores + tokens * capacity, *vw = kw + capacity * head_dim;

@@ -162,12 +162,24 @@ void ortep__cpu_gqa_heads(const float *q, ortep__kv_cache cache, const int32_t *
  * for any thread count (a head is one worker's, with the same arguments). */
 bool ortep__cpu_gqa_chunk_ok(const int32_t *pos, size_t tokens, size_t capacity);
 /* With 16-bit caches the head's K and V rows of the span are widened into
- * the scratch after the scores (2 x span x head_dim floats more). */
+ * the scratch after the scores (2 x span x head_dim floats more).
+ * bf16 (the kernel sets it for bf16 caches where ortep__cpu_attn_bf16
+ * allows it and cpu.products does): bf16 products instead (simd_rows.h):
+ * the chunk's queries and its probabilities rounded to bf16, the head's
+ * keys and values packed as bf16 (rounded, were the cache f32 or f16) once
+ * per KV head a worker meets, scores
+ * and P V through vdpbf16ps in tiles of a few rows that reach only as far
+ * as their last row's position. A row's result is that row's alone and the
+ * same for any thread count; it differs from the f32 path by the rounding. */
 void ortep__cpu_gqa_chunk_heads(const float *q, ortep__kv_cache cache, const int32_t *pos, size_t tokens, size_t heads,
-                                size_t kv_heads, size_t head_dim, size_t capacity, float scale, float *scores,
-                                float *out, size_t h0, size_t h1);
-/* The per-worker scratch floats attention needs (the larger of the two paths). */
-size_t ortep__cpu_gqa_scratch(size_t tokens, size_t head_dim, size_t capacity, ortep_dtype cache_dtype);
+                                size_t kv_heads, size_t head_dim, size_t capacity, float scale, bool bf16,
+                                float *scores, float *out, size_t h0, size_t h1);
+/* Whether a chunk's attention can take bf16 products here: the CPU has
+ * AVX512-BF16 (the dot products chosen allow it) and head_dim is a multiple
+ * of 16 up to 128. */
+bool ortep__cpu_attn_bf16(size_t head_dim);
+/* The per-worker scratch floats attention needs (the larger of the paths). */
+size_t ortep__cpu_gqa_scratch(size_t tokens, size_t head_dim, size_t capacity, ortep_dtype cache_dtype, bool bf16);
 /* The sampler (kernels/sampling.h) over n logits (f32 x32 or f16 x16):
  * returns the token; scratch: ORTEP__SAMPLE_SCRATCH_BYTES(n), 8-aligned. */
 uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, const ortep__sample_params *p,

@@ -94,6 +94,147 @@ ORTEP_SIMD_BF16 static void bf16_rows_avx512(const uint16_t *x, size_t ldx, size
   }
 }
 
+/* --- Attention over a chunk in bf16 products --------------------------------
+ * A prefill chunk's causal attention with bf16 products (ops.c rounds the
+ * chunk's queries and its probabilities to bf16, and packs the head's keys
+ * and values, rounded to bf16 where the cache is not bf16 already):
+ *
+ * Scores: the keys packed 16 to a block, transposed by pairs of elements
+ * ([hd/2][16][2]: lane j holds key j's elements 2i and 2i + 1), so one
+ * vdpbf16ps adds a pair of products into each of 16 keys' sums and a query
+ * row's pair is one broadcast 32-bit value; no horizontal sums. Up to 8
+ * rows against 2 blocks (32 keys) a tile: 16 accumulators.
+ *
+ * Values: P (rows of bf16 probabilities, unnormalised) times V packed by
+ * pairs of positions ([span/2][hd][2]: lane j of register c holds element
+ * 16c + j of positions 2i and 2i + 1), so a row's pair of probabilities is
+ * one broadcast and each of hd/16 registers of the output row takes one
+ * vdpbf16ps per pair of positions; the rows are scaled by 1 / their sum
+ * when stored. Up to ORTEP_ATTN_PV_ROWS(hd) rows a tile, 16 accumulators.
+ *
+ * A row's sums take the same instructions in the same order whatever rows
+ * are beside it, so a row's result is that row's alone (bitwise). */
+#define ORTEP_ATTN_MAX_HD      128
+#define ORTEP_ATTN_PV_ROWS(hd) ((hd) >= 32 ? 256 / (hd) : 8)
+
+ORTEP_SIMD_BF16 static inline __m512bh bf16_pair(const uint16_t *p) {
+  int32_t v;
+  memcpy(&v, p, sizeof v);
+  return (__m512bh)_mm512_set1_epi32(v);
+}
+
+ORTEP_SIMD_BF16 __attribute__((always_inline)) static inline void attn_qk_tile(const uint16_t *q, size_t ldq,
+                                                                               const uint16_t *kt, size_t hd,
+                                                                               float scale, float *s, size_t lds,
+                                                                               const size_t R, const size_t NB) {
+  __m512 a[8][2];
+#pragma GCC unroll 8
+  for (size_t r = 0; r < R; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
+  for (size_t i = 0; i < hd / 2; i++) {
+    __m512bh k0 = (__m512bh)_mm512_loadu_si512(kt + 32 * i), k1 = k0;
+    if (NB > 1) k1 = (__m512bh)_mm512_loadu_si512(kt + 16 * hd + 32 * i);
+#pragma GCC unroll 8
+    for (size_t r = 0; r < R; r++) {
+      __m512bh x = bf16_pair(q + r * ldq + 2 * i);
+      a[r][0] = _mm512_dpbf16_ps(a[r][0], k0, x);
+      if (NB > 1) a[r][1] = _mm512_dpbf16_ps(a[r][1], k1, x);
+    }
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 8
+  for (size_t r = 0; r < R; r++) {
+    _mm512_storeu_ps(s + r * lds, _mm512_mul_ps(a[r][0], sc));
+    if (NB > 1) _mm512_storeu_ps(s + r * lds + 16, _mm512_mul_ps(a[r][1], sc));
+  }
+}
+
+/* s[r][16 b + j] = scale * (q row r . key 16 b + j), r < rows (<= 8), b < blocks. */
+ORTEP_SIMD_BF16 static void attn_scores_avx512(const uint16_t *q, size_t ldq, size_t rows, const uint16_t *kt,
+                                               size_t blocks, size_t hd, float scale, float *s, size_t lds) {
+  for (size_t b = 0; b < blocks; b += 2) {
+    const uint16_t *kb = kt + b * 16 * hd;
+    float *sb = s + 16 * b;
+    bool two = blocks - b >= 2;
+#define QK_CASE(R)                                        \
+  case R:                                                 \
+    if (two)                                              \
+      attn_qk_tile(q, ldq, kb, hd, scale, sb, lds, R, 2); \
+    else                                                  \
+      attn_qk_tile(q, ldq, kb, hd, scale, sb, lds, R, 1); \
+    break;
+    switch (rows) { QK_CASE(1) QK_CASE(2) QK_CASE(3) QK_CASE(4) QK_CASE(5) QK_CASE(6) QK_CASE(7) default : QK_CASE(8) }
+#undef QK_CASE
+  }
+}
+
+ORTEP_SIMD_BF16 __attribute__((always_inline)) static inline void attn_pv_tile(const uint16_t *p, size_t ldp,
+                                                                               const uint16_t *vp, size_t pairs,
+                                                                               const float *inv, float *o, size_t ldo,
+                                                                               const size_t R, const size_t NJ) {
+  __m512 a[8][8];
+#pragma GCC unroll 8
+  for (size_t r = 0; r < R; r++)
+#pragma GCC unroll 8
+    for (size_t c = 0; c < NJ; c++) a[r][c] = _mm512_setzero_ps();
+  for (size_t i = 0; i < pairs; i++, vp += 32 * NJ) {
+    __m512bh v[8];
+#pragma GCC unroll 8
+    for (size_t c = 0; c < NJ; c++) v[c] = (__m512bh)_mm512_loadu_si512(vp + 32 * c);
+#pragma GCC unroll 8
+    for (size_t r = 0; r < R; r++) {
+      __m512bh x = bf16_pair(p + r * ldp + 2 * i);
+#pragma GCC unroll 8
+      for (size_t c = 0; c < NJ; c++) a[r][c] = _mm512_dpbf16_ps(a[r][c], v[c], x);
+    }
+  }
+#pragma GCC unroll 8
+  for (size_t r = 0; r < R; r++) {
+    __m512 f = _mm512_set1_ps(inv[r]);
+#pragma GCC unroll 8
+    for (size_t c = 0; c < NJ; c++) _mm512_storeu_ps(o + r * ldo + 16 * c, _mm512_mul_ps(a[r][c], f));
+  }
+}
+
+/* o[r][d] = inv[r] * sum over positions s < 2 pairs of p[r][s] v[s][d], r <
+ * rows (<= ORTEP_ATTN_PV_ROWS(hd)); hd a multiple of 16, at most
+ * ORTEP_ATTN_MAX_HD. */
+ORTEP_SIMD_BF16 static void attn_values_avx512(const uint16_t *p, size_t ldp, size_t rows, const uint16_t *vp,
+                                               size_t pairs, size_t hd, const float *inv, float *o, size_t ldo) {
+#define PV_CASE(R, NJ)                                   \
+  case R:                                                \
+    attn_pv_tile(p, ldp, vp, pairs, inv, o, ldo, R, NJ); \
+    break;
+#define PV_ROWS8(NJ)                                                                                                   \
+  switch (rows) {                                                                                                      \
+    PV_CASE(1, NJ)                                                                                                     \
+    PV_CASE(2, NJ) PV_CASE(3, NJ) PV_CASE(4, NJ) PV_CASE(5, NJ) PV_CASE(6, NJ) PV_CASE(7, NJ) default : PV_CASE(8, NJ) \
+  }
+  switch (hd / 16) {
+    case 1: PV_ROWS8(1) break;
+    case 2: PV_ROWS8(2) break;
+    case 3:
+      switch (rows) { PV_CASE(1, 3) PV_CASE(2, 3) PV_CASE(3, 3) PV_CASE(4, 3) default : PV_CASE(5, 3) }
+      break;
+    case 4:
+      switch (rows) { PV_CASE(1, 4) PV_CASE(2, 4) PV_CASE(3, 4) default : PV_CASE(4, 4) }
+      break;
+    case 5:
+      switch (rows) { PV_CASE(1, 5) PV_CASE(2, 5) default : PV_CASE(3, 5) }
+      break;
+    case 6:
+      switch (rows) { PV_CASE(1, 6) default : PV_CASE(2, 6) }
+      break;
+    case 7:
+      switch (rows) { PV_CASE(1, 7) default : PV_CASE(2, 7) }
+      break;
+    default:
+      switch (rows) { PV_CASE(1, 8) default : PV_CASE(2, 8) }
+      break;
+  }
+#undef PV_ROWS8
+#undef PV_CASE
+}
+
 /* --- Many rows with f32 activations: bitwise dot4_*_avx2 per row ----------
  * The AVX2 four-row kernels (simd_avx2.h) keep two 8-lane accumulators per
  * weight row, lo and hi; here one 16-lane register holds both (lanes 0-7
