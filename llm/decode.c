@@ -416,7 +416,6 @@ static ortep_status size_steps(ortep_decoder *d, const ortep_decoder_options *o)
     d->max_seq = ortep__kv_slot_capacity(d->max_seq, row);
   }
   size_t top = o->prefill_chunk ? o->prefill_chunk : AUTO_CHUNK;
-  if (top > d->max_seq) top = d->max_seq;
   if (d->slots) { /* the decode steps of 1, 2, 4, ... sequences, and of all the slots */
     for (size_t b = 1; b < d->slots && d->n_seq_graphs < ORTEP__MAX_SEQ_BUCKETS - 1; b *= 2)
       d->tokens[d->n_seq_graphs++] = b;
@@ -425,8 +424,11 @@ static ortep_status size_steps(ortep_decoder *d, const ortep_decoder_options *o)
   } else {
     d->tokens[d->n_graphs++] = 1;
   }
+  /* sizes past the cache are left out rather than the list cut down to it:
+   * a prompt's chunk cuts, and so its logits, never depend on max_seq_len */
   size_t first_chunk = d->n_graphs;
-  for (size_t t = top; t >= 2 && d->n_graphs - first_chunk < ORTEP__MAX_BUCKETS; t /= 2) d->tokens[d->n_graphs++] = t;
+  for (size_t t = top; t >= 2 && d->n_graphs - first_chunk < ORTEP__MAX_BUCKETS; t /= 2)
+    if (t <= d->max_seq) d->tokens[d->n_graphs++] = t;
   return check_size(d, c, ortep_ep_registry_count(d->registry) == 1);
 }
 

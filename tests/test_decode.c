@@ -291,6 +291,37 @@ START_TEST(bf16_chunks_stay_within_the_stated_tolerance) {
 }
 END_TEST
 
+/* How a prompt is cut into chunks never depends on max_seq_len: sizes over
+ * it are left out, not the list scaled down to it (max_seq_len 49 once gave
+ * chunks of 49, 24, 12, ... and 57 gave 57, 28, 14, ..., so a 16-token
+ * prompt ran as 12 + 3 + 1 or 14 + 1 + 1 and the logits, and at a near-tie
+ * the tokens, changed with the cache's size). */
+START_TEST(chunk_cuts_do_not_depend_on_max_seq_len) {
+  const size_t sizes[] = {17, 49, 57, 64, 300};
+  int32_t ids[16];
+  for (int i = 0; i < 16; i++) ids[i] = (int32_t)((i * 37 + 5) % 512);
+  float *ref = NULL, *l = NULL;
+  size_t v = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = sizes[i]});
+    for (size_t g = 1; ortep_decoder_graph_tokens(d, g); g++) { /* powers of two up to 256 that fit */
+      size_t t = ortep_decoder_graph_tokens(d, g);
+      ck_assert_uint_le(t, sizes[i]);
+      ck_assert_uint_eq(t & (t - 1), 0);
+    }
+    if (!ref) {
+      v = ortep_decoder_vocab_size(d);
+      ref = malloc(v * sizeof *ref), l = malloc(v * sizeof *l);
+    }
+    ck_assert_ok(ortep_decoder_prefill(d, ids, 16, NULL));
+    ck_assert_ok(ortep_decoder_logits(d, i ? l : ref, v));
+    if (i) ck_assert_msg(!memcmp(l, ref, v * sizeof *l), "max_seq_len %zu: other logits", sizes[i]);
+    ortep_decoder_close(d);
+  }
+  free(ref), free(l);
+}
+END_TEST
+
 static bool collect(int32_t t, size_t i, void *user) {
   ((int32_t *)user)[i] = t;
   return true;
@@ -1149,6 +1180,7 @@ int main(void) {
   tcase_add_loop_test(tc, chunked_prefill_matches_the_reference, 0, 3);
   tcase_add_loop_test(tc, bf16_chunks_stay_within_the_stated_tolerance, 0, 6);
   tcase_add_loop_test(tc, chunked_prefill_matches_token_by_token, 0, 2);
+  tcase_add_test(tc, chunk_cuts_do_not_depend_on_max_seq_len);
   tcase_add_loop_test(tc, a_non_finite_weight_fails_the_step_and_emits_nothing, 0, 2);
   suite_add_tcase(s, tc);
   return test_run(s);

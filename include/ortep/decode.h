@@ -52,7 +52,8 @@ typedef struct ortep_decoder_options {
   bool profile;                    /* time every node of eager steps (ortep_session_profile) */
   /* Prefill chunking: 0 (default) automatic: chunks of 256, 128, 64, ..., 2
    * tokens; 1: token by token (no chunk graphs); N: chunks of N, N/2, N/4,
-   * ... down to 2 (N is capped at max_seq_len, at most 12 sizes). One graph
+   * ... down to 2 (at most 12 sizes; sizes over max_seq_len are left out,
+   * so how a prompt is cut never depends on max_seq_len). One graph
    * per chunk size, captured at its first use, all sharing the KV caches and
    * one arena. */
   size_t prefill_chunk;
