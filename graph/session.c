@@ -430,14 +430,17 @@ static ortep_status slot_for(ortep_session *s, uint32_t gi, const char *v, uint3
     sl->bound = true;
     sl->src = p;
     sl->src_bytes = ortep_tensor_size(init);
-    bool readable = ortep_device_is_host_accessible(ortep_ep_device(ep)) &&
-                    ortep_device_is_host_accessible(ortep_ep_device(ortep_tensor_ep(init)));
+    /* an EP prepares (quantizes, repacks, uploads) whatever bytes the host can
+     * read, also for a device the host cannot see; only the zero-copy borrow
+     * below needs the EP itself on host memory */
+    bool host_bytes = ortep_device_is_host_accessible(ortep_ep_device(ortep_tensor_ep(init)));
+    bool readable = host_bytes && ortep_device_is_host_accessible(ortep_ep_device(ep));
     if (!p)
       return ortep__fail(ORTEP_E_NOT_ALLOCATED, "initializer '%s' has no data; allocate and fill it before the session",
                          v);
     if (from_donor(s, e, sl, v)) return ORTEP_OK;
     bool prepared = false;
-    if (readable && (st = prepare_initializer(s, gi, v, e, init, *out, &prepared)) != ORTEP_OK) return st;
+    if (host_bytes && (st = prepare_initializer(s, gi, v, e, init, *out, &prepared)) != ORTEP_OK) return st;
     if (prepared) return ORTEP_OK;
     if (readable && ((uintptr_t)p % ortep_dtype_align(dt)) == 0) {
       sl->ptr = p; /* BORROWED in place: zero-copy */

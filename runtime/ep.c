@@ -459,6 +459,7 @@ ortep_status ortep_ep_prepare_initializer(ortep_ep *ep, const ortep_initializer 
     return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s prepares no initializers", ortep_ep_name(ep));
   *out = (ortep_buffer){0};
   *dtype = init->dtype;
+  *shape = init->shape; /* an EP that keeps the shape need not write it */
   ortep_status st = ep->vtable->prepare_initializer(ep, init, dtype, shape, out);
   bool in_place = out->owner == ORTEP_BUFFER_BORROWED_MUT && init->writable && out->ptr == init->writable;
   if (st == ORTEP_OK &&

@@ -45,6 +45,38 @@ START_TEST(defaults_of_a_minimal_ep) {
 }
 END_TEST
 
+/* An EP that quantizes without changing the shape writes only *dtype: the
+ * dispatcher hands it init's shape, so the session never sees an unset one
+ * (the CUDA EP's q8_0 path once left a session with garbage shapes). The
+ * device is one the host cannot read, as a GPU's. */
+static ortep_status keep_shape_prepare(ortep_ep *ep, const ortep_initializer *in, ortep_dtype *dtype,
+                                       ortep_shape *shape, ortep_buffer *out) {
+  (void)shape;
+  *dtype = ORTEP_DTYPE_Q8_0;
+  return ep->vtable->allocate(ep, (size_t)in->shape.dims[0] * (size_t)in->shape.dims[1] / 32 * 34, 256, out);
+}
+
+START_TEST(prepare_initializer_keeps_the_shape_unless_the_ep_changes_it) {
+  test_min_ep *m = test_min_ep_new((ortep_device){ORTEP_DEVICE_CUDA, 0});
+  ortep_ep_vtable vt = test_min_ep_vtable;
+  vt.prepare_initializer = keep_shape_prepare;
+  m->base.vtable = &vt;
+  ortep_ep *ep = &m->base;
+  static float w[4 * 64];
+  ortep_initializer in = {.name = "w", .dtype = ORTEP_DTYPE_F32, .shape = SHAPE(4, 64), .data = w, .bytes = sizeof w};
+  ortep_dtype dt;
+  ortep_shape sh;
+  memset(&sh, 0x5a, sizeof sh); /* what an uninitialised local may hold */
+  ortep_buffer b;
+  ck_assert_ok(ortep_ep_prepare_initializer(ep, &in, &dt, &sh, &b));
+  ck_assert_int_eq(dt, ORTEP_DTYPE_Q8_0);
+  ck_assert(ortep_shape_equal(&sh, &in.shape));
+  ck_assert_ok(ortep_ep_deallocate(ep, &b));
+  ck_assert_uint_eq(m->allocs, m->frees);
+  ortep_ep_destroy(ep);
+}
+END_TEST
+
 START_TEST(default_host_copies_check_bounds) {
   test_min_ep *m = test_min_ep_new(ortep_device_cpu());
   ortep_ep *ep = &m->base;
@@ -390,6 +422,7 @@ int main(void) {
   Suite *s = suite_create("ep");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, defaults_of_a_minimal_ep);
+  tcase_add_test(tc, prepare_initializer_keeps_the_shape_unless_the_ep_changes_it);
   tcase_add_test(tc, default_host_copies_check_bounds);
   tcase_add_test(tc, unsupported_reasons_are_never_empty);
   tcase_add_test(tc, configuration_namespaces);

@@ -138,7 +138,8 @@ typedef struct ortep_ep_vtable {
    * binds it. ORTEP_OK: *out is an OWNED buffer of this EP, charged to its
    * governor, holding the prepared bytes, and *dtype / *shape the dtype and
    * shape its kernels are given for that input (get_kernel sees them, for
-   * every use; *dtype comes in as init->dtype: a quantizing EP changes it);
+   * every use; they come in as init->dtype and init->shape: a quantizing
+   * EP changes the dtype, a blocking one the shape);
    * ORTEP_E_NOT_SUPPORTED: leave it as it is; another status fails the
    * session. Called once per initializer and EP, outside any capture. With
    * init->writable it may rearrange the bytes where they are and return a

@@ -595,7 +595,7 @@ static ortep_status cuda_prepare(ortep_ep *ep, const ortep_initializer *in, orte
   ortep__free(host);
   if (st != ORTEP_OK) return ortep__wrap(st, "%s: quantizing '%s' to %s", CUDA_EP_NAME, in->name, q8 ? "q8_0" : "q4_0");
   *dtype = in->prefer;
-  (void)shape; /* [N, K] as it was: the blocks of each row follow each other */
+  (void)shape; /* [N, K] as it came in (init->shape): the blocks of each row follow each other */
   return ORTEP_OK;
 }
 
