@@ -82,7 +82,14 @@ static void compare_with_cpu(const char *dir, const char *label, int steps, floa
 
 /* q8_0 / q4_0 quantized at open by each EP (the same bytes: ortep_quantize's
  * rounding), x quantized per node the same way, integer dot products: the
- * CPU's function up to the order of the f32 sums of block products. */
+ * CPU's function up to the order of the f32 sums of block products. Rounding
+ * x to 8 bits is a step function: where the two orders of a sum put a value
+ * on either side of a rounding edge, one q differs by 1 and the difference
+ * grows with the positions. On the H200 (2026-12-04) q8_0 kept within 1e-3 x
+ * (1 + |cpu|) for 30 positions and reached 7e-3 at the 31st; the bound is
+ * 2e-2, which the weights left unquantized on the GPU (the CUDA EP's bug of
+ * that day: 4e-2 at the first position) still fails. This bound has not yet
+ * run on a GPU. */
 START_TEST(cuda_matches_cpu_with_quantized_weights) {
   static const char *const q[] = {"q8_0", "q4_0"};
   char dir[64], label[64];
@@ -95,7 +102,14 @@ START_TEST(cuda_matches_cpu_with_quantized_weights) {
     ck_assert_ok(ortep_config_set(cfg, "ortep.weights_dtype", q[i]));
     ck_assert_ok(ortep_config_set(cfg, "ortep.weights_cache", "off"));
     snprintf(label, sizeof label, "tiny-llama %s", q[i]);
-    compare_with_cpu_cfg(dir, label, 32, 1e-3f, cfg);
+    /* the CUDA EP holds the blocks: its prepare_initializer ran for every projection */
+    ortep_decoder *g;
+    ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cuda", .max_seq_len = 64, .config = cfg}, &g));
+    ck_assert_msg(ortep_session_initializer_prepared(ortep_decoder_session(g), "model.layers.0.mlp.down_proj.weight"),
+                  "%s: the CUDA EP did not quantize the weights", label);
+    ck_assert_uint_ge(ortep_decoder_blocked_weights(g), 7);
+    ortep_decoder_close(g);
+    compare_with_cpu_cfg(dir, label, 32, 2e-2f, cfg);
     ortep_config_destroy(cfg);
   }
   test_model_dir_remove(dir);
@@ -162,10 +176,11 @@ START_TEST(eager_and_replay_agree_on_cuda) {
     ortep_session_stats st;
     ortep_session_get_stats(ortep_decoder_session(g), &st);
     ck_assert_uint_eq(st.seams, k ? 2 : 0);
-    if (!k) { /* the launch budget: at most 10 kernels per layer, plus embedding, final norm and lm_head */
+    if (!k) { /* the launch budget: at most 10 kernels per layer, plus embedding, final norm, lm_head, the token's
+               * selection (ortep:SelectToken) and its feed to the next step (ortep:FeedToken) */
       printf("tiny on cuda: %zu graph nodes, %zu CUDA kernel nodes per token (2 layers)\n", st.kernels_per_step,
              st.graph_kernel_nodes);
-      ck_assert_uint_le(st.graph_kernel_nodes, 2 * 10 + 3);
+      ck_assert_uint_le(st.graph_kernel_nodes, 2 * 10 + 5);
       ck_assert_uint_ge(st.graph_kernel_nodes, st.kernels_per_step);
     }
     ck_assert_ptr_null(st.fallback_reason);
@@ -366,7 +381,10 @@ START_TEST(sampling_on_cuda_draws_what_the_cpu_draws) {
   ck_assert_ok(ortep_ep_initialize(gpu, NULL));
   ck_assert_ok(ortep_cpu_ep_create(NULL, &cpu));
   ck_assert_ok(ortep_ep_initialize(cpu, NULL));
-  enum { V = 5000, N = 400 };
+  /* under compute-sanitizer (bench/device-check.sh sets ORTEP_DEVICE_CHECK_SANITIZER) 25 draws a set: racecheck
+   * instruments every shared-memory access of the sampler's block reductions, 400 x 3 draws outlast its limit */
+  enum { V = 5000 };
+  const int N = getenv("ORTEP_DEVICE_CHECK_SANITIZER") ? 25 : 400;
   float *x = malloc(V * sizeof *x);
   for (int i = 0; i < V; i++) x[i] = (float)((i * 7919) % 1000) / 250.0f - 2.0f;
   int32_t hist[16];
