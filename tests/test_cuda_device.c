@@ -116,6 +116,51 @@ START_TEST(cuda_matches_cpu_with_quantized_weights) {
 }
 END_TEST
 
+/* A prefill chunk over q8_0 / q4_0 weights: the CUDA EP widens each weight to
+ * f32 and runs one SGEMM with f32 x, the CPU EP widens its blocks into
+ * scratch for sgemm: the same function up to the order of the sums, so the
+ * prompt's last logits agree within 1e-3 x (1 + |cpu|) (no activation is
+ * quantized in a chunk, so no rounding edge to cross), and the next token is
+ * the same. Written without a GPU: never run yet. */
+START_TEST(chunked_prefill_of_quantized_weights_on_cuda) {
+  static const int32_t p[23] = {5,  17, 2,  99,  41, 7,   250, 13, 88,  3,  64, 199,
+                                21, 9,  77, 150, 6,  230, 31,  4,  120, 55, 18};
+  static const char *const q[] = {"q8_0", "q4_0"};
+  char dir[64];
+  snprintf(dir, sizeof dir, "/tmp/ortep-cuda-qp-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_ok(ortep_model_write_synthetic(dir, "tiny-llama", ORTEP_DTYPE_BF16, 1234));
+  for (int i = 0; i < 2; i++) {
+    ortep_config *cfg;
+    ck_assert_ok(ortep_config_create(&cfg));
+    ck_assert_ok(ortep_config_set(cfg, "ortep.weights_dtype", q[i]));
+    ck_assert_ok(ortep_config_set(cfg, "ortep.weights_cache", "off"));
+    ortep_decoder *g, *c;
+    ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cuda", .max_seq_len = 64, .config = cfg}, &g));
+    ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 64, .config = cfg}, &c));
+    size_t V = ortep_decoder_vocab_size(c);
+    float *lg = malloc(V * sizeof *lg), *lc = malloc(V * sizeof *lc), worst = 0;
+    int32_t tg, tc;
+    ck_assert_ok(ortep_decoder_prefill(g, p, 23, &tg));
+    ck_assert_ok(ortep_decoder_prefill(c, p, 23, &tc));
+    ck_assert_ok(ortep_decoder_logits(g, lg, V));
+    ck_assert_ok(ortep_decoder_logits(c, lc, V));
+    for (size_t j = 0; j < V; j++) {
+      float d = fabsf(lg[j] - lc[j]);
+      worst = d > worst ? d : worst;
+      ck_assert_msg(d <= 1e-3f * (1.0f + fabsf(lc[j])), "%s logit %zu: cuda chunked %.7g, cpu chunked %.7g", q[i], j,
+                    (double)lg[j], (double)lc[j]);
+    }
+    ck_assert_int_eq(tg, tc);
+    printf("chunked prefill (cuda, %s) 23 tokens: max |cuda - cpu| %.3g, next token identical\n", q[i], (double)worst);
+    free(lg), free(lc);
+    ortep_decoder_close(g), ortep_decoder_close(c);
+    ortep_config_destroy(cfg);
+  }
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 /* The GEMV computes the CPU's function (f32 activations, widened weights,
  * f32 accumulation) for every weight type, so one tolerance serves all. */
 START_TEST(cuda_matches_cpu_in_every_weight_type) {
@@ -624,6 +669,7 @@ int main(void) {
   tcase_add_test(tc, kv_caches_grow_and_fork_on_cuda);
   tcase_add_test(tc, k_tokens_per_launch_on_cuda);
   tcase_add_test(tc, cuda_matches_cpu_with_quantized_weights);
+  tcase_add_test(tc, chunked_prefill_of_quantized_weights_on_cuda);
   suite_add_tcase(s, tc);
   /* its own case, so the sanitizer runs can leave it out (CK_RUN_CASE=core) */
   TCase *large = tcase_create("large");

@@ -45,18 +45,19 @@ typedef struct cuda_ep {
   size_t workspace_bytes;
   uint32_t *err;        /* device */
   void *argmax_scratch; /* device: the argmax's per-block partial results */
-  /* Device scratch for attention scores, shared by every attention kernel
-   * on this EP (they run one after another on the one stream), grown when a
-   * kernel is created, never during a step. A grown-out buffer may still be
-   * named by a captured graph, so it is kept until the EP releases
-   * everything. */
-  void *scores;
-  size_t scores_bytes;
+  /* Device scratch shared by the kernels that need a large one for the
+   * length of one launch sequence: attention's scores, and a quantized
+   * chunk Linear's weights widened to f32 (they run one after another on
+   * the one stream). Grown when a kernel is created, never during a step. A
+   * grown-out buffer may still be named by a captured graph, so it is kept
+   * until the EP releases everything. */
+  void *shared;
+  size_t shared_bytes;
   void *sample_scratch; /* the sampler's ORTEP__SAMPLE_SCRATCH_BYTES(vocabulary), from its first call */
   size_t sample_bytes;
-  void **old_scores;
-  size_t *old_scores_bytes;
-  size_t n_old_scores, old_scores_cap, old_bytes_cap;
+  void **old_shared;
+  size_t *old_shared_bytes;
+  size_t n_old_shared, old_shared_cap, old_bytes_cap;
   void *staging; /* pinned host: [0, DOWN_BYTES) downloads, the rest upload slices */
   size_t staged; /* upload bytes staged since the last stream sync */
   uint64_t allocations, frees, fences;
@@ -245,12 +246,12 @@ static void free_segments(cuda_ep *e) {
 static void release_all(cuda_ep *e) {
   if (e->stream) cudaStreamSynchronize(e->stream);
   free_segments(e);
-  if (e->scores) ortep_allocator_deallocate(e->pool, e->scores, e->scores_bytes, 256);
+  if (e->shared) ortep_allocator_deallocate(e->pool, e->shared, e->shared_bytes, 256);
   if (e->sample_scratch) ortep_allocator_deallocate(e->pool, e->sample_scratch, e->sample_bytes, 256);
   e->sample_scratch = NULL, e->sample_bytes = 0;
-  for (size_t i = 0; i < e->n_old_scores; i++)
-    ortep_allocator_deallocate(e->pool, e->old_scores[i], e->old_scores_bytes[i], 256);
-  e->scores = NULL, e->scores_bytes = 0, e->n_old_scores = 0;
+  for (size_t i = 0; i < e->n_old_shared; i++)
+    ortep_allocator_deallocate(e->pool, e->old_shared[i], e->old_shared_bytes[i], 256);
+  e->shared = NULL, e->shared_bytes = 0, e->n_old_shared = 0;
   if (e->err) ortep_allocator_deallocate(e->pool, e->err, 256, 256);
   if (e->loop_counter) ortep_allocator_deallocate(e->pool, e->loop_counter, 256, 256);
   e->loop_counter = NULL;
@@ -272,8 +273,8 @@ static ortep_status cuda_shutdown(ortep_ep *ep) {
 
 static void cuda_destroy(ortep_ep *ep) {
   release_all(self_of(ep));
-  ortep__free(self_of(ep)->old_scores);
-  ortep__free(self_of(ep)->old_scores_bytes);
+  ortep__free(self_of(ep)->old_shared);
+  ortep__free(self_of(ep)->old_shared_bytes);
   ortep__free(self_of(ep)->segments);
   ortep__free(self_of(ep)->retired);
   ortep__free(self_of(ep)->graphs);
@@ -332,7 +333,7 @@ typedef struct cuda_kernel {
   char name[64];
   ortep__op_params op;
   cuda_ep *ep;
-  void *scratch; /* the 16-bit copy of a GEMM input, or the sampler's (attention uses the EP's scores) */
+  void *scratch; /* the 16-bit copy of a GEMM input, or the sampler's (attention uses the EP's shared scratch) */
   size_t scratch_bytes;
 } cuda_kernel;
 
@@ -397,6 +398,51 @@ static size_t linear_gemm_scratch(const __typeof__(((ortep__op_params *)0)->p.li
   return (p->m * p->k * 2 + 255) / 256 * 256 + (p->gate_up ? p->m * p->n[0] * sizeof(float) : 0);
 }
 
+/* A prefill chunk's Linear over q8_0 / q4_0 weights: each weight widened to
+ * f32 in the EP's shared scratch (exact), then one cublasSgemm (f32 x, f32
+ * accumulation) and the same epilogue as above: the CPU EP's function for a
+ * chunk (its blocks widened into a worker's scratch for sgemm), up to the
+ * order of the sums. One row keeps the dp4a GEMV of quantized x. Scratch:
+ * the up projection's [m, n] for gate_up. Written without a GPU, never run
+ * yet. */
+static bool linear_dequantized(const __typeof__(((ortep__op_params *)0)->p.lin) *p) {
+  return p->m >= 2 && p->quant != ORTEP_DTYPE_COUNT && !p->blocked;
+}
+static size_t linear_dequantized_shared(const __typeof__(((ortep__op_params *)0)->p.lin) *p) {
+  size_t most = 0;
+  for (size_t g = 0; g < p->groups; g++) most = p->n[g] * p->k > most ? p->n[g] * p->k : most;
+  return most * sizeof(float);
+}
+
+static ortep_status linear_epilogue(cuda_kernel *k, const void *const *in, void *const *out, float *up) {
+  const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
+  ortep__cu_linear_epilogue_args a = {
+      .m = p->m, .groups = p->groups, .gate_up = p->gate_up, .up = up, .res = p->residual ? in[7] : NULL};
+  for (size_t g = 0; g < p->groups; g++) {
+    a.n[g] = p->n[g], a.y[g] = p->gate_up ? (g ? NULL : out[0]) : out[g];
+    a.b[g] = p->bias[g] ? in[2 + 2 * g] : NULL, a.bdt[g] = (int)p->bdt[g];
+  }
+  return launched(k, ortep__cu_linear_epilogue(&a, k->ep->stream));
+}
+
+static ortep_status run_linear_dequantized(cuda_kernel *k, const void *const *in, void *const *out) {
+  const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
+  cuda_ep *e = k->ep;
+  float *w = e->shared, *up = p->gate_up ? (float *)k->scratch : NULL;
+  const float one = 1.0f, zero = 0.0f;
+  for (size_t g = 0; g < p->groups; g++) {
+    int rc = ortep__cu_dequantize(in[1 + 2 * g], (int)p->wdt[g], p->n[g] * p->k, w, e->stream);
+    if (rc) return launched(k, rc);
+    float *y = p->gate_up && g == 1 ? up : (float *)out[p->gate_up ? 0 : g];
+    cublasStatus_t s = cublasSgemm(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)p->n[g], (int)p->m, (int)p->k, &one, w,
+                                   (int)p->k, (const float *)in[0], (int)p->k, &zero, y, (int)p->n[g]);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      return ortep__fail(ORTEP_E_DEVICE_ERROR, "%s: cublasSgemm for %s failed (status %d)", CUDA_EP_NAME, k->name,
+                         (int)s);
+  }
+  return linear_epilogue(k, in, out, up);
+}
+
 static ortep_status run_linear_gemm(cuda_kernel *k, const void *const *in, void *const *out) {
   const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
   cuda_ep *e = k->ep;
@@ -414,13 +460,7 @@ static ortep_status run_linear_gemm(cuda_kernel *k, const void *const *in, void 
       return ortep__fail(ORTEP_E_DEVICE_ERROR, "%s: cublasGemmEx for %s failed (status %d)", CUDA_EP_NAME, k->name,
                          (int)s);
   }
-  ortep__cu_linear_epilogue_args a = {
-      .m = p->m, .groups = p->groups, .gate_up = p->gate_up, .up = up, .res = p->residual ? in[7] : NULL};
-  for (size_t g = 0; g < p->groups; g++) {
-    a.n[g] = p->n[g], a.y[g] = p->gate_up ? (g ? NULL : out[0]) : out[g];
-    a.b[g] = p->bias[g] ? in[2 + 2 * g] : NULL, a.bdt[g] = (int)p->bdt[g];
-  }
-  return launched(k, ortep__cu_linear_epilogue(&a, e->stream));
+  return linear_epilogue(k, in, out, up);
 }
 
 static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
@@ -458,13 +498,14 @@ static ortep_status cuda_run(ortep_kernel *self, const ortep_kernel_io *io) {
     case ORTEP__OP_GQA:
       rc = ortep__cu_gqa(in[0], in[1], in[2], (float *)(uintptr_t)in[3], (float *)(uintptr_t)in[4], in[5],
                          o->p.gqa.tokens, o->p.gqa.heads, o->p.gqa.kv, o->p.gqa.hd, o->p.gqa.cap, o->p.gqa.scale,
-                         k->ep->scores, out[0], err, s);
+                         k->ep->shared, out[0], err, s);
       break;
     case ORTEP__OP_SOFTMAX: rc = ortep__cu_softmax(in[0], o->p.sm.rows, o->p.sm.n, out[0], s); break;
     case ORTEP__OP_ARGMAX: rc = ortep__cu_argmax_rows(in[0], o->p.sm.rows, o->p.sm.n, out[0], err, s); break;
     case ORTEP__OP_LINEAR: {
       const __typeof__(o->p.lin) *p = &o->p.lin;
       if (linear_on_tensor_cores(p)) return run_linear_gemm(k, in, out);
+      if (linear_dequantized(p)) return run_linear_dequantized(k, in, out);
       ortep__cu_linear_args a = {.x = in[0],
                                  .res = p->residual ? in[7] : NULL,
                                  .m = p->m,
@@ -502,22 +543,22 @@ static void cuda_kernel_destroy(ortep_kernel *self) {
 
 static const ortep_kernel_vtable cuda_kernel_vtable = {cuda_run, cuda_kernel_destroy, NULL};
 
-/* At least bytes of attention scratch (see cuda_ep.scores). */
-static ortep_status reserve_scores(cuda_ep *e, size_t bytes) {
-  if (bytes <= e->scores_bytes) return ORTEP_OK;
-  if (e->scores) {
-    if (!ORTEP__GROW(e->old_scores, e->old_scores_cap, e->n_old_scores + 1) ||
-        !ORTEP__GROW(e->old_scores_bytes, e->old_bytes_cap, e->n_old_scores + 1))
-      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to grow the attention scratch", CUDA_EP_NAME);
+/* At least bytes of the EP's shared scratch (see cuda_ep.shared). */
+static ortep_status reserve_shared(cuda_ep *e, size_t bytes) {
+  if (bytes <= e->shared_bytes) return ORTEP_OK;
+  if (e->shared) {
+    if (!ORTEP__GROW(e->old_shared, e->old_shared_cap, e->n_old_shared + 1) ||
+        !ORTEP__GROW(e->old_shared_bytes, e->old_bytes_cap, e->n_old_shared + 1))
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to grow the shared scratch", CUDA_EP_NAME);
   }
   void *p;
   ortep_status st = ortep_allocator_allocate(e->pool, bytes, 256, &p);
-  if (st != ORTEP_OK) return ortep__wrap(st, "%s: %zu bytes of attention scratch", CUDA_EP_NAME, bytes);
-  if (e->scores) {
-    e->old_scores[e->n_old_scores] = e->scores;
-    e->old_scores_bytes[e->n_old_scores++] = e->scores_bytes;
+  if (st != ORTEP_OK) return ortep__wrap(st, "%s: %zu bytes of shared scratch", CUDA_EP_NAME, bytes);
+  if (e->shared) {
+    e->old_shared[e->n_old_shared] = e->shared;
+    e->old_shared_bytes[e->n_old_shared++] = e->shared_bytes;
   }
-  e->scores = p, e->scores_bytes = bytes;
+  e->shared = p, e->shared_bytes = bytes;
   return ORTEP_OK;
 }
 
@@ -537,7 +578,7 @@ static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const 
   snprintf(k->name, sizeof k->name, "cuda.%s", ortep_node_op_type(node));
   /* Scratch is carved now, never during a capture. */
   if (k->op.kind == ORTEP__OP_GQA &&
-      (st = reserve_scores(e, k->op.p.gqa.tokens * k->op.p.gqa.heads * k->op.p.gqa.cap * sizeof(float))) != ORTEP_OK) {
+      (st = reserve_shared(e, k->op.p.gqa.tokens * k->op.p.gqa.heads * k->op.p.gqa.cap * sizeof(float))) != ORTEP_OK) {
     ortep__free(k);
     return st;
   }
@@ -546,6 +587,13 @@ static ortep_status cuda_get_kernel(ortep_ep *ep, const ortep_node *node, const 
   if (k->op.kind == ORTEP__OP_SELECT) k->scratch_bytes = ORTEP__SAMPLE_SCRATCH_BYTES(k->op.p.sel.n);
   if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.quant != ORTEP_DTYPE_COUNT) /* x quantized, per node */
     k->scratch_bytes = ortep__cu_linear_scratch(k->op.p.lin.m, k->op.p.lin.k);
+  if (k->op.kind == ORTEP__OP_LINEAR && linear_dequantized(&k->op.p.lin)) { /* the up projection; weights shared */
+    k->scratch_bytes = k->op.p.lin.gate_up ? k->op.p.lin.m * k->op.p.lin.n[0] * sizeof(float) : 0;
+    if ((st = reserve_shared(e, linear_dequantized_shared(&k->op.p.lin))) != ORTEP_OK) {
+      ortep__free(k);
+      return st;
+    }
+  }
   if (k->op.kind == ORTEP__OP_LINEAR && linear_on_tensor_cores(&k->op.p.lin)) /* x in bf16, the up projection */
     k->scratch_bytes = linear_gemm_scratch(&k->op.p.lin);
   if (k->scratch_bytes && (st = ortep_allocator_allocate(e->pool, k->scratch_bytes, 256, &k->scratch)) != ORTEP_OK) {

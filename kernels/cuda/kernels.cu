@@ -231,6 +231,20 @@ extern "C" int ortep__cu_convert(const float *x, void *dst, int dt, size_t n, vo
   return launched();
 }
 
+/* n values of a row-major q8_0 / q4_0 tensor widened to f32 (exact: d x q
+ * fits an f32), for a prefill chunk's SGEMM. */
+__global__ void k_dequantize(const void *w, int dt, size_t n, float *out) {
+  pdl_begin();
+  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = ld_q(w, dt, i);
+}
+
+extern "C" int ortep__cu_dequantize(const void *w, int dt, size_t n, float *out, void *stream) {
+  if (!n) return 0;
+  launch(k_dequantize, dim3(blocks(n, 256)), dim3(256), (cudaStream_t)stream, w, dt, n, out);
+  return launched();
+}
+
 __global__ void k_fill_bias(const void *c, int cdt, size_t c_rows, size_t m, size_t n, float *y) {
   pdl_begin();
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;

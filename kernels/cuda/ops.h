@@ -20,6 +20,8 @@ int ortep__cu_gather(const void *table, int tdt, size_t rows, size_t h, const vo
                      float *out, uint32_t *err, void *stream);
 /* x (f32, n) -> dst in dtype dt (f16 or bf16), for 16-bit cuBLAS inputs */
 int ortep__cu_convert(const float *x, void *dst, int dt, size_t n, void *stream);
+/* n values (whole blocks) of q8_0 / q4_0 w widened to f32 out */
+int ortep__cu_dequantize(const void *w, int dt, size_t n, float *out, void *stream);
 /* y[m, n] = alpha * x[m, k] W + beta * c, W [n, k] when trans_b else [k, n],
  * dtype wdt; f32 activations and accumulation (the CPU EP's arithmetic).
  * For decode (m = 1); c (dtype cdt, c_rows 1 or m) may be NULL. */
