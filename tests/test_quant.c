@@ -84,6 +84,35 @@ START_TEST(q8_0_blocks_are_ggufs) {
 }
 END_TEST
 
+/* The q8_0 bytes equal llama.cpp's reference quantizer's, (int8_t)roundf(x
+ * / d), on random blocks and on blocks built so that x / d lands on and
+ * beside halves (d = 1: max|x| = 127): the quantizer rounds without roundf. */
+START_TEST(q8_0_rounds_as_roundf) {
+  uint64_t seed = test_seed();
+  float x[32];
+  uint8_t got[34];
+  for (int b = 0; b < 20000; b++) {
+    bool halves = b % 2;
+    for (int i = 0; i < 32; i++) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      float u = (float)(seed >> 40) / 16777216.0f; /* [0, 1) */
+      x[i] = halves ? (float)((int)(u * 254.0f) - 127) + (i % 3 == 0   ? 0.5f
+                                                          : i % 3 == 1 ? 0.49999997f
+                                                                       : 0.50000006f)
+                    : (u * 2.0f - 1.0f) * (float)(1 + b % 7) * 0.37f;
+    }
+    if (halves) x[0] = 127.0f, x[1] = -0.5f, x[2] = -126.5f, x[3] = 0.5f; /* d = 1: q = x rounded */
+    ck_assert_ok(ortep_quantize(ORTEP_DTYPE_Q8_0, x, 32, got));
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < 32; i++)
+      ck_assert_msg((int8_t)got[2 + i] == (int8_t)roundf(x[i] * id), "block %d value %d: x %.9g, x / d %.9g: got %d", b,
+                    i, (double)x[i], (double)(x[i] * id), (int8_t)got[2 + i]);
+  }
+}
+END_TEST
+
 /* q4_0: m = the value of largest magnitude, d = m / -8, q = min(15,
  * trunc(x / d + 8.5)); byte j = q[j] | q[j + 16] << 4. */
 START_TEST(q4_0_blocks_are_ggufs) {
@@ -653,6 +682,7 @@ int main(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, dtype_table_knows_the_blocks);
   tcase_add_test(tc, q8_0_blocks_are_ggufs);
+  tcase_add_test(tc, q8_0_rounds_as_roundf);
   tcase_add_test(tc, q4_0_blocks_are_ggufs);
   tcase_add_test(tc, q8_0_linear_matches_double_precision);
   tcase_add_test(tc, q4_0_linear_matches_double_precision);
