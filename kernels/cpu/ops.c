@@ -270,23 +270,17 @@ static void dot4x2_bf16_portable(const float *x0, const float *x1, const uint16_
 static void dot4x2_f16_portable(const float *x0, const float *x1, const uint16_t *w, size_t k, float *y0, float *y1) {
   dot4_f16_portable(x0, w, k, y0), dot4_f16_portable(x1, w, k, y1);
 }
-static dot_set dots = {dot8,
-                       dot8_bf16,
-                       dot8_f16,
-                       axpy_portable,
-                       widen_portable,
-                       x4_as_is,
-                       dot4_bf16_portable,
-                       dot4_f16_portable,
-                       dot4x2_bf16_portable,
-                       dot4x2_f16_portable,
-                       NULL,
-                       NULL,
-                       NULL,
-                       NULL,
-                       NULL,
-                       NULL,
-                       "portable"};
+static dot_set dots = {.f32 = dot8,
+                       .bf16 = dot8_bf16,
+                       .f16 = dot8_f16,
+                       .axpy = axpy_portable,
+                       .widen = widen_portable,
+                       .x4_bf16 = x4_as_is,
+                       .dot4_bf16 = dot4_bf16_portable,
+                       .dot4_f16 = dot4_f16_portable,
+                       .dot4x2_bf16 = dot4x2_bf16_portable,
+                       .dot4x2_f16 = dot4x2_f16_portable,
+                       .name = "portable"};
 static pthread_once_t dots_once = PTHREAD_ONCE_INIT;
 static char dots_error[256];     /* why ORTEP_CPU_SIMD could not be honoured; "" when it was */
 static ortep_status dots_status; /* INVALID_ARGUMENT: not a name; NOT_SUPPORTED: a set this CPU lacks */
@@ -372,42 +366,31 @@ __attribute__((target("avx512f"))) static void exp_avx512(const float *x, float 
   exp_sse(x + i, y + i, n - i);
 }
 
-static const dot_set avx2_set = {dot_f32_avx2,
-                                 dot_bf16_avx2,
-                                 dot_f16_avx2,
-                                 axpy_avx2,
-                                 widen_avx2,
-                                 avx2_x4_bf16,
-                                 dot4_bf16_avx2,
-                                 dot4_f16_avx2,
-                                 dot4x2_bf16_avx2,
-                                 dot4x2_f16_avx2,
-                                 NULL,
-                                 NULL,
-                                 NULL,
-                                 NULL,
-                                 NULL,
-                                 NULL,
-                                 "avx2"};
+/* the many-row and attention kernels stay NULL here: set with bf16_rows where the CPU has AVX512-BF16 */
+static const dot_set avx2_set = {.f32 = dot_f32_avx2,
+                                 .bf16 = dot_bf16_avx2,
+                                 .f16 = dot_f16_avx2,
+                                 .axpy = axpy_avx2,
+                                 .widen = widen_avx2,
+                                 .x4_bf16 = avx2_x4_bf16,
+                                 .dot4_bf16 = dot4_bf16_avx2,
+                                 .dot4_f16 = dot4_f16_avx2,
+                                 .dot4x2_bf16 = dot4x2_bf16_avx2,
+                                 .dot4x2_f16 = dot4x2_f16_avx2,
+                                 .name = "avx2"};
 /* the blocked four-row kernels are the AVX2 ones (no AVX-512 variant yet);
  * their two-row forms use AVX-512VL's 32 registers when it is there */
-static const dot_set avx512_set = {dot_f32_avx512,
-                                   dot_bf16_avx512,
-                                   dot_f16_avx512,
-                                   axpy_avx512,
-                                   widen_avx512,
-                                   avx2_x4_bf16,
-                                   dot4_bf16_avx2,
-                                   dot4_f16_avx2,
-                                   dot4x2_bf16_avx2,
-                                   dot4x2_f16_avx2,
-                                   NULL,
-                                   NULL,
-                                   NULL,
-                                   NULL,
-                                   NULL,
-                                   NULL,
-                                   "avx512"};
+static const dot_set avx512_set = {.f32 = dot_f32_avx512,
+                                   .bf16 = dot_bf16_avx512,
+                                   .f16 = dot_f16_avx512,
+                                   .axpy = axpy_avx512,
+                                   .widen = widen_avx512,
+                                   .x4_bf16 = avx2_x4_bf16,
+                                   .dot4_bf16 = dot4_bf16_avx2,
+                                   .dot4_f16 = dot4_f16_avx2,
+                                   .dot4x2_bf16 = dot4x2_bf16_avx2,
+                                   .dot4x2_f16 = dot4x2_f16_avx2,
+                                   .name = "avx512"};
 static bool have_avx512vl(void) {
   unsigned a, b, c, d;
   __cpuid_count(7, 0, a, b, c, d);
