@@ -80,6 +80,22 @@ static void compare_with_cpu(const char *dir, const char *label, int steps, floa
   compare_with_cpu_cfg(dir, label, steps, tol, NULL);
 }
 
+/* The tiny-llama preset in bf16 in a fresh directory (dir: 64 bytes), for
+ * the quantized cases. */
+static void quantizable_model(char *dir) {
+  snprintf(dir, 64, "/tmp/ortep-cuda-q-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_ok(ortep_model_write_synthetic(dir, "tiny-llama", ORTEP_DTYPE_BF16, 1234));
+}
+/* A decoder configuration quantizing the projections to q, no weights cache. */
+static ortep_config *quantizing(const char *q) {
+  ortep_config *cfg;
+  ck_assert_ok(ortep_config_create(&cfg));
+  ck_assert_ok(ortep_config_set(cfg, "ortep.weights_dtype", q));
+  ck_assert_ok(ortep_config_set(cfg, "ortep.weights_cache", "off"));
+  return cfg;
+}
+
 /* q8_0 / q4_0 quantized at open by each EP (the same bytes: ortep_quantize's
  * rounding), x quantized per node the same way, integer dot products: the
  * CPU's function up to the order of the f32 sums of block products. Rounding
@@ -93,14 +109,9 @@ static void compare_with_cpu(const char *dir, const char *label, int steps, floa
 START_TEST(cuda_matches_cpu_with_quantized_weights) {
   static const char *const q[] = {"q8_0", "q4_0"};
   char dir[64], label[64];
-  snprintf(dir, sizeof dir, "/tmp/ortep-cuda-q-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  ck_assert_ok(ortep_model_write_synthetic(dir, "tiny-llama", ORTEP_DTYPE_BF16, 1234));
+  quantizable_model(dir);
   for (int i = 0; i < 2; i++) {
-    ortep_config *cfg;
-    ck_assert_ok(ortep_config_create(&cfg));
-    ck_assert_ok(ortep_config_set(cfg, "ortep.weights_dtype", q[i]));
-    ck_assert_ok(ortep_config_set(cfg, "ortep.weights_cache", "off"));
+    ortep_config *cfg = quantizing(q[i]);
     snprintf(label, sizeof label, "tiny-llama %s", q[i]);
     /* the CUDA EP holds the blocks: its prepare_initializer ran for every projection */
     ortep_decoder *g;
@@ -127,14 +138,9 @@ START_TEST(chunked_prefill_of_quantized_weights_on_cuda) {
                                 21, 9,  77, 150, 6,  230, 31,  4,  120, 55, 18};
   static const char *const q[] = {"q8_0", "q4_0"};
   char dir[64];
-  snprintf(dir, sizeof dir, "/tmp/ortep-cuda-qp-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  ck_assert_ok(ortep_model_write_synthetic(dir, "tiny-llama", ORTEP_DTYPE_BF16, 1234));
+  quantizable_model(dir);
   for (int i = 0; i < 2; i++) {
-    ortep_config *cfg;
-    ck_assert_ok(ortep_config_create(&cfg));
-    ck_assert_ok(ortep_config_set(cfg, "ortep.weights_dtype", q[i]));
-    ck_assert_ok(ortep_config_set(cfg, "ortep.weights_cache", "off"));
+    ortep_config *cfg = quantizing(q[i]);
     ortep_decoder *g, *c;
     ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cuda", .max_seq_len = 64, .config = cfg}, &g));
     ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 64, .config = cfg}, &c));
