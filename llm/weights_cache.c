@@ -147,6 +147,11 @@ static void try_load(ortep__wcache *w, ortep_ep *cpu) {
     refuse(w, "it could not be mapped: %s", strerror(errno));
     return;
   }
+  /* pages the page cache does not hold are read in as huge folios (mapped
+   * with huge pages); a kernel or filesystem without them ignores this */
+#if defined(MADV_HUGEPAGE)
+  (void)madvise(map, (size_t)sb.st_size, MADV_HUGEPAGE);
+#endif
   if (ortep_ep_load_context(cpu, (const uint8_t *)map + HEADER_BYTES, (size_t)blob) != ORTEP_OK) {
     refuse(w, "%s", ortep_last_error());
     ortep_clear_error();
@@ -157,12 +162,20 @@ static void try_load(ortep__wcache *w, ortep_ep *cpu) {
   w->info.bytes = (uint64_t)sb.st_size;
 }
 
+/* The file is written in whole 2 MiB pieces at 2 MiB offsets (the last one
+ * shorter): the page cache then holds it in 2 MiB folios, which the next
+ * open maps with huge pages where the filesystem takes them. Written in
+ * pieces of each tensor's size, its pages were a mix of small and large
+ * folios (149 of 338 MB huge on the build VM), and reading 4 KiB-mapped
+ * weights cost ~8% of a q4_0 decode step. */
+#define WRITE_PIECE ((size_t)2 << 20)
+
 typedef struct writer {
   int fd, err;
+  uint8_t *buf; /* WRITE_PIECE bytes */
+  size_t held;
 } writer;
-static bool write_all(void *ctx, const void *bytes, size_t n) {
-  writer *w = ctx;
-  const char *p = bytes;
+static bool write_out(writer *w, const uint8_t *p, size_t n) {
   while (n) {
     ssize_t k = write(w->fd, p, n);
     if (k < 0 && errno == EINTR) continue;
@@ -173,6 +186,25 @@ static bool write_all(void *ctx, const void *bytes, size_t n) {
     p += k, n -= (size_t)k;
   }
   return true;
+}
+static bool write_all(void *ctx, const void *bytes, size_t n) {
+  writer *w = ctx;
+  const uint8_t *p = bytes;
+  while (n) {
+    size_t take = WRITE_PIECE - w->held < n ? WRITE_PIECE - w->held : n;
+    memcpy(w->buf + w->held, p, take);
+    w->held += take, p += take, n -= take;
+    if (w->held == WRITE_PIECE) {
+      if (!write_out(w, w->buf, WRITE_PIECE)) return false;
+      w->held = 0;
+    }
+  }
+  return true;
+}
+static bool write_rest(writer *w) {
+  bool ok = write_out(w, w->buf, w->held);
+  w->held = 0;
+  return ok;
 }
 
 ortep_status ortep__wcache_open(const char *setting, const char *model_file, const char *options, ortep_ep *cpu,
@@ -250,12 +282,15 @@ void ortep__wcache_save(ortep__wcache *w, ortep_ep *cpu, size_t prepared) {
   uint8_t h[HEADER_BYTES];
   header(w, len, h);
   /* written, not mapped: the file's pages stay out of this process */
-  writer wr = {fd, 0};
-  if (!write_all(&wr, h, HEADER_BYTES)) why = "writing", err = wr.err;
+  writer wr = {fd, 0, ortep__malloc(WRITE_PIECE), 0};
+  if (!wr.buf) why = "allocating a 2 MiB buffer for", err = ENOMEM;
+  if (!why && !write_all(&wr, h, HEADER_BYTES)) why = "writing", err = wr.err;
   if (!why && ortep_ep_save_context(cpu, write_all, &wr, &len) != ORTEP_OK) {
     why = "saving the EP context into", err = wr.err;
     ortep_clear_error();
   }
+  if (!why && !write_rest(&wr)) why = "writing", err = wr.err;
+  ortep__free(wr.buf);
   /* flushed before the rename: the name never points at a torn file */
   if (!why && fdatasync(fd) != 0) why = "flushing", err = errno;
   if (close(fd) != 0 && !why) why = "closing", err = errno;

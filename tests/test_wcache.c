@@ -95,6 +95,10 @@ START_TEST(a_second_open_maps_what_the_first_prepared) {
   ck_assert_str_ne(b->info.path, a->info.path);
   open_run(dir, cache, NULL, a);
   ck_assert_int_eq(a->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+  /* written in 2 MiB pieces: this file takes several and a shorter last one */
+  ck_assert_uint_gt(a->info.bytes, 2u * (2u << 20));
+  ck_assert_uint_ne(a->info.bytes % (2u << 20), 0);
+  ck_assert_int_eq(file_size(a->info.path), (off_t)a->info.bytes);
   open_run(dir, cache, NULL, b);
   ck_assert_int_eq(b->info.state, ORTEP_WEIGHTS_CACHE_HIT);
   ck_assert(!memcmp(a->logits, b->logits, sizeof a->logits));
