@@ -280,13 +280,13 @@ ORTEP_QUANT_VNNI static inline __m256 high8(__m512 v) {
 
 /* AVX-512 VNNI: two rows per 16-lane accumulator (lanes 0-7 and 8-15), x
  * broadcast into both halves, vpdpbusd starting from the lane biases. */
-ORTEP_QUANT_VNNI static void dot4_vnni(ortep_dtype dt, const void *w, size_t quad, size_t k, const ortep__cpu_qx *x,
-                                       float *v) {
-  size_t nb = k / QK, bb = ortep_dtype_size(dt);
+ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_of(bool q8, const void *w, size_t quad,
+                                                                                size_t k, const ortep__cpu_qx *x,
+                                                                                float *v) {
+  size_t nb = k / QK, bb = q8 ? 34 : 18; /* the block's bytes: f16 d, then 32 or 16 bytes */
   const uint8_t *scales = (const uint8_t *)w + quad * 4 * nb * bb, *qs = scales + nb * 8;
   __m512 a01 = _mm512_setzero_ps(), a23 = a01;
   /* q8_0: rows (0, 1) and (2, 3) per register; q4_0: (0, 2) and (1, 3) (low and high nibbles) */
-  bool q8 = dt == ORTEP_DTYPE_Q8_0;
   const __m512i ia = q8 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
                         : _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i ib = q8 ? _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2)
@@ -322,6 +322,14 @@ ORTEP_QUANT_VNNI static void dot4_vnni(ortep_dtype dt, const void *w, size_t qua
     v[0] = r[0], v[1] = r[1], v[2] = r[2], v[3] = r[3];
   else
     v[0] = r[0], v[2] = r[1], v[1] = r[2], v[3] = r[3];
+}
+/* One loop per type (the type's test and sizes out of the loop). */
+ORTEP_QUANT_VNNI static void dot4_vnni(ortep_dtype dt, const void *w, size_t quad, size_t k, const ortep__cpu_qx *x,
+                                       float *v) {
+  if (dt == ORTEP_DTYPE_Q8_0)
+    dot4_vnni_of(true, w, quad, k, x, v);
+  else
+    dot4_vnni_of(false, w, quad, k, x, v);
 }
 #endif
 
