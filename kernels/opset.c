@@ -416,6 +416,11 @@ static bool check_gqa(ctx *c) {
                   tokens);
   if (ortep_node_output_count(c->node) > 1 && (out_present(c, 1) || out_present(c, 2)))
     return refuse(c, "present_key/present_value are not produced: the caches are updated in place; leave them empty");
+  /* ortep's extension: bf16_products=1 lets a prefill chunk's products
+   * round Q, K, V and P to bf16 where the EP multiplies in bf16, whatever
+   * the caches' dtype (the decoder sets it where the chunk's projections
+   * already round their activations so: bf16 weights); an EP that does not
+   * ignores it */
   if (c->k) {
     float scale = ortep_node_attr_float_or(c->node, "scale", 0.0f);
     c->k->kind = ORTEP__OP_GQA;
@@ -426,7 +431,8 @@ static bool check_gqa(ctx *c) {
                                             .cap = cap,
                                             .slots = nslots,
                                             .scale = scale != 0.0f ? scale : 1.0f / sqrtf((float)hd),
-                                            .kvdt = c->dtypes[3]};
+                                            .kvdt = c->dtypes[3],
+                                            .bf16_products = ortep_node_attr_int_or(c->node, "bf16_products", 0) != 0};
   }
   return true;
 }

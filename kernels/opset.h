@@ -87,7 +87,8 @@ typedef struct ortep__op_params {
       size_t tokens, heads, kv, hd, cap;
       size_t slots; /* slots=1: the caches' slots, input 6 the slot map; 0: one sequence */
       float scale;
-      ortep_dtype kvdt; /* the caches': f32, f16 or bf16 */
+      ortep_dtype kvdt;   /* the caches': f32, f16 or bf16 */
+      bool bf16_products; /* bf16_products=1: a chunk may round Q, K, V and P to bf16 (whatever the caches') */
     } gqa;
     struct {
       size_t rows, n;

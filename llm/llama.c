@@ -353,6 +353,10 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
     if (slots) attr_i(&b, id, "slots", 1);
     attr_i(&b, id, "num_heads", NH);
     attr_i(&b, id, "kv_num_heads", KV);
+    /* where a chunk's projections round their activations to bf16 (bf16
+     * weights, as stored), its attention may too, whatever the caches' dtype */
+    const ortep_safetensors_entry *wo = ortep_model_tensor(b.m, w[4]);
+    if (dt->projections == ORTEP_DTYPE_COUNT && wo && wo->dtype == ORTEP_DTYPE_BF16) attr_i(&b, id, "bf16_products", 1);
     linear(&b, nm[5], n[6], (const char *[]){w[4]}, NULL, 1, (const char *[]){n[7]}, (int64_t[]){H}, false, NULL);
     b.prefer = ORTEP_DTYPE_COUNT;
     value(&b, n[8], 1, 1, H);

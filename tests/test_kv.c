@@ -442,6 +442,53 @@ START_TEST(sixteen_bit_caches_halve_the_bytes_and_keep_the_tokens) {
 }
 END_TEST
 
+/* A bf16 model's prefill chunks attend with bf16 products whatever the
+ * caches' dtype (its attention nodes carry bf16_products=1; the CPU EP takes
+ * them where it has AVX512-BF16 and cpu.products allows): K and V rounded as
+ * a bf16 cache holds them, so after a prompt of several chunks the logits of
+ * f32 and bf16 caches are bitwise equal. With cpu.products = f32, and for an
+ * f32 model, the f32 caches attend in f32 and the two differ. */
+static void prompt_logits(const char *dir, const char *kv, const char *products, float *l, size_t v) {
+  ortep_config *c;
+  ck_assert_ok(ortep_config_create(&c));
+  ck_assert_ok(ortep_config_set(c, "ortep.kv_dtype", kv));
+  if (products) ck_assert_ok(ortep_config_set(c, "cpu.products", products));
+  ortep_decoder *d;
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = c}, &d));
+  ortep_config_destroy(c);
+  int32_t *ids = ramp(100, 5), next;
+  ck_assert_ok(ortep_decoder_prefill(d, ids, 100, &next));
+  ck_assert_uint_gt(ortep_decoder_graph_tokens(d, 1), 1); /* the prompt ran in chunks */
+  ck_assert_ok(ortep_decoder_logits(d, l, v));
+  free(ids);
+  ortep_decoder_close(d);
+}
+
+START_TEST(a_bf16_models_chunks_attend_in_bf16_whatever_the_caches) {
+  char dir[64];
+  test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_BF16);
+  ortep_ep *probe;
+  ck_assert_ok(ortep_cpu_ep_create(NULL, &probe));
+  ck_assert_ok(ortep_ep_initialize(probe, NULL));
+  bool bf16 = ortep_cpu_ep_bf16_products(probe);
+  ortep_ep_destroy(probe);
+  float a[512], b[512];
+  size_t v = 512;
+  if (bf16) {
+    prompt_logits(dir, "f32", NULL, a, v);
+    prompt_logits(dir, "bf16", NULL, b, v);
+    ck_assert_msg(!memcmp(a, b, sizeof a), "f32 and bf16 caches attend differently in a bf16 model's chunks");
+  }
+  prompt_logits(dir, "f32", "f32", a, v);
+  prompt_logits(dir, "bf16", "f32", b, v);
+  ck_assert_msg(memcmp(a, b, sizeof a), "with cpu.products = f32 the f32 caches attended in bf16");
+  prompt_logits(g_dir, "f32", NULL, a, v); /* the f32 model: no bf16_products on its nodes */
+  prompt_logits(g_dir, "bf16", NULL, b, v);
+  ck_assert_msg(memcmp(a, b, sizeof a), "an f32 model's f32 caches attended in bf16");
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 /* A caller's host allocator with virtual backing and no shared mappings: the
  * caches live on it, and a fork copies the prefix instead of sharing it. */
 typedef struct vb_only {
@@ -551,6 +598,7 @@ int main(void) {
   tcase_add_test(tc, forks_hold_a_shared_prefix_once);
   tcase_add_test(tc, a_fork_holds_no_second_copy_of_the_weights);
   tcase_add_test(tc, sixteen_bit_caches_halve_the_bytes_and_keep_the_tokens);
+  tcase_add_test(tc, a_bf16_models_chunks_attend_in_bf16_whatever_the_caches);
   tcase_add_test(tc, every_injected_failure_in_the_caches_is_clean);
   tcase_add_test(tc, a_fork_over_an_allocator_without_shared_mappings_copies_the_prefix);
   suite_add_tcase(s, tc);

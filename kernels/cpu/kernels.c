@@ -398,9 +398,13 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     k->bf16_rows = true;
     for (size_t g = 0; g < lin->groups; g++) k->bf16_rows = k->bf16_rows && lin->wdt[g] == ORTEP_DTYPE_BF16;
   }
-  /* a prefill chunk's attention over bf16 caches likewise: the keys and
-   * values are read as stored, the queries and probabilities rounded */
-  if (k->op.kind == ORTEP__OP_GQA && k->op.p.gqa.tokens > 1 && k->op.p.gqa.kvdt == ORTEP_DTYPE_BF16 && bf16_products)
+  /* a prefill chunk's attention over bf16 caches likewise (the keys and
+   * values read as stored, the queries and probabilities rounded), and over
+   * f32 or f16 caches where the node allows it (bf16_products=1: the
+   * decoder's bf16 models), the keys and values rounded as a bf16 cache
+   * would hold them */
+  if (k->op.kind == ORTEP__OP_GQA && k->op.p.gqa.tokens > 1 &&
+      (k->op.p.gqa.kvdt == ORTEP_DTYPE_BF16 || k->op.p.gqa.bf16_products) && bf16_products)
     k->bf16_attn = ortep__cpu_attn_bf16(k->op.p.gqa.hd);
   if (k->bf16_rows && (st = ortep__cpu_pool_reserve_shared(pool, lin->m * lin->k * sizeof(uint16_t))) != ORTEP_OK) {
     ortep__free(k);

@@ -1031,17 +1031,30 @@ size_t ortep__cpu_gqa_scratch(size_t tokens, size_t head_dim, size_t capacity, o
   return per_token > chunk ? per_token : chunk;
 }
 
+/* Row `at` of a cache as bf16: a bf16 cache's as stored, else rounded as
+ * kv_store rounds into a bf16 cache (so f32 caches give the bits bf16
+ * caches hold). */
+static const uint16_t *bf16_row(const void *cache, size_t at, size_t hd, ortep_dtype dt, uint16_t *tmp) {
+  if (dt == ORTEP_DTYPE_BF16) return (const uint16_t *)cache + at;
+  for (size_t i = 0; i < hd; i++)
+    tmp[i] = ortep_f32_to_bf16(dt == ORTEP_DTYPE_F32 ? ((const float *)cache)[at + i]
+                                                     : ortep_f16_to_f32(((const uint16_t *)cache)[at + i]));
+  return tmp;
+}
+
 /* Positions [0, span) of KV head g as attn_scores reads keys ([blocks of 16
  * keys][hd / 2][16][2]) and as attn_values reads values ([span / 2][hd][2]),
- * zeros up to a multiple of 16 positions. */
-static void pack_head(ortep__kv_cache c, size_t kv_row, size_t g, size_t hd, size_t span, uint16_t *kt, uint16_t *vp) {
-  const uint16_t *k = c.k, *v = c.v; /* bf16 caches only (kernels.c chooses this path for them) */
+ * zeros up to a multiple of 16 positions; tmp: 2 x hd. */
+static void pack_head(ortep__kv_cache c, size_t kv_row, size_t g, size_t hd, size_t span, uint16_t *kt, uint16_t *vp,
+                      uint16_t *tmp) {
   for (size_t s = 0; s < up16(span); s++) {
     uint16_t *kd = kt + s / 16 * 16 * hd + s % 16 * 2, *vd = vp + s / 2 * 2 * hd + s % 2;
     size_t at = s * kv_row + g * hd;
+    const uint16_t *k = s < span ? bf16_row(c.k, at, hd, c.dt, tmp) : NULL,
+                   *v = s < span ? bf16_row(c.v, at, hd, c.dt, tmp + hd) : NULL;
     for (size_t i = 0; i < hd; i++) {
-      kd[i / 2 * 32 + i % 2] = s < span ? k[at + i] : 0;
-      vd[2 * i] = s < span ? v[at + i] : 0;
+      kd[i / 2 * 32 + i % 2] = k ? k[i] : 0;
+      vd[2 * i] = v ? v[i] : 0;
     }
   }
 }
@@ -1053,10 +1066,9 @@ static void gqa_chunk_bf16(const float *q, ortep__kv_cache c, size_t p0, size_t 
   uint16_t *kt = (uint16_t *)scratch, *vp = kt + c16 * hd, *qb = vp + c16 * hd, *pb = qb + ATTN_ROWS * hd;
   float *sc = scratch + bf16_attn_floats(hd, capacity) - ATTN_ROWS * c16 - ATTN_ROWS, *inv = sc + ATTN_ROWS * c16;
   size_t packed = SIZE_MAX, pv_rows = ORTEP_ATTN_PV_ROWS(hd);
-  ortep__assert(c.dt == ORTEP_DTYPE_BF16);
   for (size_t h = h0; h < h1; h++) {
     size_t g = h / group;
-    if (g != packed) pack_head(c, kv_row, g, hd, span, kt, vp), packed = g;
+    if (g != packed) pack_head(c, kv_row, g, hd, span, kt, vp, qb), packed = g; /* qb is free until the queries */
     for (size_t t0 = 0; t0 < tokens; t0 += ATTN_ROWS) {
       size_t nt = tokens - t0 < ATTN_ROWS ? tokens - t0 : ATTN_ROWS, ld = up16(p0 + t0 + nt);
       for (size_t t = 0; t < nt; t++) dots.to_bf16(q + (t0 + t) * row + h * hd, hd, qb + t * hd);
