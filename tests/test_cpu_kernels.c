@@ -6,7 +6,10 @@
  * Tolerance: |got - want| <= 1e-4 * (1 + |want|) for f32 math; the f16/bf16
  * weight paths compare against references fed the same widened weights. */
 #include <math.h>
+#include <stdatomic.h>
+#include <time.h>
 
+#include "kernels/cpu/pool.h"
 #include "testutil.h"
 
 #define TOL(w) (1e-4 * (1.0 + fabs(w)))
@@ -425,6 +428,89 @@ START_TEST(split_across_workers_bitwise_equal_to_one_thread) {
   ck_assert_msg(memcmp(att[0], att[1], sizeof att[0]) == 0, "attention differs between 1 and 3 threads");
   ck_assert_msg(memcmp(lin[0], lin[1], sizeof lin[0]) == 0, "Linear differs between 1 and 3 threads");
   free(kc), free(vc), free(w);
+}
+END_TEST
+
+/* The worker pool's schedule (pool.c): every item runs exactly once for any
+ * item and thread count; the chunks a thread runs of its own share
+ * [t n / T, (t + 1) n / T) follow one another from the share's start (one
+ * run through memory); a thread whose share is done takes what is left of
+ * a slow one's. Failures are recorded by the workers and asserted here. */
+enum { POOL_MAX_THREADS = 5, POOL_MAX_ITEMS = 1001 };
+typedef struct pool_log {
+  size_t n, threads, slow; /* slow: a worker that waits in its first chunk until another takes from its share */
+  _Atomic unsigned count[POOL_MAX_ITEMS];
+  size_t next_own[POOL_MAX_THREADS];
+  _Atomic size_t ran[POOL_MAX_THREADS], taken_from_slow;
+  _Atomic bool out_of_range, own_gap, slow_waited_forever;
+} pool_log;
+
+static void pool_task(void *ctx, size_t worker, size_t begin, size_t end) {
+  pool_log *l = ctx;
+  if (worker >= l->threads || begin >= end || end > l->n) {
+    atomic_store(&l->out_of_range, true);
+    return;
+  }
+  size_t lo = l->n * worker / l->threads, hi = l->n * (worker + 1) / l->threads;
+  if (begin >= lo && begin < hi) { /* its own share: from the front, each chunk after the last */
+    if (begin != l->next_own[worker]) atomic_store(&l->own_gap, true);
+    l->next_own[worker] = end;
+  }
+  size_t slo = l->n * l->slow / l->threads, shi = l->n * (l->slow + 1) / l->threads;
+  if (l->slow && worker != l->slow && begin >= slo && end <= shi) atomic_fetch_add(&l->taken_from_slow, end - begin);
+  for (size_t i = begin; i < end; i++) atomic_fetch_add(&l->count[i], 1);
+  atomic_fetch_add(&l->ran[worker], end - begin);
+  if (l->slow && worker == l->slow) { /* bounded: 10 s, far beyond any steal, then recorded as a failure */
+    for (int i = 0; i < 100000 && !atomic_load(&l->taken_from_slow); i++)
+      nanosleep(&(struct timespec){0, 100000}, NULL);
+    if (!atomic_load(&l->taken_from_slow)) atomic_store(&l->slow_waited_forever, true);
+  }
+}
+
+static void check_pool_log(pool_log *l, const char *what) {
+  ck_assert_msg(!atomic_load(&l->out_of_range), "%s: a chunk outside [0, n) or a bad worker index", what);
+  ck_assert_msg(!atomic_load(&l->own_gap), "%s: a thread's chunks of its own share do not follow one another", what);
+  size_t sum = 0;
+  for (size_t i = 0; i < l->n; i++)
+    ck_assert_msg(atomic_load(&l->count[i]) == 1, "%s: item %zu ran %u times", what, i, atomic_load(&l->count[i]));
+  for (size_t t = 0; t < l->threads; t++) sum += atomic_load(&l->ran[t]);
+  ck_assert_uint_eq(sum, l->n);
+}
+
+START_TEST(pool_runs_every_item_once_in_runs_per_thread) {
+  const size_t threads[] = {1, 2, 3, 5}, ns[] = {2, 3, 7, 100, 1001}, work[] = {1, 1000, 16384};
+  for (size_t ti = 0; ti < 4; ti++) {
+    ortep__cpu_pool *pool;
+    ck_assert_ok(ortep__cpu_pool_create(threads[ti], &pool));
+    for (size_t ni = 0; ni < 5; ni++)
+      for (size_t wi = 0; wi < 3; wi++)
+        for (int rep = 0; rep < 3; rep++) { /* the pool is reused: each job starts from fresh shares */
+          pool_log *l = calloc(1, sizeof *l);
+          l->n = ns[ni], l->threads = threads[ti];
+          for (size_t t = 0; t < l->threads; t++) l->next_own[t] = l->n * t / l->threads;
+          ortep__cpu_pool_for(pool, l->n, work[wi], pool_task, l);
+          char what[96];
+          snprintf(what, sizeof what, "%zu threads, %zu items of %zu", threads[ti], ns[ni], work[wi]);
+          check_pool_log(l, what);
+          free(l);
+        }
+    ortep__cpu_pool_destroy(pool);
+  }
+  /* worker 1 holds its first chunk until another thread has taken from
+   * its share: the caller, done with its own, must take the rest */
+  for (size_t threads2 = 2; threads2 <= 3; threads2++) {
+    ortep__cpu_pool *pool;
+    ck_assert_ok(ortep__cpu_pool_create(threads2, &pool));
+    pool_log *l = calloc(1, sizeof *l);
+    l->n = 1000, l->threads = threads2, l->slow = 1;
+    for (size_t t = 0; t < l->threads; t++) l->next_own[t] = l->n * t / l->threads;
+    ortep__cpu_pool_for(pool, l->n, 16384, pool_task, l); /* one item is a whole minimum chunk */
+    check_pool_log(l, "a slow worker");
+    ck_assert_msg(!atomic_load(&l->slow_waited_forever), "no thread took from the slow worker's share");
+    ck_assert_uint_gt(atomic_load(&l->taken_from_slow), 0);
+    free(l);
+    ortep__cpu_pool_destroy(pool);
+  }
 }
 END_TEST
 
@@ -1272,6 +1358,7 @@ int main(void) {
   tcase_add_loop_test(tc, rotary_embedding_both_layouts_and_bad_positions, 0, 3);
   tcase_add_test(tc, group_query_attention_decode_steps_and_bad_slots);
   tcase_add_test(tc, split_across_workers_bitwise_equal_to_one_thread);
+  tcase_add_test(tc, pool_runs_every_item_once_in_runs_per_thread);
   tcase_add_test(tc, softmax_and_argmax);
   tcase_add_loop_test(tc, linear_over_many_rows_matches_row_by_row, 0, 3);
   tcase_add_loop_test(tc, linear_over_blocked_weights_matches_row_major, 0, 2);
