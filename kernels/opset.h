@@ -42,14 +42,16 @@ typedef enum ortep__op_kind {
 /* q8_0 / q4_0 weights (dtype.h) come [N, K] in GGUF's blocks (K a multiple
  * of 32), or, on the CPU EP only, blocked: shape [N/4, K/32, 4, 32], the
  * bytes of each quad of rows 4q..4q+3 (the same bytes the four rows take
- * [N, K]) rearranged for its integer dot products as
- *   K/32 groups of 4 f16 scales (d of rows 4q, .., 4q+3 for block b), then
- *   K/32 groups of quants: q8_0: 4 x 32 bytes, row r's q[i] ^ 0x80 (an
- *   unsigned byte q + 128) at 32r + i; q4_0: 64 bytes, byte 32p + i holds
- *   the quant i of row 2p in its low nibble and of row 2p + 1 in its high
- *   nibble, each q (0..15, x = d (q - 8)).
+ * [N, K]) rearranged for its integer dot products, one stream, as runs of
+ * ORTEP__QUANT_RUN blocks (the last run holds what is left), each run
+ *   its blocks' groups of 4 f16 scales (d of rows 4q, .., 4q+3), then
+ *   its blocks' groups of quants: q8_0: 4 x 32 bytes, row r's q[i] ^ 0x80
+ *   (an unsigned byte q + 128) at 32r + i; q4_0: 64 bytes, byte 32p + i
+ *   holds the quant i of row 2p in its low nibble and of row 2p + 1 in its
+ *   high nibble, each q (0..15, x = d (q - 8)).
  * ortep__cpu_quant_block / _unblock (kernels/cpu/ops.h) convert. */
 #define ORTEP__QUANT_COLS 32
+#define ORTEP__QUANT_RUN  8
 
 typedef struct ortep__op_params {
   ortep__op_kind kind;

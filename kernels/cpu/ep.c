@@ -112,8 +112,9 @@ static ortep_status cpu_initialize(ortep_ep *ep, const ortep_config *config) {
   e->row_major = layout && !strcmp(layout, "row_major");
   /* what a prepared weight depends on: this EP, its build, its layouts */
   snprintf(e->keys, sizeof e->keys, "%s\nortep %s\n%s", CPU_EP_NAME, ortep_version(),
-           e->row_major ? "row_major; q8_0/q4_0 rows as GGUF; quantizer llama.cpp-ref"
-                        : "blocked 4x16 16-bit, 4x32 q8_0^0x80/q4_0 nibble pairs; quantizer llama.cpp-ref");
+           e->row_major
+               ? "row_major; q8_0/q4_0 rows as GGUF; quantizer llama.cpp-ref"
+               : "blocked 4x16 16-bit, 4x32 q8_0^0x80/q4_0 nibble pairs in runs of 8 blocks; quantizer llama.cpp-ref");
   memcpy(e->key_split, e->keys, sizeof e->keys);
   e->n_keys = 0;
   for (char *k = e->key_split; k && e->n_keys < 3; e->n_keys++) {

@@ -32,25 +32,43 @@
 static uint16_t f16_at(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 /* --- the blocked layout ------------------------------------------------------ */
+/* A quad's blocks come in runs of QRUN (kernels/opset.h): the run's scales,
+ * then its quants, so a kernel reads the quad as one stream (all scales
+ * ahead of all quants, the 0.5B down projection, k = 4864, took 51 us of a
+ * q4_0 step instead of 47.5; one thread over cold copies of it read 26-28
+ * GB/s instead of 28-32). */
+#define QRUN ORTEP__QUANT_RUN
+
+/* Block b of a quad of type bb bytes a block: its four scales and its quants
+ * (4 x bb - 8 bytes). */
+static inline const uint8_t *quad_scales_at(const uint8_t *quad, size_t nb, size_t bb, size_t b, const uint8_t **qs) {
+  size_t g = b / QRUN, i = b % QRUN, m = nb - g * QRUN < QRUN ? nb - g * QRUN : QRUN;
+  const uint8_t *run = quad + g * QRUN * 4 * bb;
+  *qs = run + m * 8 + i * (4 * bb - 8);
+  return run + i * 8;
+}
+
 /* One quad of rows (4 x k values) from GGUF's row-major blocks src into the
  * blocked layout at dst (the same number of bytes; not overlapping). */
 static void block_quad(ortep_dtype dt, const uint8_t *src, size_t k, uint8_t *dst) {
   size_t nb = k / QK, bb = ortep_dtype_size(dt), rowb = nb * bb;
-  uint8_t *scales = dst, *qs = dst + nb * 8;
-  for (size_t b = 0; b < nb; b++)
+  for (size_t b = 0; b < nb; b++) {
+    const uint8_t *qs_c;
+    uint8_t *scales = (uint8_t *)quad_scales_at(dst, nb, bb, b, &qs_c), *qs = (uint8_t *)qs_c;
     for (size_t r = 0; r < 4; r++) {
       const uint8_t *blk = src + r * rowb + b * bb;
-      memcpy(scales + b * 8 + r * 2, blk, 2);
+      memcpy(scales + r * 2, blk, 2);
       if (dt == ORTEP_DTYPE_Q8_0) {
-        for (size_t i = 0; i < QK; i++) qs[b * 128 + r * 32 + i] = blk[2 + i] ^ 0x80;
+        for (size_t i = 0; i < QK; i++) qs[r * 32 + i] = blk[2 + i] ^ 0x80;
       } else {
-        uint8_t *g = qs + b * 64 + (r / 2) * 32;
+        uint8_t *g = qs + (r / 2) * 32;
         for (size_t i = 0; i < QK; i++) {
           uint8_t q = i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4;
           g[i] = (uint8_t)(r & 1 ? (g[i] & 0x0f) | q << 4 : (g[i] & 0xf0) | q);
         }
       }
     }
+  }
 }
 
 void ortep__cpu_quant_block(ortep_dtype dt, const void *src, size_t n, size_t k, void *dst) {
@@ -79,13 +97,12 @@ static float unpack(ortep_dtype dt, const void *w, bool blocked, size_t r, size_
           dt == ORTEP_DTYPE_Q8_0 ? (int8_t)blk[2 + i] : (int8_t)((i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4) - 8);
     return ortep_f16_to_f32(f16_at(blk));
   }
-  const uint8_t *quad = (const uint8_t *)w + (r / 4) * 4 * nb * bb, *qs = quad + nb * 8;
+  const uint8_t *qs, *scales = quad_scales_at((const uint8_t *)w + (r / 4) * 4 * nb * bb, nb, bb, b, &qs);
   size_t rr = r & 3;
   for (size_t i = 0; i < QK; i++)
-    q[i] = dt == ORTEP_DTYPE_Q8_0
-               ? (int8_t)(qs[b * 128 + rr * 32 + i] ^ 0x80)
-               : (int8_t)(((rr & 1 ? qs[b * 64 + (rr / 2) * 32 + i] >> 4 : qs[b * 64 + (rr / 2) * 32 + i] & 15)) - 8);
-  return ortep_f16_to_f32(f16_at(quad + b * 8 + rr * 2));
+    q[i] = dt == ORTEP_DTYPE_Q8_0 ? (int8_t)(qs[rr * 32 + i] ^ 0x80)
+                                  : (int8_t)(((rr & 1 ? qs[(rr / 2) * 32 + i] >> 4 : qs[(rr / 2) * 32 + i] & 15)) - 8);
+  return ortep_f16_to_f32(f16_at(scales + rr * 2));
 }
 
 void ortep__cpu_quant_row_f32(ortep_dtype dt, const void *w, bool blocked, size_t r, size_t k, float *dst) {
@@ -225,51 +242,56 @@ ORTEP_QUANT_AVX2 static void quantize_x_avx2(const float *x, size_t k, const ort
   }
 }
 
-/* d_w of the quad's four rows times d_x for block b */
-ORTEP_QUANT_AVX2 static inline __m128 quad_scales(const uint8_t *scales, size_t b, float dx) {
-  return _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(scales + b * 8))), _mm_set1_ps(dx));
+/* d_w of the quad's four rows (the block's four f16 at s4) times d_x */
+ORTEP_QUANT_AVX2 static inline __m128 quad_scales(const uint8_t *s4, float dx) {
+  return _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)s4)), _mm_set1_ps(dx));
 }
 
 /* AVX2: each row in its own 8-lane accumulator. */
 ORTEP_QUANT_AVX2 static void dot4_avx2(ortep_dtype dt, const void *w, size_t quad, size_t k, const ortep__cpu_qx *x,
                                        float *v) {
   size_t nb = k / QK, bb = ortep_dtype_size(dt);
-  const uint8_t *scales = (const uint8_t *)w + quad * 4 * nb * bb, *qs = scales + nb * 8;
+  const uint8_t *q0 = (const uint8_t *)w + quad * 4 * nb * bb;
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80), low = _mm256_set1_epi8(15);
-  const char *ahead = (const char *)scales + PREFETCH; /* as dot4_vnni's */
-  for (size_t b = 0; b < nb; b++, ahead += 4 * bb) {
-    _mm_prefetch(ahead, _MM_HINT_T0);
-    _mm_prefetch(ahead + 64, _MM_HINT_T0);
-    if (dt == ORTEP_DTYPE_Q8_0) _mm_prefetch(ahead + 128, _MM_HINT_T0);
-    __m256i xq = _mm256_loadu_si256((const __m256i *)(x->q + b * QK));
-    __m128 s4 = quad_scales(scales, b, x->d[b]);
-    __m256 s = _mm256_castps128_ps256(s4);
-    __m256i l0, l1, l2, l3;
-    if (dt == ORTEP_DTYPE_Q8_0) {
-      const __m256i *g = (const __m256i *)(qs + b * 128);
+  const char *ahead = (const char *)q0 + PREFETCH; /* as dot4_vnni_of's */
+  for (size_t g0 = 0; g0 < nb; g0 += QRUN) {
+    size_t m = nb - g0 < QRUN ? nb - g0 : QRUN;
+    const uint8_t *sc = q0 + g0 * 4 * bb, *qr = sc + m * 8; /* the run's scales, then its quants */
+    for (size_t i = 0; i < m; i++, ahead += 4 * bb) {
+      size_t b = g0 + i;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      if (dt == ORTEP_DTYPE_Q8_0) _mm_prefetch(ahead + 128, _MM_HINT_T0);
+      __m256i xq = _mm256_loadu_si256((const __m256i *)(x->q + b * QK));
+      __m128 s4 = quad_scales(sc + i * 8, x->d[b]);
+      __m256 s = _mm256_castps128_ps256(s4);
+      __m256i l0, l1, l2, l3;
+      if (dt == ORTEP_DTYPE_Q8_0) {
+        const __m256i *g = (const __m256i *)(qr + i * 128);
 #define Q8_LANES(i)                                                                             \
   __extension__({                                                                               \
     __m256i q = _mm256_xor_si256(_mm256_loadu_si256(g + i), flip);                              \
     _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xq, q)), ones); \
   })
-      l0 = Q8_LANES(0), l1 = Q8_LANES(1), l2 = Q8_LANES(2), l3 = Q8_LANES(3);
+        l0 = Q8_LANES(0), l1 = Q8_LANES(1), l2 = Q8_LANES(2), l3 = Q8_LANES(3);
 #undef Q8_LANES
-    } else {
-      const __m256i *g = (const __m256i *)(qs + b * 64);
-      __m256i bias = _mm256_loadu_si256((const __m256i *)(x->bias4 + b * 8));
-      __m256i p0 = _mm256_loadu_si256(g), p1 = _mm256_loadu_si256(g + 1);
+      } else {
+        const __m256i *g = (const __m256i *)(qr + i * 64);
+        __m256i bias = _mm256_loadu_si256((const __m256i *)(x->bias4 + b * 8));
+        __m256i p0 = _mm256_loadu_si256(g), p1 = _mm256_loadu_si256(g + 1);
 #define Q4_LANES(nib) _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(nib, xq), ones), bias)
-      l0 = Q4_LANES(_mm256_and_si256(p0, low));
-      l1 = Q4_LANES(_mm256_and_si256(_mm256_srli_epi16(p0, 4), low));
-      l2 = Q4_LANES(_mm256_and_si256(p1, low));
-      l3 = Q4_LANES(_mm256_and_si256(_mm256_srli_epi16(p1, 4), low));
+        l0 = Q4_LANES(_mm256_and_si256(p0, low));
+        l1 = Q4_LANES(_mm256_and_si256(_mm256_srli_epi16(p0, 4), low));
+        l2 = Q4_LANES(_mm256_and_si256(p1, low));
+        l3 = Q4_LANES(_mm256_and_si256(_mm256_srli_epi16(p1, 4), low));
 #undef Q4_LANES
+      }
+      a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, _mm256_set1_epi32(0)), _mm256_cvtepi32_ps(l0), a0);
+      a1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, _mm256_set1_epi32(1)), _mm256_cvtepi32_ps(l1), a1);
+      a2 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, _mm256_set1_epi32(2)), _mm256_cvtepi32_ps(l2), a2);
+      a3 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, _mm256_set1_epi32(3)), _mm256_cvtepi32_ps(l3), a3);
     }
-    a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, _mm256_set1_epi32(0)), _mm256_cvtepi32_ps(l0), a0);
-    a1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, _mm256_set1_epi32(1)), _mm256_cvtepi32_ps(l1), a1);
-    a2 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, _mm256_set1_epi32(2)), _mm256_cvtepi32_ps(l2), a2);
-    a3 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, _mm256_set1_epi32(3)), _mm256_cvtepi32_ps(l3), a3);
   }
   v[0] = hsum8(a0), v[1] = hsum8(a1), v[2] = hsum8(a2), v[3] = hsum8(a3);
 }
@@ -284,7 +306,7 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_of(
                                                                                 size_t k, const ortep__cpu_qx *x,
                                                                                 float *v) {
   size_t nb = k / QK, bb = q8 ? 34 : 18; /* the block's bytes: f16 d, then 32 or 16 bytes */
-  const uint8_t *scales = (const uint8_t *)w + quad * 4 * nb * bb, *qs = scales + nb * 8;
+  const uint8_t *q0 = (const uint8_t *)w + quad * 4 * nb * bb;
   __m512 a01 = _mm512_setzero_ps(), a23 = a01;
   /* q8_0: rows (0, 1) and (2, 3) per register; q4_0: (0, 2) and (1, 3) (low and high nibbles) */
   const __m512i ia = q8 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
@@ -293,28 +315,34 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_of(
                         : _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
   const __m512i low = _mm512_set1_epi8(15);
   const int32_t *bias = q8 ? x->bias8 : x->bias4;
-  /* the quad's bytes are one run (scales, then quants) followed by the next
-   * quad's: prefetch that run PREFETCH bytes ahead, a block's worth a step */
-  const char *ahead = (const char *)scales + PREFETCH;
-  for (size_t b = 0; b < nb; b++, ahead += 4 * bb) {
-    _mm_prefetch(ahead, _MM_HINT_T0);
-    _mm_prefetch(ahead + 64, _MM_HINT_T0);
-    if (q8) _mm_prefetch(ahead + 128, _MM_HINT_T0);
-    __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->q + b * QK)));
-    __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bias + b * 8)));
-    __m512 s = _mm512_castps128_ps512(quad_scales(scales, b, x->d[b]));
-    __m512i l01, l23;
-    if (q8) {
-      const __m512i *g = (const __m512i *)(qs + b * 128);
-      l01 = _mm512_dpbusd_epi32(bs, _mm512_loadu_si512(g), xq);
-      l23 = _mm512_dpbusd_epi32(bs, _mm512_loadu_si512(g + 1), xq);
-    } else {
-      __m512i p = _mm512_loadu_si512((const __m512i *)(qs + b * 64));
-      l01 = _mm512_dpbusd_epi32(bs, _mm512_and_si512(p, low), xq);
-      l23 = _mm512_dpbusd_epi32(bs, _mm512_and_si512(_mm512_srli_epi16(p, 4), low), xq);
+  /* the quad's bytes are one stream (runs of scales, then quants) followed
+   * by the next quad's: prefetch it PREFETCH bytes ahead, a block's worth a
+   * step */
+  const char *ahead = (const char *)q0 + PREFETCH;
+  for (size_t g0 = 0; g0 < nb; g0 += QRUN) {
+    size_t m = nb - g0 < QRUN ? nb - g0 : QRUN;
+    const uint8_t *sc = q0 + g0 * 4 * bb, *qr = sc + m * 8; /* the run's scales, then its quants */
+    for (size_t i = 0; i < m; i++, ahead += 4 * bb) {
+      size_t b = g0 + i;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      if (q8) _mm_prefetch(ahead + 128, _MM_HINT_T0);
+      __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->q + b * QK)));
+      __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bias + b * 8)));
+      __m512 s = _mm512_castps128_ps512(quad_scales(sc + i * 8, x->d[b]));
+      __m512i l01, l23;
+      if (q8) {
+        const __m512i *g = (const __m512i *)(qr + i * 128);
+        l01 = _mm512_dpbusd_epi32(bs, _mm512_loadu_si512(g), xq);
+        l23 = _mm512_dpbusd_epi32(bs, _mm512_loadu_si512(g + 1), xq);
+      } else {
+        __m512i p = _mm512_loadu_si512((const __m512i *)(qr + i * 64));
+        l01 = _mm512_dpbusd_epi32(bs, _mm512_and_si512(p, low), xq);
+        l23 = _mm512_dpbusd_epi32(bs, _mm512_and_si512(_mm512_srli_epi16(p, 4), low), xq);
+      }
+      a01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(ia, s), _mm512_cvtepi32_ps(l01), a01);
+      a23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(ib, s), _mm512_cvtepi32_ps(l23), a23);
     }
-    a01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(ia, s), _mm512_cvtepi32_ps(l01), a01);
-    a23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(ib, s), _mm512_cvtepi32_ps(l23), a23);
   }
   float r[4] = {hsum8(_mm512_castps512_ps256(a01)), hsum8(high8(a01)), hsum8(_mm512_castps512_ps256(a23)),
                 hsum8(high8(a23))};
