@@ -495,17 +495,19 @@ static bool runs_nodes(const ortep_decoder *d, const ortep_ep *ep) {
 }
 
 /* Step 4b: the weights cache, when the CPU EP runs the whole step: keyed by
- * what decides the prepared weights (the dtypes asked for, the layout, the
- * weights mode) besides the model file and the EP's context keys. */
+ * what decides the prepared weights (the dtypes asked for, the layout as
+ * asked and as the CPU EP gets it, the weights mode) besides the model file
+ * and the EP's context keys; the file is named by all of it but the keys. */
 static ortep_status open_cache(ortep_decoder *d, const char *dir, ortep_ep *cpu) {
   if (ortep_ep_registry_count(d->registry) != 1) return ORTEP_OK;
-  const char *lm = ortep_config_get(d->ep_config, LAYOUT_KEY), *wm = ortep_config_get(d->ep_config, WEIGHTS_KEY);
-  char opts[256];
+  const char *lm = ortep_config_get(d->ep_config, LAYOUT_KEY), *wm = ortep_config_get(d->ep_config, WEIGHTS_KEY),
+             *cl = ortep_config_get(d->ep_config, "cpu.weights_layout"); /* set directly, or from lm */
+  char opts[320];
   (void)dir;
-  snprintf(opts, sizeof opts, "ortep weights cache; projections %s; embedding %s; layout %s; weights %s",
+  snprintf(opts, sizeof opts, "ortep weights cache; projections %s; embedding %s; layout %s (cpu %s); weights %s",
            d->dtypes.projections == ORTEP_DTYPE_COUNT ? "stored" : ortep_dtype_name(d->dtypes.projections),
            d->dtypes.embedding == ORTEP_DTYPE_COUNT ? "stored" : ortep_dtype_name(d->dtypes.embedding),
-           lm ? lm : "auto", wm ? wm : "map");
+           lm ? lm : "auto", cl ? cl : "blocked", wm ? wm : "map");
   return ortep__wcache_open(ortep_config_get(d->ep_config, CACHE_KEY), ortep__model_file(d->model), opts, cpu,
                             &d->wcache);
 }

@@ -10,10 +10,12 @@
  *   ns, u64 hash of the model file's header, u64 blob bytes, u64 length
  *   of the options text, the options text (what the decoder asked for and
  *   the EP's context keys), zeros.
- * The name: FNV-1a of the model file's real path and the options text, so
- * one file per model and configuration, replaced when it goes stale. A new
- * file is written beside it, flushed and renamed over it, so a reader sees
- * the old file or the whole new one.
+ * The name: FNV-1a of the model file's real path and the decoder's options
+ * (not the EP's keys), so one file per model and configuration, replaced
+ * when it goes stale or another ortep build made it: an upgrade rewrites
+ * the file in place instead of leaving the old build's beside it for good.
+ * A new file is written beside it, flushed and renamed over it, so a reader
+ * sees the old file or the whole new one.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -219,7 +221,9 @@ ortep_status ortep__wcache_open(const char *setting, const char *model_file, con
   const char *keys[8];
   size_t nk = ortep_ep_context_source_keys(cpu, keys, 8),
          at = (size_t)snprintf(w->options, sizeof w->options, "%s", options);
-  if (!nk) return ORTEP_OK; /* the EP keeps no context */
+  uint64_t name = ortep__fnv1a(ortep__fnv1a(ORTEP__FNV_SEED, w->model, strlen(w->model)), w->options,
+                               strlen(w->options)); /* the decoder's options: not the keys */
+  if (!nk) return ORTEP_OK;                         /* the EP keeps no context */
   for (size_t i = 0; i < nk && i < 8 && at < sizeof w->options; i++)
     at += (size_t)snprintf(w->options + at, sizeof w->options - at, "\n%s", keys[i]);
   /* a hash of the model file's header (safetensors: its 8-byte length and
@@ -241,8 +245,6 @@ ortep_status ortep__wcache_open(const char *setting, const char *model_file, con
   }
   w->hash = ortep__fnv1a(ORTEP__FNV_SEED, buf, (size_t)n);
   ortep__free(buf);
-  uint64_t name =
-      ortep__fnv1a(ortep__fnv1a(ORTEP__FNV_SEED, w->model, strlen(w->model)), w->options, strlen(w->options));
   snprintf(w->info.path, sizeof w->info.path, "%s/%016llx.ortepw", dir, (unsigned long long)name);
   try_load(w, cpu);
   if (w->map) w->info.state = ORTEP_WEIGHTS_CACHE_HIT;

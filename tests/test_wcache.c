@@ -6,11 +6,13 @@
  * nothing for the weights). A stale (the model file's time changed),
  * truncated, damaged or foreign file is refused with the reason and rebuilt;
  * an unwritable directory leaves the decoder working (FAILED, the reason);
- * off writes nothing. The EP's loader refuses every inconsistent blob. */
+ * off writes nothing; a file another build made (other EP keys) is at the
+ * same path and replaced there, never left beside this build's. The EP's loader refuses every inconsistent blob. */
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "llm/internal.h" /* the cache's own open, for two EPs whose keys differ */
 #include "testutil.h"
 
 typedef struct run {
@@ -201,6 +203,59 @@ static bool to_sink(void *ctx, const void *bytes, size_t n) {
   return true;
 }
 
+/* The file's name is the model's and the decoder's options', not the EP's
+ * keys: a build whose keys differ (another ortep version or layout) finds
+ * this build's file at the same path, refuses it and writes its own over
+ * it, instead of leaving a stale file beside it for good. Two CPU EPs whose
+ * keys differ (their layouts) stand in for two builds. */
+START_TEST(another_build_replaces_the_file_in_place) {
+  char dir[64], cache[64] = "/tmp/ortep-wcache-XXXXXX", model[128];
+  test_model_dir(dir, sizeof dir, "small", ORTEP_DTYPE_BF16);
+  snprintf(model, sizeof model, "%s/model.safetensors", dir);
+  ck_assert_ptr_nonnull(mkdtemp(cache));
+  ortep_ep *eps[2];
+  for (int i = 0; i < 2; i++) {
+    ortep_config *c;
+    ck_assert_ok(ortep_config_create(&c));
+    ck_assert_ok(ortep_config_set(c, "cpu.weights_layout", i ? "row_major" : "blocked"));
+    ck_assert_ok(ortep_cpu_ep_create(NULL, &eps[i]));
+    ck_assert_ok(ortep_ep_initialize(eps[i], c));
+    ortep_config_destroy(c);
+  }
+  const char *ka[4], *kb[4];
+  ck_assert_uint_eq(ortep_ep_context_source_keys(eps[0], ka, 4), 3);
+  ck_assert_uint_eq(ortep_ep_context_source_keys(eps[1], kb, 4), 3);
+  ck_assert_str_ne(ka[2], kb[2]); /* the keys differ */
+  ortep__wcache *w[2];
+  ortep_weights_cache_info info[2];
+  for (int i = 0; i < 2; i++) {
+    ck_assert_ok(ortep__wcache_open(cache, model, "the same options", eps[i], &w[i]));
+    ortep__wcache_info(w[i], &info[i]);
+    ck_assert_int_eq(info[i].state, ORTEP_WEIGHTS_CACHE_OFF); /* no file yet: nothing mapped */
+  }
+  ck_assert_str_ne(info[0].path, "");
+  ck_assert_str_eq(info[0].path, info[1].path);
+  for (int i = 0; i < 2; i++) ortep_ep_destroy(eps[i]), ortep__wcache_close(w[i]);
+  /* the decoder's own options name the layouts apart: another file each */
+  run *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+  open_run(dir, cache, "q8_0", a);
+  ck_assert_int_eq(a->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+  /* a file this path held from another build (its keys changed in the
+   * header): refused and rewritten at the same path, one file in the
+   * directory */
+  flip(a->info.path, 4096 + 64 + 2);
+  open_run(dir, cache, "q8_0", b);
+  assert_rebuilt(b, "made for another EP");
+  ck_assert_str_eq(b->info.path, a->info.path);
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "test $(ls %s | wc -l) -eq 1", cache);
+  ck_assert_int_eq(system(cmd), 0);
+  free(a), free(b);
+  rm_dir(cache);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 START_TEST(the_cpu_context_round_trips_and_refuses_bad_blobs) {
   enum { N = 8, K = 64 };
   ortep_ep *a = test_cpu_ep(), *b = test_cpu_ep();
@@ -284,6 +339,7 @@ int main(void) {
   tcase_add_test(tc, a_second_open_maps_what_the_first_prepared);
   tcase_add_test(tc, a_bad_file_is_refused_and_rebuilt);
   tcase_add_test(tc, no_file_when_off_or_unwritable);
+  tcase_add_test(tc, another_build_replaces_the_file_in_place);
   tcase_add_test(tc, the_cpu_context_round_trips_and_refuses_bad_blobs);
   suite_add_tcase(s, tc);
   return test_run(s);
