@@ -39,13 +39,23 @@ static uint16_t f16_at(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); 
  * GB/s instead of 28-32). */
 #define QRUN ORTEP__QUANT_RUN
 
-/* Block b of a quad of type bb bytes a block: its four scales and its quants
- * (4 x bb - 8 bytes). */
+/* The run of a quad (nb blocks of bb bytes a row) starting at block g0, a
+ * multiple of QRUN: its block count, its scales (8 bytes a block) at *sc and
+ * its quants (4 x bb - 8 bytes a block) at *qs. */
+static inline size_t quad_run(const uint8_t *quad, size_t nb, size_t bb, size_t g0, const uint8_t **sc,
+                              const uint8_t **qs) {
+  size_t m = nb - g0 < QRUN ? nb - g0 : QRUN;
+  *sc = quad + g0 * 4 * bb, *qs = *sc + m * 8;
+  return m;
+}
+
+/* Block b of a quad: its four scales (returned) and its quants (*qs). */
 static inline const uint8_t *quad_scales_at(const uint8_t *quad, size_t nb, size_t bb, size_t b, const uint8_t **qs) {
-  size_t g = b / QRUN, i = b % QRUN, m = nb - g * QRUN < QRUN ? nb - g * QRUN : QRUN;
-  const uint8_t *run = quad + g * QRUN * 4 * bb;
-  *qs = run + m * 8 + i * (4 * bb - 8);
-  return run + i * 8;
+  size_t i = b % QRUN;
+  const uint8_t *sc;
+  quad_run(quad, nb, bb, b - i, &sc, qs);
+  *qs += i * (4 * bb - 8);
+  return sc + i * 8;
 }
 
 /* One quad of rows (4 x k values) from GGUF's row-major blocks src into the
@@ -242,6 +252,15 @@ ORTEP_QUANT_AVX2 static void quantize_x_avx2(const float *x, size_t k, const ort
   }
 }
 
+/* The lines a block's worth of bytes from `ahead` covers (4 x 34 or 4 x 18
+ * bytes), prefetched: the kernels keep PREFETCH bytes ahead of the block
+ * they read. */
+ORTEP_QUANT_AVX2 static inline void prefetch_block(const char *ahead, bool q8) {
+  _mm_prefetch(ahead, _MM_HINT_T0);
+  _mm_prefetch(ahead + 64, _MM_HINT_T0);
+  if (q8) _mm_prefetch(ahead + 128, _MM_HINT_T0);
+}
+
 /* d_w of the quad's four rows (the block's four f16 at s4) times d_x */
 ORTEP_QUANT_AVX2 static inline __m128 quad_scales(const uint8_t *s4, float dx) {
   return _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)s4)), _mm_set1_ps(dx));
@@ -256,13 +275,11 @@ ORTEP_QUANT_AVX2 static void dot4_avx2(ortep_dtype dt, const void *w, size_t qua
   const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80), low = _mm256_set1_epi8(15);
   const char *ahead = (const char *)q0 + PREFETCH; /* as dot4_vnni_of's */
   for (size_t g0 = 0; g0 < nb; g0 += QRUN) {
-    size_t m = nb - g0 < QRUN ? nb - g0 : QRUN;
-    const uint8_t *sc = q0 + g0 * 4 * bb, *qr = sc + m * 8; /* the run's scales, then its quants */
+    const uint8_t *sc, *qr;
+    size_t m = quad_run(q0, nb, bb, g0, &sc, &qr);
     for (size_t i = 0; i < m; i++, ahead += 4 * bb) {
       size_t b = g0 + i;
-      _mm_prefetch(ahead, _MM_HINT_T0);
-      _mm_prefetch(ahead + 64, _MM_HINT_T0);
-      if (dt == ORTEP_DTYPE_Q8_0) _mm_prefetch(ahead + 128, _MM_HINT_T0);
+      prefetch_block(ahead, dt == ORTEP_DTYPE_Q8_0);
       __m256i xq = _mm256_loadu_si256((const __m256i *)(x->q + b * QK));
       __m128 s4 = quad_scales(sc + i * 8, x->d[b]);
       __m256 s = _mm256_castps128_ps256(s4);
@@ -320,13 +337,11 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_of(
    * step */
   const char *ahead = (const char *)q0 + PREFETCH;
   for (size_t g0 = 0; g0 < nb; g0 += QRUN) {
-    size_t m = nb - g0 < QRUN ? nb - g0 : QRUN;
-    const uint8_t *sc = q0 + g0 * 4 * bb, *qr = sc + m * 8; /* the run's scales, then its quants */
+    const uint8_t *sc, *qr;
+    size_t m = quad_run(q0, nb, bb, g0, &sc, &qr);
     for (size_t i = 0; i < m; i++, ahead += 4 * bb) {
       size_t b = g0 + i;
-      _mm_prefetch(ahead, _MM_HINT_T0);
-      _mm_prefetch(ahead + 64, _MM_HINT_T0);
-      if (q8) _mm_prefetch(ahead + 128, _MM_HINT_T0);
+      prefetch_block(ahead, q8);
       __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->q + b * QK)));
       __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bias + b * 8)));
       __m512 s = _mm512_castps128_ps512(quad_scales(sc + i * 8, x->d[b]));
