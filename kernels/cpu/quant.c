@@ -35,8 +35,8 @@ static uint16_t f16_at(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); 
 /* A quad's blocks come in runs of QRUN (kernels/opset.h): the run's scales,
  * then its quants, so a kernel reads the quad as one stream (all scales
  * ahead of all quants, the 0.5B down projection, k = 4864, took 51 us of a
- * q4_0 step instead of 47.5 by a per-node timer in a local build; one thread over cold copies of it read 26-28
- * GB/s instead of 28-32). */
+ * q4_0 step instead of 47.5 by a per-node timer in a local build; one
+ * thread over cold copies of it read 26-28 GB/s instead of 28-32). */
 #define QRUN ORTEP__QUANT_RUN
 
 /* The run of a quad (nb blocks of bb bytes a row) starting at block g0, a
