@@ -41,7 +41,28 @@ static inline simde__m512i emulated_cvtepu16_epi32(simde__m256i h) {
 #include "../kernels/cpu/simd_avx2.h"
 #include "../kernels/cpu/simd_avx512.h"
 
-const simd_kernels simd_emulated_avx2 = {dot_f32_avx2, dot_bf16_avx2, dot_f16_avx2, axpy_avx2, widen_avx2, 8};
-const simd_kernels simd_emulated_avx512 = {dot_f32_avx512, dot_bf16_avx512, dot_f16_avx512,
-                                           axpy_avx512,    widen_avx512,    16};
+const simd_kernels simd_emulated_avx2 = {dot_f32_avx2,
+                                         dot_bf16_avx2,
+                                         dot_f16_avx2,
+                                         axpy_avx2,
+                                         widen_avx2,
+                                         8,
+                                         head_scores_f32_avx2,
+                                         head_scores_bf16_avx2,
+                                         head_scores_f16_avx2,
+                                         head_values_f32_avx2,
+                                         head_values_bf16_avx2,
+                                         head_values_f16_avx2};
+const simd_kernels simd_emulated_avx512 = {dot_f32_avx512,
+                                           dot_bf16_avx512,
+                                           dot_f16_avx512,
+                                           axpy_avx512,
+                                           widen_avx512,
+                                           16,
+                                           head_scores_f32_avx512,
+                                           head_scores_bf16_avx512,
+                                           head_scores_f16_avx512,
+                                           head_values_f32_avx512,
+                                           head_values_bf16_avx512,
+                                           head_values_f16_avx512};
 const simd_blocked_kernels simd_emulated_blocked = {avx2_x4_bf16, dot4_bf16_avx2, dot4_f16_avx2};

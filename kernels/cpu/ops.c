@@ -261,6 +261,12 @@ typedef struct dot_set {
   void (*attn_scores)(const uint16_t *, size_t, size_t, const uint16_t *, size_t, size_t, float, float *, size_t);
   void (*attn_values)(const uint16_t *, size_t, size_t, const uint16_t *, size_t, size_t, const float *, float *,
                       size_t);
+  /* one head's decode attention over a cache of f32/f16/bf16 rows: the scores, bitwise the dot above per row,
+   * and after the softmax the values, bitwise axpy per (widened) row into a zeroed out (simd_*.h head_*) */
+  void (*head_scores)(const float *q, const void *k, ortep_dtype dt, size_t row, size_t n, size_t hd, float scale,
+                      float *sc);
+  void (*head_values)(const float *p, float denom, const void *v, ortep_dtype dt, size_t row, size_t n, size_t hd,
+                      float *out);
   const char *name;
 } dot_set;
 
@@ -269,6 +275,29 @@ static void dot4x2_bf16_portable(const float *x0, const float *x1, const uint16_
 }
 static void dot4x2_f16_portable(const float *x0, const float *x1, const uint16_t *w, size_t k, float *y0, float *y1) {
   dot4_f16_portable(x0, w, k, y0), dot4_f16_portable(x1, w, k, y1);
+}
+/* the portable heads: the set's dot and axpy row by row */
+static void head_scores_portable(const float *q, const void *k, ortep_dtype dt, size_t row, size_t n, size_t hd,
+                                 float scale, float *sc) {
+  for (size_t s = 0; s < n; s++) {
+    const void *r = (const char *)k + s * row * ortep_dtype_size(dt);
+    sc[s] = (dt == ORTEP_DTYPE_F32   ? dot8(q, r, hd)
+             : dt == ORTEP_DTYPE_F16 ? dot8_f16(q, r, hd)
+                                     : dot8_bf16(q, r, hd)) *
+            scale;
+  }
+}
+static void head_values_portable(const float *p, float denom, const void *v, ortep_dtype dt, size_t row, size_t n,
+                                 size_t hd, float *out) {
+  memset(out, 0, hd * sizeof *out);
+  for (size_t s = 0; s < n; s++)
+    for (size_t c = 0; c < hd; c++) {
+      size_t at = s * row + c;
+      float x = dt == ORTEP_DTYPE_F32   ? ((const float *)v)[at]
+                : dt == ORTEP_DTYPE_F16 ? ortep_f16_to_f32(((const uint16_t *)v)[at])
+                                        : cpu_bf16(((const uint16_t *)v)[at]);
+      out[c] += p[s] / denom * x; /* axpy_portable's rounding */
+    }
 }
 static dot_set dots = {.f32 = dot8,
                        .bf16 = dot8_bf16,
@@ -280,6 +309,8 @@ static dot_set dots = {.f32 = dot8,
                        .dot4_f16 = dot4_f16_portable,
                        .dot4x2_bf16 = dot4x2_bf16_portable,
                        .dot4x2_f16 = dot4x2_f16_portable,
+                       .head_scores = head_scores_portable,
+                       .head_values = head_values_portable,
                        .name = "portable"};
 static pthread_once_t dots_once = PTHREAD_ONCE_INIT;
 static char dots_error[256];     /* why ORTEP_CPU_SIMD could not be honoured; "" when it was */
@@ -366,6 +397,29 @@ __attribute__((target("avx512f"))) static void exp_avx512(const float *x, float 
   exp_sse(x + i, y + i, n - i);
 }
 
+/* simd_*.h's head kernels for the cache's dtype */
+#define ORTEP_HEAD_SET(isa, ISA)                                                                                      \
+  ORTEP_SIMD_##ISA static void head_scores_##isa(const float *q, const void *k, ortep_dtype dt, size_t row, size_t n, \
+                                                 size_t hd, float scale, float *sc) {                                 \
+    if (dt == ORTEP_DTYPE_F32)                                                                                        \
+      head_scores_f32_##isa(q, k, row, n, hd, scale, sc);                                                             \
+    else if (dt == ORTEP_DTYPE_F16)                                                                                   \
+      head_scores_f16_##isa(q, k, row, n, hd, scale, sc);                                                             \
+    else                                                                                                              \
+      head_scores_bf16_##isa(q, k, row, n, hd, scale, sc);                                                            \
+  }                                                                                                                   \
+  ORTEP_SIMD_##ISA static void head_values_##isa(const float *p, float denom, const void *v, ortep_dtype dt,          \
+                                                 size_t row, size_t n, size_t hd, float *out) {                       \
+    if (dt == ORTEP_DTYPE_F32)                                                                                        \
+      head_values_f32_##isa(p, denom, v, row, n, hd, out);                                                            \
+    else if (dt == ORTEP_DTYPE_F16)                                                                                   \
+      head_values_f16_##isa(p, denom, v, row, n, hd, out);                                                            \
+    else                                                                                                              \
+      head_values_bf16_##isa(p, denom, v, row, n, hd, out);                                                           \
+  }
+ORTEP_HEAD_SET(avx2, AVX2)
+ORTEP_HEAD_SET(avx512, AVX512)
+
 /* the many-row and attention kernels stay NULL here: set with bf16_rows where the CPU has AVX512-BF16 */
 static const dot_set avx2_set = {.f32 = dot_f32_avx2,
                                  .bf16 = dot_bf16_avx2,
@@ -377,6 +431,8 @@ static const dot_set avx2_set = {.f32 = dot_f32_avx2,
                                  .dot4_f16 = dot4_f16_avx2,
                                  .dot4x2_bf16 = dot4x2_bf16_avx2,
                                  .dot4x2_f16 = dot4x2_f16_avx2,
+                                 .head_scores = head_scores_avx2,
+                                 .head_values = head_values_avx2,
                                  .name = "avx2"};
 /* the blocked four-row kernels are the AVX2 ones (no AVX-512 variant yet);
  * their two-row forms use AVX-512VL's 32 registers when it is there */
@@ -390,6 +446,8 @@ static const dot_set avx512_set = {.f32 = dot_f32_avx512,
                                    .dot4_f16 = dot4_f16_avx2,
                                    .dot4x2_bf16 = dot4x2_bf16_avx2,
                                    .dot4x2_f16 = dot4x2_f16_avx2,
+                                   .head_scores = head_scores_avx512,
+                                   .head_values = head_values_avx512,
                                    .name = "avx512"};
 static bool have_avx512vl(void) {
   unsigned a, b, c, d;
@@ -974,13 +1032,6 @@ static void kv_store(void *cache, size_t at, const float *row, size_t n, ortep_d
   for (size_t i = 0; i < n; i++) d[i] = dt == ORTEP_DTYPE_F16 ? ortep_f32_to_f16(row[i]) : ortep_f32_to_bf16(row[i]);
 }
 
-/* q . (a cache row at element `at`), in f32. */
-static float kv_dot(const float *q, const void *cache, size_t at, size_t n, ortep_dtype dt) {
-  if (dt == ORTEP_DTYPE_F32) return dots.f32(q, (const float *)cache + at, n);
-  if (dt == ORTEP_DTYPE_F16) return dots.f16(q, (const uint16_t *)cache + at, n);
-  return dots.bf16(q, (const uint16_t *)cache + at, n);
-}
-
 /* A cache row as f32: the row itself, or widened into tmp. */
 static const float *row_f32(const void *cache, size_t at, size_t n, ortep_dtype dt, float *tmp) {
   if (dt == ORTEP_DTYPE_F32) return (const float *)cache + at;
@@ -1012,20 +1063,16 @@ void ortep__cpu_gqa_write_kv(const float *k, const float *v, ortep__kv_cache c, 
 void ortep__cpu_gqa_heads(const float *q, ortep__kv_cache c, const int32_t *pos, size_t heads, size_t kv_heads,
                           size_t head_dim, size_t capacity, float scale, float *sc, float *out, size_t i0, size_t i1) {
   size_t group = heads / kv_heads, row = kv_heads * head_dim; /* position-major caches */
-  float *vtmp = sc + capacity;
   for (size_t item = i0; item < i1; item++) {
     size_t t = item / heads, h = item % heads, g = h / group;
     int32_t p = pos[t], sq = c.slots ? c.slots[t] : 0;
     if (p < 0 || (size_t)p >= capacity || sq < 0 || (c.slots && (size_t)sq >= c.n_slots))
       continue; /* zeroed (and latched) by write_kv */
     size_t slot = (size_t)p, base = (size_t)sq * capacity * row + g * head_dim;
-    const float *qh = q + item * head_dim;
-    for (size_t s = 0; s <= slot; s++) sc[s] = kv_dot(qh, c.k, base + s * row, head_dim, c.dt) * scale;
+    size_t at = base * ortep_dtype_size(c.dt);
+    dots.head_scores(q + item * head_dim, (const char *)c.k + at, c.dt, row, slot + 1, head_dim, scale, sc);
     float denom = exp_shifted(sc, slot + 1);
-    float *oh = out + item * head_dim;
-    memset(oh, 0, head_dim * sizeof *oh);
-    for (size_t s = 0; s <= slot; s++)
-      dots.axpy(sc[s] / denom, row_f32(c.v, base + s * row, head_dim, c.dt, vtmp), oh, head_dim);
+    dots.head_values(sc, denom, (const char *)c.v + at, c.dt, row, slot + 1, head_dim, out + item * head_dim);
   }
 }
 
@@ -1053,8 +1100,7 @@ static size_t bf16_attn_floats(size_t head_dim, size_t capacity) {
 }
 
 size_t ortep__cpu_gqa_scratch(size_t tokens, size_t head_dim, size_t capacity, ortep_dtype dt, bool bf16) {
-  size_t per_token = capacity + head_dim,
-         chunk = tokens * capacity + (dt == ORTEP_DTYPE_F32 ? 0 : 2 * capacity * head_dim);
+  size_t per_token = capacity, chunk = tokens * capacity + (dt == ORTEP_DTYPE_F32 ? 0 : 2 * capacity * head_dim);
   if (bf16 && tokens > 1) {
     size_t b = bf16_attn_floats(head_dim, capacity);
     chunk = chunk > b ? chunk : b;

@@ -150,7 +150,7 @@ typedef struct ortep__kv_cache {
 void ortep__cpu_gqa_write_kv(const float *k, const float *v, ortep__kv_cache cache, const int32_t *pos, size_t tokens,
                              size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
                              uint32_t *error_word);
-/* scores: capacity + head_dim floats (a 16-bit V row is widened after them). */
+/* scores: capacity floats. */
 void ortep__cpu_gqa_heads(const float *q, ortep__kv_cache cache, const int32_t *pos, size_t heads, size_t kv_heads,
                           size_t head_dim, size_t capacity, float scale, float *scores, float *out, size_t i0,
                           size_t i1);

@@ -60,6 +60,46 @@ ORTEP_DOT_AVX2(f32, float)
 ORTEP_DOT_AVX2(bf16, uint16_t)
 ORTEP_DOT_AVX2(f16, uint16_t)
 
+/* One head's decode attention, as simd_avx512.h's head_* at 8 lanes: bitwise
+ * dot_*_avx2 per row for the scores, axpy_avx2 per row into a zeroed out for
+ * the values, 32 columns at a time kept in registers. */
+#define ORTEP_HEAD_AVX2(type, T)                                                                                       \
+  ORTEP_SIMD_AVX2 static void head_scores_##type##_avx2(const float *q, const T *k, size_t row, size_t n, size_t hd,   \
+                                                        float scale, float *sc) {                                      \
+    for (size_t s = 0; s < n; s++) sc[s] = dot_##type##_avx2(q, k + s * row, hd) * scale;                              \
+  }                                                                                                                    \
+  ORTEP_SIMD_AVX2 static void head_values_##type##_avx2(const float *p, float denom, const T *v, size_t row, size_t n, \
+                                                        size_t hd, float *out) {                                       \
+    size_t c = 0;                                                                                                      \
+    for (; c + 32 <= hd; c += 32) {                                                                                    \
+      __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;                                                      \
+      for (size_t s = 0; s < n; s++) {                                                                                 \
+        __m256 a = _mm256_set1_ps(p[s] / denom);                                                                       \
+        const T *x = v + s * row + c;                                                                                  \
+        o0 = _mm256_fmadd_ps(a, avx2_load_##type(x), o0);                                                              \
+        o1 = _mm256_fmadd_ps(a, avx2_load_##type(x + 8), o1);                                                          \
+        o2 = _mm256_fmadd_ps(a, avx2_load_##type(x + 16), o2);                                                         \
+        o3 = _mm256_fmadd_ps(a, avx2_load_##type(x + 24), o3);                                                         \
+      }                                                                                                                \
+      _mm256_storeu_ps(out + c, o0), _mm256_storeu_ps(out + c + 8, o1);                                                \
+      _mm256_storeu_ps(out + c + 16, o2), _mm256_storeu_ps(out + c + 24, o3);                                          \
+    }                                                                                                                  \
+    for (; c + 8 <= hd; c += 8) {                                                                                      \
+      __m256 o0 = _mm256_setzero_ps();                                                                                 \
+      for (size_t s = 0; s < n; s++)                                                                                   \
+        o0 = _mm256_fmadd_ps(_mm256_set1_ps(p[s] / denom), avx2_load_##type(v + s * row + c), o0);                     \
+      _mm256_storeu_ps(out + c, o0);                                                                                   \
+    }                                                                                                                  \
+    for (; c < hd; c++) {                                                                                              \
+      float y = 0.0f;                                                                                                  \
+      for (size_t s = 0; s < n; s++) y = fmaf(p[s] / denom, simd_one_##type(v[s * row + c]), y);                       \
+      out[c] = y;                                                                                                      \
+    }                                                                                                                  \
+  }
+ORTEP_HEAD_AVX2(f32, float)
+ORTEP_HEAD_AVX2(bf16, uint16_t)
+ORTEP_HEAD_AVX2(f16, uint16_t)
+
 /* --- four rows of a blocked weight (ops.h: [N/4, K/16, 4, 16]) at once -----
  * Each 16-column block holds the four rows' 16 values one after another, so
  * the four dot products stream one run of memory and share each load of x.

@@ -81,4 +81,48 @@ ORTEP_SIMD_AVX512 static void axpy_avx512(float a, const float *x, float *y, siz
   for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
 }
 
+/* One head's decode attention over n cache rows `row` elements apart (the
+ * includer runs the softmax between the two): scores sc[s] = dot(q, k_s) *
+ * scale, bitwise dot_*_avx512 of each row; values out = sum over s of
+ * (p[s] / denom) v_s, each column accumulated by FMA in the order of s from
+ * zero, so bitwise axpy_avx512 of each row into a zeroed out, with 64
+ * columns at a time kept in registers across the rows instead of stored and
+ * reloaded per row. */
+#define ORTEP_HEAD_AVX512(type, T)                                                                               \
+  ORTEP_SIMD_AVX512 static void head_scores_##type##_avx512(const float *q, const T *k, size_t row, size_t n,    \
+                                                            size_t hd, float scale, float *sc) {                 \
+    for (size_t s = 0; s < n; s++) sc[s] = dot_##type##_avx512(q, k + s * row, hd) * scale;                      \
+  }                                                                                                              \
+  ORTEP_SIMD_AVX512 static void head_values_##type##_avx512(const float *p, float denom, const T *v, size_t row, \
+                                                            size_t n, size_t hd, float *out) {                   \
+    size_t c = 0;                                                                                                \
+    for (; c + 64 <= hd; c += 64) {                                                                              \
+      __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;                                                \
+      for (size_t s = 0; s < n; s++) {                                                                           \
+        __m512 a = _mm512_set1_ps(p[s] / denom);                                                                 \
+        const T *x = v + s * row + c;                                                                            \
+        o0 = _mm512_fmadd_ps(a, avx512_load_##type(x), o0);                                                      \
+        o1 = _mm512_fmadd_ps(a, avx512_load_##type(x + 16), o1);                                                 \
+        o2 = _mm512_fmadd_ps(a, avx512_load_##type(x + 32), o2);                                                 \
+        o3 = _mm512_fmadd_ps(a, avx512_load_##type(x + 48), o3);                                                 \
+      }                                                                                                          \
+      _mm512_storeu_ps(out + c, o0), _mm512_storeu_ps(out + c + 16, o1);                                         \
+      _mm512_storeu_ps(out + c + 32, o2), _mm512_storeu_ps(out + c + 48, o3);                                    \
+    }                                                                                                            \
+    for (; c + 16 <= hd; c += 16) {                                                                              \
+      __m512 o0 = _mm512_setzero_ps();                                                                           \
+      for (size_t s = 0; s < n; s++)                                                                             \
+        o0 = _mm512_fmadd_ps(_mm512_set1_ps(p[s] / denom), avx512_load_##type(v + s * row + c), o0);             \
+      _mm512_storeu_ps(out + c, o0);                                                                             \
+    }                                                                                                            \
+    for (; c < hd; c++) {                                                                                        \
+      float y = 0.0f;                                                                                            \
+      for (size_t s = 0; s < n; s++) y = fmaf(p[s] / denom, simd_one_##type(v[s * row + c]), y);                 \
+      out[c] = y;                                                                                                \
+    }                                                                                                            \
+  }
+ORTEP_HEAD_AVX512(f32, float)
+ORTEP_HEAD_AVX512(bf16, uint16_t)
+ORTEP_HEAD_AVX512(f16, uint16_t)
+
 #endif
