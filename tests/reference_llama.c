@@ -9,6 +9,7 @@
 #include "reference_llama.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ typedef struct layer {
 struct ref_model {
   ortep_model_config c;
   size_t max_seq;
+  bool quantize_x; /* ref_quantize_activations */
   double *embed, *norm, *lm;
   layer *layers;
 };
@@ -99,13 +101,33 @@ static void rmsnorm(const double *x, const double *w, size_t n, double eps, doub
   for (size_t i = 0; i < n; i++) y[i] = x[i] * inv * w[i];
 }
 
-/* y[out] = W[out][in] x + b */
-static void linear(const double *W, const double *b, const double *x, size_t in, size_t out, double *y) {
+/* x rounded to q8 blocks as llama.cpp's q8_0 dot products take activations:
+ * per 32 values d = max|x| / 127, x = round(x / d) * d (|round| <= 127). */
+static void q8_blocks(double *x, size_t n) {
+  for (size_t b = 0; b + 32 <= n; b += 32) {
+    double amax = 0;
+    for (size_t i = b; i < b + 32; i++) amax = fmax(amax, fabs(x[i]));
+    double d = amax / 127.0;
+    for (size_t i = b; i < b + 32; i++) x[i] = d > 0 ? nearbyint(x[i] / d) * d : 0.0;
+  }
+}
+
+/* y[out] = W[out][in] x + b (x in q8 blocks first when r->quantize_x) */
+static void linear(const ref_model *r, const double *W, const double *b, const double *x, size_t in, size_t out,
+                   double *y) {
+  double *xq = NULL;
+  if (r->quantize_x) {
+    xq = malloc(in * sizeof *xq);
+    memcpy(xq, x, in * sizeof *xq);
+    q8_blocks(xq, in);
+    x = xq;
+  }
   for (size_t o = 0; o < out; o++) {
     double s = b ? b[o] : 0.0;
     for (size_t i = 0; i < in; i++) s += W[o * in + i] * x[i];
     y[o] = s;
   }
+  free(xq);
 }
 
 static void rope(double *v, size_t heads, size_t hd, int pos, double theta) {
@@ -132,9 +154,9 @@ void ref_step(ref_model *r, int token, int pos, double *logits) {
   for (int64_t l = 0; l < r->c.num_hidden_layers; l++) {
     layer *L = &r->layers[l];
     rmsnorm(h, L->ln1, H, r->c.rms_norm_eps, x);
-    linear(L->wq, L->bq, x, H, NH * HD, q);
-    linear(L->wk, L->bk, x, H, KV * HD, k);
-    linear(L->wv, L->bv, x, H, KV * HD, v);
+    linear(r, L->wq, L->bq, x, H, NH * HD, q);
+    linear(r, L->wk, L->bk, x, H, KV * HD, k);
+    linear(r, L->wv, L->bv, x, H, KV * HD, v);
     rope(q, NH, HD, pos, r->c.rope_theta);
     rope(k, KV, HD, pos, r->c.rope_theta);
     for (size_t j = 0; j < KV; j++)
@@ -158,21 +180,23 @@ void ref_step(ref_model *r, int token, int pos, double *logits) {
         a[hh * HD + i] = s;
       }
     }
-    linear(L->wo, NULL, a, NH * HD, H, o);
+    linear(r, L->wo, NULL, a, NH * HD, H, o);
     for (size_t i = 0; i < H; i++) h[i] += o[i];
     rmsnorm(h, L->ln2, H, r->c.rms_norm_eps, x);
-    linear(L->wg, NULL, x, H, I, g);
-    linear(L->wu, NULL, x, H, I, u);
+    linear(r, L->wg, NULL, x, H, I, g);
+    linear(r, L->wu, NULL, x, H, I, u);
     for (size_t i = 0; i < I; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
-    linear(L->wd, NULL, g, I, H, o);
+    linear(r, L->wd, NULL, g, I, H, o);
     for (size_t i = 0; i < H; i++) h[i] += o[i];
   }
   rmsnorm(h, r->norm, H, r->c.rms_norm_eps, x);
-  linear(r->lm ? r->lm : r->embed, NULL, x, H, V, logits);
+  linear(r, r->lm ? r->lm : r->embed, NULL, x, H, V, logits);
   free(h), free(x), free(q), free(k), free(v), free(a), free(o), free(g), free(u), free(sc);
 }
 
 size_t ref_vocab(const ref_model *r) { return (size_t)r->c.vocab_size; }
+
+void ref_quantize_activations(ref_model *r, bool on) { r->quantize_x = on; }
 
 void ref_close(ref_model *r) {
   if (!r) return;
