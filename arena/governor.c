@@ -4,8 +4,6 @@
  * granted or refused as a whole and a refusal touches no counter; peaks and
  * totals are updated only after the reservation has succeeded.
  */
-#include <ctype.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,36 +39,6 @@ uint64_t ortep_governor_budget(const ortep_governor *g, ortep_tier tier) {
   return (g && tier_ok(tier)) ? atomic_load(&g->budget[tier]) : 0;
 }
 
-static bool parse_bytes(const char *s, uint64_t *out) {
-  if (strcmp(s, "unlimited") == 0) {
-    *out = ORTEP_BUDGET_UNLIMITED;
-    return true;
-  }
-  if (!isdigit((unsigned char)s[0])) return false;
-  errno = 0;
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno) return false;
-  unsigned shift = 0;
-  switch (toupper((unsigned char)*end)) {
-    case '\0': break;
-    case 'K': shift = 10; break;
-    case 'M': shift = 20; break;
-    case 'G': shift = 30; break;
-    case 'T': shift = 40; break;
-    default: return false;
-  }
-  if (*end) {
-    end++;
-    if (*end == 'i' || *end == 'I') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return false;
-  }
-  if (shift && v > (UINT64_MAX >> shift)) return false;
-  *out = (uint64_t)v << shift;
-  return true;
-}
-
 ortep_status ortep_governor_configure(ortep_governor *g, const char *key, const char *value) {
   static const char *const keys[ORTEP_TIER_COUNT] = {"ortep.host.budget_bytes", "ortep.device.budget_bytes",
                                                      "ortep.disk.budget_bytes"};
@@ -78,7 +46,7 @@ ortep_status ortep_governor_configure(ortep_governor *g, const char *key, const 
   for (int t = 0; t < ORTEP_TIER_COUNT; t++) {
     if (strcmp(key, keys[t]) != 0) continue;
     uint64_t bytes;
-    if (!parse_bytes(value, &bytes))
+    if (!ortep__parse_bytes(value, &bytes))
       return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
                          "%s: '%s' is not a byte count; use digits with an optional K, M, G or T suffix "
                          "(e.g. 8G) or 'unlimited'",

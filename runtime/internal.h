@@ -79,6 +79,10 @@ uint64_t ortep__now_ns(void);
 
 /* "1.5 GiB", "200 MiB", "64 B". Writes into buf (>= 32 bytes); returns buf. */
 char *ortep__format_bytes(uint64_t bytes, char *buf, size_t len);
+/* A byte count as the config keys take it: digits with an optional K, M, G
+ * or T suffix (powers of 1024; "8G", "512MiB", "64kb"), or "unlimited"
+ * (UINT64_MAX). False for anything else or an overflow. */
+bool ortep__parse_bytes(const char *s, uint64_t *out);
 
 static inline bool ortep__is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 /* Round x up to a multiple of align (a power of two); false on overflow. */

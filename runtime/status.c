@@ -3,6 +3,8 @@
  * per-thread last-error message. The message buffer is thread-local so that
  * concurrent failures on different threads never mix their texts.
  */
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +94,36 @@ char *ortep__format_bytes(uint64_t bytes, char *buf, size_t len) {
   }
   snprintf(buf, len, "%.1f %s", v, units[u]);
   return buf;
+}
+
+bool ortep__parse_bytes(const char *s, uint64_t *out) {
+  if (strcmp(s, "unlimited") == 0) {
+    *out = UINT64_MAX;
+    return true;
+  }
+  if (!isdigit((unsigned char)s[0])) return false;
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno) return false;
+  unsigned shift = 0;
+  switch (toupper((unsigned char)*end)) {
+    case '\0': break;
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    case 'T': shift = 40; break;
+    default: return false;
+  }
+  if (*end) {
+    end++;
+    if (*end == 'i' || *end == 'I') end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) return false;
+  }
+  if (shift && v > (UINT64_MAX >> shift)) return false;
+  *out = (uint64_t)v << shift;
+  return true;
 }
 
 uint64_t ortep__now_ns(void) {
