@@ -157,6 +157,7 @@ void ortep_decoder_close(ortep_decoder *d) {
 #define WDTYPE_KEY  "ortep.weights_dtype"
 #define EDTYPE_KEY  "ortep.embedding_dtype"
 #define CACHE_KEY   "ortep.weights_cache"
+#define CMAX_KEY    "ortep.weights_cache_max"
 #define AUTO_CHUNK  256 /* prefill_chunk 0: chunks of 256, 128, 64, ..., 2 */
 
 /* Every key must belong to a component that reads it: ortep.* (the decoder
@@ -185,12 +186,12 @@ static ortep_status apply_governor_config(ortep_governor *g, const ortep_config 
   for (size_t i = 0; i < ortep_config_count(c); i++) {
     const char *k = ortep_config_key(c, i);
     if (strncmp(k, "ortep.", 6) != 0 || !strcmp(k, WEIGHTS_KEY) || !strcmp(k, LAYOUT_KEY) || !strcmp(k, KV_KEY) ||
-        !strcmp(k, WDTYPE_KEY) || !strcmp(k, EDTYPE_KEY) || !strcmp(k, CACHE_KEY))
+        !strcmp(k, WDTYPE_KEY) || !strcmp(k, EDTYPE_KEY) || !strcmp(k, CACHE_KEY) || !strcmp(k, CMAX_KEY))
       continue;
     st = ortep_governor_configure(g, k, ortep_config_get(c, k));
     if (st != ORTEP_OK) /* the governor names its own keys; the decoder's besides */
-      return ortep__wrap(st, "decoder config (ortep.* keys: %s, %s, %s, %s, %s, %s and the governor's)", WEIGHTS_KEY,
-                         LAYOUT_KEY, KV_KEY, WDTYPE_KEY, EDTYPE_KEY, CACHE_KEY);
+      return ortep__wrap(st, "decoder config (ortep.* keys: %s, %s, %s, %s, %s, %s, %s and the governor's)",
+                         WEIGHTS_KEY, LAYOUT_KEY, KV_KEY, WDTYPE_KEY, EDTYPE_KEY, CACHE_KEY, CMAX_KEY);
   }
   return ORTEP_OK;
 }
@@ -499,7 +500,8 @@ static bool runs_nodes(const ortep_decoder *d, const ortep_ep *ep) {
  * asked and as the CPU EP gets it, the weights mode) besides the model file
  * and the EP's context keys; the file is named by all of it but the keys. */
 static ortep_status open_cache(ortep_decoder *d, const char *dir, ortep_ep *cpu) {
-  if (ortep_ep_registry_count(d->registry) != 1) return ORTEP_OK;
+  /* off where a GPU runs the step, its settings still checked */
+  const char *where = ortep_ep_registry_count(d->registry) != 1 ? "off" : ortep_config_get(d->ep_config, CACHE_KEY);
   const char *lm = ortep_config_get(d->ep_config, LAYOUT_KEY), *wm = ortep_config_get(d->ep_config, WEIGHTS_KEY),
              *cl = ortep_config_get(d->ep_config, "cpu.weights_layout"); /* set directly, or from lm */
   char opts[320];
@@ -508,7 +510,7 @@ static ortep_status open_cache(ortep_decoder *d, const char *dir, ortep_ep *cpu)
            d->dtypes.projections == ORTEP_DTYPE_COUNT ? "stored" : ortep_dtype_name(d->dtypes.projections),
            d->dtypes.embedding == ORTEP_DTYPE_COUNT ? "stored" : ortep_dtype_name(d->dtypes.embedding),
            lm ? lm : "auto", cl ? cl : "blocked", wm ? wm : "map");
-  return ortep__wcache_open(ortep_config_get(d->ep_config, CACHE_KEY), ortep__model_file(d->model), opts, cpu,
+  return ortep__wcache_open(where, ortep_config_get(d->ep_config, CMAX_KEY), ortep__model_file(d->model), opts, cpu,
                             &d->wcache);
 }
 

@@ -36,13 +36,15 @@ size_t ortep__model_release_prepared(ortep_model *model, const ortep_session *se
 void ortep__model_release_weight(void *model, const char *name);
 
 /* The weights cache (weights_cache.c, decode.h): opened before the session
- * (setting: ortep.weights_cache; options: what the decoder asks of the
+ * (setting: ortep.weights_cache; limit: ortep.weights_cache_max, refused
+ * when it is not a byte count; options: what the decoder asks of the
  * weights), a file found valid is loaded into the CPU EP's context; saved
  * after the session when the EP prepared what the file did not hold.
- * Never fails but for memory: what goes wrong is the info's reason. */
+ * Fails only for memory or a limit that is not a byte count: what goes
+ * wrong with the files is the info's reason. */
 typedef struct ortep__wcache ortep__wcache;
-ortep_status ortep__wcache_open(const char *setting, const char *model_file, const char *options, ortep_ep *cpu,
-                                ortep__wcache **out);
+ortep_status ortep__wcache_open(const char *setting, const char *limit, const char *model_file, const char *options,
+                                ortep_ep *cpu, ortep__wcache **out);
 void ortep__wcache_save(ortep__wcache *w, ortep_ep *cpu, size_t prepared);
 void ortep__wcache_info(const ortep__wcache *w, ortep_weights_cache_info *out);
 /* After the EP is gone: the mapping it served from. */

@@ -10,15 +10,25 @@
  *   ns, u64 hash of the model file's header, u64 blob bytes, u64 length
  *   of the options text, the options text (what the decoder asked for and
  *   the EP's context keys), zeros.
+ *   At 2040 the length of the model file's real path, the path at 2048
+ *   (0 when longer than 2047 bytes), so a file can say whose it is.
  * The name: FNV-1a of the model file's real path and the decoder's options
  * (not the EP's keys), so one file per model and configuration, replaced
  * when it goes stale or another ortep build made it: an upgrade rewrites
  * the file in place instead of leaving the old build's beside it for good.
  * A new file is written beside it, flushed and renamed over it, so a reader
  * sees the old file or the whole new one.
+ *
+ * The directory is kept tidy when a file is written (tidy): the files no
+ * build of this format can use again go (their model file gone or changed,
+ * another format version, truncated; a writer's temporary file whose
+ * process is gone), then the least recently used (a hit touches its file)
+ * while they add up to more than ortep.weights_cache_max.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,10 +41,13 @@
 #include "internal.h"
 #include "ortep/decode.h"
 
-#define MAGIC        "ORTEPWC1"
-#define VERSION      1u
-#define HEADER_BYTES 4096u
-#define HASHED_BYTES ((size_t)1 << 20)
+#define MAGIC         "ORTEPWC1"
+#define VERSION       2u
+#define HEADER_BYTES  4096u
+#define PATH_LEN_AT   2040u /* u64: the model file's path length (0: not recorded) */
+#define PATH_AT       2048u
+#define HASHED_BYTES  ((size_t)1 << 20)
+#define DEFAULT_LIMIT ((uint64_t)32 << 30) /* ortep.weights_cache_max */
 
 struct ortep__wcache {
   ortep_weights_cache_info info;
@@ -44,7 +57,8 @@ struct ortep__wcache {
   uint64_t hash;  /* of its header */
   void *map;      /* a loaded file (HIT), kept while the EP lives */
   size_t map_bytes, blob_bytes;
-  bool refused; /* a file was there and was refused: REBUILT once written */
+  bool refused;   /* a file was there and was refused: REBUILT once written */
+  uint64_t limit; /* ortep.weights_cache_max */
 };
 
 static void put64(uint8_t *p, uint64_t v) {
@@ -106,6 +120,11 @@ static void header(const ortep__wcache *w, uint64_t blob, uint8_t *h) {
   size_t n = strlen(w->options);
   put64(h + 56, n);
   memcpy(h + 64, w->options, n);
+  size_t p = strlen(w->model);
+  if (p < HEADER_BYTES - PATH_AT) {
+    put64(h + PATH_LEN_AT, p);
+    memcpy(h + PATH_AT, w->model, p);
+  }
 }
 
 /* A file that is there: its header checked against the model and options,
@@ -144,6 +163,7 @@ static void try_load(ortep__wcache *w, ortep_ep *cpu) {
     return;
   }
   void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  (void)futimens(fd, NULL); /* used now: the last the limit evicts (fails harmlessly on another's file) */
   close(fd);
   if (map == MAP_FAILED) {
     refuse(w, "it could not be mapped: %s", strerror(errno));
@@ -209,12 +229,115 @@ static bool write_rest(writer *w) {
   return ok;
 }
 
-ortep_status ortep__wcache_open(const char *setting, const char *model_file, const char *options, ortep_ep *cpu,
-                                ortep__wcache **out) {
+/* --- keeping the directory tidy ------------------------------------------ */
+/* A cache file's name: 16 hex digits, ".ortepw"; a writer's temporary file
+ * that name, then ".PID.tmp" (*pid). */
+static bool hex16(const char *n) {
+  for (int i = 0; i < 16; i++)
+    if (!((n[i] >= '0' && n[i] <= '9') || (n[i] >= 'a' && n[i] <= 'f'))) return false;
+  return true;
+}
+static bool cache_name(const char *n) { return strlen(n) == 23 && hex16(n) && !strcmp(n + 16, ".ortepw"); }
+static bool temp_name(const char *n, long *pid) {
+  if (strlen(n) < 29 || !hex16(n) || strncmp(n + 16, ".ortepw.", 8)) return false;
+  char *end;
+  errno = 0;
+  *pid = strtol(n + 24, &end, 10);
+  return !errno && *pid > 0 && end != n + 24 && !strcmp(end, ".tmp");
+}
+
+/* Whether the cache file at fd can never be used again: true when it is
+ * truncated, of another format version, or its model file (as its header
+ * records it) is gone or has another size or time; false for a file that is
+ * not ortep's, records no path, or whose model cannot be looked at. */
+static bool unusable(int fd, off_t size) {
+  uint8_t h[HEADER_BYTES];
+  size_t want = size < (off_t)HEADER_BYTES ? (size_t)size : HEADER_BYTES;
+  if (want < 9 || pread(fd, h, want, 0) != (ssize_t)want || memcmp(h, MAGIC, 8)) return false;
+  if (want < HEADER_BYTES || h[8] != VERSION || get64(h + 48) != (uint64_t)size - HEADER_BYTES) return true;
+  uint64_t n = get64(h + PATH_LEN_AT);
+  if (n == 0 || n >= HEADER_BYTES - PATH_AT) return false;
+  char model[HEADER_BYTES - PATH_AT];
+  memcpy(model, h + PATH_AT, n);
+  model[n] = '\0';
+  struct stat sb;
+  if (stat(model, &sb) != 0) return errno == ENOENT || errno == ENOTDIR;
+  return (uint64_t)sb.st_size != get64(h + 16) || (uint64_t)sb.st_mtim.tv_sec != get64(h + 24) ||
+         (uint64_t)sb.st_mtim.tv_nsec != get64(h + 32);
+}
+
+typedef struct kept {
+  char name[24];
+  struct timespec used; /* the file's mtime: written, or last hit */
+  uint64_t bytes;
+} kept;
+static int by_use(const void *a, const void *b) {
+  const kept *x = a, *y = b;
+  if (x->used.tv_sec != y->used.tv_sec) return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
+  if (x->used.tv_nsec != y->used.tv_nsec) return x->used.tv_nsec < y->used.tv_nsec ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+static void drop(ortep__wcache *w, int dfd, const char *name, uint64_t bytes) {
+  if (unlinkat(dfd, name, 0) != 0) return;
+  w->info.removed++;
+  w->info.removed_bytes += bytes;
+}
+
+/* After this decoder's file (`mine`) was written into dir: see the top. */
+static void tidy(ortep__wcache *w, const char *dir, const char *mine) {
+  DIR *dp = opendir(dir);
+  if (!dp) return;
+  int dfd = dirfd(dp);
+  kept *list = NULL;
+  size_t n = 0, cap = 0;
+  uint64_t total = w->info.bytes;
+  struct dirent *e;
+  while ((e = readdir(dp)) != NULL) {
+    long pid;
+    struct stat sb;
+    if (!strcmp(e->d_name, mine) || fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
+      continue;
+    if (temp_name(e->d_name, &pid)) { /* a writer's: gone with its process */
+      if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) drop(w, dfd, e->d_name, (uint64_t)sb.st_size);
+      continue;
+    }
+    if (!cache_name(e->d_name)) continue;
+    int fd = openat(dfd, e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    bool gone = unusable(fd, sb.st_size);
+    close(fd);
+    if (gone) {
+      drop(w, dfd, e->d_name, (uint64_t)sb.st_size);
+      continue;
+    }
+    if (!ortep__grow((void **)&list, &cap, n + 1, sizeof *list)) continue; /* no memory: not counted, not evicted */
+    memcpy(list[n].name, e->d_name, sizeof list[n].name);                  /* 23 characters and the NUL (cache_name) */
+    list[n].used = sb.st_mtim, list[n].bytes = (uint64_t)sb.st_size;
+    total += list[n++].bytes;
+  }
+  if (n) qsort(list, n, sizeof *list, by_use);
+  for (size_t i = 0; i < n && total > w->limit; i++) { /* least recently used first; never mine */
+    drop(w, dfd, list[i].name, list[i].bytes);
+    total -= list[i].bytes;
+  }
+  ortep__free(list);
+  closedir(dp);
+}
+
+ortep_status ortep__wcache_open(const char *setting, const char *limit, const char *model_file, const char *options,
+                                ortep_ep *cpu, ortep__wcache **out) {
   *out = NULL;
+  uint64_t max = DEFAULT_LIMIT;
+  if (limit && !ortep__parse_bytes(limit, &max))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT,
+                       "ortep.weights_cache_max = '%s': not a byte count; use digits with an optional K, M, G or T "
+                       "suffix (e.g. 64G; the default is 32G) or 'unlimited'",
+                       limit);
   ortep__wcache *w = ortep__calloc(1, sizeof *w);
   if (!w) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the weights cache");
   *out = w;
+  w->limit = max;
   char dir[3072];
   if (!cache_dir(setting, dir, sizeof dir) || !realpath(model_file, w->model) || stat(w->model, &w->st) != 0)
     return ORTEP_OK; /* off */
@@ -305,6 +428,7 @@ void ortep__wcache_save(ortep__wcache *w, ortep_ep *cpu, size_t prepared) {
   }
   w->info.state = w->refused ? ORTEP_WEIGHTS_CACHE_REBUILT : ORTEP_WEIGHTS_CACHE_WRITTEN;
   w->info.bytes = total;
+  tidy(w, dir, strrchr(w->info.path, '/') + 1);
 }
 
 void ortep__wcache_info(const ortep__wcache *w, ortep_weights_cache_info *out) {

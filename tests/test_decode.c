@@ -688,7 +688,7 @@ START_TEST(blocked_weights_decode_like_row_major_ones) {
     ck_assert_error_mentions(
         "ortep.* keys: ortep.weights, ortep.weights_layout, ortep.kv_dtype, ortep.weights_dtype, "
         "ortep.embedding_dtype, "
-        "ortep.weights_cache and the governor's");
+        "ortep.weights_cache, ortep.weights_cache_max and the governor's");
     ck_assert_error_mentions("unknown governor setting 'ortep.weights_layot'; known: ortep.host.budget_bytes");
     ortep_config_destroy(c);
     test_model_dir_remove(dir);

@@ -7,9 +7,13 @@
  * truncated, damaged or foreign file is refused with the reason and rebuilt;
  * an unwritable directory leaves the decoder working (FAILED, the reason);
  * off writes nothing; a file another build made (other EP keys) is at the
- * same path and replaced there, never left beside this build's. The EP's loader refuses every inconsistent blob. */
+ * same path and replaced there, never left beside this build's. Writing a
+ * file removes what no build can use and, beyond ortep.weights_cache_max,
+ * the least recently used. The EP's loader refuses every inconsistent blob. */
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "llm/internal.h" /* the cache's own open, for two EPs whose keys differ */
@@ -22,12 +26,14 @@ typedef struct run {
 } run;
 
 /* Opens dir (q8_0 projections unless wd says otherwise) with the cache in
- * cache_dir, takes 4 greedy steps' logits, and what the cache did. */
-static void open_run(const char *dir, const char *cache_dir, const char *wd, run *r) {
+ * cache_dir (at most max bytes when max is not NULL), takes 4 greedy steps'
+ * logits, and what the cache did. */
+static void open_run_max(const char *dir, const char *cache_dir, const char *wd, const char *max, run *r) {
   ortep_config *c;
   ck_assert_ok(ortep_config_create(&c));
   if (wd) ck_assert_ok(ortep_config_set(c, "ortep.weights_dtype", wd));
   ck_assert_ok(ortep_config_set(c, "ortep.weights_cache", cache_dir));
+  if (max) ck_assert_ok(ortep_config_set(c, "ortep.weights_cache_max", max));
   ortep_governor *g;
   ck_assert_ok(ortep_governor_create(&g));
   ortep_decoder *d;
@@ -45,6 +51,9 @@ static void open_run(const char *dir, const char *cache_dir, const char *wd, run
   ortep_decoder_close(d);
   ortep_governor_destroy(g);
   ortep_config_destroy(c);
+}
+static void open_run(const char *dir, const char *cache_dir, const char *wd, run *r) {
+  open_run_max(dir, cache_dir, wd, NULL, r);
 }
 
 static void rm_dir(const char *d) {
@@ -66,6 +75,16 @@ static void flip(const char *path, off_t off) {
   ck_assert_int_eq(pread(fd, &b, 1, off), 1);
   b = (unsigned char)~b;
   ck_assert_int_eq(pwrite(fd, &b, 1, off), 1);
+  close(fd);
+}
+
+/* Sets byte off of dir/name to v. */
+static void flip_to(const char *dir, const char *name, off_t off, unsigned char v) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  int fd = open(path, O_RDWR);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(pwrite(fd, &v, 1, off), 1);
   close(fd);
 }
 
@@ -229,7 +248,7 @@ START_TEST(another_build_replaces_the_file_in_place) {
   ortep__wcache *w[2];
   ortep_weights_cache_info info[2];
   for (int i = 0; i < 2; i++) {
-    ck_assert_ok(ortep__wcache_open(cache, model, "the same options", eps[i], &w[i]));
+    ck_assert_ok(ortep__wcache_open(cache, NULL, model, "the same options", eps[i], &w[i]));
     ortep__wcache_info(w[i], &info[i]);
     ck_assert_int_eq(info[i].state, ORTEP_WEIGHTS_CACHE_OFF); /* no file yet: nothing mapped */
   }
@@ -253,6 +272,152 @@ START_TEST(another_build_replaces_the_file_in_place) {
   free(a), free(b);
   rm_dir(cache);
   test_model_dir_remove(dir);
+}
+END_TEST
+
+/* A file in dir: name, holding n bytes (a copy of the first n of src when
+ * src is not NULL, else the byte c). */
+static void put_file(const char *dir, const char *name, const char *src, size_t n, int c) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  uint8_t *buf = malloc(n);
+  memset(buf, c, n);
+  if (src) {
+    int in = open(src, O_RDONLY);
+    ck_assert_int_ge(in, 0);
+    ck_assert_int_eq(pread(in, buf, n, 0), (ssize_t)n);
+    close(in);
+  }
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, buf, n), (ssize_t)n);
+  close(fd);
+  free(buf);
+}
+static bool exists_in(const char *dir, const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return access(path, F_OK) == 0;
+}
+static void age(const char *path, time_t seconds_ago) {
+  struct timespec ts[2] = {{0, UTIME_OMIT}, {time(NULL) - seconds_ago, 0}};
+  ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+static time_t mtime_of(const char *path) {
+  struct stat sb;
+  ck_assert_int_eq(stat(path, &sb), 0);
+  return sb.st_mtime;
+}
+
+/* Writing a file tidies the directory: a file whose model file is gone, one
+ * of another format version, a truncated one and a temporary file whose
+ * writer is gone are removed (they can never be used again); a live
+ * writer's temporary file, files that are not ortep's and other names stay. */
+START_TEST(writing_removes_the_files_no_build_can_use) {
+  char a[64], b[64], cache[64] = "/tmp/ortep-wcache-XXXXXX";
+  test_model_dir(a, sizeof a, "small", ORTEP_DTYPE_BF16);
+  test_model_dir(b, sizeof b, "small", ORTEP_DTYPE_BF16);
+  ck_assert_ptr_nonnull(mkdtemp(cache));
+  run *r = malloc(sizeof *r);
+  open_run(a, cache, "q8_0", r);
+  ck_assert_int_eq(r->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+  ck_assert_uint_eq(r->info.removed, 0);
+  char pa[4096];
+  snprintf(pa, sizeof pa, "%s", r->info.path);
+  size_t sa = (size_t)file_size(pa);
+  /* a writer that is gone: a child that exited, waited for */
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) _exit(0);
+  ck_assert_int_eq(waitpid(child, NULL, 0), child);
+  char dead[64], live[64];
+  snprintf(dead, sizeof dead, "0123456789abcdef.ortepw.%ld.tmp", (long)child);
+  snprintf(live, sizeof live, "fedcba9876543210.ortepw.%ld.tmp", (long)getpid());
+  put_file(cache, dead, NULL, 1000, 7);
+  put_file(cache, live, NULL, 1000, 7);
+  put_file(cache, "00000000000000aa.ortepw", pa, sa, 0); /* another format version: below */
+  flip_to(cache, "00000000000000aa.ortepw", 8, 1);
+  put_file(cache, "00000000000000ab.ortepw", pa, 5000, 0);   /* truncated */
+  put_file(cache, "00000000000000bb.ortepw", NULL, 5000, 9); /* not ortep's */
+  put_file(cache, "notes.txt", pa, 5000, 0);                 /* not a cache file's name */
+  test_model_dir_remove(a);                                  /* its model is gone */
+  open_run(b, cache, "q8_0", r);
+  ck_assert_int_eq(r->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+  ck_assert_uint_eq(r->info.removed, 4);
+  ck_assert_uint_eq(r->info.removed_bytes, 2 * sa + 1000 + 5000);
+  ck_assert(access(pa, F_OK) != 0);
+  ck_assert(!exists_in(cache, dead) && !exists_in(cache, "00000000000000aa.ortepw") &&
+            !exists_in(cache, "00000000000000ab.ortepw"));
+  ck_assert(exists_in(cache, live) && exists_in(cache, "00000000000000bb.ortepw") && exists_in(cache, "notes.txt"));
+  ck_assert_int_eq(file_size(r->info.path), (off_t)r->info.bytes);
+  /* a hit writes nothing and removes nothing */
+  open_run(b, cache, "q8_0", r);
+  ck_assert_int_eq(r->info.state, ORTEP_WEIGHTS_CACHE_HIT);
+  ck_assert_uint_eq(r->info.removed, 0);
+  free(r);
+  rm_dir(cache);
+  test_model_dir_remove(b);
+}
+END_TEST
+
+/* ortep.weights_cache_max: beyond it the least recently used files go (a
+ * hit makes its file the most recent), never the one just written; a value
+ * that is not a byte count is refused at open, naming the key and the
+ * forms it takes. */
+START_TEST(beyond_the_limit_the_least_recently_used_go) {
+  char m[3][64], cache[64] = "/tmp/ortep-wcache-XXXXXX", p[3][4096];
+  ck_assert_ptr_nonnull(mkdtemp(cache));
+  run *r = malloc(sizeof *r);
+  for (int i = 0; i < 3; i++) test_model_dir(m[i], sizeof m[i], "small", ORTEP_DTYPE_BF16);
+  for (int i = 0; i < 2; i++) {
+    open_run(m[i], cache, "q8_0", r);
+    ck_assert_int_eq(r->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+    snprintf(p[i], sizeof p[i], "%s", r->info.path);
+  }
+  uint64_t s = r->info.bytes; /* the same shapes: every file this size */
+  age(p[0], 7200);
+  age(p[1], 3600);
+  open_run(m[0], cache, "q8_0", r); /* a hit: model 0's file is now the most recent */
+  ck_assert_int_eq(r->info.state, ORTEP_WEIGHTS_CACHE_HIT);
+  ck_assert_int_ge(mtime_of(p[0]), time(NULL) - 600);
+  char max[32];
+  snprintf(max, sizeof max, "%llu", (unsigned long long)(2 * s + s / 2));
+  open_run_max(m[2], cache, "q8_0", max, r);
+  ck_assert_int_eq(r->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+  snprintf(p[2], sizeof p[2], "%s", r->info.path);
+  ck_assert_uint_eq(r->info.bytes, s);
+  ck_assert_uint_eq(r->info.removed, 1);
+  ck_assert_uint_eq(r->info.removed_bytes, s);
+  ck_assert(access(p[1], F_OK) != 0 && access(p[0], F_OK) == 0 && access(p[2], F_OK) == 0);
+  /* a limit below one file: the others go, the new one stays */
+  open_run_max(m[2], cache, "q4_0", "1K", r);
+  ck_assert_int_eq(r->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+  ck_assert_uint_eq(r->info.removed, 2);
+  ck_assert(access(p[0], F_OK) != 0 && access(p[2], F_OK) != 0 && access(r->info.path, F_OK) == 0);
+  open_run_max(m[2], cache, "q4_0", "unlimited", r);
+  ck_assert_int_eq(r->info.state, ORTEP_WEIGHTS_CACHE_HIT);
+  /* not a byte count: refused before anything is prepared or written */
+  const char *bad[] = {"lots", "-1", "12X", "", "99999999999T"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    ortep_config *c;
+    ck_assert_ok(ortep_config_create(&c));
+    ck_assert_ok(ortep_config_set(c, "ortep.weights_cache", cache));
+    ck_assert_ok(ortep_config_set(c, "ortep.weights_cache_max", bad[i]));
+    ortep_decoder *d = NULL;
+    ck_assert_int_eq(
+        ortep_decoder_open(m[1], &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 32, .config = c}, &d),
+        ORTEP_E_INVALID_ARGUMENT);
+    ck_assert_ptr_null(d);
+    ck_assert_msg(strstr(ortep_last_error(), "ortep.weights_cache_max") && strstr(ortep_last_error(), "unlimited"),
+                  "%s", ortep_last_error());
+    ortep_config_destroy(c);
+  }
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "test $(ls %s | wc -l) -eq 1", cache);
+  ck_assert_int_eq(system(cmd), 0);
+  free(r);
+  rm_dir(cache);
+  for (int i = 0; i < 3; i++) test_model_dir_remove(m[i]);
 }
 END_TEST
 
@@ -340,6 +505,8 @@ int main(void) {
   tcase_add_test(tc, a_bad_file_is_refused_and_rebuilt);
   tcase_add_test(tc, no_file_when_off_or_unwritable);
   tcase_add_test(tc, another_build_replaces_the_file_in_place);
+  tcase_add_test(tc, writing_removes_the_files_no_build_can_use);
+  tcase_add_test(tc, beyond_the_limit_the_least_recently_used_go);
   tcase_add_test(tc, the_cpu_context_round_trips_and_refuses_bad_blobs);
   suite_add_tcase(s, tc);
   return test_run(s);

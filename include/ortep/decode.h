@@ -140,7 +140,8 @@ typedef struct ortep_kv_stats {
 ORTEP_API void ortep_decoder_kv_stats(const ortep_decoder *decoder, ortep_kv_stats *out);
 
 /* The weights cache (config ortep.weights_cache = DIR or off; default
- * $XDG_CACHE_HOME/ortep/weights, else ~/.cache/ortep/weights): when the CPU
+ * $XDG_CACHE_HOME/ortep/weights, else ~/.cache/ortep/weights; at most
+ * ortep.weights_cache_max bytes, default 32G, or unlimited): when the CPU
  * EP runs the step, the weights it prepares (blocked, quantized:
  * ortep.weights_layout, ortep.weights_dtype) are written through its
  * save_context to a file keyed by the model file (its path, size, mtime and
@@ -149,7 +150,8 @@ ORTEP_API void ortep_decoder_kv_stats(const ortep_decoder *decoder, ortep_kv_sta
  * no quantization, no repack, no copy, nothing charged to the budget. A
  * stale (the model changed), truncated or foreign file is refused with the
  * reason and rebuilt; a file that cannot be written leaves the decoder as
- * it is (FAILED, with the reason). */
+ * it is (FAILED, with the reason). Writing a file tidies the directory
+ * (ortep_weights_cache_info.removed). */
 typedef enum ortep_weights_cache_state {
   ORTEP_WEIGHTS_CACHE_OFF = 0, /* off, the GPU runs the step, or no weight was prepared */
   ORTEP_WEIGHTS_CACHE_HIT,     /* every prepared weight was mapped from the file */
@@ -162,6 +164,12 @@ typedef struct ortep_weights_cache_info {
   char path[4096];  /* the file ("" when off) */
   char reason[512]; /* why a file was refused (REBUILT) or not written (FAILED); "" otherwise */
   uint64_t bytes;   /* the file's size */
+  /* Files this open removed from the directory when it wrote its own: those
+   * no build can use again (their model file gone or changed, another format,
+   * truncated, a dead writer's temporary file) and the least recently used
+   * beyond ortep.weights_cache_max. */
+  uint32_t removed;
+  uint64_t removed_bytes;
 } ortep_weights_cache_info;
 ORTEP_API void ortep_decoder_weights_cache(const ortep_decoder *decoder, ortep_weights_cache_info *out);
 /* "off", "hit", "written", "rebuilt", "failed". */
