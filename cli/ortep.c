@@ -378,6 +378,11 @@ static int cmd_generate(int argc, char **argv) {
   if (wc.state == ORTEP_WEIGHTS_CACHE_REBUILT || wc.state == ORTEP_WEIGHTS_CACHE_FAILED)
     fprintf(stderr, "%s %s: weights cache %s: %s (%s)\n", "ortep", cmd, wc.path,
             wc.state == ORTEP_WEIGHTS_CACHE_REBUILT ? "refused and rebuilt" : "not written", wc.reason);
+  if (wc.removed)
+    fprintf(stderr,
+            "%s %s: weights cache: removed %u file%s (%.1f MB) that no build can use again or beyond "
+            "--weights-cache-max\n",
+            "ortep", cmd, wc.removed, wc.removed == 1 ? "" : "s", (double)wc.removed_bytes / 1e6);
   stream s = {detok, 0, 0, false, false};
   ortep_sampling sampling = {(float)a.temperature, (uint32_t)a.top_k, (float)a.top_p,
                              (float)a.min_p,       (float)a.penalty,  a.seed};

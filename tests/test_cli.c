@@ -99,6 +99,10 @@ START_TEST(usage_errors_exit_2_and_name_the_argument) {
       {"tokenize --preset tiny --layout rows", "--layout 'rows' is not one of auto, blocked, row_major"},
       {"generate --preset tiny --prompt hi --weights copy", "--weights 'copy' is not one of map, read"},
       {"generate --preset tiny --prompt hi --ep tpu", "--ep 'tpu' is not one of auto, cpu, cuda"},
+      {"generate --preset tiny --prompt hi --weights-cache-max lots", "--weights-cache-max 'lots' is not a byte count"},
+      {"generate --preset tiny --prompt hi --weights-cache-max 8Q", "--weights-cache-max '8Q' is not a byte count"},
+      {"generate --preset tiny --prompt hi --weights-cache-max 99999999999T", "'99999999999T' is not a byte count"},
+      {"generate --preset tiny --prompt hi --weights-cache ''", "--weights-cache is empty"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     ck_assert_msg(ortep(cases[i].args, NULL) == 2, "'%s' did not exit 2: %s", cases[i].args, g_err);
@@ -323,6 +327,38 @@ START_TEST(unreadable_input_is_an_error) {
 }
 END_TEST
 
+/* --weights-cache DIR writes the prepared weights there, off writes none;
+ * writing removes what no build can use (here a temporary file whose writer
+ * is gone) and says so; --weights-cache-max takes byte counts. */
+START_TEST(the_weights_cache_is_where_it_is_asked_to_be) {
+  char cache[128], dead[256], cmd[512];
+  snprintf(cache, sizeof cache, "%s/wc", g_tmp);
+  const char *gen = "generate --ep cpu --preset small --dtype q8_0 --prompt-ids 1,2 --max-tokens 2";
+  snprintf(cmd, sizeof cmd, "%s --weights-cache off", gen);
+  ck_assert_msg(ortep(cmd, NULL) == 0, "%s", g_err);
+  ck_assert(access(cache, F_OK) != 0);
+  pid_t child = fork(); /* a writer that is gone */
+  ck_assert_int_ge(child, 0);
+  if (child == 0) _exit(0);
+  ck_assert_int_eq(waitpid(child, NULL, 0), child);
+  ck_assert_int_eq(mkdir(cache, 0755), 0);
+  snprintf(dead, sizeof dead, "%s/0123456789abcdef.ortepw.%ld.tmp", cache, (long)child);
+  FILE *f = fopen(dead, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("partial", f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "%s --weights-cache %s --weights-cache-max 64GiB", gen, cache);
+  ck_assert_msg(ortep(cmd, NULL) == 0, "%s", g_err);
+  ck_assert_msg(strstr(g_err, "weights cache: removed 1 file (0.0 MB) that no build can use again"), "%s", g_err);
+  ck_assert(access(dead, F_OK) != 0);
+  snprintf(cmd, sizeof cmd, "test $(ls %s | grep -c '[.]ortepw$') -eq 1", cache);
+  ck_assert_int_eq(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s --weights-cache %s --weights-cache-max unlimited", gen, cache);
+  ck_assert_msg(ortep(cmd, NULL) == 0, "%s", g_err);
+  ck_assert_msg(!strstr(g_err, "weights cache"), "%s", g_err); /* a hit: nothing to say */
+}
+END_TEST
+
 /* 5: the cache is sized from the request: 2 + 510 fits the tiny preset's
  * 512 positions exactly; more generates until the context is full and says
  * so; a prompt longer than the context is refused naming both. */
@@ -408,6 +444,7 @@ int main(void) {
   tcase_add_test(tc, lost_output_fails_the_command);
   tcase_add_test(tc, unreadable_input_is_an_error);
   tcase_add_test(tc, the_context_is_sized_from_the_request);
+  tcase_add_test(tc, the_weights_cache_is_where_it_is_asked_to_be);
   tcase_add_test(tc, tokenizer_and_model_must_agree);
   tcase_add_test(tc, messages_speak_to_the_programs_user);
   suite_add_tcase(s, tc);

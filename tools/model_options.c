@@ -4,6 +4,7 @@
  */
 #include "model_options.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -50,6 +51,8 @@ bool tool_model_option(tool_model *m, int c, const char *arg, int *rc) {
     case TOOL_OPT_KV_DTYPE: m->kv_dtype = arg; return true;
     case TOOL_OPT_PRODUCTS: m->products = arg; return true;
     case TOOL_OPT_EMBEDDING_DTYPE: m->embedding_dtype = arg; return true;
+    case TOOL_OPT_CACHE: m->cache = arg; return true;
+    case TOOL_OPT_CACHE_MAX: m->cache_max = arg; return true;
     case TOOL_OPT_THREADS: {
       uint64_t v;
       if (tool_parse_whole(arg, 1, 1024, &v))
@@ -60,6 +63,26 @@ bool tool_model_option(tool_model *m, int c, const char *arg, int *rc) {
     }
     default: return false;
   }
+}
+
+/* A byte count as ortep.weights_cache_max takes it: digits with an optional
+ * K, M, G or T (powers of 1024, then an optional "iB" or "B"), or
+ * "unlimited"; the library checks it again at open. */
+static bool byte_count(const char *s) {
+  if (!strcmp(s, "unlimited")) return true;
+  if (*s < '0' || *s > '9') return false;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno) return false;
+  const char *units = "KMGT", *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+  if (*end && !u) return false;
+  if (u) {
+    end++;
+    if (*end == 'i' || *end == 'I') end++;
+    if (*end == 'B' || *end == 'b') end++;
+  }
+  return !*end && (!u || v <= (~0ULL >> (10 * (u - units + 1))));
 }
 
 int tool_model_check(tool_model *m, bool default_preset) {
@@ -84,6 +107,12 @@ int tool_model_check(tool_model *m, bool default_preset) {
   if (!rc && m->layout) rc = one_of(m, "--layout", m->layout, layouts, 3, "auto, blocked, row_major");
   if (!rc && m->kv_dtype) rc = one_of(m, "--kv-dtype", m->kv_dtype, kv, 3, "f32, f16, bf16");
   if (!rc && m->products) rc = one_of(m, "--products", m->products, products, 3, "auto, bf16, f32");
+  if (!rc && m->cache && !*m->cache) rc = tool_usage_error(m, "--weights-cache is empty; give a directory or off");
+  if (!rc && m->cache_max && !byte_count(m->cache_max))
+    rc = tool_usage_error(m,
+                          "--weights-cache-max '%s' is not a byte count; use digits with an optional K, M, G or T "
+                          "(e.g. 8G) or unlimited",
+                          m->cache_max);
   return rc;
 }
 
@@ -112,7 +141,8 @@ bool tool_model_quantized(const tool_model *m) {
 int tool_model_config(const tool_model *m, ortep_config **out) {
   *out = NULL;
   bool q = tool_model_quantized(m);
-  if (!m->threads && !m->weights && !m->layout && !m->kv_dtype && !m->products && !q) return 0;
+  if (!m->threads && !m->weights && !m->layout && !m->kv_dtype && !m->products && !q && !m->cache && !m->cache_max)
+    return 0;
   char threads[24];
   snprintf(threads, sizeof threads, "%ld", m->threads);
   ortep_config *c = NULL;
@@ -122,7 +152,9 @@ int tool_model_config(const tool_model *m, ortep_config **out) {
       (m->kv_dtype && ortep_config_set(c, "ortep.kv_dtype", m->kv_dtype) != ORTEP_OK) ||
       (m->products && ortep_config_set(c, "cpu.products", m->products) != ORTEP_OK) ||
       (q && ortep_config_set(c, "ortep.weights_dtype", m->dtype) != ORTEP_OK) ||
-      (m->embedding_dtype && ortep_config_set(c, "ortep.embedding_dtype", m->embedding_dtype) != ORTEP_OK)) {
+      (m->embedding_dtype && ortep_config_set(c, "ortep.embedding_dtype", m->embedding_dtype) != ORTEP_OK) ||
+      (m->cache && ortep_config_set(c, "ortep.weights_cache", m->cache) != ORTEP_OK) ||
+      (m->cache_max && ortep_config_set(c, "ortep.weights_cache_max", m->cache_max) != ORTEP_OK)) {
     fprintf(stderr, "%s %s: %s\n", m->prog, m->cmd, ortep_last_error());
     ortep_config_destroy(c);
     return 1;

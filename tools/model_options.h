@@ -19,8 +19,9 @@
 typedef struct tool_model {
   const char *prog, *cmd; /* "ortep", "generate": for messages */
   const char *model, *preset, *dtype, *ep, *weights, *layout, *kv_dtype, *embedding_dtype, *products;
-  long threads;       /* 0: the CPU EP's default */
-  double progress_t0; /* tool_progress: when the step began (0: not yet) */
+  const char *cache, *cache_max; /* --weights-cache, --weights-cache-max */
+  long threads;                  /* 0: the CPU EP's default */
+  double progress_t0;            /* tool_progress: when the step began (0: not yet) */
   bool progress_shown;
   char dir[4096]; /* the model directory, once resolved */
 } tool_model;
@@ -37,7 +38,9 @@ enum {
   TOOL_OPT_LAYOUT,
   TOOL_OPT_KV_DTYPE,
   TOOL_OPT_EMBEDDING_DTYPE,
-  TOOL_OPT_PRODUCTS
+  TOOL_OPT_PRODUCTS,
+  TOOL_OPT_CACHE,
+  TOOL_OPT_CACHE_MAX
 };
 /* clang-format off */
 #define TOOL_MODEL_LONG_OPTIONS                                                                    \
@@ -45,7 +48,8 @@ enum {
   {"dtype", required_argument, 0, TOOL_OPT_DTYPE},     {"ep", required_argument, 0, TOOL_OPT_EP},           \
   {"threads", required_argument, 0, TOOL_OPT_THREADS}, {"weights", required_argument, 0, TOOL_OPT_WEIGHTS}, \
   {"layout", required_argument, 0, TOOL_OPT_LAYOUT},   {"kv-dtype", required_argument, 0, TOOL_OPT_KV_DTYPE}, \
-  {"embedding-dtype", required_argument, 0, TOOL_OPT_EMBEDDING_DTYPE}, {"products", required_argument, 0, TOOL_OPT_PRODUCTS}
+  {"embedding-dtype", required_argument, 0, TOOL_OPT_EMBEDDING_DTYPE}, {"products", required_argument, 0, TOOL_OPT_PRODUCTS}, \
+  {"weights-cache", required_argument, 0, TOOL_OPT_CACHE}, {"weights-cache-max", required_argument, 0, TOOL_OPT_CACHE_MAX}
 /* clang-format on */
 #define TOOL_PRESETS "tiny, tiny-llama, tiny-wide-heads, small, qwen2.5-0.5b"
 /* The help lines of the shared options, for a program's usage text. */
@@ -63,7 +67,11 @@ enum {
   "                   EP's blocked layout when the CPU runs the step), blocked, row_major\n"             \
   "  --kv-dtype D     the KV caches' dtype (ortep.kv_dtype): f32 (default), f16 or bf16 (CPU EP only)\n" \
   "  --products P     how the CPU EP multiplies a prefill chunk by bf16 weights (cpu.products): auto\n"  \
-  "                   (default: bf16 x bf16 where the CPU has AVX512-BF16), bf16, f32\n"
+  "                   (default: bf16 x bf16 where the CPU has AVX512-BF16), bf16, f32\n"                 \
+  "  --weights-cache DIR  where the CPU EP's prepared weights are kept between runs\n"                   \
+  "                   (ortep.weights_cache; default $XDG_CACHE_HOME/ortep/weights), or off\n"            \
+  "  --weights-cache-max B  at most B bytes there (ortep.weights_cache_max): e.g. 8G, 512M,\n"           \
+  "                   unlimited (default 32G); the least recently used files go first\n"
 
 /* Whether arg is a whole number in [lo, hi], parsed as one: digits only (no
  * sign, space, fraction or exponent), no rounding through a double. The one
@@ -85,7 +93,7 @@ int tool_model_resolve(tool_model *m, bool announce);
 /* Whether --dtype quantizes at open (q8_0, q4_0). */
 bool tool_model_quantized(const tool_model *m);
 /* The decoder's config for --threads, --weights, --layout, --kv-dtype,
- * --dtype q8_0/q4_0, --embedding-dtype (*out NULL when
+ * --dtype q8_0/q4_0, --embedding-dtype, --weights-cache[-max] (*out NULL when
  * none is given; the caller destroys it). 0, or 1 with the reason printed. */
 int tool_model_config(const tool_model *m, ortep_config **out);
 
