@@ -63,8 +63,8 @@ read_bench *read_new(size_t threads); /* opened, or NULL */
 void read_delete(read_bench *b);
 /* Best-of-10 GFLOP/s of an OpenBLAS sgemm [m, k] x [k, n] (prefill.c). */
 double bench_sgemm_gflops(size_t m, size_t k, size_t n, size_t threads);
-/* Best-of-5 GFLOP/s of one ortep:Linear [m, k] x [k, n] of dt weights on ep, 16-bit ones in the
- * CPU EP's blocked layout (prefill.c); 0 when the EP does not take it. */
+/* Best-of-5 GFLOP/s of one ortep:Linear [m, k] x [k, n] of dt weights on ep, 16-bit and q8_0 /
+ * q4_0 ones in the CPU EP's blocked layouts (prefill.c); 0 when the EP does not take it. */
 double bench_linear_gflops(ortep_ep *ep, ortep_dtype dt, size_t m, size_t k, size_t n);
 
 /* K tokens per launch (launch.c), for ortep-bench decode: per K

@@ -31,7 +31,7 @@ void openblas_set_num_threads(int num_threads);
 #define MAX_LENGTHS 16
 
 static const char prefill_usage[] =
-    "usage: ortep-bench prefill [--model DIR | --preset NAME] [--dtype f32|f16|bf16] [--ep auto|cpu|cuda]\n"
+    "usage: ortep-bench prefill [--model DIR | --preset NAME] [--dtype f32|f16|bf16|q8_0|q4_0] [--ep auto|cpu|cuda]\n"
     "                           [--lengths L,...] [--chunk N] [--runs R] [--threads N] [--weights map|read]\n"
     "                           [--layout auto|blocked|row_major] [--profile] [--json FILE]\n"
     "\n"
@@ -122,25 +122,29 @@ double bench_sgemm_gflops(size_t m, size_t k, size_t n, size_t threads) {
 
 /* Best-of-5 GFLOP/s of one ortep:Linear [m, k] x [k, n] of dt weights on
  * ep, as the chunk graphs run it (16-bit weights in the CPU EP's blocked
- * layout [n/4, k/16, 4, 16], f32 row-major): 0 when the EP does not take
- * it. The weights' values do not matter to the rate. */
+ * layout [n/4, k/16, 4, 16], q8_0 / q4_0 in its quad layout [n/4, k/32, 4,
+ * 32], f32 row-major): 0 when the EP does not take it. The weights' values
+ * do not matter to the rate (the bytes below are finite f16 / bf16 values
+ * and scales). */
 double bench_linear_gflops(ortep_ep *ep, ortep_dtype dt, size_t m, size_t k, size_t n) {
-  size_t es = ortep_dtype_size(dt);
+  bool quant = ortep_dtype_is_quantized(dt);
+  size_t wbytes = quant ? n * (k / 32) * ortep_dtype_size(dt) : n * k * ortep_dtype_size(dt);
   float *x = malloc(m * k * sizeof *x), *y = malloc(m * n * sizeof *y);
-  unsigned char *w = malloc(n * k * es);
+  unsigned char *w = malloc(wbytes);
   ortep_graph *g = NULL;
   ortep_kernel *kern = NULL;
   double best = 0;
   if (!x || !y || !w || ortep_graph_create(&g) != ORTEP_OK) goto done;
   for (size_t i = 0; i < m * k; i++) x[i] = (float)(i % 13) * 0.01f;
-  for (size_t i = 0; i < n * k * es; i++) w[i] = (unsigned char)(i * 7 % 61); /* finite bf16/f16/f32 values */
+  for (size_t i = 0; i < wbytes; i++) w[i] = (unsigned char)(i * 7 % 61);
   const char *in[] = {"x", "w"}, *out[] = {"y"};
   ortep_node_id id;
   if (ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "bench", in, 2, out, 1, &id) != ORTEP_OK) goto done;
   bool blocked = dt != ORTEP_DTYPE_F32;
   ortep_shape shapes[2] = {{3, {1, (int64_t)m, (int64_t)k}},
-                           blocked ? (ortep_shape){4, {(int64_t)n / 4, (int64_t)k / 16, 4, 16}}
-                                   : (ortep_shape){2, {(int64_t)n, (int64_t)k}}};
+                           quant     ? (ortep_shape){4, {(int64_t)n / 4, (int64_t)k / 32, 4, 32}}
+                           : blocked ? (ortep_shape){4, {(int64_t)n / 4, (int64_t)k / 16, 4, 16}}
+                                     : (ortep_shape){2, {(int64_t)n, (int64_t)k}}};
   ortep_dtype dtypes[2] = {ORTEP_DTYPE_F32, dt};
   if (ortep_ep_get_kernel(ep, ortep_graph_node(g, id), shapes, dtypes, 2, 17, &kern) != ORTEP_OK) goto done;
   const void *ins[2] = {x, w};
@@ -288,7 +292,7 @@ typedef struct prefill_run {
   bool cpu;
   size_t threads, top;
   double gemm;
-  double linear[3]; /* the EP's ortep:Linear of the chunk's MLP shape: f32, f16, bf16 weights */
+  double linear[5]; /* the EP's ortep:Linear of the chunk's MLP shape: f32, f16, bf16, q8_0, q4_0 weights */
   double peak;      /* linear[] of the model's dtype (0: another dtype) */
 } prefill_run;
 
@@ -333,9 +337,9 @@ static int open_ways(prefill_run *r) {
   if (r->cpu) {
     size_t m = r->top ? r->top : 1, k = (size_t)r->mc.hidden_size, n = (size_t)r->mc.intermediate_size;
     r->gemm = bench_sgemm_gflops(m, k, n, r->threads);
-    const ortep_dtype dt[3] = {ORTEP_DTYPE_F32, ORTEP_DTYPE_F16, ORTEP_DTYPE_BF16};
-    const char *names[3] = {"f32", "f16", "bf16"};
-    for (int i = 0; i < 3; i++) {
+    const ortep_dtype dt[5] = {ORTEP_DTYPE_F32, ORTEP_DTYPE_F16, ORTEP_DTYPE_BF16, ORTEP_DTYPE_Q8_0, ORTEP_DTYPE_Q4_0};
+    const char *names[5] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+    for (int i = 0; i < 5; i++) {
       r->linear[i] = bench_linear_gflops(ep, dt[i], m, k, n);
       if (!strcmp(r->o.m.dtype, names[i])) r->peak = r->linear[i];
     }
@@ -350,8 +354,8 @@ static void print_head(const prefill_run *r) {
            r->top ? r->top : 1, (long long)r->mc.hidden_size, (long long)r->mc.hidden_size,
            (long long)r->mc.intermediate_size, r->gemm);
   if (r->cpu)
-    printf("\nthe EP's Linear of that shape: f32 %.1f, f16 %.1f, bf16 %.1f GFLOP/s (bf16 %s)", r->linear[0],
-           r->linear[1], r->linear[2],
+    printf("\nthe EP's Linear of that shape: f32 %.1f, f16 %.1f, bf16 %.1f, q8_0 %.1f, q4_0 %.1f GFLOP/s (bf16 %s)",
+           r->linear[0], r->linear[1], r->linear[2], r->linear[3], r->linear[4],
            ortep_cpu_ep_bf16_products(ortep_decoder_ep(r->w[1].d)) ? "x bf16 with AVX512-BF16" : "widened to f32");
   printf("\nchunk sizes:");
   for (size_t g = 1; ortep_decoder_graph_tokens(r->w[1].d, g); g++)
@@ -437,6 +441,8 @@ static int write_json(prefill_run *r, cJSON *root, cJSON *rows) {
     cJSON_AddNumberToObject(lin, "f32", r->linear[0]);
     cJSON_AddNumberToObject(lin, "f16", r->linear[1]);
     cJSON_AddNumberToObject(lin, "bf16", r->linear[2]);
+    cJSON_AddNumberToObject(lin, "q8_0", r->linear[3]);
+    cJSON_AddNumberToObject(lin, "q4_0", r->linear[4]);
     cJSON_AddBoolToObject(root, "bf16_products", ortep_cpu_ep_bf16_products(ortep_decoder_ep(r->w[1].d)));
   }
   cJSON_AddItemToObject(root, "results", rows);

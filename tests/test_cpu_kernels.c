@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "kernels/cpu/ops.h" /* ortep__cpu_quant_block: the blocked q8_0 / q4_0 layout */
 #include "kernels/cpu/pool.h"
 #include "testutil.h"
 
@@ -827,6 +828,79 @@ START_TEST(linear_over_many_rows_matches_row_by_row) {
 }
 END_TEST
 
+/* Prefill over q8_0 / q4_0 blocked weights: ortep:Linear over M = 11 rows
+ * (quantized in the pool's shared area, up to four at a time against each
+ * quad) gives every row bitwise what that row alone (decode) gives, for two
+ * groups with biases, gate_up and the residual; 9 blocks a row (a run of 8
+ * and one more), 33 quads (two runs of 16 and one); 1 and 3 threads. */
+START_TEST(quantized_rows_are_each_row_alone) {
+  enum { M = 11, K = 288, N0 = 132, N1 = 24 };
+  ortep_dtype dt = _i ? ORTEP_DTYPE_Q4_0 : ORTEP_DTYPE_Q8_0;
+  test_rng r = test_rng_new(test_seed() + 41);
+  static float x[M * K], wf[3][N0 * K], b0[N0], b1[N1], res[M * N0];
+  fill(&r, x, M * K, 2.0f), fill(&r, b0, N0, 0.5f), fill(&r, b1, N1, 0.5f), fill(&r, res, M * N0, 1.0f);
+  for (int i = 0; i < 3; i++) fill(&r, wf[i], N0 * K, 0.1f);
+  for (size_t i = 0; i < K; i++) x[3 * K + i] = 0.0f; /* a row of zeros: every block's d = 0 */
+  size_t row = (K / 32) * ortep_dtype_size(dt);
+  void *wq[3];
+  for (int i = 0; i < 3; i++) {
+    size_t n = i == 2 ? N1 : N0;
+    void *flat = malloc(n * row);
+    wq[i] = malloc(n * row);
+    ck_assert_ok(ortep_quantize(dt, wf[i], n * K, flat));
+    ortep__cpu_quant_block(dt, flat, n, K, wq[i]);
+    free(flat);
+  }
+  ortep_shape s0 = SHAPE(N0 / 4, K / 32, 4, 32), s2 = SHAPE(N1 / 4, K / 32, 4, 32);
+  tattr gu[] = {{"gate_up", 0, 1, 0}};
+  static float out[3][3][2][M * N0]; /* [alone, 1 thread, 3 threads][case][output] */
+  ortep_ep *saved = g_cpu;
+  for (int way = 0; way < 3; way++) {
+    g_cpu = cpu_with_threads(way == 2 ? "3" : "1");
+    size_t m = way ? M : 1, reps = way ? 1 : M;
+    for (size_t i = 0; i < reps; i++) {
+      const float *xr = x + i * K;
+      tin g2[] = {{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), xr},
+                  {dt, s0, wq[0]},
+                  {ORTEP_DTYPE_F32, SHAPE(N0), b0},
+                  {dt, s2, wq[2]},
+                  {ORTEP_DTYPE_F32, SHAPE(N1), b1}};
+      ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, g2, 5,
+                            (void *[]){out[way][0][0] + i * N0, out[way][0][1] + i * N1}, 2));
+      tin gi[] = {{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), xr},
+                  {dt, s0, wq[0]},
+                  {ORTEP_DTYPE_F32, SHAPE(N0), b0},
+                  {dt, s0, wq[1]},
+                  {ORTEP_DTYPE_F32, SHAPE(N0), b0}};
+      ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, gu, 1, gi, 5, (void *[]){out[way][1][0] + i * N0}, 1));
+      tin gr[] = {{ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, K), xr},
+                  {dt, s0, wq[0]},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
+                  {dt, SHAPE(0), NULL},
+                  {ORTEP_DTYPE_F32, SHAPE(1, (int64_t)m, N0), res + i * N0}};
+      ck_assert_ok(run_node("Linear", ORTEP_DOMAIN_ORTEP, NULL, 0, gr, 8, (void *[]){out[way][2][0] + i * N0}, 1));
+    }
+    ck_assert_uint_eq(error_bits(), 0);
+    ortep_ep_destroy(g_cpu);
+  }
+  g_cpu = saved;
+  size_t counts[3][2] = {{M * N0, M * N1}, {M * N0, 0}, {M * N0, 0}};
+  for (int way = 1; way < 3; way++)
+    for (int c = 0; c < 3; c++)
+      for (int o = 0; o < 2; o++)
+        for (size_t i = 0; i < counts[c][o]; i++)
+          ck_assert_msg(memcmp(&out[way][c][o][i], &out[0][c][o][i], sizeof(float)) == 0,
+                        "%s case %d output %d [%zu] (%s threads): %d rows %.9g, the row alone %.9g",
+                        ortep_dtype_name(dt), c, o, i, way == 2 ? "3" : "1", M, out[way][c][o][i], out[0][c][o][i]);
+  /* and near the products themselves: a zero row gives the biases */
+  for (size_t j = 0; j < N0; j++) ck_assert_float_eq(out[1][0][0][3 * N0 + j], b0[j]);
+  for (int i = 0; i < 3; i++) free(wq[i]);
+}
+END_TEST
+
 /* Weights in the blocked layout ([N/4, K/16, 4, 16], llm/model.c's
  * repacking) give the Linear of the row-major weights they came from: over
  * several rows (prefill: the rows gathered back out of their blocks for
@@ -1362,6 +1436,7 @@ int main(void) {
   tcase_add_test(tc, softmax_and_argmax);
   tcase_add_loop_test(tc, linear_over_many_rows_matches_row_by_row, 0, 3);
   tcase_add_loop_test(tc, linear_over_blocked_weights_matches_row_major, 0, 2);
+  tcase_add_loop_test(tc, quantized_rows_are_each_row_alone, 0, 2);
   tcase_add_loop_test(tc, rows_over_blocked_weights_are_independent_of_their_neighbours, 0, 2);
   tcase_add_test(tc, group_query_attention_over_a_chunk_matches_token_steps);
   tcase_add_loop_test(tc, group_query_attention_over_16_bit_caches, 0, 2);

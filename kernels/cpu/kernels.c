@@ -20,6 +20,7 @@ typedef struct cpu_kernel {
   ortep__cpu_qx *xq;     /* the quantized rows in xq_mem */
   void *sample_scratch;  /* ortep:SelectToken: the sampler's, made with the kernel, never during a step */
   bool bf16_rows;        /* a Linear of bf16 blocked weights over rows rounded to bf16 (simd_rows.h) */
+  bool quant_rows;       /* a Linear of q8_0 / q4_0 blocked weights over rows quantized in the pool's shared area */
   bool bf16_attn;        /* GroupQueryAttention: a chunk's products in bf16 (simd_rows.h) */
 } cpu_kernel;
 
@@ -67,6 +68,11 @@ static void linear_quant_task(void *ctx, size_t worker, size_t begin, size_t end
   const linear_job *j = ctx;
   ortep__cpu_linear_quant(j->xq, j->p->m, j->p->k, j->p->groups, j->w, j->b, j->p->n, j->p->gate_up, j->p->blocked,
                           j->res, j->y, begin, end);
+}
+static void quantize_rows_task(void *ctx, size_t worker, size_t begin, size_t end) {
+  const linear_job *j = ctx;
+  (void)worker;
+  for (size_t r = begin; r < end; r++) ortep__cpu_quantize_x(j->x + r * j->p->k, j->p->k, &j->xq[r]);
 }
 static void linear_bf16_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const linear_job *j = ctx;
@@ -150,9 +156,15 @@ static void run_gqa(cpu_kernel *k, const void *const *in, void *const *out, uint
     ortep__cpu_pool_for(k->pool, g->tokens * g->heads, span * g->hd * 2, gqa_task, &j);
 }
 
+/* The pool's shared area of a quant_rows Linear: the m rows' ortep__cpu_qx,
+ * then each row's quantized x, 64-byte aligned. */
+static size_t quant_row_bytes(size_t k) { return (ortep__cpu_qx_bytes(k) + 63) / 64 * 64; }
+static size_t quant_rows_head(size_t m) { return (m * sizeof(ortep__cpu_qx) + 63) / 64 * 64; }
+
 /* ortep:Linear: M > 1 through sgemm blocks (or, bf16_rows, bf16 products
- * per quad), one blocked or row-major row (or rows each alone: exact_rows)
- * through the dot products, on the pool. */
+ * per quad; quant_rows, each row's integer dot products), one blocked or
+ * row-major row (or rows each alone: exact_rows) through the dot products,
+ * on the pool. */
 static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
   const __typeof__(k->op.p.lin) *p = &k->op.p.lin;
   bool alone = p->m == 1 || p->exact_rows; /* rows computed as one row alone */
@@ -162,6 +174,17 @@ static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
     j.w[g] = W(in[1 + 2 * g], p->wdt[g]);
     j.b[g] = W(p->bias[g] ? in[2 + 2 * g] : NULL, p->bdt[g]);
     if (!p->gate_up) j.y[g] = out[g];
+  }
+  size_t per = p->gate_up ? 2 * p->k : p->k;
+  if (k->quant_rows) { /* the rows quantized into the pool's shared area, then the quads on the pool */
+    ortep__cpu_qx *xq = ortep__cpu_pool_shared(k->pool);
+    char *mem = (char *)xq + quant_rows_head(p->m);
+    for (size_t r = 0; r < p->m; r++) ortep__cpu_qx_init(mem + r * quant_row_bytes(p->k), p->k, &xq[r]);
+    j.xq = xq;
+    ortep__cpu_pool_for(k->pool, p->m, p->k, quantize_rows_task, &j);
+    ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / 4, per * p->m,
+                        linear_quant_task, &j);
+    return;
   }
   if (k->bf16_rows) { /* x rounded to bf16 once, into the pool's shared area, then the quads on the pool */
     uint16_t *x16 = ortep__cpu_pool_shared(k->pool);
@@ -181,7 +204,6 @@ static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
     }
     j.xb = k->xperm;
   }
-  size_t per = p->gate_up ? 2 * p->k : p->k;
   if (alone && k->xq_mem) {
     /* x quantized once per run, then integer dot products (quant.c) */
     for (size_t r = 0; r < p->m; r++) ortep__cpu_quantize_x((const float *)in[0] + r * p->k, p->k, &k->xq[r]);
@@ -398,6 +420,13 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     k->bf16_rows = true;
     for (size_t g = 0; g < lin->groups; g++) k->bf16_rows = k->bf16_rows && lin->wdt[g] == ORTEP_DTYPE_BF16;
   }
+  /* a prefill chunk's Linear of q8_0 / q4_0 blocked weights: its rows
+   * quantized into the pool's shared area, each row's dot products decode's
+   * (so a chunk computes bitwise what token by token does), a run of quads
+   * read once for all the rows (quant.c) */
+  if (k->op.kind == ORTEP__OP_LINEAR && lin->m > 1 && !lin->exact_rows && lin->blocked &&
+      lin->quant != ORTEP_DTYPE_COUNT)
+    k->quant_rows = true;
   /* a prefill chunk's attention over bf16 caches likewise (the keys and
    * values read as stored, the queries and probabilities rounded), and over
    * f32 or f16 caches where the node allows it (bf16_products=1: the
@@ -406,7 +435,9 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   if (k->op.kind == ORTEP__OP_GQA && k->op.p.gqa.tokens > 1 &&
       (k->op.p.gqa.kvdt == ORTEP_DTYPE_BF16 || k->op.p.gqa.bf16_products) && bf16_products)
     k->bf16_attn = ortep__cpu_attn_bf16(k->op.p.gqa.hd);
-  if (k->bf16_rows && (st = ortep__cpu_pool_reserve_shared(pool, lin->m * lin->k * sizeof(uint16_t))) != ORTEP_OK) {
+  if ((k->bf16_rows && (st = ortep__cpu_pool_reserve_shared(pool, lin->m * lin->k * sizeof(uint16_t))) != ORTEP_OK) ||
+      (k->quant_rows && (st = ortep__cpu_pool_reserve_shared(
+                             pool, quant_rows_head(lin->m) + lin->m * quant_row_bytes(lin->k))) != ORTEP_OK)) {
     ortep__free(k);
     return st;
   }
@@ -417,7 +448,7 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
     scratch =
         ortep__cpu_gqa_scratch(k->op.p.gqa.tokens, k->op.p.gqa.hd, k->op.p.gqa.cap, k->op.p.gqa.kvdt, k->bf16_attn) *
         sizeof(float);
-  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1 && !k->op.p.lin.exact_rows && !k->bf16_rows)
+  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1 && !k->op.p.lin.exact_rows && !k->bf16_rows && !k->quant_rows)
     scratch = ortep__cpu_linear_scratch(k->op.p.lin.k, k->op.p.lin.quant != ORTEP_DTYPE_COUNT);
   st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;
   if (st != ORTEP_OK) {

@@ -188,6 +188,10 @@ static void dot4_portable(ortep_dtype dt, const void *w, size_t quad, size_t k, 
 }
 
 typedef void (*dot4_fn)(ortep_dtype, const void *, size_t, size_t, const ortep__cpu_qx *, float *);
+/* Up to QROWS rows of x (x[0 .. rows)) against one quad: v[4 r + i] is row
+ * r's output i, bitwise what dot4 gives that row alone. */
+#define QROWS 4
+typedef void (*dot4_rows_fn)(ortep_dtype, const void *, size_t, size_t, const ortep__cpu_qx *, size_t, float *);
 typedef void (*quantize_fn)(const float *, size_t, const ortep__cpu_qx *);
 
 #if defined(__x86_64__)
@@ -374,28 +378,112 @@ ORTEP_QUANT_VNNI static void dot4_vnni(ortep_dtype dt, const void *w, size_t qua
   else
     dot4_vnni_of(false, w, quad, k, x, v);
 }
+
+/* dot4_vnni_of for R rows of x at once (a prefill chunk's): each block's
+ * weights loaded (and q4_0's nibbles split) once for the R rows, each row
+ * with its own two accumulators, so R chains of FMAs run side by side where
+ * one row waits on its previous block's FMA. Per row every operation is
+ * dot4_vnni_of's, in its order: bitwise its result. */
+ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_rows_of(bool q8, size_t R, const void *w,
+                                                                                     size_t quad, size_t k,
+                                                                                     const ortep__cpu_qx *x, float *v) {
+  size_t nb = k / QK, bb = q8 ? 34 : 18;
+  const uint8_t *q0 = (const uint8_t *)w + quad * 4 * nb * bb;
+  __m512 a01[QROWS], a23[QROWS];
+  for (size_t r = 0; r < R; r++) a01[r] = _mm512_setzero_ps(), a23[r] = a01[r];
+  const __m512i ia = q8 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+                        : _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i ib = q8 ? _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2)
+                        : _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i low = _mm512_set1_epi8(15);
+  const char *ahead = (const char *)q0 + PREFETCH;
+  for (size_t g0 = 0; g0 < nb; g0 += QRUN) {
+    const uint8_t *sc, *qr;
+    size_t m = quad_run(q0, nb, bb, g0, &sc, &qr);
+    for (size_t i = 0; i < m; i++, ahead += 4 * bb) {
+      size_t b = g0 + i;
+      prefetch_block(ahead, q8);
+      __m512i w01, w23;
+      if (q8) {
+        w01 = _mm512_loadu_si512((const __m512i *)(qr + i * 128));
+        w23 = _mm512_loadu_si512((const __m512i *)(qr + i * 128) + 1);
+      } else {
+        __m512i p = _mm512_loadu_si512((const __m512i *)(qr + i * 64));
+        w01 = _mm512_and_si512(p, low), w23 = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
+      }
+      /* the four d_w where each accumulator's lanes take them; times a row's
+       * d_x below, lane by lane the products dot4_vnni_of permutes */
+      __m512 ws = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(sc + i * 8))));
+      __m512 wa = _mm512_permutexvar_ps(ia, ws), wb = _mm512_permutexvar_ps(ib, ws);
+      for (size_t r = 0; r < R; r++) {
+        const int32_t *bias = q8 ? x[r].bias8 : x[r].bias4;
+        __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[r].q + b * QK)));
+        __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bias + b * 8)));
+        __m512 dx = _mm512_set1_ps(x[r].d[b]);
+        __m512i l01 = _mm512_dpbusd_epi32(bs, w01, xq), l23 = _mm512_dpbusd_epi32(bs, w23, xq);
+        a01[r] = _mm512_fmadd_ps(_mm512_mul_ps(wa, dx), _mm512_cvtepi32_ps(l01), a01[r]);
+        a23[r] = _mm512_fmadd_ps(_mm512_mul_ps(wb, dx), _mm512_cvtepi32_ps(l23), a23[r]);
+      }
+    }
+  }
+  for (size_t r = 0; r < R; r++) {
+    float t[4] = {hsum8(_mm512_castps512_ps256(a01[r])), hsum8(high8(a01[r])), hsum8(_mm512_castps512_ps256(a23[r])),
+                  hsum8(high8(a23[r]))};
+    float *o = v + 4 * r;
+    if (q8)
+      o[0] = t[0], o[1] = t[1], o[2] = t[2], o[3] = t[3];
+    else
+      o[0] = t[0], o[2] = t[1], o[1] = t[2], o[3] = t[3];
+  }
+}
+/* One loop per type and row count (both constants inside it). */
+#define VNNI_ROWS(q8, x, v)                                     \
+  switch (rows) {                                               \
+    case 1: dot4_vnni_rows_of(q8, 1, w, quad, k, x, v); break;  \
+    case 2: dot4_vnni_rows_of(q8, 2, w, quad, k, x, v); break;  \
+    case 3: dot4_vnni_rows_of(q8, 3, w, quad, k, x, v); break;  \
+    default: dot4_vnni_rows_of(q8, 4, w, quad, k, x, v); break; \
+  }
+ORTEP_QUANT_VNNI static void dot4_vnni_rows(ortep_dtype dt, const void *w, size_t quad, size_t k,
+                                            const ortep__cpu_qx *x, size_t rows, float *v) {
+  if (dt == ORTEP_DTYPE_Q8_0) {
+    VNNI_ROWS(true, x, v)
+  } else {
+    VNNI_ROWS(false, x, v)
+  }
+}
+#undef VNNI_ROWS
 #endif
 
 /* The variant ORTEP_CPU_SIMD's set allows (ops.c chose the set): AVX-512
  * with VNNI and BW when the set is avx512 and the CPU has them, else AVX2
  * when the set is avx2 or avx512, else the portable loop. */
-static dot4_fn pick(const char **name, quantize_fn *quantize) {
+static dot4_fn dot4;
+static dot4_rows_fn dot4_rows;
+static quantize_fn quantize_x;
+static const char *dot4_name;
+
+/* The other sets' rows: dot4 once per row. */
+static void dot4_each_row(ortep_dtype dt, const void *w, size_t quad, size_t k, const ortep__cpu_qx *x, size_t rows,
+                          float *v) {
+  for (size_t r = 0; r < rows; r++) dot4(dt, w, quad, k, &x[r], v + 4 * r);
+}
+
+static dot4_fn pick(const char **name, quantize_fn *quantize, dot4_rows_fn *rows) {
   const char *set = ortep__cpu_simd_name();
   *quantize = quantize_x_portable;
+  *rows = dot4_each_row;
 #if defined(__x86_64__)
   if (strcmp(set, "portable")) *quantize = quantize_x_avx2;
-  if (!strcmp(set, "avx512") && have_vnni()) return *name = "avx512-vnni", dot4_vnni;
+  if (!strcmp(set, "avx512") && have_vnni()) return *rows = dot4_vnni_rows, *name = "avx512-vnni", dot4_vnni;
   if (strcmp(set, "portable")) return *name = "avx2", dot4_avx2;
 #endif
   (void)set;
   return *name = "portable", dot4_portable;
 }
 
-static dot4_fn dot4;
-static quantize_fn quantize_x;
-static const char *dot4_name;
 static pthread_once_t dot4_once = PTHREAD_ONCE_INIT;
-static void pick_once(void) { dot4 = pick(&dot4_name, &quantize_x); }
+static void pick_once(void) { dot4 = pick(&dot4_name, &quantize_x, &dot4_rows); }
 
 void ortep__cpu_quantize_x(const float *x, size_t k, const ortep__cpu_qx *qx) {
   pthread_once(&dot4_once, pick_once);
@@ -417,18 +505,24 @@ float ortep__cpu_quant_dot(ortep_dtype dt, const void *w, bool blocked, size_t r
 
 /* --- ortep:Linear, rows of x each as one row alone (ops.h) -------------------- */
 /* Items (quads of outputs, or single outputs when row-major) are taken
- * QUANT_RUN at a time: every row of x runs over a run's weights (hot in the
- * cache after the first row), and a gate_up node's SiLU(gate) x up is
- * applied to the run's outputs in one call, not four at a time (the
- * exponentials of four values cost ~6% of a q4_0 decode step). The
- * epilogue is elementwise, so the outputs are those of one item at a time. */
+ * QUANT_RUN at a time: the rows of x run over a run's weights QROWS at a
+ * time (hot in the cache after the first group; dot4_rows), and a gate_up
+ * node's SiLU(gate) x up is applied to the run's outputs in one call per
+ * row, not four at a time (the exponentials of four values cost ~6% of a
+ * q4_0 decode step). The epilogue is elementwise, so the outputs are those
+ * of one item and one row at a time. */
 #define QUANT_RUN 16
 
-static void quant_dots(const cpu_weights *w, bool blocked, size_t j, size_t k, const ortep__cpu_qx *x, float *v) {
-  if (blocked)
-    dot4(w->dtype, w->data, j / 4, k, x, v);
+/* v[4 r + i]: output i of item j's quad (i = 0 only when row-major) for row
+ * r of x[0 .. rows). */
+static void quant_dots(const cpu_weights *w, bool blocked, size_t j, size_t k, const ortep__cpu_qx *x, size_t rows,
+                       float *v) {
+  if (blocked && rows == 1)
+    dot4(w->dtype, w->data, j / 4, k, x, v); /* decode's */
+  else if (blocked)
+    dot4_rows(w->dtype, w->data, j / 4, k, x, rows, v);
   else
-    v[0] = dot_portable(w->dtype, w->data, false, j, k, x);
+    for (size_t r = 0; r < rows; r++) v[4 * r] = dot_portable(w->dtype, w->data, false, j, k, &x[r]);
 }
 
 void ortep__cpu_linear_quant(const ortep__cpu_qx *x, size_t rows, size_t k, size_t groups, const cpu_weights *w,
@@ -439,33 +533,39 @@ void ortep__cpu_linear_quant(const ortep__cpu_qx *x, size_t rows, size_t k, size
   size_t step = blocked ? 4 : 1;
   for (size_t i0 = begin; i0 < end; i0 += QUANT_RUN) {
     size_t i1 = end - i0 < QUANT_RUN ? end : i0 + QUANT_RUN;
-    for (size_t row = 0; row < rows; row++) {
-      const ortep__cpu_qx *xr = &x[row];
+    for (size_t row0 = 0; row0 < rows; row0 += QROWS) {
+      const ortep__cpu_qx *xr = &x[row0];
+      size_t R = rows - row0 < QROWS ? rows - row0 : QROWS;
+      float t[4 * QROWS], tu[4 * QROWS];
       if (gate_up) {
-        float v[4 * QUANT_RUN], u[4 * QUANT_RUN];
+        float v[QROWS][4 * QUANT_RUN], u[QROWS][4 * QUANT_RUN];
         size_t j0 = i0 * step, outs = (i1 - i0) * step;
         for (size_t item = i0; item < i1; item++) {
           size_t at = (item - i0) * step;
-          quant_dots(&w[0], blocked, item * step, k, xr, v + at);
-          quant_dots(&w[1], blocked, item * step, k, xr, u + at);
+          quant_dots(&w[0], blocked, item * step, k, xr, R, t);
+          quant_dots(&w[1], blocked, item * step, k, xr, R, tu);
+          for (size_t r = 0; r < R; r++)
+            for (size_t i = 0; i < step; i++) v[r][at + i] = t[4 * r + i], u[r][at + i] = tu[4 * r + i];
         }
-        for (size_t i = 0; i < outs; i++) {
-          v[i] += b[0].data ? cpu_w(b[0], j0 + i) : 0.0f;
-          u[i] += b[1].data ? cpu_w(b[1], j0 + i) : 0.0f;
+        for (size_t r = 0; r < R; r++) {
+          for (size_t i = 0; i < outs; i++) {
+            v[r][i] += b[0].data ? cpu_w(b[0], j0 + i) : 0.0f;
+            u[r][i] += b[1].data ? cpu_w(b[1], j0 + i) : 0.0f;
+          }
+          ortep__cpu_silu_mul(v[r], u[r], outs, &y[0][(row0 + r) * n[0] + j0]);
         }
-        ortep__cpu_silu_mul(v, u, outs, &y[0][row * n[0] + j0]);
         continue;
       }
       for (size_t item = i0; item < i1; item++) {
         size_t g = 0, j = item * step;
         while (j >= n[g]) j -= n[g++];
-        float v[4];
-        quant_dots(&w[g], blocked, j, k, xr, v);
-        for (size_t r = 0; r < step; r++) {
-          float o = v[r] + (b[g].data ? cpu_w(b[g], j + r) : 0.0f);
-          size_t at = row * n[g] + j + r;
-          y[g][at] = res ? o + res[at] : o;
-        }
+        quant_dots(&w[g], blocked, j, k, xr, R, t);
+        for (size_t r = 0; r < R; r++)
+          for (size_t i = 0; i < step; i++) {
+            float o = t[4 * r + i] + (b[g].data ? cpu_w(b[g], j + i) : 0.0f);
+            size_t at = (row0 + r) * n[g] + j + i;
+            y[g][at] = res ? o + res[at] : o;
+          }
       }
     }
   }
