@@ -377,10 +377,12 @@ int bench_batch_main(int argc, char **argv) {
   }
   read_delete(rb);
   uint64_t weight_bytes = 0;
-  if (!rc) { /* the weights one decode step reads, as the session holds them */
+  if (!rc) { /* the weights one decode step reads, as the session holds them (quantized at open too) */
     ortep_model *mdl;
+    size_t per_step = 0;
     if (ortep_model_open(o.m.dir, &mdl) == ORTEP_OK) {
-      weight_bytes = ortep_model_weight_bytes(mdl);
+      bench_held_weight_bytes(&o.m, mdl, &per_step);
+      weight_bytes = per_step;
       ortep_model_close(mdl);
     }
     ortep_batch_get_stats(b, &ss);
@@ -393,10 +395,10 @@ int bench_batch_main(int argc, char **argv) {
       2.0 * ((double)mc.num_hidden_layers * (H * (q + 2 * kvw) + q * H + 3 * H * I) + (double)mc.vocab_size * H);
   cJSON *arr = cJSON_AddArrayToObject(root, "batches");
   /* the GEMM peak: the EP's Linear [256 x hidden] x [hidden x intermediate] of the model's
-   * 16-bit or f32 weights (bf16 products where cpu.products allows), in this run */
+   * weights (bf16 products where cpu.products allows; q8_0 / q4_0: the integer rows), in this run */
   ortep_dtype mdt = ORTEP_DTYPE_COUNT;
   double peak = 0;
-  if (!rc && ortep_dtype_parse(o.m.dtype, &mdt) == ORTEP_OK && !ortep_dtype_is_quantized(mdt))
+  if (!rc && ortep_dtype_parse(o.m.dtype, &mdt) == ORTEP_OK)
     peak = bench_linear_gflops(ortep_batch_ep(b), mdt, 256, (size_t)mc.hidden_size, (size_t)mc.intermediate_size);
   if (!rc) {
     printf("\n  %4s %12s %10s %9s %9s %9s %9s %10s %9s %10s %8s %8s\n", "B", "aggregate", "per seq", "vs B=1", "p50 ms",

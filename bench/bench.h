@@ -61,6 +61,13 @@ double read_rate(read_bench *b, size_t bytes);
 void read_close(read_bench *b);
 read_bench *read_new(size_t threads); /* opened, or NULL */
 void read_delete(read_bench *b);
+/* The weight bytes of the model as a decoder over it holds them: as stored,
+ * or with --dtype q8_0 / q4_0 the projections, and the embedding / lm_head
+ * as --embedding-dtype says (q8_0 by default), as quantized at open;
+ * *read_per_token (when not NULL): what one decode step reads of them (an
+ * untied embedding table: one row). */
+struct tool_model;
+size_t bench_held_weight_bytes(const struct tool_model *m, const ortep_model *mdl, size_t *read_per_token);
 /* Best-of-10 GFLOP/s of an OpenBLAS sgemm [m, k] x [k, n] (prefill.c). */
 double bench_sgemm_gflops(size_t m, size_t k, size_t n, size_t threads);
 /* Best-of-5 GFLOP/s of one ortep:Linear [m, k] x [k, n] of dt weights on ep, 16-bit and q8_0 /

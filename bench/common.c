@@ -167,3 +167,44 @@ int bench_parse_count(const char *cmd, const char *opt, const char *arg, long mi
   *out = (long)v;
   return 0;
 }
+
+/* A tensor of n values as q8_0 / q4_0 blocks. */
+static size_t quant_bytes(const ortep_safetensors_entry *e, ortep_dtype to) {
+  size_t n = e->size / ortep_dtype_size(e->dtype);
+  return n / 32 * ortep_dtype_size(to);
+}
+
+size_t bench_held_weight_bytes(const tool_model *m, const ortep_model *mdl, size_t *read_per_token) {
+  const ortep_model_config *cfg = ortep_model_get_config(mdl);
+  size_t bytes = ortep_model_weight_bytes(mdl);
+  const ortep_safetensors_entry *embed = ortep_model_tensor(mdl, "model.embed_tokens.weight");
+  size_t embed_bytes = embed ? embed->size : 0;
+  if (tool_model_quantized(m)) {
+    ortep_dtype proj, emb = ORTEP_DTYPE_Q8_0;
+    ortep_dtype_parse(m->dtype, &proj);
+    bool stored = m->embedding_dtype && !strcmp(m->embedding_dtype, "stored");
+    if (m->embedding_dtype && !stored) ortep_dtype_parse(m->embedding_dtype, &emb);
+    static const char *const names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                        "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    char n[160];
+    for (int64_t l = 0; l < cfg->num_hidden_layers; l++)
+      for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(n, sizeof n, "model.layers.%lld.%s.weight", (long long)l, names[i]);
+        const ortep_safetensors_entry *e = ortep_model_tensor(mdl, n);
+        if (e) bytes = bytes - e->size + quant_bytes(e, proj);
+      }
+    const char *tables[] = {"model.embed_tokens.weight", "lm_head.weight"};
+    for (size_t i = 0; i < 2 && !stored; i++) {
+      const ortep_safetensors_entry *e = ortep_model_tensor(mdl, tables[i]);
+      if (!e) continue;
+      bytes = bytes - e->size + quant_bytes(e, emb);
+      if (!i) embed_bytes = quant_bytes(e, emb);
+    }
+  }
+  /* per token every weight is read once, except an untied embedding table,
+   * of which one row is read */
+  if (read_per_token)
+    *read_per_token =
+        bytes - (cfg->tie_word_embeddings || !embed_bytes ? 0 : embed_bytes - embed_bytes / (size_t)cfg->vocab_size);
+  return bytes;
+}

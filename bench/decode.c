@@ -647,37 +647,6 @@ static int parse(int argc, char **argv, decode_opts *o) {
   return -1;
 }
 
-/* --dtype q8_0 / q4_0: the sizes the decoder's weights will have once
- * quantized at open (model.h), from the stored ones: the projections, and
- * the embedding / lm_head as --embedding-dtype says (q8_0 by default). */
-static size_t quant_bytes(const ortep_safetensors_entry *e, ortep_dtype to) {
-  size_t n = e->size / ortep_dtype_size(e->dtype);
-  return n / 32 * ortep_dtype_size(to);
-}
-static void quantized_sizes(const decode_opts *o, const ortep_model *mdl, decode_run *r, size_t *embed_bytes) {
-  ortep_dtype proj, emb = ORTEP_DTYPE_Q8_0;
-  ortep_dtype_parse(o->m.dtype, &proj);
-  bool stored = o->m.embedding_dtype && !strcmp(o->m.embedding_dtype, "stored");
-  if (o->m.embedding_dtype && !stored) ortep_dtype_parse(o->m.embedding_dtype, &emb);
-  static const char *const names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                                      "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
-  char n[160];
-  for (int64_t l = 0; l < r->cfg.num_hidden_layers; l++)
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-      snprintf(n, sizeof n, "model.layers.%lld.%s.weight", (long long)l, names[i]);
-      const ortep_safetensors_entry *e = ortep_model_tensor(mdl, n);
-      if (e) r->weight_bytes = r->weight_bytes - e->size + quant_bytes(e, proj);
-    }
-  const char *tables[] = {"model.embed_tokens.weight", "lm_head.weight"};
-  for (size_t i = 0; i < 2 && !stored; i++) {
-    const ortep_safetensors_entry *e = ortep_model_tensor(mdl, tables[i]);
-    if (!e) continue;
-    r->weight_bytes = r->weight_bytes - e->size + quant_bytes(e, emb);
-    if (!i) *embed_bytes = quant_bytes(e, emb);
-  }
-  r->wdtype = proj;
-}
-
 /* The model (written the first time for a preset), its sizes, the prompt and
  * the --json file: -1 to go on, else the exit code. */
 static int prepare(decode_opts *o, decode_run *r) {
@@ -690,17 +659,11 @@ static int prepare(decode_opts *o, decode_run *r) {
     return 1;
   }
   r->cfg = *ortep_model_get_config(mdl);
-  r->weight_bytes = ortep_model_weight_bytes(mdl);
   const ortep_safetensors_entry *proj = ortep_model_tensor(mdl, "model.layers.0.mlp.down_proj.weight");
   r->has_wdtype = proj != NULL;
   r->wdtype = proj ? proj->dtype : ORTEP_DTYPE_F32;
-  const ortep_safetensors_entry *embed = ortep_model_tensor(mdl, "model.embed_tokens.weight");
-  size_t embed_bytes = embed->size;
-  if (tool_model_quantized(&o->m)) quantized_sizes(o, mdl, r, &embed_bytes);
-  /* per token every weight is read once, except an untied embedding table,
-   * of which one row is read */
-  r->read_per_token =
-      r->weight_bytes - (r->cfg.tie_word_embeddings ? 0 : embed_bytes - embed_bytes / (size_t)r->cfg.vocab_size);
+  if (tool_model_quantized(&o->m)) ortep_dtype_parse(o->m.dtype, &r->wdtype);
+  r->weight_bytes = bench_held_weight_bytes(&o->m, mdl, &r->read_per_token);
   ortep_model_close(mdl);
   if ((size_t)o->plen + (size_t)o->tokens + (size_t)o->warmup + 1 > (size_t)r->cfg.max_position_embeddings)
     return bench_usage_error("decode", "--prompt-len + --tokens + --warmup exceeds the model's %lld positions",
