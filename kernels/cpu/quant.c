@@ -321,6 +321,27 @@ ORTEP_QUANT_VNNI static inline __m256 high8(__m512 v) {
   return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
 }
 
+/* The weight row whose scale each lane of the first (or second) accumulator
+ * takes: q8_0 rows (0, 1) and (2, 3) per register; q4_0 (0, 2) and (1, 3)
+ * (low and high nibbles). */
+ORTEP_QUANT_VNNI static inline __m512i scale_lanes(bool q8, bool second) {
+  if (q8)
+    return second ? _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2)
+                  : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  return second ? _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1)
+                : _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+/* The quad's four outputs from the two accumulators (lanes summed in the
+ * defined order), in row order. */
+ORTEP_QUANT_VNNI static inline void quad_out(bool q8, __m512 a01, __m512 a23, float *v) {
+  float r[4] = {hsum8(_mm512_castps512_ps256(a01)), hsum8(high8(a01)), hsum8(_mm512_castps512_ps256(a23)),
+                hsum8(high8(a23))};
+  if (q8)
+    v[0] = r[0], v[1] = r[1], v[2] = r[2], v[3] = r[3];
+  else
+    v[0] = r[0], v[2] = r[1], v[1] = r[2], v[3] = r[3];
+}
+
 /* AVX-512 VNNI: two rows per 16-lane accumulator (lanes 0-7 and 8-15), x
  * broadcast into both halves, vpdpbusd starting from the lane biases. */
 ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_of(bool q8, const void *w, size_t quad,
@@ -329,11 +350,7 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_of(
   size_t nb = k / QK, bb = q8 ? 34 : 18; /* the block's bytes: f16 d, then 32 or 16 bytes */
   const uint8_t *q0 = (const uint8_t *)w + quad * 4 * nb * bb;
   __m512 a01 = _mm512_setzero_ps(), a23 = a01;
-  /* q8_0: rows (0, 1) and (2, 3) per register; q4_0: (0, 2) and (1, 3) (low and high nibbles) */
-  const __m512i ia = q8 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
-                        : _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m512i ib = q8 ? _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2)
-                        : _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i ia = scale_lanes(q8, false), ib = scale_lanes(q8, true);
   const __m512i low = _mm512_set1_epi8(15);
   const int32_t *bias = q8 ? x->bias8 : x->bias4;
   /* the quad's bytes are one stream (runs of scales, then quants) followed
@@ -363,12 +380,7 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_of(
       a23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(ib, s), _mm512_cvtepi32_ps(l23), a23);
     }
   }
-  float r[4] = {hsum8(_mm512_castps512_ps256(a01)), hsum8(high8(a01)), hsum8(_mm512_castps512_ps256(a23)),
-                hsum8(high8(a23))};
-  if (q8)
-    v[0] = r[0], v[1] = r[1], v[2] = r[2], v[3] = r[3];
-  else
-    v[0] = r[0], v[2] = r[1], v[1] = r[2], v[3] = r[3];
+  quad_out(q8, a01, a23, v);
 }
 /* One loop per type (the type's test and sizes out of the loop). */
 ORTEP_QUANT_VNNI static void dot4_vnni(ortep_dtype dt, const void *w, size_t quad, size_t k, const ortep__cpu_qx *x,
@@ -391,10 +403,7 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_row
   const uint8_t *q0 = (const uint8_t *)w + quad * 4 * nb * bb;
   __m512 a01[QROWS], a23[QROWS];
   for (size_t r = 0; r < R; r++) a01[r] = _mm512_setzero_ps(), a23[r] = a01[r];
-  const __m512i ia = q8 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
-                        : _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m512i ib = q8 ? _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2)
-                        : _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i ia = scale_lanes(q8, false), ib = scale_lanes(q8, true);
   const __m512i low = _mm512_set1_epi8(15);
   const char *ahead = (const char *)q0 + PREFETCH;
   for (size_t g0 = 0; g0 < nb; g0 += QRUN) {
@@ -426,15 +435,7 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_row
       }
     }
   }
-  for (size_t r = 0; r < R; r++) {
-    float t[4] = {hsum8(_mm512_castps512_ps256(a01[r])), hsum8(high8(a01[r])), hsum8(_mm512_castps512_ps256(a23[r])),
-                  hsum8(high8(a23[r]))};
-    float *o = v + 4 * r;
-    if (q8)
-      o[0] = t[0], o[1] = t[1], o[2] = t[2], o[3] = t[3];
-    else
-      o[0] = t[0], o[2] = t[1], o[1] = t[2], o[3] = t[3];
-  }
+  for (size_t r = 0; r < R; r++) quad_out(q8, a01[r], a23[r], v + 4 * r);
 }
 /* One loop per type and row count (both constants inside it). */
 #define VNNI_ROWS(q8, x, v)                                     \
