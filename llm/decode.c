@@ -497,8 +497,10 @@ static bool runs_nodes(const ortep_decoder *d, const ortep_ep *ep) {
 
 /* Step 4b: the weights cache, when the CPU EP runs the whole step: keyed by
  * what decides the prepared weights (the dtypes asked for, the layout as
- * asked and as the CPU EP gets it, the weights mode) besides the model file
- * and the EP's context keys; the file is named by all of it but the keys. */
+ * asked and the CPU EP's setting of it, "default" when unset: the EP's keys
+ * say which layout that is, the decoder need not; the weights mode) besides
+ * the model file and the EP's context keys; the file is named by all of it
+ * but the keys. */
 static ortep_status open_cache(ortep_decoder *d, const char *dir, ortep_ep *cpu) {
   /* off where a GPU runs the step, its settings still checked */
   const char *where = ortep_ep_registry_count(d->registry) != 1 ? "off" : ortep_config_get(d->ep_config, CACHE_KEY);
@@ -509,7 +511,7 @@ static ortep_status open_cache(ortep_decoder *d, const char *dir, ortep_ep *cpu)
   snprintf(opts, sizeof opts, "ortep weights cache; projections %s; embedding %s; layout %s (cpu %s); weights %s",
            d->dtypes.projections == ORTEP_DTYPE_COUNT ? "stored" : ortep_dtype_name(d->dtypes.projections),
            d->dtypes.embedding == ORTEP_DTYPE_COUNT ? "stored" : ortep_dtype_name(d->dtypes.embedding),
-           lm ? lm : "auto", cl ? cl : "blocked", wm ? wm : "map");
+           lm ? lm : "auto", cl ? cl : "default", wm ? wm : "map");
   return ortep__wcache_open(where, ortep_config_get(d->ep_config, CMAX_KEY), ortep__model_file(d->model), opts, cpu,
                             &d->wcache);
 }
