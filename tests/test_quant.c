@@ -183,9 +183,10 @@ static float lane_model(ortep_dtype dt, const uint8_t *w, size_t r, size_t k, co
 }
 
 /* y = x W^T over n rows of k through one ortep:Linear kernel of a CPU EP
- * with `threads` workers; W blocked (kernels/opset.h) or row-major. */
-static void run_linear(ortep_dtype dt, const uint8_t *w, size_t n, size_t k, bool blocked, const float *x,
-                       const float *res, size_t threads, float *y) {
+ * with `threads` workers; W blocked (kernels/opset.h) or row-major. With
+ * up, a gate_up node: y = SiLU(x W^T) * (x U^T). */
+static void run_linear(ortep_dtype dt, const uint8_t *w, const uint8_t *up, size_t n, size_t k, bool blocked,
+                       const float *x, const float *res, size_t threads, float *y) {
   ortep_ep *ep;
   ortep_config *cfg;
   char t[8];
@@ -195,32 +196,38 @@ static void run_linear(ortep_dtype dt, const uint8_t *w, size_t n, size_t k, boo
   ck_assert_ok(ortep_config_set(cfg, "cpu.threads", t));
   ck_assert_ok(ortep_ep_initialize(ep, cfg));
   size_t bytes = n * (k / 32) * ortep_dtype_size(dt);
-  uint8_t *wl = malloc(bytes);
+  uint8_t *wl = malloc(bytes), *ul = up ? malloc(bytes) : NULL;
   if (blocked)
     ortep__cpu_quant_block(dt, w, n, k, wl);
   else
     memcpy(wl, w, bytes);
+  if (up && blocked)
+    ortep__cpu_quant_block(dt, up, n, k, ul);
+  else if (up)
+    memcpy(ul, up, bytes);
   ortep_graph *g;
   ck_assert_ok(ortep_graph_create(&g));
-  const char *in[8] = {"x", "w", "", "", "", "", "", "r"};
+  const char *in[8] = {"x", "w", "", up ? "u" : "", "", "", "", "r"};
+  size_t nin = res ? 8 : up ? 5 : 2;
   ortep_node_id id;
-  ck_assert_ok(
-      ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "lin", in, res ? 8 : 2, (const char *[]){"y"}, 1, &id));
+  ck_assert_ok(ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "lin", in, nin, (const char *[]){"y"}, 1, &id));
+  if (up) ck_assert_ok(ortep_graph_set_attr_int(g, id, "gate_up", 1));
   ortep_shape shapes[8] = {SHAPE(1, (int64_t)k), SHAPE((int64_t)n, (int64_t)k)};
   if (blocked) shapes[1] = SHAPE((int64_t)n / 4, (int64_t)k / 32, 4, 32);
-  ortep_dtype dtypes[8] = {ORTEP_DTYPE_F32, dt};
+  ortep_dtype dtypes[8] = {ORTEP_DTYPE_F32, dt, ORTEP_DTYPE_F32, dt};
+  shapes[2] = SHAPE(0), shapes[3] = shapes[1];
   shapes[7] = SHAPE(1, (int64_t)n), dtypes[7] = ORTEP_DTYPE_F32;
   ortep_kernel *kern;
-  ck_assert_ok(ortep_ep_get_kernel(ep, ortep_graph_node(g, id), shapes, dtypes, res ? 8 : 2, 17, &kern));
-  const void *ins[8] = {x, wl, NULL, NULL, NULL, NULL, NULL, res};
+  ck_assert_ok(ortep_ep_get_kernel(ep, ortep_graph_node(g, id), shapes, dtypes, nin, 17, &kern));
+  const void *ins[8] = {x, wl, NULL, ul, NULL, NULL, NULL, res};
   void *outs[1] = {y};
-  ortep_kernel_io io = {ins, res ? 8 : 2, outs, 1, ortep_ep_error_word_ptr(ep), NULL};
+  ortep_kernel_io io = {ins, nin, outs, 1, ortep_ep_error_word_ptr(ep), NULL};
   ck_assert_ok(ortep_ep_run_kernel(ep, kern, &io));
   ortep_kernel_destroy(kern);
   ortep_graph_destroy(g);
   ortep_ep_destroy(ep);
   ortep_config_destroy(cfg);
-  free(wl);
+  free(wl), free(ul);
 }
 
 static void check_linear(ortep_dtype dt, size_t n, size_t k, uint64_t seed) {
@@ -237,8 +244,8 @@ static void check_linear(ortep_dtype dt, size_t n, size_t k, uint64_t seed) {
   float *xd = malloc(k / 32 * sizeof *xd), *y = malloc(n * sizeof *y), *y3 = malloc(n * sizeof *y3);
   quantize_x(x, k, xq, xd);
   for (int blocked = 0; blocked < 2; blocked++) {
-    run_linear(dt, w, n, k, blocked, x, res, 1, y);
-    run_linear(dt, w, n, k, blocked, x, res, 3, y3);
+    run_linear(dt, w, NULL, n, k, blocked, x, res, 1, y);
+    run_linear(dt, w, NULL, n, k, blocked, x, res, 3, y3);
     ck_assert_mem_eq(y, y3, n * sizeof *y); /* any thread count: the same bits */
     int q[32];
     for (size_t r = 0; r < n; r++) {
@@ -258,6 +265,24 @@ static void check_linear(ortep_dtype dt, size_t n, size_t k, uint64_t seed) {
                     blocked ? "blocked" : "row-major", r, ortep__cpu_quant_simd_name(), y[r], model);
     }
   }
+  /* a gate_up node (decode reads its gate and up quads side by side):
+   * every output SiLU(the gate's defined-order sum) x the up's, bitwise */
+  uint8_t *u = malloc(n * (k / 32) * ortep_dtype_size(dt));
+  for (size_t i = 0; i < n * k; i++) wf[i] = ((float)(test_rng_next(&rng) % 20001) / 10000.0f - 1.0f) * 0.05f;
+  ck_assert_ok(ortep_quantize(dt, wf, n * k, u));
+  float *mg = malloc(n * sizeof *mg), *mu = malloc(n * sizeof *mu), *want = malloc(n * sizeof *want);
+  for (size_t r = 0; r < n; r++) mg[r] = lane_model(dt, w, r, k, xq, xd), mu[r] = lane_model(dt, u, r, k, xq, xd);
+  ortep__cpu_silu_mul(mg, mu, n, want);
+  for (int blocked = 0; blocked < 2; blocked++)
+    for (size_t threads = 1; threads <= 3; threads += 2) {
+      run_linear(dt, w, u, n, k, blocked, x, NULL, threads, y);
+      for (size_t r = 0; r < n; r++)
+        ck_assert_msg(memcmp(&y[r], &want[r], sizeof *y) == 0,
+                      "%s %s gate_up output %zu (%s, %zu threads): %.9g is not SiLU(%.9g) x %.9g = %.9g",
+                      ortep_dtype_name(dt), blocked ? "blocked" : "row-major", r, ortep__cpu_quant_simd_name(), threads,
+                      y[r], mg[r], mu[r], want[r]);
+    }
+  free(u), free(mg), free(mu), free(want);
   free(wf), free(x), free(res), free(w), free(xq), free(xd), free(y), free(y3);
 }
 
@@ -287,7 +312,7 @@ START_TEST(q8_0_extremes_do_not_saturate) {
   }
   float x[64], y[4];
   for (size_t i = 0; i < k; i++) x[i] = i % 2 ? -127.0f : 127.0f;
-  run_linear(ORTEP_DTYPE_Q8_0, w, n, k, true, x, NULL, 1, y);
+  run_linear(ORTEP_DTYPE_Q8_0, w, NULL, n, k, true, x, NULL, 1, y);
   /* per element pair: 127 * 127 + (-128) * (-127) = 32385; 32 pairs; d_x = 1 */
   for (size_t r = 0; r < n; r++) ck_assert_float_eq(y[r], 32.0f * 32385.0f);
 }
