@@ -210,10 +210,14 @@ static bool have_vnni(void) {
   return (b & (1u << 30)) && (c & (1u << 11));
 }
 
-/* How far ahead of the block being read its run is prefetched: 4 KiB
- * raised a single thread's rate from DRAM from 10 to 13 GB/s (q8_0) and
- * from 9.6 to ~18 GB/s (q4_0) on the build machine (1-3 KiB and 8 KiB
- * measured within noise of it). */
+/* How far ahead of the block being read its run is prefetched, where a
+ * kernel prefetches: AVX2's dot4 (4 KiB raised one thread's rate from DRAM
+ * from 10 to 13 GB/s, q8_0, and from 9.6 to ~18, q4_0) and the VNNI pair of
+ * a gate_up node. The VNNI kernels that read one quad at a time leave it
+ * to the hardware: prefetching there made a q8_0 step's down projection
+ * 109 -> 134 us and its lm_head 2.8 -> 3.1 ms, where the pair's two streams
+ * gained (gate_up 205-287 -> 190-270 us; per-node timer, 3 rounds; 8 KiB
+ * no better). */
 #define PREFETCH         4096
 #define ORTEP_QUANT_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define ORTEP_QUANT_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")))
@@ -260,12 +264,14 @@ ORTEP_QUANT_AVX2 static void quantize_x_avx2(const float *x, size_t k, const ort
 }
 
 /* The lines a block's worth of bytes from `ahead` covers (4 x 34 or 4 x 18
- * bytes), prefetched: the kernels keep PREFETCH bytes ahead of the block
- * they read. */
-ORTEP_QUANT_AVX2 static inline void prefetch_block(const char *ahead, bool q8) {
-  _mm_prefetch(ahead, _MM_HINT_T0);
-  _mm_prefetch(ahead + 64, _MM_HINT_T0);
-  if (q8) _mm_prefetch(ahead + 128, _MM_HINT_T0);
+ * bytes), prefetched: a kernel that prefetches keeps PREFETCH bytes ahead
+ * of the block it reads. The builtin, with no target of its own: an
+ * _mm_prefetch in a target("avx2") function inlined into the AVX-512 ones
+ * was compiled to nothing there (GCC 12). */
+static inline __attribute__((always_inline)) void prefetch_block(const char *ahead, bool q8) {
+  __builtin_prefetch(ahead, 0, 3);
+  __builtin_prefetch(ahead + 64, 0, 3);
+  if (q8) __builtin_prefetch(ahead + 128, 0, 3);
 }
 
 /* d_w of the quad's four rows (the block's four f16 at s4) times d_x */
@@ -357,15 +363,12 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_of(
   const __m512i low = _mm512_set1_epi8(15);
   const int32_t *bias = q8 ? x->bias8 : x->bias4;
   /* the quad's bytes are one stream (runs of scales, then quants) followed
-   * by the next quad's: prefetch it PREFETCH bytes ahead, a block's worth a
-   * step */
-  const char *ahead = (const char *)q0 + PREFETCH;
+   * by the next quad's: the hardware's prefetchers follow it (PREFETCH) */
   for (size_t g0 = 0; g0 < nb; g0 += QRUN) {
     const uint8_t *sc, *qr;
     size_t m = quad_run(q0, nb, bb, g0, &sc, &qr);
-    for (size_t i = 0; i < m; i++, ahead += 4 * bb) {
+    for (size_t i = 0; i < m; i++) {
       size_t b = g0 + i;
-      prefetch_block(ahead, q8);
       __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->q + b * QK)));
       __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bias + b * 8)));
       __m512 s = _mm512_castps128_ps512(quad_scales(sc + i * 8, x->d[b]));
@@ -401,7 +404,8 @@ ORTEP_QUANT_VNNI static void dot4_vnni(ortep_dtype dt, const void *w, size_t qua
  * Linear by a per-node timer took 175-215 us instead of 240-310 (q8_0,
  * 0.5B, 2 threads) and 119-135 instead of 135-207 (q4_0). Pairing a plain
  * node's quads that way (neighbours, or two halves of a run) halved its
- * rate from memory: one stream there is better than two. */
+ * rate from memory: one stream there is better than two. Each of the two
+ * streams is prefetched PREFETCH ahead (gate_up a further 4-8% faster). */
 ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_pair_of(bool q8, const uint8_t *qa,
                                                                                      const uint8_t *qb, size_t k,
                                                                                      const ortep__cpu_qx *x, float *va,
@@ -471,13 +475,11 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_row
   for (size_t r = 0; r < R; r++) a01[r] = _mm512_setzero_ps(), a23[r] = a01[r];
   const __m512i ia = scale_lanes(q8, false), ib = scale_lanes(q8, true);
   const __m512i low = _mm512_set1_epi8(15);
-  const char *ahead = (const char *)q0 + PREFETCH;
   for (size_t g0 = 0; g0 < nb; g0 += QRUN) {
     const uint8_t *sc, *qr;
     size_t m = quad_run(q0, nb, bb, g0, &sc, &qr);
-    for (size_t i = 0; i < m; i++, ahead += 4 * bb) {
+    for (size_t i = 0; i < m; i++) {
       size_t b = g0 + i;
-      prefetch_block(ahead, q8);
       __m512i w01, w23;
       if (q8) {
         w01 = _mm512_loadu_si512((const __m512i *)(qr + i * 128));
