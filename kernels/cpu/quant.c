@@ -401,11 +401,12 @@ ORTEP_QUANT_VNNI static void dot4_vnni(ortep_dtype dt, const void *w, size_t qua
  * gate and up), each with its own accumulators and every operation of
  * dot4_vnni_of in its order, so bitwise its results; x's block loaded once
  * for both. Block by block, not one quad after the other: a gate_up step's
- * Linear by a per-node timer took 175-215 us instead of 240-310 (q8_0,
- * 0.5B, 2 threads) and 119-135 instead of 135-207 (q4_0). Pairing a plain
- * node's quads that way (neighbours, or two halves of a run) halved its
- * rate from memory: one stream there is better than two. Each of the two
- * streams is prefetched PREFETCH ahead (gate_up a further 4-8% faster). */
+ * Linear by a per-node timer took 172-219 us instead of 232-290 (q8_0,
+ * 0.5B, 2 threads) and 94-98 instead of 95-102 (q4_0). Pairing a plain
+ * node's quads that way was slower (neighbours: up to half the rate; the
+ * two halves of a thread's share: down 96 -> 110 us): one stream there is
+ * better than two. Each of the two streams is prefetched PREFETCH ahead
+ * (gate_up a further 4-8% faster). */
 ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_pair_of(bool q8, const uint8_t *qa,
                                                                                      const uint8_t *qb, size_t k,
                                                                                      const ortep__cpu_qx *x, float *va,
