@@ -8,7 +8,8 @@
  *    tolerance 1e-5 of the sum of |terms|), and bitwise against a scalar
  *    model of the order quant.c defines (so the portable loop, AVX2 and
  *    AVX-512 VNNI agree bit for bit: ctest runs this suite under each
- *    ORTEP_CPU_SIMD), for 1 and 3 threads;
+ *    ORTEP_CPU_SIMD), for 1 and 3 threads; a gate_up node's outputs
+ *    bitwise SiLU of the modelled gate sums times the up sums;
  *  - the decoder quantizing at open (ortep.weights_dtype): greedy tokens and
  *    logits against the independent reference decoder run on the dequantized
  *    weights, replay == eager and thread counts bitwise, the refusals. */

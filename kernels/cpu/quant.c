@@ -211,9 +211,9 @@ static bool have_vnni(void) {
 }
 
 /* How far ahead of the block being read its run is prefetched, where a
- * kernel prefetches: AVX2's dot4 (4 KiB raised one thread's rate from DRAM
- * from 10 to 13 GB/s, q8_0, and from 9.6 to ~18, q4_0) and the VNNI pair of
- * a gate_up node. The VNNI kernels that read one quad at a time leave it
+ * kernel prefetches: AVX2's dot4 (with ORTEP_CPU_SIMD=avx2 a q8_0 gate_up
+ * took 167-212 us with it, 220-271 without; other nodes even) and the VNNI
+ * pair of a gate_up node. The VNNI kernels that read one quad at a time leave it
  * to the hardware: prefetching there made a q8_0 step's down projection
  * 109 -> 134 us and its lm_head 2.8 -> 3.1 ms, where the pair's two streams
  * gained (gate_up 205-287 -> 190-270 us; per-node timer, 3 rounds; 8 KiB
@@ -353,37 +353,53 @@ ORTEP_QUANT_VNNI static inline void quad_out(bool q8, __m512 a01, __m512 a23, fl
 
 /* AVX-512 VNNI: two rows per 16-lane accumulator (lanes 0-7 and 8-15), x
  * broadcast into both halves, vpdpbusd starting from the lane biases. */
+/* Block b of one quad (position i of its run: scales at sc, quants at qr)
+ * into the quad's two accumulators, given x's block broadcast (xq), its
+ * lane biases (bs) and d_x: the one definition of a block's step, which
+ * every decode kernel below repeats per quad. */
+ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void vnni_block(bool q8, const uint8_t *sc,
+                                                                              const uint8_t *qr, size_t i, __m512i xq,
+                                                                              __m512i bs, float dx, __m512 *a01,
+                                                                              __m512 *a23) {
+  const __m512i ia = scale_lanes(q8, false), ib = scale_lanes(q8, true);
+  const __m512i low = _mm512_set1_epi8(15);
+  __m512 s = _mm512_castps128_ps512(quad_scales(sc + i * 8, dx));
+  __m512i l01, l23;
+  if (q8) {
+    const __m512i *g = (const __m512i *)(qr + i * 128);
+    l01 = _mm512_dpbusd_epi32(bs, _mm512_loadu_si512(g), xq);
+    l23 = _mm512_dpbusd_epi32(bs, _mm512_loadu_si512(g + 1), xq);
+  } else {
+    __m512i p = _mm512_loadu_si512((const __m512i *)(qr + i * 64));
+    l01 = _mm512_dpbusd_epi32(bs, _mm512_and_si512(p, low), xq);
+    l23 = _mm512_dpbusd_epi32(bs, _mm512_and_si512(_mm512_srli_epi16(p, 4), low), xq);
+  }
+  *a01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(ia, s), _mm512_cvtepi32_ps(l01), *a01);
+  *a23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(ib, s), _mm512_cvtepi32_ps(l23), *a23);
+}
+
+/* x's block b broadcast into both halves, and its lane biases. */
+ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) __m512i vnni_x(const ortep__cpu_qx *x, size_t b, bool q8,
+                                                                             __m512i *bs) {
+  const int32_t *bias = q8 ? x->bias8 : x->bias4;
+  *bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bias + b * 8)));
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->q + b * QK)));
+}
+
 ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_of(bool q8, const void *w, size_t quad,
                                                                                 size_t k, const ortep__cpu_qx *x,
                                                                                 float *v) {
   size_t nb = k / QK, bb = q8 ? 34 : 18; /* the block's bytes: f16 d, then 32 or 16 bytes */
   const uint8_t *q0 = (const uint8_t *)w + quad * 4 * nb * bb;
   __m512 a01 = _mm512_setzero_ps(), a23 = a01;
-  const __m512i ia = scale_lanes(q8, false), ib = scale_lanes(q8, true);
-  const __m512i low = _mm512_set1_epi8(15);
-  const int32_t *bias = q8 ? x->bias8 : x->bias4;
   /* the quad's bytes are one stream (runs of scales, then quants) followed
    * by the next quad's: the hardware's prefetchers follow it (PREFETCH) */
   for (size_t g0 = 0; g0 < nb; g0 += QRUN) {
     const uint8_t *sc, *qr;
     size_t m = quad_run(q0, nb, bb, g0, &sc, &qr);
     for (size_t i = 0; i < m; i++) {
-      size_t b = g0 + i;
-      __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->q + b * QK)));
-      __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bias + b * 8)));
-      __m512 s = _mm512_castps128_ps512(quad_scales(sc + i * 8, x->d[b]));
-      __m512i l01, l23;
-      if (q8) {
-        const __m512i *g = (const __m512i *)(qr + i * 128);
-        l01 = _mm512_dpbusd_epi32(bs, _mm512_loadu_si512(g), xq);
-        l23 = _mm512_dpbusd_epi32(bs, _mm512_loadu_si512(g + 1), xq);
-      } else {
-        __m512i p = _mm512_loadu_si512((const __m512i *)(qr + i * 64));
-        l01 = _mm512_dpbusd_epi32(bs, _mm512_and_si512(p, low), xq);
-        l23 = _mm512_dpbusd_epi32(bs, _mm512_and_si512(_mm512_srli_epi16(p, 4), low), xq);
-      }
-      a01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(ia, s), _mm512_cvtepi32_ps(l01), a01);
-      a23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(ib, s), _mm512_cvtepi32_ps(l23), a23);
+      __m512i bs, xq = vnni_x(x, g0 + i, q8, &bs);
+      vnni_block(q8, sc, qr, i, xq, bs, x->d[g0 + i], &a01, &a23);
     }
   }
   quad_out(q8, a01, a23, v);
@@ -398,9 +414,8 @@ ORTEP_QUANT_VNNI static void dot4_vnni(ortep_dtype dt, const void *w, size_t qua
 }
 
 /* Quad `quad` of two weights of one shape side by side (a gate_up node's
- * gate and up), each with its own accumulators and every operation of
- * dot4_vnni_of in its order, so bitwise its results; x's block loaded once
- * for both. Block by block, not one quad after the other: a gate_up step's
+ * gate and up), each with its own accumulators through dot4_vnni_of's
+ * vnni_block, so bitwise its results; x's block loaded once for both. Block by block, not one quad after the other: a gate_up step's
  * Linear by a per-node timer took 172-219 us instead of 232-290 (q8_0,
  * 0.5B, 2 threads) and 94-98 instead of 95-102 (q4_0). Pairing a plain
  * node's quads that way was slower (neighbours: up to half the rate; the
@@ -413,41 +428,17 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_pai
                                                                                      float *vb) {
   size_t nb = k / QK, bb = q8 ? 34 : 18;
   __m512 a01 = _mm512_setzero_ps(), a23 = a01, b01 = a01, b23 = a01;
-  const __m512i ia = scale_lanes(q8, false), ib = scale_lanes(q8, true);
-  const __m512i low = _mm512_set1_epi8(15);
-  const int32_t *bias = q8 ? x->bias8 : x->bias4;
   const char *ahead_a = (const char *)qa + PREFETCH, *ahead_b = (const char *)qb + PREFETCH;
   for (size_t g0 = 0; g0 < nb; g0 += QRUN) {
     const uint8_t *sca, *qra, *scb, *qrb;
     size_t m = quad_run(qa, nb, bb, g0, &sca, &qra);
     quad_run(qb, nb, bb, g0, &scb, &qrb);
     for (size_t i = 0; i < m; i++, ahead_a += 4 * bb, ahead_b += 4 * bb) {
-      size_t b = g0 + i;
       prefetch_block(ahead_a, q8);
       prefetch_block(ahead_b, q8);
-      __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->q + b * QK)));
-      __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bias + b * 8)));
-      __m512 sa = _mm512_castps128_ps512(quad_scales(sca + i * 8, x->d[b]));
-      __m512 sb = _mm512_castps128_ps512(quad_scales(scb + i * 8, x->d[b]));
-      __m512i la01, la23, lb01, lb23;
-      if (q8) {
-        const __m512i *ga = (const __m512i *)(qra + i * 128), *gb = (const __m512i *)(qrb + i * 128);
-        la01 = _mm512_dpbusd_epi32(bs, _mm512_loadu_si512(ga), xq);
-        la23 = _mm512_dpbusd_epi32(bs, _mm512_loadu_si512(ga + 1), xq);
-        lb01 = _mm512_dpbusd_epi32(bs, _mm512_loadu_si512(gb), xq);
-        lb23 = _mm512_dpbusd_epi32(bs, _mm512_loadu_si512(gb + 1), xq);
-      } else {
-        __m512i pa = _mm512_loadu_si512((const __m512i *)(qra + i * 64));
-        __m512i pb = _mm512_loadu_si512((const __m512i *)(qrb + i * 64));
-        la01 = _mm512_dpbusd_epi32(bs, _mm512_and_si512(pa, low), xq);
-        la23 = _mm512_dpbusd_epi32(bs, _mm512_and_si512(_mm512_srli_epi16(pa, 4), low), xq);
-        lb01 = _mm512_dpbusd_epi32(bs, _mm512_and_si512(pb, low), xq);
-        lb23 = _mm512_dpbusd_epi32(bs, _mm512_and_si512(_mm512_srli_epi16(pb, 4), low), xq);
-      }
-      a01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(ia, sa), _mm512_cvtepi32_ps(la01), a01);
-      a23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(ib, sa), _mm512_cvtepi32_ps(la23), a23);
-      b01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(ia, sb), _mm512_cvtepi32_ps(lb01), b01);
-      b23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(ib, sb), _mm512_cvtepi32_ps(lb23), b23);
+      __m512i bs, xq = vnni_x(x, g0 + i, q8, &bs);
+      vnni_block(q8, sca, qra, i, xq, bs, x->d[g0 + i], &a01, &a23);
+      vnni_block(q8, scb, qrb, i, xq, bs, x->d[g0 + i], &b01, &b23);
     }
   }
   quad_out(q8, a01, a23, va);
@@ -620,9 +611,10 @@ void ortep__cpu_linear_quant(const ortep__cpu_qx *x, size_t rows, size_t k, size
       if (gate_up) {
         float v[QROWS][4 * QUANT_RUN], u[QROWS][4 * QUANT_RUN];
         size_t j0 = i0 * step, outs = (i1 - i0) * step;
+        bool pair = blocked && R == 1 && w[0].dtype == w[1].dtype; /* decode's gate and up side by side */
         for (size_t item = i0; item < i1; item++) {
           size_t at = (item - i0) * step;
-          if (blocked && R == 1 && w[0].dtype == w[1].dtype) { /* decode's gate and up side by side */
+          if (pair) {
             dot4_pair(w[0].dtype, w[0].data, w[1].data, item, k, xr, t, tu);
           } else {
             quant_dots(&w[0], blocked, item * step, k, xr, R, t);
