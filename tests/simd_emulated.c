@@ -8,11 +8,13 @@
  * 512-bit operation from two native 256-bit ones, and a 512-bit FMA from two
  * native FMAs, so each lane sees the same IEEE operations as on AVX-512
  * hardware. The two intrinsics this SIMDe release lacks are defined below the
- * same way (each lane converted exactly).
+ * same way (each lane converted exactly), and one it has without its native
+ * alias is aliased.
  */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
@@ -21,6 +23,9 @@
 #include "../kernels/cpu/ops.h"
 #include "simd_emulated.h"
 
+/* SIMDe has it without the native alias (and GCC's own is a macro without -O) */
+#undef _mm512_shuffle_f32x4
+#define _mm512_shuffle_f32x4(a, b, imm8) simde_mm512_shuffle_f32x4(a, b, imm8)
 #ifndef _mm512_cvtph_ps
 static inline simde__m512 emulated_cvtph_ps(simde__m256i h) {
   simde__m512 r = simde_mm512_castps256_ps512(simde_mm256_cvtph_ps(simde_mm256_castsi256_si128(h)));

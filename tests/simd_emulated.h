@@ -13,13 +13,20 @@ typedef struct simd_kernels {
   void (*axpy)(float a, const float *x, float *y, size_t n);
   void (*widen)(const uint16_t *src, bool f16, float *dst, size_t n);
   size_t lanes; /* per accumulator: 8 (AVX2) or 16 (AVX-512) */
-  /* one head's decode attention over n rows `row` elements apart */
-  void (*head_scores_f32)(const float *q, const float *k, size_t row, size_t n, size_t hd, float scale, float *sc);
-  void (*head_scores_bf16)(const float *q, const uint16_t *k, size_t row, size_t n, size_t hd, float scale, float *sc);
-  void (*head_scores_f16)(const float *q, const uint16_t *k, size_t row, size_t n, size_t hd, float scale, float *sc);
-  void (*head_values_f32)(const float *p, float denom, const float *v, size_t row, size_t n, size_t hd, float *out);
-  void (*head_values_bf16)(const float *p, float denom, const uint16_t *v, size_t row, size_t n, size_t hd, float *out);
-  void (*head_values_f16)(const float *p, float denom, const uint16_t *v, size_t row, size_t n, size_t hd, float *out);
+  /* decode attention for `heads` query heads (q + h hd) over n rows `row` elements apart: scores at
+   * sc + h stride; values from weights p + h stride (divided by denom[h] in place) into out + h hd */
+  void (*head_scores_f32)(const float *q, size_t heads, const float *k, size_t row, size_t n, size_t hd, float scale,
+                          float *sc, size_t stride);
+  void (*head_scores_bf16)(const float *q, size_t heads, const uint16_t *k, size_t row, size_t n, size_t hd,
+                           float scale, float *sc, size_t stride);
+  void (*head_scores_f16)(const float *q, size_t heads, const uint16_t *k, size_t row, size_t n, size_t hd, float scale,
+                          float *sc, size_t stride);
+  void (*head_values_f32)(float *p, size_t stride, const float *denom, size_t heads, const float *v, size_t row,
+                          size_t n, size_t hd, float *out);
+  void (*head_values_bf16)(float *p, size_t stride, const float *denom, size_t heads, const uint16_t *v, size_t row,
+                           size_t n, size_t hd, float *out);
+  void (*head_values_f16)(float *p, size_t stride, const float *denom, size_t heads, const uint16_t *v, size_t row,
+                          size_t n, size_t hd, float *out);
 } simd_kernels;
 
 extern const simd_kernels simd_emulated_avx2, simd_emulated_avx512;

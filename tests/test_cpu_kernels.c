@@ -369,7 +369,9 @@ START_TEST(rotary_embedding_both_layouts_and_bad_positions) {
 END_TEST
 
 /* Heads of a long attention and rows of a big Linear run on the CPU EP's
- * workers: the outputs are bitwise the same for 1 and 3 threads. */
+ * workers: the outputs are bitwise the same for 1, 3 and 8 threads (the
+ * attention's items then hold 4, 2 and 1 of the 4 query heads that share a
+ * KV head: ortep__cpu_gqa_per_item). */
 static ortep_ep *cpu_with_threads(const char *n) {
   ortep_ep *ep;
   ortep_config *c;
@@ -389,18 +391,18 @@ START_TEST(split_across_workers_bitwise_equal_to_one_thread) {
   fill(&r, kc, KV * CAP * HD, 1.0f), fill(&r, vc, KV * CAP * HD, 1.0f), fill(&r, w, N * K, 0.1f);
   fill(&r, q, NH * HD, 1.0f), fill(&r, k, KV * HD, 1.0f), fill(&r, v, KV * HD, 1.0f), fill(&r, x, K, 1.0f);
   int32_t pos = 400; /* 8 heads x 401 positions: enough work to split */
-  float att[2][NH * HD], lin[2][N];
+  float att[3][NH * HD], lin[3][N];
   enum { R = 128, RH = 512 }; /* RMSNorm over 128 rows, RoPE over 128 tokens: split by rows */
-  float *rx = malloc(R * RH * sizeof *rx), *rs = malloc(RH * sizeof *rs), *rn[2], *rr[2];
+  float *rx = malloc(R * RH * sizeof *rx), *rs = malloc(RH * sizeof *rs), *rn[3], *rr[3];
   float *cosc = malloc(512 * HD / 2 * sizeof *cosc), *sinc = malloc(512 * HD / 2 * sizeof *sinc);
   int64_t rpos[R];
   fill(&r, rx, R * RH, 1.0f), fill(&r, rs, RH, 1.0f), fill(&r, cosc, 512 * HD / 2, 1.0f),
       fill(&r, sinc, 512 * HD / 2, 1.0f);
   for (int i = 0; i < R; i++) rpos[i] = 3 * i;
-  for (int t = 0; t < 2; t++) rn[t] = malloc(R * RH * sizeof(float)), rr[t] = malloc(R * RH * sizeof(float));
+  for (int t = 0; t < 3; t++) rn[t] = malloc(R * RH * sizeof(float)), rr[t] = malloc(R * RH * sizeof(float));
   ortep_ep *saved = g_cpu;
-  const char *threads[] = {"1", "3"};
-  for (int t = 0; t < 2; t++) {
+  const char *threads[] = {"1", "3", "8"};
+  for (int t = 0; t < 3; t++) {
     g_cpu = cpu_with_threads(threads[t]);
     tattr at[] = {{"num_heads", 0, NH, 0}, {"kv_num_heads", 0, KV, 0}};
     tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, NH * HD), q}, {ORTEP_DTYPE_F32, SHAPE(1, 1, KV * HD), k},
@@ -422,12 +424,16 @@ START_TEST(split_across_workers_bitwise_equal_to_one_thread) {
     ortep_ep_destroy(g_cpu);
   }
   g_cpu = saved;
-  ck_assert_msg(memcmp(rn[0], rn[1], R * RH * sizeof(float)) == 0, "RMSNorm differs between 1 and 3 threads");
-  ck_assert_msg(memcmp(rr[0], rr[1], R * RH * sizeof(float)) == 0, "RoPE differs between 1 and 3 threads");
+  for (int t = 1; t < 3; t++) {
+    ck_assert_msg(memcmp(rn[0], rn[t], R * RH * sizeof(float)) == 0, "RMSNorm differs between 1 and %s threads",
+                  threads[t]);
+    ck_assert_msg(memcmp(rr[0], rr[t], R * RH * sizeof(float)) == 0, "RoPE differs between 1 and %s threads",
+                  threads[t]);
+    ck_assert_msg(memcmp(att[0], att[t], sizeof att[0]) == 0, "attention differs between 1 and %s threads", threads[t]);
+    ck_assert_msg(memcmp(lin[0], lin[t], sizeof lin[0]) == 0, "Linear differs between 1 and %s threads", threads[t]);
+  }
   free(rx), free(rs), free(cosc), free(sinc);
-  for (int t = 0; t < 2; t++) free(rn[t]), free(rr[t]);
-  ck_assert_msg(memcmp(att[0], att[1], sizeof att[0]) == 0, "attention differs between 1 and 3 threads");
-  ck_assert_msg(memcmp(lin[0], lin[1], sizeof lin[0]) == 0, "Linear differs between 1 and 3 threads");
+  for (int t = 0; t < 3; t++) free(rn[t]), free(rr[t]);
   free(kc), free(vc), free(w);
 }
 END_TEST

@@ -191,60 +191,81 @@ START_TEST(axpy_is_one_fma_per_element) {
 }
 END_TEST
 
-/* One head's decode attention (simd_*.h head_*): the scores bitwise the
- * set's dot of each cache row times the scale, the values bitwise the set's
- * axpy of each (widened) row into a zeroed out, in the order of the rows,
- * for head sizes with and without a tail of either width, rows apart by
- * more than a head (the caches are position-major), and every cache dtype;
- * and the values near the exact weighted sum. */
+/* Decode attention for query heads sharing a KV head (simd_*.h head_*): each
+ * head's scores bitwise the set's dot of each cache row times the scale, its
+ * values bitwise the set's axpy of each (widened) row, weighted p / denom,
+ * into a zeroed out, in the order of the rows; for 1 to 7 heads at once
+ * (the kernels' blocks of four, two and one), head sizes with and without a
+ * tail of either width, row counts around the sixteen and eight rows whose
+ * lanes are summed together and the tiles of 64 rows (ORTEP_HEAD_TILE), rows apart by more than a head (the caches
+ * are position-major), and every cache dtype; and the values near the
+ * exact weighted sum. */
 static void check_heads(const simd_kernels *kern, const char *name) {
-  enum { NMAX = 37, HMAX = 136, ROW = 2 * HMAX + 3 };
+  enum { NMAX = 150, HMAX = 136, ROW = 2 * HMAX + 3, GMAX = 7, STRIDE = NMAX + 3 };
   test_rng r = test_rng_new(test_seed() + 3);
-  float *q = malloc(HMAX * sizeof *q), *kf = malloc(NMAX * ROW * sizeof *kf), *wide = malloc(NMAX * ROW * sizeof *wide);
+  float *q = malloc(GMAX * HMAX * sizeof *q), *kf = malloc(NMAX * ROW * sizeof *kf),
+        *wide = malloc(NMAX * ROW * sizeof *wide);
   uint16_t *kb = malloc(NMAX * ROW * sizeof *kb), *kh = malloc(NMAX * ROW * sizeof *kh);
-  float sc[NMAX], p[NMAX], out[HMAX], want[HMAX];
+  float sc[GMAX * STRIDE], p0[GMAX * STRIDE], p[GMAX * STRIDE], out[GMAX * HMAX], want[HMAX], denom[GMAX];
   ck_assert(q && kf && wide && kb && kh);
-  for (size_t i = 0; i < HMAX; i++) q[i] = (float)((double)test_rng_next(&r) / 18446744073709551616.0 * 2.0 - 1.0);
+  for (size_t i = 0; i < GMAX * HMAX; i++)
+    q[i] = (float)((double)test_rng_next(&r) / 18446744073709551616.0 * 2.0 - 1.0);
   for (size_t i = 0; i < NMAX * ROW; i++) {
     float v = (float)((double)test_rng_next(&r) / 18446744073709551616.0 * 4.0 - 2.0);
     kb[i] = ortep_f32_to_bf16(v), kh[i] = ortep_f32_to_f16(v), kf[i] = v;
   }
-  for (size_t i = 0; i < NMAX; i++) p[i] = (float)((double)test_rng_next(&r) / 18446744073709551616.0);
-  static const size_t hds[] = {8, 24, 64, 80, 96, 128, 136}, ns[] = {1, 7, NMAX};
-  const float scale = 0.125f, denom = 3.0f;
+  for (size_t i = 0; i < GMAX * STRIDE; i++) p0[i] = (float)((double)test_rng_next(&r) / 18446744073709551616.0);
+  for (size_t h = 0; h < GMAX; h++) denom[h] = 3.0f + (float)h / 7.0f;
+  static const size_t hds[] = {8, 24, 64, 80, 96, 128, 136}, ns[] = {1, 7, 16, 17, 33, 64, 65, 129, NMAX},
+                      gs[] = {1, 3, 7};
+  const float scale = 0.125f;
   for (int dt = 0; dt < 3; dt++) { /* f32, bf16, f16 */
     const char *dn = dt == 0 ? "f32" : dt == 1 ? "bf16" : "f16";
     for (size_t i = 0; i < NMAX * ROW; i++)
       wide[i] = dt == 0 ? kf[i] : dt == 1 ? bf16_value(kb[i]) : ortep_f16_to_f32(kh[i]);
     for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
-      for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
-        size_t hd = hds[hi], n = ns[ni];
-        if (dt == 0) kern->head_scores_f32(q, kf, ROW, n, hd, scale, sc);
-        if (dt == 1) kern->head_scores_bf16(q, kb, ROW, n, hd, scale, sc);
-        if (dt == 2) kern->head_scores_f16(q, kh, ROW, n, hd, scale, sc);
-        for (size_t s = 0; s < n; s++) {
-          float w = (dt == 0   ? kern->dot_f32(q, kf + s * ROW, hd)
-                     : dt == 1 ? kern->dot_bf16(q, kb + s * ROW, hd)
-                               : kern->dot_f16(q, kh + s * ROW, hd)) *
-                    scale;
-          ck_assert_msg(same_bits(sc[s], w), "%s %s head scores hd %zu n %zu row %zu: %a, the dot gives %a", name, dn,
-                        hd, n, s, sc[s], w);
+      for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+        for (size_t gi = 0; gi < sizeof gs / sizeof *gs; gi++) {
+          size_t hd = hds[hi], n = ns[ni], g = gs[gi];
+          if (dt == 0) kern->head_scores_f32(q, g, kf, ROW, n, hd, scale, sc, STRIDE);
+          if (dt == 1) kern->head_scores_bf16(q, g, kb, ROW, n, hd, scale, sc, STRIDE);
+          if (dt == 2) kern->head_scores_f16(q, g, kh, ROW, n, hd, scale, sc, STRIDE);
+          for (size_t h = 0; h < g; h++)
+            for (size_t s = 0; s < n; s++) {
+              const float *qh = q + h * hd;
+              float w = (dt == 0   ? kern->dot_f32(qh, kf + s * ROW, hd)
+                         : dt == 1 ? kern->dot_bf16(qh, kb + s * ROW, hd)
+                                   : kern->dot_f16(qh, kh + s * ROW, hd)) *
+                        scale;
+              ck_assert_msg(same_bits(sc[h * STRIDE + s], w),
+                            "%s %s head scores hd %zu n %zu heads %zu: head %zu row %zu: %a, the dot gives %a", name,
+                            dn, hd, n, g, h, s, sc[h * STRIDE + s], w);
+            }
+          memcpy(p, p0, sizeof p);
+          if (dt == 0) kern->head_values_f32(p, STRIDE, denom, g, kf, ROW, n, hd, out);
+          if (dt == 1) kern->head_values_bf16(p, STRIDE, denom, g, kb, ROW, n, hd, out);
+          if (dt == 2) kern->head_values_f16(p, STRIDE, denom, g, kh, ROW, n, hd, out);
+          for (size_t h = 0; h < g; h++) {
+            memset(want, 0, sizeof want);
+            for (size_t s = 0; s < n; s++) {
+              float a = p0[h * STRIDE + s] / denom[h];
+              ck_assert_msg(same_bits(p[h * STRIDE + s], a), "%s %s head %zu weight %zu: %a, p / denom is %a", name, dn,
+                            h, s, p[h * STRIDE + s], a);
+              kern->axpy(a, wide + s * ROW, want, hd);
+            }
+            for (size_t c = 0; c < hd; c++) {
+              float o = out[h * hd + c];
+              ck_assert_msg(same_bits(o, want[c]),
+                            "%s %s head values hd %zu n %zu heads %zu: head %zu column %zu: %a, axpy gives %a", name,
+                            dn, hd, n, g, h, c, o, want[c]);
+              double exact = 0, mag = 0;
+              for (size_t s = 0; s < n; s++)
+                exact += (double)p0[h * STRIDE + s] / denom[h] * wide[s * ROW + c], mag += fabs(wide[s * ROW + c]);
+              ck_assert_msg(fabs(o - exact) <= 1e-6 * mag + 1e-30, "%s %s head values hd %zu: %g vs %g", name, dn, hd,
+                            o, exact);
+            }
+          }
         }
-        if (dt == 0) kern->head_values_f32(p, denom, kf, ROW, n, hd, out);
-        if (dt == 1) kern->head_values_bf16(p, denom, kb, ROW, n, hd, out);
-        if (dt == 2) kern->head_values_f16(p, denom, kh, ROW, n, hd, out);
-        memset(want, 0, sizeof want);
-        for (size_t s = 0; s < n; s++) kern->axpy(p[s] / denom, wide + s * ROW, want, hd);
-        for (size_t c = 0; c < hd; c++) {
-          ck_assert_msg(same_bits(out[c], want[c]), "%s %s head values hd %zu n %zu column %zu: %a, axpy gives %a",
-                        name, dn, hd, n, c, out[c], want[c]);
-          double exact = 0, mag = 0;
-          for (size_t s = 0; s < n; s++)
-            exact += (double)p[s] / denom * wide[s * ROW + c], mag += fabs(wide[s * ROW + c]);
-          ck_assert_msg(fabs(out[c] - exact) <= 1e-6 * mag + 1e-30, "%s %s head values hd %zu: %g vs %g", name, dn, hd,
-                        out[c], exact);
-        }
-      }
   }
   free(q), free(kf), free(wide), free(kb), free(kh);
 }

@@ -36,8 +36,9 @@ typedef struct linear_job {
   float *y[ORTEP__LINEAR_GROUPS];
   ortep__cpu_pool *pool;
 } linear_job;
-/* GroupQueryAttention over the pool: every (token, head) is one item, with
- * its row of scores in the running worker's scratch. */
+/* GroupQueryAttention over the pool: every (token, KV head, block of `per`
+ * of its query heads) is one item, with its rows of scores in the running
+ * worker's scratch. */
 typedef struct gqa_job {
   const __typeof__(((ortep__op_params *)0)->p.gqa) *g;
   const float *q;
@@ -45,11 +46,12 @@ typedef struct gqa_job {
   const int32_t *pos;
   float *out;
   ortep__cpu_pool *pool;
-  bool bf16; /* a chunk in bf16 products */
+  bool bf16;  /* a chunk in bf16 products */
+  size_t per; /* query heads per item (ortep__cpu_gqa_per_item) */
 } gqa_job;
 static void gqa_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const gqa_job *j = ctx;
-  ortep__cpu_gqa_heads(j->q, j->cache, j->pos, j->g->heads, j->g->kv, j->g->hd, j->g->cap, j->g->scale,
+  ortep__cpu_gqa_heads(j->q, j->cache, j->pos, j->g->heads, j->g->kv, j->g->hd, j->g->cap, j->per, j->g->scale,
                        ortep__cpu_pool_scratch(j->pool, worker), j->out, begin, end);
 }
 
@@ -147,13 +149,21 @@ static void run_gqa(cpu_kernel *k, const void *const *in, void *const *out, uint
     }
   }
   ortep__cpu_gqa_write_kv(in[1], in[2], cache, pos, g->tokens, g->heads, g->kv, g->hd, g->cap, out[0], ew);
-  gqa_job j = {g, in[0], cache, pos, out[0], k->pool, k->bf16_attn};
+  gqa_job j = {g,
+               in[0],
+               cache,
+               pos,
+               out[0],
+               k->pool,
+               k->bf16_attn,
+               ortep__cpu_gqa_per_item(g->tokens, g->heads, g->kv, ortep__cpu_pool_threads(k->pool))};
   int32_t last = pos[g->tokens - 1]; /* the longest row: the work estimate only */
   size_t span = last >= 0 && (size_t)last < g->cap ? (size_t)last + 1 : g->cap;
   if (!cache.slots && ortep__cpu_gqa_chunk_ok(pos, g->tokens, g->cap))
     ortep__cpu_pool_for(k->pool, g->heads, g->tokens * span * g->hd * 4, gqa_chunk_task, &j);
   else
-    ortep__cpu_pool_for(k->pool, g->tokens * g->heads, span * g->hd * 2, gqa_task, &j);
+    ortep__cpu_pool_for(k->pool, ortep__cpu_gqa_items(g->tokens, g->heads, g->kv, j.per), j.per * span * g->hd * 2,
+                        gqa_task, &j);
 }
 
 /* The pool's shared area of a quant_rows Linear: the m rows' ortep__cpu_qx,
@@ -445,9 +455,9 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
    * attention scores, or a block of widened weights for a prefill GEMM */
   size_t scratch = 0;
   if (k->op.kind == ORTEP__OP_GQA)
-    scratch =
-        ortep__cpu_gqa_scratch(k->op.p.gqa.tokens, k->op.p.gqa.hd, k->op.p.gqa.cap, k->op.p.gqa.kvdt, k->bf16_attn) *
-        sizeof(float);
+    scratch = ortep__cpu_gqa_scratch(k->op.p.gqa.tokens, k->op.p.gqa.heads, k->op.p.gqa.kv, k->op.p.gqa.hd,
+                                     k->op.p.gqa.cap, k->op.p.gqa.kvdt, k->bf16_attn) *
+              sizeof(float);
   if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1 && !k->op.p.lin.exact_rows && !k->bf16_rows && !k->quant_rows)
     scratch = ortep__cpu_linear_scratch(k->op.p.lin.k, k->op.p.lin.quant != ORTEP_DTYPE_COUNT);
   st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;

@@ -261,12 +261,14 @@ typedef struct dot_set {
   void (*attn_scores)(const uint16_t *, size_t, size_t, const uint16_t *, size_t, size_t, float, float *, size_t);
   void (*attn_values)(const uint16_t *, size_t, size_t, const uint16_t *, size_t, size_t, const float *, float *,
                       size_t);
-  /* one head's decode attention over a cache of f32/f16/bf16 rows: the scores, bitwise the dot above per row,
-   * and after the softmax the values, bitwise axpy per (widened) row into a zeroed out (simd_*.h head_*) */
-  void (*head_scores)(const float *q, const void *k, ortep_dtype dt, size_t row, size_t n, size_t hd, float scale,
-                      float *sc);
-  void (*head_values)(const float *p, float denom, const void *v, ortep_dtype dt, size_t row, size_t n, size_t hd,
-                      float *out);
+  /* decode attention for `heads` query heads sharing one KV head, over a cache of f32/f16/bf16 rows: the
+   * scores (head h's at sc + h stride), bitwise the dot above per row; after the softmax, each head's weights
+   * p divided by its denom in place, then its values, bitwise axpy per (widened) row into a zeroed out
+   * (simd_*.h head_*) */
+  void (*head_scores)(const float *q, size_t heads, const void *k, ortep_dtype dt, size_t row, size_t n, size_t hd,
+                      float scale, float *sc, size_t stride);
+  void (*head_values)(float *p, size_t stride, const float *denom, size_t heads, const void *v, ortep_dtype dt,
+                      size_t row, size_t n, size_t hd, float *out);
   const char *name;
 } dot_set;
 
@@ -277,27 +279,33 @@ static void dot4x2_f16_portable(const float *x0, const float *x1, const uint16_t
   dot4_f16_portable(x0, w, k, y0), dot4_f16_portable(x1, w, k, y1);
 }
 /* the portable heads: the set's dot and axpy row by row */
-static void head_scores_portable(const float *q, const void *k, ortep_dtype dt, size_t row, size_t n, size_t hd,
-                                 float scale, float *sc) {
-  for (size_t s = 0; s < n; s++) {
-    const void *r = (const char *)k + s * row * ortep_dtype_size(dt);
-    sc[s] = (dt == ORTEP_DTYPE_F32   ? dot8(q, r, hd)
-             : dt == ORTEP_DTYPE_F16 ? dot8_f16(q, r, hd)
-                                     : dot8_bf16(q, r, hd)) *
-            scale;
-  }
-}
-static void head_values_portable(const float *p, float denom, const void *v, ortep_dtype dt, size_t row, size_t n,
-                                 size_t hd, float *out) {
-  memset(out, 0, hd * sizeof *out);
-  for (size_t s = 0; s < n; s++)
-    for (size_t c = 0; c < hd; c++) {
-      size_t at = s * row + c;
-      float x = dt == ORTEP_DTYPE_F32   ? ((const float *)v)[at]
-                : dt == ORTEP_DTYPE_F16 ? ortep_f16_to_f32(((const uint16_t *)v)[at])
-                                        : cpu_bf16(((const uint16_t *)v)[at]);
-      out[c] += p[s] / denom * x; /* axpy_portable's rounding */
+static void head_scores_portable(const float *q, size_t heads, const void *k, ortep_dtype dt, size_t row, size_t n,
+                                 size_t hd, float scale, float *sc, size_t stride) {
+  for (size_t h = 0; h < heads; h++)
+    for (size_t s = 0; s < n; s++) {
+      const void *r = (const char *)k + s * row * ortep_dtype_size(dt);
+      const float *qh = q + h * hd;
+      sc[h * stride + s] = (dt == ORTEP_DTYPE_F32   ? dot8(qh, r, hd)
+                            : dt == ORTEP_DTYPE_F16 ? dot8_f16(qh, r, hd)
+                                                    : dot8_bf16(qh, r, hd)) *
+                           scale;
     }
+}
+static void head_values_portable(float *p, size_t stride, const float *denom, size_t heads, const void *v,
+                                 ortep_dtype dt, size_t row, size_t n, size_t hd, float *out) {
+  for (size_t h = 0; h < heads; h++) {
+    float *ph = p + h * stride, *oh = out + h * hd;
+    for (size_t s = 0; s < n; s++) ph[s] /= denom[h];
+    memset(oh, 0, hd * sizeof *oh);
+    for (size_t s = 0; s < n; s++)
+      for (size_t c = 0; c < hd; c++) {
+        size_t at = s * row + c;
+        float x = dt == ORTEP_DTYPE_F32   ? ((const float *)v)[at]
+                  : dt == ORTEP_DTYPE_F16 ? ortep_f16_to_f32(((const uint16_t *)v)[at])
+                                          : cpu_bf16(((const uint16_t *)v)[at]);
+        oh[c] += ph[s] * x; /* axpy_portable's rounding */
+      }
+  }
 }
 static dot_set dots = {.f32 = dot8,
                        .bf16 = dot8_bf16,
@@ -398,24 +406,26 @@ __attribute__((target("avx512f"))) static void exp_avx512(const float *x, float 
 }
 
 /* simd_*.h's head kernels for the cache's dtype */
-#define ORTEP_HEAD_SET(isa, ISA)                                                                                      \
-  ORTEP_SIMD_##ISA static void head_scores_##isa(const float *q, const void *k, ortep_dtype dt, size_t row, size_t n, \
-                                                 size_t hd, float scale, float *sc) {                                 \
-    if (dt == ORTEP_DTYPE_F32)                                                                                        \
-      head_scores_f32_##isa(q, k, row, n, hd, scale, sc);                                                             \
-    else if (dt == ORTEP_DTYPE_F16)                                                                                   \
-      head_scores_f16_##isa(q, k, row, n, hd, scale, sc);                                                             \
-    else                                                                                                              \
-      head_scores_bf16_##isa(q, k, row, n, hd, scale, sc);                                                            \
-  }                                                                                                                   \
-  ORTEP_SIMD_##ISA static void head_values_##isa(const float *p, float denom, const void *v, ortep_dtype dt,          \
-                                                 size_t row, size_t n, size_t hd, float *out) {                       \
-    if (dt == ORTEP_DTYPE_F32)                                                                                        \
-      head_values_f32_##isa(p, denom, v, row, n, hd, out);                                                            \
-    else if (dt == ORTEP_DTYPE_F16)                                                                                   \
-      head_values_f16_##isa(p, denom, v, row, n, hd, out);                                                            \
-    else                                                                                                              \
-      head_values_bf16_##isa(p, denom, v, row, n, hd, out);                                                           \
+#define ORTEP_HEAD_SET(isa, ISA)                                                                                 \
+  ORTEP_SIMD_##ISA static void head_scores_##isa(const float *q, size_t heads, const void *k, ortep_dtype dt,    \
+                                                 size_t row, size_t n, size_t hd, float scale, float *sc,        \
+                                                 size_t stride) {                                                \
+    if (dt == ORTEP_DTYPE_F32)                                                                                   \
+      head_scores_f32_##isa(q, heads, k, row, n, hd, scale, sc, stride);                                         \
+    else if (dt == ORTEP_DTYPE_F16)                                                                              \
+      head_scores_f16_##isa(q, heads, k, row, n, hd, scale, sc, stride);                                         \
+    else                                                                                                         \
+      head_scores_bf16_##isa(q, heads, k, row, n, hd, scale, sc, stride);                                        \
+  }                                                                                                              \
+  ORTEP_SIMD_##ISA static void head_values_##isa(float *p, size_t stride, const float *denom, size_t heads,      \
+                                                 const void *v, ortep_dtype dt, size_t row, size_t n, size_t hd, \
+                                                 float *out) {                                                   \
+    if (dt == ORTEP_DTYPE_F32)                                                                                   \
+      head_values_f32_##isa(p, stride, denom, heads, v, row, n, hd, out);                                        \
+    else if (dt == ORTEP_DTYPE_F16)                                                                              \
+      head_values_f16_##isa(p, stride, denom, heads, v, row, n, hd, out);                                        \
+    else                                                                                                         \
+      head_values_bf16_##isa(p, stride, denom, heads, v, row, n, hd, out);                                       \
   }
 ORTEP_HEAD_SET(avx2, AVX2)
 ORTEP_HEAD_SET(avx512, AVX512)
@@ -1103,19 +1113,34 @@ void ortep__cpu_gqa_write_kv(const float *k, const float *v, ortep__kv_cache c, 
   }
 }
 
+size_t ortep__cpu_gqa_per_item(size_t tokens, size_t heads, size_t kv_heads, size_t threads) {
+  size_t group = heads / kv_heads, rows = tokens * kv_heads;        /* rows: (token, KV head) pairs */
+  size_t parts = rows >= threads ? 1 : (threads + rows - 1) / rows; /* items wanted per pair */
+  return parts >= group ? 1 : (group + parts - 1) / parts;
+}
+
+size_t ortep__cpu_gqa_items(size_t tokens, size_t heads, size_t kv_heads, size_t per) {
+  size_t group = heads / kv_heads;
+  return tokens * kv_heads * ((group + per - 1) / per);
+}
+
 void ortep__cpu_gqa_heads(const float *q, ortep__kv_cache c, const int32_t *pos, size_t heads, size_t kv_heads,
-                          size_t head_dim, size_t capacity, float scale, float *sc, float *out, size_t i0, size_t i1) {
+                          size_t head_dim, size_t capacity, size_t per, float scale, float *sc, float *out, size_t i0,
+                          size_t i1) {
   size_t group = heads / kv_heads, row = kv_heads * head_dim; /* position-major caches */
+  size_t blocks = (group + per - 1) / per;
+  float *denom = sc + per * capacity;
   for (size_t item = i0; item < i1; item++) {
-    size_t t = item / heads, h = item % heads, g = h / group;
+    size_t t = item / (kv_heads * blocks), g = item / blocks % kv_heads, b = item % blocks;
+    size_t h = g * group + b * per, hn = group - b * per < per ? group - b * per : per;
     int32_t p = pos[t], sq = c.slots ? c.slots[t] : 0;
     if (p < 0 || (size_t)p >= capacity || sq < 0 || (c.slots && (size_t)sq >= c.n_slots))
       continue; /* zeroed (and latched) by write_kv */
     size_t slot = (size_t)p, base = (size_t)sq * capacity * row + g * head_dim;
-    size_t at = base * ortep_dtype_size(c.dt);
-    dots.head_scores(q + item * head_dim, (const char *)c.k + at, c.dt, row, slot + 1, head_dim, scale, sc);
-    float denom = exp_shifted(sc, slot + 1);
-    dots.head_values(sc, denom, (const char *)c.v + at, c.dt, row, slot + 1, head_dim, out + item * head_dim);
+    size_t at = base * ortep_dtype_size(c.dt), at_q = (t * heads + h) * head_dim;
+    dots.head_scores(q + at_q, hn, (const char *)c.k + at, c.dt, row, slot + 1, head_dim, scale, sc, capacity);
+    for (size_t i = 0; i < hn; i++) denom[i] = exp_shifted(sc + i * capacity, slot + 1);
+    dots.head_values(sc, capacity, denom, hn, (const char *)c.v + at, c.dt, row, slot + 1, head_dim, out + at_q);
   }
 }
 
@@ -1142,8 +1167,10 @@ static size_t bf16_attn_floats(size_t head_dim, size_t capacity) {
   return (halves + 1) / 2 + ATTN_ROWS * c16 + ATTN_ROWS;
 }
 
-size_t ortep__cpu_gqa_scratch(size_t tokens, size_t head_dim, size_t capacity, ortep_dtype dt, bool bf16) {
-  size_t per_token = capacity, chunk = tokens * capacity + (dt == ORTEP_DTYPE_F32 ? 0 : 2 * capacity * head_dim);
+size_t ortep__cpu_gqa_scratch(size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
+                              ortep_dtype dt, bool bf16) {
+  size_t group = heads / kv_heads, per_token = group * (capacity + 1),
+         chunk = tokens * capacity + (dt == ORTEP_DTYPE_F32 ? 0 : 2 * capacity * head_dim);
   if (bf16 && tokens > 1) {
     size_t b = bf16_attn_floats(head_dim, capacity);
     chunk = chunk > b ? chunk : b;

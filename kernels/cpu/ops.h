@@ -132,13 +132,11 @@ void ortep__cpu_rotary(const float *x, const void *pos, bool pos64, size_t token
                        size_t rot_dim, bool interleaved, cpu_weights cos_cache, cpu_weights sin_cache, size_t max_pos,
                        float *y, uint32_t *error_word);
 /* GroupQueryAttention for `tokens` tokens at positions pos[t] (one for a
- * decode step, a chunk for prefill), in two parts so (token, head) pairs can
- * run on different workers: write_kv stores every token's K and V at its
+ * decode step, a chunk for prefill), in two parts so the heads can run on
+ * different workers: write_kv stores every token's K and V at its
  * position (a position outside the cache latches KV_SLOT and zeroes that
- * token's output); items [i0, i1) of tokens x heads (item = t * heads + h)
- * then attend over positions 0..pos[t]: causal within a chunk, since a
- * token's later neighbours sit at later positions. scores: capacity floats
- * of the running worker. */
+ * token's output); the heads then attend over positions 0..pos[t]: causal
+ * within a chunk, since a token's later neighbours sit at later positions. */
 typedef struct ortep__kv_cache {
   void *k, *v;    /* position-major [capacity, kv_heads, head_dim] (with slots: [slots, capacity, ...]) */
   ortep_dtype dt; /* f32, or f16 / bf16 (stored rounded, attended in f32) */
@@ -150,10 +148,18 @@ typedef struct ortep__kv_cache {
 void ortep__cpu_gqa_write_kv(const float *k, const float *v, ortep__kv_cache cache, const int32_t *pos, size_t tokens,
                              size_t heads, size_t kv_heads, size_t head_dim, size_t capacity, float *out,
                              uint32_t *error_word);
-/* scores: capacity floats. */
+/* Items [i0, i1) of a step's tokens x kv_heads x blocks of `per` of the
+ * KV head's query heads (the last block of a group may be shorter): an
+ * item's heads read each key and value row once between them (simd_*.h
+ * head_*), and each head's result is the same bits whatever `per` is, so
+ * `per` can follow the thread count (ortep__cpu_gqa_per_item: whole groups
+ * while tokens x kv_heads items feed every thread, smaller blocks where they
+ * would not). scores: per x (capacity + 1) floats. */
+size_t ortep__cpu_gqa_per_item(size_t tokens, size_t heads, size_t kv_heads, size_t threads);
+size_t ortep__cpu_gqa_items(size_t tokens, size_t heads, size_t kv_heads, size_t per);
 void ortep__cpu_gqa_heads(const float *q, ortep__kv_cache cache, const int32_t *pos, size_t heads, size_t kv_heads,
-                          size_t head_dim, size_t capacity, float scale, float *scores, float *out, size_t i0,
-                          size_t i1);
+                          size_t head_dim, size_t capacity, size_t per, float scale, float *scores, float *out,
+                          size_t i0, size_t i1);
 /* A prefill chunk at consecutive positions inside the cache (the common
  * case) runs per head through two sgemms instead: scores = Q K^T over
  * positions 0..pos[0] + tokens - 1 into `scores` (tokens x that many floats
@@ -179,7 +185,8 @@ void ortep__cpu_gqa_chunk_heads(const float *q, ortep__kv_cache cache, const int
  * of 16 up to 128. */
 bool ortep__cpu_attn_bf16(size_t head_dim);
 /* The per-worker scratch floats attention needs (the larger of the paths). */
-size_t ortep__cpu_gqa_scratch(size_t tokens, size_t head_dim, size_t capacity, ortep_dtype cache_dtype, bool bf16);
+size_t ortep__cpu_gqa_scratch(size_t tokens, size_t heads, size_t kv_heads, size_t head_dim, size_t capacity,
+                              ortep_dtype cache_dtype, bool bf16);
 /* The sampler (kernels/sampling.h) over n logits (f32 x32 or f16 x16):
  * returns the token; scratch: ORTEP__SAMPLE_SCRATCH_BYTES(n), 8-aligned. */
 uint32_t ortep__cpu_sample(const float *x32, const uint16_t *x16, size_t n, const ortep__sample_params *p,

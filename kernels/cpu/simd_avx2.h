@@ -11,8 +11,8 @@
  * on any machine that runs this code, and tests/simd_emulated.c checks it
  * against a scalar model of exactly that order.
  *
- * The includer provides <immintrin.h> (or SIMDe's), <math.h>, cpu_bf16 and
- * ortep_f16_to_f32, and may define ORTEP_SIMD_AVX2 (the target attribute).
+ * The includer provides <immintrin.h> (or SIMDe's), <math.h>, <string.h>,
+ * cpu_bf16 and ortep_f16_to_f32, and may define ORTEP_SIMD_AVX2 (the target attribute).
  */
 #ifndef ORTEP_KERNELS_CPU_SIMD_AVX2_H
 #define ORTEP_KERNELS_CPU_SIMD_AVX2_H
@@ -41,8 +41,11 @@ static inline float simd_one_f32(float w) { return w; }
 static inline float simd_one_bf16(uint16_t w) { return cpu_bf16(w); }
 static inline float simd_one_f16(uint16_t w) { return ortep_f16_to_f32(w); }
 
+/* The dot's products of x[0, k - k % 8) before the lanes are summed: 32 at a
+ * time into four accumulators, then 8 at a time into the first, the four
+ * added (a0 + a1) + (a2 + a3). */
 #define ORTEP_DOT_AVX2(type, T)                                                                           \
-  ORTEP_SIMD_AVX2 static float dot_##type##_avx2(const float *x, const T *w, size_t k) {                  \
+  ORTEP_SIMD_AVX2 static inline __m256 lanes_##type##_avx2(const float *x, const T *w, size_t k) {        \
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                           \
     size_t t = 0;                                                                                         \
     for (; t + 32 <= k; t += 32) {                                                                        \
@@ -52,48 +55,119 @@ static inline float simd_one_f16(uint16_t w) { return ortep_f16_to_f32(w); }
       a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 24), avx2_load_##type(w + t + 24), a3);                \
     }                                                                                                     \
     for (; t + 8 <= k; t += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), avx2_load_##type(w + t), a0); \
-    float s = avx2_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));                     \
-    for (; t < k; t++) s = fmaf(x[t], simd_one_##type(w[t]), s);                                          \
+    return _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));                                   \
+  }                                                                                                       \
+  ORTEP_SIMD_AVX2 static float dot_##type##_avx2(const float *x, const T *w, size_t k) {                  \
+    float s = avx2_hsum(lanes_##type##_avx2(x, w, k));                                                    \
+    for (size_t t = k - k % 8; t < k; t++) s = fmaf(x[t], simd_one_##type(w[t]), s);                      \
     return s;                                                                                             \
   }
 ORTEP_DOT_AVX2(f32, float)
 ORTEP_DOT_AVX2(bf16, uint16_t)
 ORTEP_DOT_AVX2(f16, uint16_t)
 
-/* One head's decode attention, as simd_avx512.h's head_* at 8 lanes: bitwise
- * dot_*_avx2 per row for the scores, axpy_avx2 per row into a zeroed out for
- * the values, 32 columns at a time kept in registers. */
+/* avx2_hsum of each of v[0..8), lane s of the result v[s]'s: the same
+ * additions in the same order, for eight vectors at once (simd_avx512.h's
+ * avx512_hsum16 at 8 lanes). */
+ORTEP_SIMD_AVX2 static inline __m256 avx2_hsum8(const __m256 *v) {
+  __m256 l1[4], l2[2];
+  for (int i = 0; i < 4; i++) /* lo + hi: half c holds v[2 i + c]'s four */
+    l1[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20),
+                          _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31));
+  for (int i = 0; i < 2; i++) /* (0 + 2, 1 + 3): half c holds v[4 i + c]'s two, then v[4 i + 2 + c]'s */
+    l2[i] = _mm256_add_ps(_mm256_shuffle_ps(l1[2 * i], l1[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                          _mm256_shuffle_ps(l1[2 * i], l1[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  /* 0 + 1: lane 4 c + j holds v[2 j + c]'s sum; put in order */
+  __m256 r = _mm256_add_ps(_mm256_shuffle_ps(l2[0], l2[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm256_shuffle_ps(l2[0], l2[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* A head's cache rows are taken ORTEP_HEAD_TILE at a time for all the query
+ * heads that share it (64 rows of 64 f32: 16 KiB, in L1 for the next head)
+ * rather than all rows for one head after the other, which reread them from
+ * L2 or memory once a long context no longer fits. */
+#define ORTEP_HEAD_TILE 64
+
+/* Decode attention for heads sharing one KV head, as simd_avx512.h's head_*
+ * at 8 lanes: the scores bitwise dot_*_avx2 per row (eight rows' lanes summed
+ * at once where hd is a multiple of 8), the values bitwise axpy_avx2 per row
+ * into a zeroed out, each row of v loaded once for two heads, whose 32
+ * columns at a time stay in registers; rows a tile at a time. */
 #define ORTEP_HEAD_AVX2(type, T)                                                                                       \
-  ORTEP_SIMD_AVX2 static void head_scores_##type##_avx2(const float *q, const T *k, size_t row, size_t n, size_t hd,   \
-                                                        float scale, float *sc) {                                      \
-    for (size_t s = 0; s < n; s++) sc[s] = dot_##type##_avx2(q, k + s * row, hd) * scale;                              \
+  ORTEP_SIMD_AVX2 static void head_scores_##type##_avx2(const float *q, size_t heads, const T *k, size_t row,          \
+                                                        size_t n, size_t hd, float scale, float *sc, size_t stride) {  \
+    for (size_t s0 = 0; s0 < n; s0 += ORTEP_HEAD_TILE) {                                                               \
+      size_t s1 = n - s0 < ORTEP_HEAD_TILE ? n : s0 + ORTEP_HEAD_TILE;                                                 \
+      for (size_t h = 0; h < heads; h++) {                                                                             \
+        const float *qh = q + h * hd;                                                                                  \
+        float *sh = sc + h * stride;                                                                                   \
+        size_t s = s0;                                                                                                 \
+        if (hd % 8 == 0)                                                                                               \
+          for (; s + 8 <= s1; s += 8) {                                                                                \
+            __m256 v[8];                                                                                               \
+            _Pragma("GCC unroll 8") for (size_t j = 0; j < 8; j++) v[j] =                                              \
+                lanes_##type##_avx2(qh, k + (s + j) * row, hd);                                                        \
+            _mm256_storeu_ps(sh + s, _mm256_mul_ps(avx2_hsum8(v), _mm256_set1_ps(scale)));                             \
+          }                                                                                                            \
+        for (; s < s1; s++) sh[s] = dot_##type##_avx2(qh, k + s * row, hd) * scale;                                    \
+      }                                                                                                                \
+    }                                                                                                                  \
   }                                                                                                                    \
-  ORTEP_SIMD_AVX2 static void head_values_##type##_avx2(const float *p, float denom, const T *v, size_t row, size_t n, \
-                                                        size_t hd, float *out) {                                       \
+  /* HN heads' values over rows [s0, s1) from their weights p into out (heads hd \
+   * apart), carried on from what out holds unless s0 is 0 */                                     \
+  ORTEP_SIMD_AVX2 static inline __attribute__((always_inline)) void head_values_##type##_avx2_of(                      \
+      size_t HN, const float *p, size_t stride, const T *v, size_t row, size_t s0, size_t s1, size_t hd, float *out) { \
     size_t c = 0;                                                                                                      \
     for (; c + 32 <= hd; c += 32) {                                                                                    \
-      __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;                                                      \
-      for (size_t s = 0; s < n; s++) {                                                                                 \
-        __m256 a = _mm256_set1_ps(p[s] / denom);                                                                       \
+      __m256 o[2][4];                                                                                                  \
+      for (size_t h = 0; h < HN; h++)                                                                                  \
+        for (int i = 0; i < 4; i++) o[h][i] = s0 ? _mm256_loadu_ps(out + h * hd + c + 8 * i) : _mm256_setzero_ps();    \
+      for (size_t s = s0; s < s1; s++) {                                                                               \
         const T *x = v + s * row + c;                                                                                  \
-        o0 = _mm256_fmadd_ps(a, avx2_load_##type(x), o0);                                                              \
-        o1 = _mm256_fmadd_ps(a, avx2_load_##type(x + 8), o1);                                                          \
-        o2 = _mm256_fmadd_ps(a, avx2_load_##type(x + 16), o2);                                                         \
-        o3 = _mm256_fmadd_ps(a, avx2_load_##type(x + 24), o3);                                                         \
+        __m256 x0 = avx2_load_##type(x), x1 = avx2_load_##type(x + 8);                                                 \
+        __m256 x2 = avx2_load_##type(x + 2 * 8), x3 = avx2_load_##type(x + 3 * 8);                                     \
+        for (size_t h = 0; h < HN; h++) {                                                                              \
+          __m256 a = _mm256_set1_ps(p[h * stride + s]);                                                                \
+          o[h][0] = _mm256_fmadd_ps(a, x0, o[h][0]), o[h][1] = _mm256_fmadd_ps(a, x1, o[h][1]);                        \
+          o[h][2] = _mm256_fmadd_ps(a, x2, o[h][2]), o[h][3] = _mm256_fmadd_ps(a, x3, o[h][3]);                        \
+        }                                                                                                              \
       }                                                                                                                \
-      _mm256_storeu_ps(out + c, o0), _mm256_storeu_ps(out + c + 8, o1);                                                \
-      _mm256_storeu_ps(out + c + 16, o2), _mm256_storeu_ps(out + c + 24, o3);                                          \
+      for (size_t h = 0; h < HN; h++)                                                                                  \
+        for (int i = 0; i < 4; i++) _mm256_storeu_ps(out + h * hd + c + 8 * i, o[h][i]);                               \
     }                                                                                                                  \
-    for (; c + 8 <= hd; c += 8) {                                                                                      \
-      __m256 o0 = _mm256_setzero_ps();                                                                                 \
-      for (size_t s = 0; s < n; s++)                                                                                   \
-        o0 = _mm256_fmadd_ps(_mm256_set1_ps(p[s] / denom), avx2_load_##type(v + s * row + c), o0);                     \
-      _mm256_storeu_ps(out + c, o0);                                                                                   \
+    for (size_t h = 0; h < HN; h++) {                                                                                  \
+      const float *ph = p + h * stride;                                                                                \
+      float *oh = out + h * hd;                                                                                        \
+      size_t t = c;                                                                                                    \
+      for (; t + 8 <= hd; t += 8) {                                                                                    \
+        __m256 o0 = s0 ? _mm256_loadu_ps(oh + t) : _mm256_setzero_ps();                                                \
+        for (size_t s = s0; s < s1; s++)                                                                               \
+          o0 = _mm256_fmadd_ps(_mm256_set1_ps(ph[s]), avx2_load_##type(v + s * row + t), o0);                          \
+        _mm256_storeu_ps(oh + t, o0);                                                                                  \
+      }                                                                                                                \
+      for (; t < hd; t++) {                                                                                            \
+        float y = s0 ? oh[t] : 0.0f;                                                                                   \
+        for (size_t s = s0; s < s1; s++) y = fmaf(ph[s], simd_one_##type(v[s * row + t]), y);                          \
+        oh[t] = y;                                                                                                     \
+      }                                                                                                                \
     }                                                                                                                  \
-    for (; c < hd; c++) {                                                                                              \
-      float y = 0.0f;                                                                                                  \
-      for (size_t s = 0; s < n; s++) y = fmaf(p[s] / denom, simd_one_##type(v[s * row + c]), y);                       \
-      out[c] = y;                                                                                                      \
+  }                                                                                                                    \
+  ORTEP_SIMD_AVX2 static void head_values_##type##_avx2(float *p, size_t stride, const float *denom, size_t heads,     \
+                                                        const T *v, size_t row, size_t n, size_t hd, float *out) {     \
+    for (size_t h = 0; h < heads; h++) {                                                                               \
+      float *ph = p + h * stride;                                                                                      \
+      __m256 d = _mm256_set1_ps(denom[h]);                                                                             \
+      size_t s = 0;                                                                                                    \
+      for (; s + 8 <= n; s += 8) _mm256_storeu_ps(ph + s, _mm256_div_ps(_mm256_loadu_ps(ph + s), d));                  \
+      for (; s < n; s++) ph[s] /= denom[h];                                                                            \
+    }                                                                                                                  \
+    if (!n) memset(out, 0, heads *hd * sizeof *out);                                                                   \
+    for (size_t s0 = 0; s0 < n; s0 += ORTEP_HEAD_TILE) {                                                               \
+      size_t s1 = n - s0 < ORTEP_HEAD_TILE ? n : s0 + ORTEP_HEAD_TILE, h = 0;                                          \
+      for (; h + 2 <= heads; h += 2)                                                                                   \
+        head_values_##type##_avx2_of(2, p + h * stride, stride, v, row, s0, s1, hd, out + h * hd);                     \
+      if (h < heads) head_values_##type##_avx2_of(1, p + h * stride, stride, v, row, s0, s1, hd, out + h * hd);        \
     }                                                                                                                  \
   }
 ORTEP_HEAD_AVX2(f32, float)
