@@ -418,6 +418,67 @@ START_TEST(cpu_recorded_plan_capture_replay_abort) {
 }
 END_TEST
 
+/* The CPU argmax over long rows (the AVX-512 loop where the CPU has it,
+ * 16 values a lane-wise step, ranges split over the EP's threads) against
+ * the rule read plainly: the first maximum among the finite values (0 when
+ * none), any NaN or infinity flagged. Values drawn from a few integers so
+ * ties fall within and across lanes and ranges; some rows with NaN and
+ * infinities, one of only signed zeros, one all non-finite; f32 and f16;
+ * lengths around the 16-value step and a vocabulary's. */
+static void argmax_rule(const float *x, size_t n, uint32_t out[2]) {
+  size_t best = n;
+  bool bad = false;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(x[i])) {
+      bad = true;
+      continue;
+    }
+    if (best == n || x[i] > x[best]) best = i;
+  }
+  out[0] = best == n ? 0 : (uint32_t)best, out[1] = bad ? ORTEP_ERROR_ARGMAX_NOT_FINITE : 0;
+}
+START_TEST(device_argmax_long_rows_follow_the_rule) {
+  ortep_ep *cpu = test_cpu_ep();
+  ortep_buffer res;
+  ck_assert_ok(ortep_ep_allocate(cpu, 8, 8, &res));
+  static const size_t ns[] = {1, 15, 16, 17, 31, 32, 33, 100, 1000, 4099, 151936};
+  enum { NMAX = 151936 };
+  float *x = malloc(NMAX * sizeof *x), *xh = malloc(NMAX * sizeof *xh);
+  uint16_t *h = malloc(NMAX * sizeof *h);
+  ck_assert(x && xh && h);
+  test_rng r = test_rng_new(test_seed() + 29);
+  for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+    for (int kind = 0; kind < 5; kind++) { /* plain, with non-finite values, signed zeros, all non-finite, negative */
+      size_t n = ns[ni];
+      for (size_t i = 0; i < n; i++) {
+        uint64_t u = test_rng_next(&r);
+        x[i] = (float)(u % 7) - 3.0f;
+        if (kind == 1 && u % 97 == 0) x[i] = (u >> 8) % 3 == 0 ? NAN : (u >> 8) % 3 == 1 ? INFINITY : -INFINITY;
+        if (kind == 2) x[i] = u % 2 ? 0.0f : -0.0f;
+        if (kind == 3) x[i] = u % 2 ? NAN : -INFINITY;
+        if (kind == 4) x[i] = -(float)(u % 5) - 1.0f;
+      }
+      for (size_t i = 0; i < n; i++) h[i] = ortep_f32_to_f16(x[i]), xh[i] = ortep_f16_to_f32(h[i]);
+      uint32_t want[2], got[2];
+      argmax_rule(x, n, want);
+      ck_assert_ok(ortep_ep_device_argmax(cpu, x, n, ORTEP_DTYPE_F32, &res));
+      memcpy(got, res.ptr, 8);
+      ck_assert_msg(got[0] == want[0] && got[1] == want[1], "f32 n %zu kind %d: token %u bits %u, the rule gives %u %u",
+                    n, kind, got[0], got[1], want[0], want[1]);
+      ck_assert_ok(ortep_ep_reset_error_word(cpu));
+      argmax_rule(xh, n, want);
+      ck_assert_ok(ortep_ep_device_argmax(cpu, h, n, ORTEP_DTYPE_F16, &res));
+      memcpy(got, res.ptr, 8);
+      ck_assert_msg(got[0] == want[0] && got[1] == want[1], "f16 n %zu kind %d: token %u bits %u, the rule gives %u %u",
+                    n, kind, got[0], got[1], want[0], want[1]);
+      ck_assert_ok(ortep_ep_reset_error_word(cpu));
+    }
+  free(x), free(xh), free(h);
+  ck_assert_ok(ortep_ep_deallocate(cpu, &res));
+  ortep_ep_destroy(cpu);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ep");
   TCase *tc = tcase_create("core");
@@ -433,5 +494,8 @@ int main(void) {
   tcase_add_test(tc, error_word_descriptions);
   tcase_add_test(tc, cpu_recorded_plan_capture_replay_abort);
   suite_add_tcase(s, tc);
+  TCase *am = tcase_create("argmax");
+  tcase_add_test(am, device_argmax_long_rows_follow_the_rule);
+  suite_add_tcase(s, am);
   return test_run(s);
 }

@@ -116,6 +116,14 @@ static void exp_sse(const float *x, float *y, size_t n) {
  * AVX2 and AVX-512 run exp4's operations on 8 and 16 lanes (ISO C: nothing
  * is contracted into an FMA), so every form gives bitwise the same values. */
 static void (*exp_impl)(const float *, float *, size_t) = exp_sse;
+/* ortep__cpu_argmax_range's loop: the scalar rule, or AVX-512's (below) */
+static void argmax_scalar(const float *x32, const uint16_t *x16, size_t i, size_t end, size_t *best, float *value,
+                          bool *bad);
+static void (*argmax_impl)(const float *, const uint16_t *, size_t, size_t, size_t *, float *, bool *) = argmax_scalar;
+#if defined(__x86_64__)
+static void argmax_avx512(const float *x32, const uint16_t *x16, size_t begin, size_t end, size_t *best, float *value,
+                          bool *bad);
+#endif
 
 __attribute__((noinline)) void ortep__cpu_exp(const float *x, float *y, size_t n) { exp_impl(x, y, n); }
 
@@ -515,6 +523,7 @@ static void pick_dots(void) {
   if (avx512 && (!want || strcmp(want, "avx2"))) {
     dots = avx512_set;
     exp_impl = exp_avx512;
+    argmax_impl = argmax_avx512;
     if (have_avx512vl()) dots.dot4x2_bf16 = dot4x2_bf16_avx2vl, dots.dot4x2_f16 = dot4x2_f16_avx2vl;
     if (have_avx512bw_vl()) dots.rows_bf16 = rows_bf16_avx512, dots.rows_f16 = rows_f16_avx512;
     if (have_avx512bw_vl() && have_avx512bf16()) {
@@ -1297,12 +1306,14 @@ void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y) {
  * infinity sets *bad (the caller latches ARGMAX_NOT_FINITE: logits like that
  * mean the model produced garbage; the step fails and the token is never
  * emitted). *best is end when no value is finite. */
-void ortep__cpu_argmax_range(const float *x32, const uint16_t *x16, size_t begin, size_t end, size_t *best,
-                             float *value, bool *bad) {
-  size_t bi = end;
-  float bv = 0;
-  bool nf = false;
-  for (size_t i = begin; i < end; i++) {
+/* The argmax rule (ortep__cpu_argmax_range) over [i, end) carried on from
+ * a best index bi (end: none yet) and value bv. */
+static void argmax_scalar(const float *x32, const uint16_t *x16, size_t i, size_t end, size_t *best, float *value,
+                          bool *bad) {
+  size_t bi = *best;
+  float bv = *value;
+  bool nf = *bad;
+  for (; i < end; i++) {
     float v = x32 ? x32[i] : ortep_f16_to_f32(x16[i]);
     if (!isfinite(v)) {
       nf = true;
@@ -1311,6 +1322,52 @@ void ortep__cpu_argmax_range(const float *x32, const uint16_t *x16, size_t begin
     if (bi == end || v > bv) bi = i, bv = v;
   }
   *best = bi, *value = bv, *bad = nf;
+}
+
+#if defined(__x86_64__)
+/* The same rule 16 (8) values at a time: each lane keeps the first of its
+ * largest finite values (strictly larger replaces) and its index; then the
+ * largest over the lanes, and among the lanes holding it the smallest
+ * index, which is the first maximum of the range; the tail goes on by the
+ * scalar rule. The same token and flag as argmax_scalar, for any input
+ * (test_ep's argmax case checks them against each other). */
+__attribute__((target("avx512f,f16c"))) static void argmax_avx512(const float *x32, const uint16_t *x16, size_t begin,
+                                                                  size_t end, size_t *best, float *value, bool *bad) {
+  size_t i = begin;
+  if (end - begin >= 16 && end - begin <= INT32_MAX) {
+    const __m512 inf = _mm512_set1_ps(INFINITY);
+    const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+    __m512 bv = _mm512_set1_ps(-INFINITY);
+    __m512i bi = _mm512_set1_epi32(-1), idx = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __mmask16 nonfinite = 0;
+    for (; i + 16 <= end; i += 16, idx = _mm512_add_epi32(idx, _mm512_set1_epi32(16))) {
+      __m512 v = x32 ? _mm512_loadu_ps(x32 + i) : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x16 + i)));
+      __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absmask));
+      __mmask16 fin = _mm512_cmp_ps_mask(a, inf, _CMP_LT_OQ); /* NaN and +-Inf: not finite */
+      nonfinite |= (__mmask16)~fin;
+      __mmask16 gt = _mm512_mask_cmp_ps_mask(fin, v, bv, _CMP_GT_OQ);
+      bv = _mm512_mask_mov_ps(bv, gt, v), bi = _mm512_mask_mov_epi32(bi, gt, idx);
+    }
+    *bad = *bad || nonfinite;
+    __mmask16 held = _mm512_cmpneq_epi32_mask(bi, _mm512_set1_epi32(-1));
+    if (held) {
+      float m = _mm512_mask_reduce_max_ps(held, bv);
+      __mmask16 at = _mm512_mask_cmp_ps_mask(held, bv, _mm512_set1_ps(m), _CMP_EQ_OQ);
+      int32_t first = _mm512_mask_reduce_min_epi32(at, bi);
+      *best = begin + (size_t)first, *value = x32 ? x32[*best] : ortep_f16_to_f32(x16[*best]);
+    }
+  }
+  size_t bi = *best == end ? end : *best;
+  argmax_scalar(x32, x16, i, end, &bi, value, bad);
+  *best = bi;
+}
+#endif
+
+void ortep__cpu_argmax_range(const float *x32, const uint16_t *x16, size_t begin, size_t end, size_t *best,
+                             float *value, bool *bad) {
+  pthread_once(&dots_once, pick_dots);
+  *best = end, *value = 0, *bad = false;
+  argmax_impl(x32, x16, begin, end, best, value, bad);
 }
 
 static uint32_t argmax_finite(const float *x32, const uint16_t *x16, size_t n, uint32_t *error_word) {
