@@ -1357,9 +1357,7 @@ __attribute__((target("avx512f,f16c"))) static void argmax_avx512(const float *x
       *best = begin + (size_t)first, *value = x32 ? x32[*best] : ortep_f16_to_f32(x16[*best]);
     }
   }
-  size_t bi = *best == end ? end : *best;
-  argmax_scalar(x32, x16, i, end, &bi, value, bad);
-  *best = bi;
+  argmax_scalar(x32, x16, i, end, best, value, bad);
 }
 #endif
 
