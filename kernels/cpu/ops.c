@@ -116,13 +116,15 @@ static void exp_sse(const float *x, float *y, size_t n) {
  * AVX2 and AVX-512 run exp4's operations on 8 and 16 lanes (ISO C: nothing
  * is contracted into an FMA), so every form gives bitwise the same values. */
 static void (*exp_impl)(const float *, float *, size_t) = exp_sse;
-/* ortep__cpu_argmax_range's loop: the scalar rule, or AVX-512's (below) */
+/* ortep__cpu_argmax_range's loop: the scalar rule, or AVX-512's or AVX2's (below) */
 static void argmax_scalar(const float *x32, const uint16_t *x16, size_t i, size_t end, size_t *best, float *value,
                           bool *bad);
 static void (*argmax_impl)(const float *, const uint16_t *, size_t, size_t, size_t *, float *, bool *) = argmax_scalar;
 #if defined(__x86_64__)
 static void argmax_avx512(const float *x32, const uint16_t *x16, size_t begin, size_t end, size_t *best, float *value,
                           bool *bad);
+static void argmax_avx2(const float *x32, const uint16_t *x16, size_t begin, size_t end, size_t *best, float *value,
+                        bool *bad);
 #endif
 
 __attribute__((noinline)) void ortep__cpu_exp(const float *x, float *y, size_t n) { exp_impl(x, y, n); }
@@ -533,6 +535,7 @@ static void pick_dots(void) {
   } else if (avx2) {
     dots = avx2_set;
     exp_impl = exp_avx2;
+    argmax_impl = argmax_avx2;
   }
 #endif
 }
@@ -1356,6 +1359,35 @@ __attribute__((target("avx512f,f16c"))) static void argmax_avx512(const float *x
       int32_t first = _mm512_mask_reduce_min_epi32(at, bi);
       *best = begin + (size_t)first, *value = x32 ? x32[*best] : ortep_f16_to_f32(x16[*best]);
     }
+  }
+  argmax_scalar(x32, x16, i, end, best, value, bad);
+}
+
+/* argmax_avx512 at 8 lanes, the masks as compare results and blends, the
+ * lanes combined in scalar code. */
+__attribute__((target("avx2,f16c"))) static void argmax_avx2(const float *x32, const uint16_t *x16, size_t begin,
+                                                             size_t end, size_t *best, float *value, bool *bad) {
+  size_t i = begin;
+  if (end - begin >= 8 && end - begin <= INT32_MAX) {
+    const __m256 inf = _mm256_set1_ps(INFINITY), absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 bv = _mm256_set1_ps(-INFINITY), nonfinite = _mm256_setzero_ps();
+    __m256i bi = _mm256_set1_epi32(-1), idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (; i + 8 <= end; i += 8, idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8))) {
+      __m256 v = x32 ? _mm256_loadu_ps(x32 + i) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x16 + i)));
+      __m256 fin = _mm256_cmp_ps(_mm256_and_ps(v, absmask), inf, _CMP_LT_OQ); /* NaN and +-Inf: not finite */
+      nonfinite = _mm256_or_ps(nonfinite, _mm256_andnot_ps(fin, _mm256_castsi256_ps(_mm256_set1_epi32(-1))));
+      __m256 gt = _mm256_and_ps(_mm256_cmp_ps(v, bv, _CMP_GT_OQ), fin);
+      bv = _mm256_blendv_ps(bv, v, gt);
+      bi = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(bi), _mm256_castsi256_ps(idx), gt));
+    }
+    *bad = *bad || _mm256_movemask_ps(nonfinite);
+    float lv[8];
+    int32_t li[8];
+    _mm256_storeu_ps(lv, bv), _mm256_storeu_si256((__m256i *)li, bi);
+    int32_t first = -1;
+    for (int l = 0; l < 8; l++)
+      if (li[l] >= 0 && (first < 0 || lv[l] > lv[first] || (lv[l] == lv[first] && li[l] < li[first]))) first = l;
+    if (first >= 0) *best = begin + (size_t)li[first], *value = x32 ? x32[*best] : ortep_f16_to_f32(x16[*best]);
   }
   argmax_scalar(x32, x16, i, end, best, value, bad);
 }
