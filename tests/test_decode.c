@@ -1139,19 +1139,7 @@ START_TEST(blocked_weights_take_only_what_fits) {
 END_TEST
 
 int main(void) {
-  /* ORTEP_CPU_SIMD (ctest's decode_*_simd runs) naming a set this CPU lacks:
-   * nothing to test here. */
-  const char *simd = getenv("ORTEP_CPU_SIMD");
-  if (simd) {
-    ortep_ep *ep = NULL;
-    ortep_status st = ortep_cpu_ep_create(NULL, &ep);
-    if (st == ORTEP_OK) st = ortep_ep_initialize(ep, NULL);
-    ortep_ep_destroy(ep);
-    if (st == ORTEP_E_NOT_SUPPORTED) {
-      printf("skipped: %s\n", ortep_last_error());
-      return 77;
-    }
-  }
+  if (test_simd_set_missing()) return 77; /* ctest's *_simd runs on a CPU without the set */
   Suite *s = suite_create("decode");
   TCase *tc = tcase_create("core");
   tcase_add_checked_fixture(tc, setup, teardown);
