@@ -22,6 +22,7 @@ typedef struct cpu_kernel {
   bool bf16_rows;        /* a Linear of bf16 blocked weights over rows rounded to bf16 (simd_rows.h) */
   bool quant_rows;       /* a Linear of q8_0 / q4_0 blocked weights over rows quantized in the pool's shared area */
   bool bf16_attn;        /* GroupQueryAttention: a chunk's products in bf16 (simd_rows.h) */
+  size_t gqa_per;        /* GroupQueryAttention: query heads per item (ortep__cpu_gqa_per_item) */
 } cpu_kernel;
 
 /* ortep:Linear over the pool: every output row is one item, computed whole
@@ -149,14 +150,7 @@ static void run_gqa(cpu_kernel *k, const void *const *in, void *const *out, uint
     }
   }
   ortep__cpu_gqa_write_kv(in[1], in[2], cache, pos, g->tokens, g->heads, g->kv, g->hd, g->cap, out[0], ew);
-  gqa_job j = {g,
-               in[0],
-               cache,
-               pos,
-               out[0],
-               k->pool,
-               k->bf16_attn,
-               ortep__cpu_gqa_per_item(g->tokens, g->heads, g->kv, ortep__cpu_pool_threads(k->pool))};
+  gqa_job j = {g, in[0], cache, pos, out[0], k->pool, k->bf16_attn, k->gqa_per};
   int32_t last = pos[g->tokens - 1]; /* the longest row: the work estimate only */
   size_t span = last >= 0 && (size_t)last < g->cap ? (size_t)last + 1 : g->cap;
   if (!cache.slots && ortep__cpu_gqa_chunk_ok(pos, g->tokens, g->cap))
@@ -445,6 +439,9 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   if (k->op.kind == ORTEP__OP_GQA && k->op.p.gqa.tokens > 1 &&
       (k->op.p.gqa.kvdt == ORTEP_DTYPE_BF16 || k->op.p.gqa.bf16_products) && bf16_products)
     k->bf16_attn = ortep__cpu_attn_bf16(k->op.p.gqa.hd);
+  if (k->op.kind == ORTEP__OP_GQA)
+    k->gqa_per =
+        ortep__cpu_gqa_per_item(k->op.p.gqa.tokens, k->op.p.gqa.heads, k->op.p.gqa.kv, ortep__cpu_pool_threads(pool));
   if ((k->bf16_rows && (st = ortep__cpu_pool_reserve_shared(pool, lin->m * lin->k * sizeof(uint16_t))) != ORTEP_OK) ||
       (k->quant_rows && (st = ortep__cpu_pool_reserve_shared(
                              pool, quant_rows_head(lin->m) + lin->m * quant_row_bytes(lin->k))) != ORTEP_OK)) {

@@ -1305,10 +1305,6 @@ void ortep__cpu_softmax(const float *x, size_t rows, size_t n, float *y) {
   }
 }
 
-/* The first maximum among the finite values of [begin, end). Any NaN or
- * infinity sets *bad (the caller latches ARGMAX_NOT_FINITE: logits like that
- * mean the model produced garbage; the step fails and the token is never
- * emitted). *best is end when no value is finite. */
 /* The argmax rule (ortep__cpu_argmax_range) over [i, end) carried on from
  * a best index bi (end: none yet) and value bv. */
 static void argmax_scalar(const float *x32, const uint16_t *x16, size_t i, size_t end, size_t *best, float *value,
@@ -1328,11 +1324,23 @@ static void argmax_scalar(const float *x32, const uint16_t *x16, size_t i, size_
 }
 
 #if defined(__x86_64__)
+/* The lanes of a SIMD scan (value lv[l] first seen at index li[l], -1: no
+ * finite value) combined: the largest value, the smallest index among the
+ * lanes holding it. */
+static void argmax_lanes(const float *lv, const int32_t *li, int lanes, const float *x32, const uint16_t *x16,
+                         size_t begin, size_t *best, float *value) {
+  int first = -1;
+  for (int l = 0; l < lanes; l++)
+    if (li[l] >= 0 && (first < 0 || lv[l] > lv[first] || (lv[l] == lv[first] && li[l] < li[first]))) first = l;
+  if (first >= 0) *best = begin + (size_t)li[first], *value = x32 ? x32[*best] : ortep_f16_to_f32(x16[*best]);
+}
+
 /* The same rule 16 (8) values at a time: each lane keeps the first of its
  * largest finite values (strictly larger replaces) and its index; then the
  * largest over the lanes, and among the lanes holding it the smallest
- * index, which is the first maximum of the range; the tail goes on by the
- * scalar rule. The same token and flag as argmax_scalar, for any input
+ * index, which is the first maximum of the range (argmax_lanes); the tail
+ * goes on by the scalar rule. The set is picked with the EP's dot products
+ * (pick_dots, at initialise); before that the scalar rule runs. The same token and flag as argmax_scalar, for any input
  * (test_ep's argmax case checks them against each other). */
 __attribute__((target("avx512f,f16c"))) static void argmax_avx512(const float *x32, const uint16_t *x16, size_t begin,
                                                                   size_t end, size_t *best, float *value, bool *bad) {
@@ -1352,19 +1360,15 @@ __attribute__((target("avx512f,f16c"))) static void argmax_avx512(const float *x
       bv = _mm512_mask_mov_ps(bv, gt, v), bi = _mm512_mask_mov_epi32(bi, gt, idx);
     }
     *bad = *bad || nonfinite;
-    __mmask16 held = _mm512_cmpneq_epi32_mask(bi, _mm512_set1_epi32(-1));
-    if (held) {
-      float m = _mm512_mask_reduce_max_ps(held, bv);
-      __mmask16 at = _mm512_mask_cmp_ps_mask(held, bv, _mm512_set1_ps(m), _CMP_EQ_OQ);
-      int32_t first = _mm512_mask_reduce_min_epi32(at, bi);
-      *best = begin + (size_t)first, *value = x32 ? x32[*best] : ortep_f16_to_f32(x16[*best]);
-    }
+    float lv[16];
+    int32_t li[16];
+    _mm512_storeu_ps(lv, bv), _mm512_storeu_si512(li, bi);
+    argmax_lanes(lv, li, 16, x32, x16, begin, best, value);
   }
   argmax_scalar(x32, x16, i, end, best, value, bad);
 }
 
-/* argmax_avx512 at 8 lanes, the masks as compare results and blends, the
- * lanes combined in scalar code. */
+/* argmax_avx512 at 8 lanes, the masks as compare results and blends. */
 __attribute__((target("avx2,f16c"))) static void argmax_avx2(const float *x32, const uint16_t *x16, size_t begin,
                                                              size_t end, size_t *best, float *value, bool *bad) {
   size_t i = begin;
@@ -1384,18 +1388,18 @@ __attribute__((target("avx2,f16c"))) static void argmax_avx2(const float *x32, c
     float lv[8];
     int32_t li[8];
     _mm256_storeu_ps(lv, bv), _mm256_storeu_si256((__m256i *)li, bi);
-    int32_t first = -1;
-    for (int l = 0; l < 8; l++)
-      if (li[l] >= 0 && (first < 0 || lv[l] > lv[first] || (lv[l] == lv[first] && li[l] < li[first]))) first = l;
-    if (first >= 0) *best = begin + (size_t)li[first], *value = x32 ? x32[*best] : ortep_f16_to_f32(x16[*best]);
+    argmax_lanes(lv, li, 8, x32, x16, begin, best, value);
   }
   argmax_scalar(x32, x16, i, end, best, value, bad);
 }
 #endif
 
+/* The first maximum among the finite values of [begin, end). Any NaN or
+ * infinity sets *bad (the caller latches ARGMAX_NOT_FINITE: logits like that
+ * mean the model produced garbage; the step fails and the token is never
+ * emitted). *best is end when no value is finite. */
 void ortep__cpu_argmax_range(const float *x32, const uint16_t *x16, size_t begin, size_t end, size_t *best,
                              float *value, bool *bad) {
-  pthread_once(&dots_once, pick_dots);
   *best = end, *value = 0, *bad = false;
   argmax_impl(x32, x16, begin, end, best, value, bad);
 }
