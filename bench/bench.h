@@ -68,6 +68,24 @@ void read_delete(read_bench *b);
  * untied embedding table: one row). */
 struct tool_model;
 size_t bench_held_weight_bytes(const struct tool_model *m, const ortep_model *mdl, size_t *read_per_token);
+/* Whether a step reading read_per_token bytes streams them from memory on
+ * `threads` threads (decode.c), so that a read of as many bytes bounds it. */
+bool bench_read_binds(size_t read_per_token, size_t threads);
+
+/* ortep-bench decode --dtype A,B,... (dtypes.c): graph-mode decode of the
+ * model in each weight type, in interleaved rounds. Returns the exit code;
+ * *json (opened by the caller, or NULL) is finished and set NULL on success. */
+typedef struct bench_dtypes {
+  const struct tool_model *m; /* every option but --dtype */
+  const char *const *dtypes;
+  size_t n;
+  const int32_t *prompt;
+  size_t plen;
+  long tokens, warmup, runs;
+  FILE **json;
+  const char *json_path;
+} bench_dtypes;
+int bench_decode_dtypes(const bench_dtypes *a);
 /* Best-of-10 GFLOP/s of an OpenBLAS sgemm [m, k] x [k, n] (prefill.c). */
 double bench_sgemm_gflops(size_t m, size_t k, size_t n, size_t threads);
 /* Best-of-5 GFLOP/s of one ortep:Linear [m, k] x [k, n] of dt weights on ep, 16-bit and q8_0 /

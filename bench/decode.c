@@ -59,10 +59,13 @@ static const char decode_usage[] =
     "                          [--prompt-len P] [--tokens N] [--warmup W] [--runs R] [--threads N]\n"
     "                          [--weights map|read] [--layout auto|blocked|row_major] [--json FILE]\n"
     "                          [--tokens-per-launch K,...] [--explain] [--profile]\n"
+    "       ortep-bench decode --dtype A,B,... [--model DIR | --preset NAME] [--runs R] [--tokens N] ...\n"
     "\n"
     "Per-token decode latency of each execution mode, side by side in one run. With no\n"
     "arguments: the synthetic tiny preset (written to ~/.cache/ortep/models the first\n"
-    "time), EP auto (CUDA when a device is present, else CPU), all modes.\n"
+    "time), EP auto (CUDA when a device is present, else CPU), all modes. With a list of\n"
+    "types (--dtype bf16,q8_0,q4_0): graph mode of each, opened side by side, timed in\n"
+    "--runs rounds that run every type once in turn; the speed over the first type per round.\n"
     "\n" TOOL_MODEL_HELP
     "  --mode M         eager, graph, segmented (graph with --seam ops as eager seams), or all (default)\n"
     "  --seam OPS       op types or node names run as seams in segmented mode (default GroupQueryAttention)\n"
@@ -152,7 +155,7 @@ static void *read_slice(void *arg) {
  * 0.5B step of 501 MiB streams from memory). ORTEP_BENCH_CACHE_BYTES (a
  * test hook) stands in for the cache's size, unmeasured. */
 static bool served_from_cache(size_t bytes, size_t threads);
-static bool binds(size_t read_per_token, size_t threads) {
+bool bench_read_binds(size_t read_per_token, size_t threads) {
   const char *hook = getenv("ORTEP_BENCH_CACHE_BYTES");
   if (hook) return read_per_token > (size_t)atol(hook);
   long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
@@ -449,7 +452,7 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
     return 1;
   }
   r->ntokens = (size_t)tokens;
-  bool pair = before && !strcmp(ep_used, "cpu_ep") && binds(read_per_token, *threads_used);
+  bool pair = before && !strcmp(ep_used, "cpu_ep") && bench_read_binds(read_per_token, *threads_used);
   if (pair && !before->buf && !read_open(before, *threads_used)) {
     fprintf(stderr, "ortep-bench decode: no memory for the read before each run; the bound is taken after the runs\n");
     read_close(before);
@@ -542,12 +545,17 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
 }
 
 /* --- the command: parse, prepare, run, compare, report ------------------------ */
+#define DTYPES_MAX 5
 typedef struct decode_opts {
   tool_model m; /* --model/--preset, --dtype, --ep, --threads, --weights, --layout */
   const char *seams, *json_path;
   long plen, tokens, warmup, runs;
   bool explain, profile, want[NMODES];
   size_t per_launch[8], n_per_launch; /* --tokens-per-launch */
+  bool per_launch_given, mode_given;
+  char dtype_list[256]; /* --dtype A,B,...: the types compared (dtypes.c) */
+  const char *dtypes[DTYPES_MAX];
+  size_t ndtypes;
 } decode_opts;
 
 typedef struct decode_run {
@@ -592,6 +600,47 @@ static int parse_per_launch(const char *arg, decode_opts *o) {
   return rc;
 }
 
+/* --dtype A,B,... (2 to DTYPES_MAX types, each checked as --dtype alone):
+ * graph mode only, so the options of the other modes are refused. -1: go
+ * on; otherwise the usage error's exit code. */
+static int parse_dtypes(decode_opts *o, const char *mode) {
+  if (strlen(o->m.dtype) >= sizeof o->dtype_list)
+    return bench_usage_error("decode", "--dtype lists at most %d types", DTYPES_MAX);
+  snprintf(o->dtype_list, sizeof o->dtype_list, "%s", o->m.dtype);
+  char *save = NULL;
+  for (char *t = strtok_r(o->dtype_list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (o->ndtypes == DTYPES_MAX) return bench_usage_error("decode", "--dtype lists at most %d types", DTYPES_MAX);
+    for (size_t i = 0; i < o->ndtypes; i++)
+      if (!strcmp(o->dtypes[i], t)) return bench_usage_error("decode", "--dtype lists '%s' twice", t);
+    tool_model one = o->m;
+    one.dtype = t;
+    if (!tool_model_quantized(&one)) one.embedding_dtype = NULL; /* it applies to the list's q8_0 / q4_0 */
+    int rc = tool_model_check(&one, true);
+    if (rc) return rc;
+    o->dtypes[o->ndtypes++] = t;
+  }
+  if (o->ndtypes < 2)
+    return bench_usage_error("decode", "--dtype '%s' names one type; give one, or A,B,...", o->m.dtype);
+  if (o->mode_given && strcmp(mode, "graph"))
+    return bench_usage_error("decode", "--dtype with several types runs graph mode only; drop --mode %s", mode);
+  if (o->explain || o->profile || o->per_launch_given)
+    return bench_usage_error("decode", "--dtype with several types compares graph-mode runs; %s goes with one type",
+                             o->explain   ? "--explain"
+                             : o->profile ? "--profile"
+                                          : "--tokens-per-launch");
+  bool quant = false;
+  for (size_t i = 0; i < o->ndtypes; i++)
+    quant = quant || !strcmp(o->dtypes[i], "q8_0") || !strcmp(o->dtypes[i], "q4_0");
+  if (o->m.embedding_dtype && !quant)
+    return bench_usage_error("decode", "--embedding-dtype goes with a q8_0 or q4_0 type in --dtype");
+  /* the shared options' defaults and checks, with the first type */
+  const char *emb = o->m.embedding_dtype;
+  o->m.dtype = o->dtypes[0], o->m.embedding_dtype = NULL;
+  int rc = tool_model_check(&o->m, true);
+  o->m.embedding_dtype = emb;
+  return rc ? rc : -1;
+}
+
 /* -1: go on; otherwise the exit code (help: 0, usage errors: 2). */
 static int parse(int argc, char **argv, decode_opts *o) {
   *o = (decode_opts){.m = {.prog = "ortep-bench", .cmd = "decode"},
@@ -623,7 +672,7 @@ static int parse(int argc, char **argv, decode_opts *o) {
       continue;
     }
     switch (c) {
-      case 'M': mode = optarg; break;
+      case 'M': mode = optarg, o->mode_given = true; break;
       case 's': o->seams = optarg; break;
       case 'P': rc = bench_parse_count("decode", "--prompt-len", optarg, 1, 100000, &o->plen); break;
       case 'n': rc = bench_parse_count("decode", "--tokens", optarg, 1, 1000000, &o->tokens); break;
@@ -632,12 +681,16 @@ static int parse(int argc, char **argv, decode_opts *o) {
       case 'j': o->json_path = optarg; break;
       case 'x': o->explain = true; break;
       case 'F': o->profile = true; break;
-      case 'K': rc = parse_per_launch(optarg, o); break;
+      case 'K': rc = parse_per_launch(optarg, o), o->per_launch_given = o->n_per_launch > 0; break;
     }
     if (rc) return rc;
   }
   if (c == BENCH_OPTIONS_EXIT) return rc;
-  if ((rc = tool_model_check(&o->m, true)) != 0) return rc;
+  if (o->m.dtype && strchr(o->m.dtype, ',')) {
+    if ((rc = parse_dtypes(o, mode)) != -1) return rc;
+  } else if ((rc = tool_model_check(&o->m, true)) != 0) {
+    return rc;
+  }
   bool all = !strcmp(mode, "all"), found = all;
   for (int i = 0; i < NMODES; i++) {
     o->want[i] = all || !strcmp(mode, modes[i].name);
@@ -771,7 +824,7 @@ static void measure_bounds(decode_run *r) {
   if (r->has_wdtype) linear_close(&lb);
 }
 
-static bool binding(const decode_run *r) { return binds(r->read_per_token, r->threads_used); }
+static bool binding(const decode_run *r) { return bench_read_binds(r->read_per_token, r->threads_used); }
 
 /* What the rest of a step costs: decode over the kernel alone, each as a
  * fraction of a read taken like it (the runs against the reads before them,
@@ -1020,6 +1073,13 @@ int bench_decode_main(int argc, char **argv) {
   if (rc >= 0) return rc;
   decode_run r = {.agree = true};
   if ((rc = prepare(&o, &r)) >= 0) {
+    release(&o, &r);
+    return rc;
+  }
+  if (o.ndtypes > 1) {
+    bench_dtypes a = {&o.m,     o.dtypes, o.ndtypes, r.prompt, (size_t)o.plen,
+                      o.tokens, o.warmup, o.runs,    &r.json,  o.json_path};
+    rc = bench_decode_dtypes(&a);
     release(&o, &r);
     return rc;
   }

@@ -84,6 +84,14 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
       {"batch --system -1", "--system '-1'"},
       {"decode --threads 0", "--threads '0' is not a whole number in [1, 1024]"},
       {"decode --tokens-per-launch 4,65", "--tokens-per-launch '65'"},
+      {"decode --dtype bf16,f8", "--dtype 'f8'"},
+      {"decode --dtype bf16,q8_0,bf16", "--dtype lists 'bf16' twice"},
+      {"decode --dtype bf16,", "names one type"},
+      {"decode --dtype f32,f16,bf16,q8_0,q4_0,f32", "at most 5 types"},
+      {"decode --dtype bf16,q8_0 --mode eager", "graph mode only; drop --mode eager"},
+      {"decode --dtype bf16,q8_0 --profile", "--profile goes with one type"},
+      {"decode --dtype bf16,q8_0 --tokens-per-launch 4", "--tokens-per-launch goes with one type"},
+      {"decode --dtype f32,bf16 --embedding-dtype q4_0", "--embedding-dtype goes with a q8_0 or q4_0 type"},
       {"prefill --threads 2000", "--threads '2000'"},
       {"tokenizer --added 10,0", "--added '0'"},
       {"tokenizer --text-bytes 1.5", "--text-bytes '1.5'"},
@@ -429,6 +437,56 @@ START_TEST(layout_is_reported_and_honoured) {
 }
 END_TEST
 
+/* --dtype A,B,...: every type decoded in graph mode, in rounds that run each
+ * once; the JSON holds each type's bytes per token (fewer for the block
+ * types), its tokens/s and its ratio to the first type per round, and its
+ * tokens; a directory's weights are named as stored or refused. */
+START_TEST(decode_compares_weight_types_in_rounds) {
+  char err[4096], args[512];
+  snprintf(args, sizeof args,
+           "decode --ep cpu --preset small --dtype bf16,q8_0,q4_0 --runs 2 --tokens 3 --warmup 0 --prompt-len 2 "
+           "--json %s/types.json",
+           g_tmp);
+  ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(strstr(stdout_text(), "over bf16, per round"), "%.2000s", stdout_text());
+  cJSON *j = read_json("types.json");
+  ck_assert_str_eq(cJSON_GetObjectItem(j, "mode")->valuestring, "graph");
+  ck_assert_str_eq(cJSON_GetObjectItem(j, "ep")->valuestring, "cpu_ep");
+  const cJSON *types = cJSON_GetObjectItem(j, "dtypes");
+  ck_assert_int_eq(cJSON_GetArraySize(types), 3);
+  const char *want[] = {"bf16", "q8_0", "q4_0"};
+  double bytes[3];
+  for (int i = 0; i < 3; i++) {
+    const cJSON *t = cJSON_GetArrayItem(types, i);
+    ck_assert_str_eq(cJSON_GetObjectItem(t, "dtype")->valuestring, want[i]);
+    bytes[i] = cJSON_GetObjectItem(t, "weight_bytes_per_token")->valuedouble;
+    const cJSON *tps = cJSON_GetObjectItem(t, "tokens_per_s"), *over = cJSON_GetObjectItem(t, "over_first");
+    ck_assert_int_eq(cJSON_GetArraySize(tps), 2);
+    ck_assert_int_eq(cJSON_GetArraySize(over), 2);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(t, "token_ids")), 3);
+    for (int r = 0; r < 2; r++) {
+      double v = cJSON_GetArrayItem(tps, r)->valuedouble,
+             v0 = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(types, 0), "tokens_per_s"), r)->valuedouble;
+      ck_assert_double_gt(v, 0);
+      ck_assert_double_eq_tol(cJSON_GetArrayItem(over, r)->valuedouble, v / v0, 1e-9);
+    }
+  }
+  ck_assert_msg(bytes[0] > bytes[1] && bytes[1] > bytes[2], "bytes per token %g, %g, %g", bytes[0], bytes[1], bytes[2]);
+  cJSON_Delete(j);
+  /* a round that draws other tokens than the first is an error, and the unfinished JSON goes */
+  ck_assert_int_eq(bench("ORTEP_BENCH_PERTURB=rounds", args, err, sizeof err), 1);
+  ck_assert_msg(strstr(err, "--dtype bf16: round 2 drew token"), "%s", err);
+  char path[128];
+  snprintf(path, sizeof path, "%s/types.json", g_tmp);
+  ck_assert_int_ne(access(path, F_OK), 0);
+  /* the preset's directory holds bf16: f32 is not what it would run */
+  snprintf(args, sizeof args, "decode --ep cpu --model %s/cache/ortep/models/small-bf16 --dtype f32,q8_0 --runs 1",
+           g_tmp);
+  ck_assert_int_eq(bench(NULL, args, err, sizeof err), 2);
+  ck_assert_msg(strstr(err, "holds its projections as bf16"), "%s", err);
+}
+END_TEST
+
 START_TEST(alloc_replay_and_tokenizer_write_json) {
   char err[4096], args[256];
   snprintf(args, sizeof args, "alloc --runs 1 --steps 5 --json %s/alloc.json", g_tmp);
@@ -528,6 +586,7 @@ int main(void) {
   tcase_add_test(tc, argument_errors_exit_2_and_name_the_argument);
   tcase_add_test(tc, help_for_every_command);
   tcase_add_test(tc, decode_runs_every_mode_and_writes_the_documented_json);
+  tcase_add_test(tc, decode_compares_weight_types_in_rounds);
   tcase_add_test(tc, single_modes_and_explain);
   tcase_add_test(tc, prefill_compares_token_by_token_with_chunks);
   tcase_add_test(tc, disagreement_between_modes_is_an_error);
