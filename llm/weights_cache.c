@@ -19,7 +19,7 @@
  * A new file is written beside it, flushed and renamed over it, so a reader
  * sees the old file or the whole new one.
  *
- * The directory is kept tidy when a file is written (tidy): the files no
+ * The directory is kept tidy when a file is written or hit (tidy): the files no
  * build of this format can use again go (their model file gone or changed,
  * another format version, truncated; a writer's temporary file whose
  * process is gone), then the least recently used (a hit touches its file)
@@ -284,7 +284,8 @@ static void drop(ortep__wcache *w, int dfd, const char *name, uint64_t bytes) {
   w->info.removed_bytes += bytes;
 }
 
-/* After this decoder's file (`mine`) was written into dir: see the top. */
+/* After this decoder's file (`mine`) was written into dir or mapped from
+ * it: see the top. */
 static void tidy(ortep__wcache *w, const char *dir, const char *mine) {
   DIR *dp = opendir(dir);
   if (!dp) return;
@@ -370,7 +371,10 @@ ortep_status ortep__wcache_open(const char *setting, const char *limit, const ch
   ortep__free(buf);
   snprintf(w->info.path, sizeof w->info.path, "%s/%016llx.ortepw", dir, (unsigned long long)name);
   try_load(w, cpu);
-  if (w->map) w->info.state = ORTEP_WEIGHTS_CACHE_HIT;
+  if (w->map) { /* a hit keeps the directory within the limit too (it may have been lowered since the last write) */
+    w->info.state = ORTEP_WEIGHTS_CACHE_HIT;
+    tidy(w, dir, strrchr(w->info.path, '/') + 1);
+  }
   return ORTEP_OK;
 }
 

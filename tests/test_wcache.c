@@ -396,6 +396,18 @@ START_TEST(beyond_the_limit_the_least_recently_used_go) {
   ck_assert(access(p[0], F_OK) != 0 && access(p[2], F_OK) != 0 && access(r->info.path, F_OK) == 0);
   open_run_max(m[2], cache, "q4_0", "unlimited", r);
   ck_assert_int_eq(r->info.state, ORTEP_WEIGHTS_CACHE_HIT);
+  ck_assert_uint_eq(r->info.removed, 0);
+  /* a hit tidies too: a limit lowered since the last write holds from the
+   * next open, and the file hit stays */
+  char hit[4096];
+  snprintf(hit, sizeof hit, "%s", r->info.path);
+  open_run_max(m[0], cache, "q8_0", "unlimited", r);
+  ck_assert_int_eq(r->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+  ck_assert(access(hit, F_OK) == 0 && access(r->info.path, F_OK) == 0);
+  open_run_max(m[2], cache, "q4_0", "1K", r);
+  ck_assert_int_eq(r->info.state, ORTEP_WEIGHTS_CACHE_HIT);
+  ck_assert_uint_eq(r->info.removed, 1);
+  ck_assert(access(hit, F_OK) == 0 && access(p[0], F_OK) != 0);
   /* not a byte count: refused before anything is prepared or written */
   const char *bad[] = {"lots", "-1", "12X", "", "99999999999T"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

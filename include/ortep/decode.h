@@ -150,8 +150,8 @@ ORTEP_API void ortep_decoder_kv_stats(const ortep_decoder *decoder, ortep_kv_sta
  * no quantization, no repack, no copy, nothing charged to the budget. A
  * stale (the model changed), truncated or foreign file is refused with the
  * reason and rebuilt; a file that cannot be written leaves the decoder as
- * it is (FAILED, with the reason). Writing a file tidies the directory
- * (ortep_weights_cache_info.removed). */
+ * it is (FAILED, with the reason). Writing or hitting a file tidies the
+ * directory (ortep_weights_cache_info.removed). */
 typedef enum ortep_weights_cache_state {
   ORTEP_WEIGHTS_CACHE_OFF = 0, /* off, the GPU runs the step, or no weight was prepared */
   ORTEP_WEIGHTS_CACHE_HIT,     /* every prepared weight was mapped from the file */
@@ -164,7 +164,7 @@ typedef struct ortep_weights_cache_info {
   char path[4096];  /* the file ("" when off) */
   char reason[512]; /* why a file was refused (REBUILT) or not written (FAILED); "" otherwise */
   uint64_t bytes;   /* the file's size */
-  /* Files this open removed from the directory when it wrote its own: those
+  /* Files this open removed from the directory when it wrote or hit its own: those
    * no build can use again (their model file gone or changed, another format,
    * truncated, a dead writer's temporary file) and the least recently used
    * beyond ortep.weights_cache_max. */
