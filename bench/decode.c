@@ -607,8 +607,11 @@ static int parse_dtypes(decode_opts *o, const char *mode) {
   if (strlen(o->m.dtype) >= sizeof o->dtype_list)
     return bench_usage_error("decode", "--dtype lists at most %d types", DTYPES_MAX);
   snprintf(o->dtype_list, sizeof o->dtype_list, "%s", o->m.dtype);
-  char *save = NULL;
-  for (char *t = strtok_r(o->dtype_list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+  for (char *t = o->dtype_list, *end; t; t = end ? end + 1 : NULL) {
+    if ((end = strchr(t, ','))) *end = '\0';
+    if (!*t)
+      return bench_usage_error("decode", "--dtype '%s' has an empty entry; separate the types by single commas",
+                               o->m.dtype);
     if (o->ndtypes == DTYPES_MAX) return bench_usage_error("decode", "--dtype lists at most %d types", DTYPES_MAX);
     for (size_t i = 0; i < o->ndtypes; i++)
       if (!strcmp(o->dtypes[i], t)) return bench_usage_error("decode", "--dtype lists '%s' twice", t);
@@ -619,8 +622,6 @@ static int parse_dtypes(decode_opts *o, const char *mode) {
     if (rc) return rc;
     o->dtypes[o->ndtypes++] = t;
   }
-  if (o->ndtypes < 2)
-    return bench_usage_error("decode", "--dtype '%s' names one type; give one, or A,B,...", o->m.dtype);
   if (o->mode_given && strcmp(mode, "graph"))
     return bench_usage_error("decode", "--dtype with several types runs graph mode only; drop --mode %s", mode);
   if (o->explain || o->profile || o->per_launch_given)
