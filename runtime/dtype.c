@@ -220,6 +220,21 @@ static ortep_status check_blocks(const char *what, ortep_dtype d, const void *a,
 static void put_f16(uint8_t *p, uint16_t h) { p[0] = (uint8_t)h, p[1] = (uint8_t)(h >> 8); }
 static uint16_t get_f16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
+/* The largest |x[j]| of a block, NaN skipped (as fmaxf skips it): eight
+ * lanes side by side, then the lanes, so the compiler vectorizes it (the
+ * maximum is exact in any order). */
+static inline float block_amax(const float *x) {
+  float m[8] = {0};
+  for (int j = 0; j < QK; j += 8)
+    for (int l = 0; l < 8; l++) {
+      float a = fabsf(x[j + l]);
+      m[l] = a > m[l] ? a : m[l];
+    }
+  float amax = 0.0f;
+  for (int l = 0; l < 8; l++) amax = m[l] > amax ? m[l] : amax;
+  return amax;
+}
+
 /* (int8_t)roundf(v), the reference quantizer's byte, without a library call
  * per value (roundf is one on x86-64 without SSE4.1: it made q8_0
  * quantization several times slower than q4_0's, seconds at every open of a
@@ -228,32 +243,48 @@ static uint16_t get_f16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8);
  * of the rounded value (what the float-to-int8 conversion gives on x86-64:
  * only scales far outside a finite block's reach exceed 127); a NaN or a
  * magnitude past 2^31, where that conversion is undefined, gives 0, the byte
- * x86-64 produced for them. No branches, so the compiler vectorizes it (the
- * halves of random data would mispredict). */
+ * x86-64 produced for them (its magnitude taken as 0 before the conversion,
+ * which is then always defined). Selects, no branches, so the compiler
+ * vectorizes it (the halves of random data would mispredict). */
 static inline uint8_t round_q8(float v) {
   float a = fabsf(v);
-  int32_t in = a < 2147483648.0f; /* false for a NaN */
-  int32_t i = in ? (int32_t)a : 0;
-  i += (a - (float)i >= 0.5f) & in;
+  a = a < 2147483648.0f ? a : 0.0f; /* a NaN too */
+  int32_t i = (int32_t)a;
+  i += a - (float)i >= 0.5f;
   return (uint8_t)(v < 0.0f ? -i : i);
 }
 
 static void quantize_q8_0(const float *x, uint8_t *y) {
-  float amax = 0.0f;
-  for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  const float amax = block_amax(x), d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
   put_f16(y, ortep_f32_to_f16(d));
   for (int j = 0; j < QK; j++) y[2 + j] = round_q8(x[j] * id);
 }
 
+/* (int8_t)v, the reference quantizer's q4_0 byte before its cap at 15: the
+ * low 8 bits of v truncated (what the conversion gives on x86-64); a NaN or
+ * a magnitude past 2^31, where C leaves it undefined, gives 0, the low byte
+ * of x86-64's 0x80000000 (a NaN or infinite x, or a block so small that
+ * 1 / d overflows, reaches there). */
+static inline int8_t trunc_q4(float v) {
+  v = v >= -2147483648.0f && v < 2147483648.0f ? v : 0.0f; /* then always defined: vectorizes */
+  return (int8_t)(uint8_t)(uint32_t)(int32_t)v;
+}
+
+/* q4_0's scale comes from the block's value of largest magnitude, the first
+ * one where several tie (the reference's strict comparison), 0 when every
+ * |x| is 0 or NaN. */
 static void quantize_q4_0(const float *x, uint8_t *y) {
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < QK; j++)
-    if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+  const float amax = block_amax(x);
+  float max = 0.0f;
+  for (int j = 0; amax != 0.0f && j < QK; j++)
+    if (fabsf(x[j]) == amax) {
+      max = x[j];
+      break;
+    }
   const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
   put_f16(y, ortep_f32_to_f16(d));
   for (int j = 0; j < QK / 2; j++) {
-    int8_t a = (int8_t)(x[j] * id + 8.5f), b = (int8_t)(x[j + QK / 2] * id + 8.5f);
+    int8_t a = trunc_q4(x[j] * id + 8.5f), b = trunc_q4(x[j + QK / 2] * id + 8.5f);
     uint8_t lo = (uint8_t)(a < 15 ? a : 15), hi = (uint8_t)(b < 15 ? b : 15);
     y[2 + j] = (uint8_t)(lo | hi << 4);
   }

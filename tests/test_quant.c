@@ -147,6 +147,61 @@ START_TEST(q4_0_blocks_are_ggufs) {
 }
 END_TEST
 
+/* llama.cpp's quantize_row_q4_0_ref restated (its loop, its comparisons), for
+ * blocks of finite values: the value of largest magnitude is the first one
+ * (a strict <), d = max / -8, q = min(15, (int8_t)(x / d + 8.5)). */
+static void q4_0_literal(const float *x, uint8_t *y) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; j++)
+    if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+  const float d = max / -8, id = d ? 1.0f / d : 0.0f;
+  uint16_t h = ortep_f32_to_f16(d);
+  y[0] = (uint8_t)h, y[1] = (uint8_t)(h >> 8);
+  for (int j = 0; j < 16; j++) {
+    const float x0 = x[j] * id, x1 = x[16 + j] * id;
+    const int a = (int8_t)(x0 + 8.5f), b = (int8_t)(x1 + 8.5f);
+    y[2 + j] = (uint8_t)((a < 15 ? a : 15) | (b < 15 ? b : 15) << 4);
+  }
+}
+
+/* q4_0's scale comes from the first value of largest magnitude where values
+ * of one magnitude and opposite signs tie (the sign of d follows it), on
+ * fixed blocks and on random blocks of few magnitudes, against the literal
+ * loop; a NaN is skipped for the maximum and quantized to nibble 0, an
+ * infinite value makes d infinite. */
+START_TEST(q4_0_takes_the_first_largest_value) {
+  float x[32] = {0};
+  uint8_t got[18], want[18];
+  x[5] = 3.0f, x[20] = -3.0f; /* -3 comes second: d = 3 / -8 */
+  ck_assert_ok(ortep_quantize(ORTEP_DTYPE_Q4_0, x, 32, got));
+  ck_assert_uint_eq(got[0] | got[1] << 8, ortep_f32_to_f16(-0.375f));
+  ck_assert_uint_eq(got[2 + 5] & 15, 0);  /* 3 / -0.375 + 8.5 = 0.5 */
+  ck_assert_uint_eq(got[2 + 4] >> 4, 15); /* -3: 16.5, capped */
+  x[5] = -3.0f, x[20] = 3.0f;
+  ck_assert_ok(ortep_quantize(ORTEP_DTYPE_Q4_0, x, 32, got));
+  ck_assert_uint_eq(got[0] | got[1] << 8, ortep_f32_to_f16(0.375f));
+  uint64_t seed = test_seed();
+  for (int b = 0; b < 20000; b++) {
+    for (int i = 0; i < 32; i++) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      int v = (int)(seed >> 59) - 16; /* -16 .. 15: ties of both signs in most blocks */
+      x[i] = (float)v * (b % 2 ? 0.125f : 1.5f);
+    }
+    ck_assert_ok(ortep_quantize(ORTEP_DTYPE_Q4_0, x, 32, got));
+    q4_0_literal(x, want);
+    ck_assert_msg(!memcmp(got, want, 18), "block %d differs from the reference loop", b);
+  }
+  for (int i = 0; i < 32; i++) x[i] = (float)(i % 5) - 2.0f;
+  x[3] = NAN;
+  ck_assert_ok(ortep_quantize(ORTEP_DTYPE_Q4_0, x, 32, got));
+  ck_assert_uint_eq(got[0] | got[1] << 8, ortep_f32_to_f16(-2.0f / -8.0f)); /* max: the first, x[0] = -2 */
+  ck_assert_uint_eq(got[2 + 3] & 15, 0);
+  x[3] = INFINITY;
+  ck_assert_ok(ortep_quantize(ORTEP_DTYPE_Q4_0, x, 32, got));
+  ck_assert_uint_eq(got[0] | got[1] << 8, 0xfc00); /* -inf */
+}
+END_TEST
+
 /* --- the Linear kernels ---------------------------------------------------------- */
 /* The activations as quant.c quantizes them (its definition, restated). */
 static void quantize_x(const float *x, size_t k, int8_t *q, float *d) {
@@ -727,6 +782,7 @@ int main(void) {
   tcase_add_test(tc, q8_0_blocks_are_ggufs);
   tcase_add_test(tc, q8_0_rounds_as_roundf);
   tcase_add_test(tc, q4_0_blocks_are_ggufs);
+  tcase_add_test(tc, q4_0_takes_the_first_largest_value);
   tcase_add_test(tc, q8_0_linear_matches_double_precision);
   tcase_add_test(tc, q4_0_linear_matches_double_precision);
   tcase_add_test(tc, q8_0_extremes_do_not_saturate);
