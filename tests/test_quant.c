@@ -436,6 +436,101 @@ START_TEST(prepare_quantizes_what_the_graph_asks) {
 }
 END_TEST
 
+/* The CPU EP quantizing a weight at open (its own row quantizer: AVX-512
+ * where the set has VNNI, the reference elsewhere; quads spread over its
+ * threads) writes the reference's bytes, repacked: f32, f16 and bf16
+ * sources, blocks of every kind a checkpoint can hold (ties of opposite
+ * signs, NaN, infinities, zeros of both signs, subnormals, values near the
+ * type's largest, halves to round), 1 and 3 threads, into a copy and in place. */
+START_TEST(prepare_quantizes_hostile_weights_as_the_reference) {
+  enum { N = 64, K = 256 };
+  const ortep_dtype from[3] = {ORTEP_DTYPE_F32, ORTEP_DTYPE_F16, ORTEP_DTYPE_BF16};
+  const ortep_dtype to[2] = {ORTEP_DTYPE_Q8_0, ORTEP_DTYPE_Q4_0};
+  float *f = malloc(N * K * sizeof *f), *wide = malloc(N * K * sizeof *wide);
+  void *src = malloc(N * K * 4), *copy = malloc(N * K * 4);
+  uint64_t seed = test_seed();
+  for (size_t i = 0; i < N * K; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    float u = (float)(seed >> 40) / 16777216.0f * 2.0f - 1.0f; /* [-1, 1) */
+    size_t kind = i / 32 % 10, j = i % 32;
+    f[i] = kind == 0   ? u * 3.0f
+           : kind == 1 ? (float)((int)(u * 4.0f)) * 0.5f /* few magnitudes, both signs */
+           : kind == 2 ? (j % 7 == 3 ? NAN : u)
+           : kind == 3 ? (j == 9 ? INFINITY : u)
+           : kind == 4 ? (j == 1   ? -INFINITY
+                          : j == 2 ? NAN
+                                   : u)
+           : kind == 5 ? 0.0f
+           : kind == 6 ? -0.0f
+           : kind == 7 ? u * 1e-40f                   /* f32 subnormals (f16 and bf16: zeros or theirs) */
+           : kind == 8 ? u * (j % 2 ? 3e38f : 6.5e4f) /* near f32's and f16's largest */
+           : j == 0    ? -127.0f                      /* q8_0's d = 1: halves to round */
+                       : (float)(int)(u * 120.0f) + 0.5f;
+  }
+  for (int t = 0; t < 2; t++)
+    for (int s = 0; s < 3; s++) {
+      size_t es = ortep_dtype_size(from[s]);
+      for (size_t i = 0; i < N * K; i++) {
+        if (from[s] == ORTEP_DTYPE_F32)
+          ((float *)src)[i] = f[i], wide[i] = f[i];
+        else if (from[s] == ORTEP_DTYPE_F16)
+          ((uint16_t *)src)[i] = ortep_f32_to_f16(f[i]), wide[i] = ortep_f16_to_f32(((uint16_t *)src)[i]);
+        else
+          ((uint16_t *)src)[i] = ortep_f32_to_bf16(f[i]), wide[i] = ortep_bf16_to_f32(((uint16_t *)src)[i]);
+      }
+      size_t bytes = N * K / 32 * ortep_dtype_size(to[t]);
+      uint8_t *rows = malloc(bytes), *want = malloc(bytes);
+      ck_assert_ok(ortep_quantize(to[t], wide, N * K, rows));
+      ortep__cpu_quant_block(to[t], rows, N, K, want);
+      for (int threads = 1; threads <= 3; threads += 2) {
+        ortep_ep *cpu;
+        ortep_config *c;
+        ck_assert_ok(ortep_cpu_ep_create(NULL, &cpu));
+        ck_assert_ok(ortep_config_create(&c));
+        ck_assert_ok(ortep_config_set(c, "cpu.threads", threads == 1 ? "1" : "3"));
+        ck_assert_ok(ortep_ep_initialize(cpu, c));
+        ortep_graph *g;
+        ck_assert_ok(ortep_graph_create(&g));
+        ortep_shape ws = SHAPE(N, K), xs = SHAPE(1, K), ys = SHAPE(1, N);
+        ck_assert_ok(ortep_graph_add_input(g, "x", ORTEP_DTYPE_F32, &xs));
+        ck_assert_ok(ortep_graph_add_value(g, "y", ORTEP_DTYPE_F32, &ys));
+        ortep_tensor *w;
+        ck_assert_ok(ortep_tensor_create(cpu, from[s], &ws, true, &w));
+        ck_assert_ok(ortep_graph_add_initializer(g, "w", w));
+        ortep_node_id lin;
+        ck_assert_ok(ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "lin", (const char *[]){"x", "w"}, 2,
+                                          (const char *[]){"y"}, 1, &lin));
+        ck_assert_ok(ortep_graph_prefer_initializer_dtype(g, "w", to[t]));
+        ortep_initializer_use use = {g, ortep_graph_node(g, lin), 1};
+        for (int in_place = 0; in_place < 2; in_place++) {
+          memcpy(copy, src, N * K * es);
+          ortep_initializer in = {"w", from[s], ws, copy, N * K * es, in_place ? copy : NULL, &use, 1, to[t]};
+          ortep_dtype dt;
+          ortep_shape shape;
+          ortep_buffer b;
+          ck_assert_ok(ortep_ep_prepare_initializer(cpu, &in, &dt, &shape, &b));
+          ck_assert_int_eq(dt, to[t]);
+          ck_assert_uint_eq(b.size, bytes);
+          for (size_t i = 0; i < bytes; i++)
+            ck_assert_msg(((const uint8_t *)b.ptr)[i] == want[i],
+                          "%s from %s, %d threads%s: byte %zu is 0x%02x, the reference's 0x%02x",
+                          ortep_dtype_name(to[t]), ortep_dtype_name(from[s]), threads, in_place ? ", in place" : "", i,
+                          ((const uint8_t *)b.ptr)[i], want[i]);
+          ck_assert_ok(ortep_ep_deallocate(cpu, &b));
+        }
+        ortep_graph_destroy(g);
+        uint64_t a, fr;
+        ortep_ep_allocation_counts(cpu, &a, &fr);
+        ck_assert_uint_eq(a, fr);
+        ortep_ep_destroy(cpu);
+        ortep_config_destroy(c);
+      }
+      free(rows), free(want);
+    }
+  free(f), free(wide), free(src), free(copy);
+}
+END_TEST
+
 /* --- the decoder ----------------------------------------------------------------- */
 static ortep_config *quant_config(const char *wd, const char *threads) {
   ortep_config *c;
@@ -787,6 +882,7 @@ int main(void) {
   tcase_add_test(tc, q4_0_linear_matches_double_precision);
   tcase_add_test(tc, q8_0_extremes_do_not_saturate);
   tcase_add_test(tc, prepare_quantizes_what_the_graph_asks);
+  tcase_add_test(tc, prepare_quantizes_hostile_weights_as_the_reference);
   tcase_add_test(tc, q8_0_decoder_matches_the_reference);
   tcase_add_test(tc, q4_0_decoder_matches_the_reference);
   tcase_add_test(tc, quantized_decoding_is_deterministic);

@@ -439,25 +439,65 @@ static bool takes_blocked(const ortep_initializer_use *u, ortep_dtype prefer, bo
 
 #define SMALL_CONSTANT (64u << 10)
 
-/* One f32/f16/bf16 row of k values widened to f32. */
-static void widen_row(ortep_dtype dt, const void *src, size_t k, float *out) {
-  for (size_t j = 0; j < k; j++)
-    out[j] = dt == ORTEP_DTYPE_F32    ? ((const float *)src)[j]
-             : dt == ORTEP_DTYPE_BF16 ? ortep_bf16_to_f32(((const uint16_t *)src)[j])
-                                      : ortep_f16_to_f32(((const uint16_t *)src)[j]);
+/* A weight prepared into a copy (dst is not its source), spread over the
+ * EP's workers item by item: a quad of rows when blocked, else a row (a
+ * quantized embedding read only by its lookup). Quantizing
+ * (ortep__cpu_quantize_row: ortep_quantize's rounding, llama.cpp's), a
+ * quad's rows go to the worker's scratch and are repacked from there, so
+ * the copy is written once; a 16-bit or already quantized weight is
+ * repacked quad by quad. On one thread with the scalar quantizer a 0.5B
+ * model's projections took ~3 s of its first open (docs/models.md). */
+typedef struct prepare_job {
+  ortep_dtype to, from;
+  bool quantize, blocked;
+  const char *src;
+  char *dst;
+  size_t k, in_row, out_row, scratch;
+  char *work; /* per worker: a quad of row-major blocks, then k floats */
+} prepare_job;
+
+static void prepare_task(void *ctx, size_t worker, size_t begin, size_t end) {
+  const prepare_job *j = ctx;
+  char *quad = j->work ? j->work + worker * j->scratch : NULL;
+  float *row = quad ? (float *)(quad + 4 * j->out_row) : NULL;
+  size_t rows = j->blocked ? ORTEP__LINEAR_ROWS : 1;
+  for (size_t it = begin; it < end; it++) {
+    const char *src = j->src + it * rows * j->in_row;
+    char *dst = j->dst + it * rows * j->out_row, *out = j->blocked ? quad : dst;
+    if (!j->quantize) {
+      if (ortep_dtype_is_quantized(j->to))
+        ortep__cpu_quant_block(j->to, src, rows, j->k, dst);
+      else
+        ortep__cpu_to_blocked((const uint16_t *)src, rows, j->k, (uint16_t *)dst);
+      continue;
+    }
+    for (size_t r = 0; r < rows; r++)
+      ortep__cpu_quantize_row(j->to, j->from, src + r * j->in_row, j->k, out + r * j->out_row, row);
+    if (j->blocked) ortep__cpu_quant_block(j->to, quad, rows, j->k, dst);
+  }
 }
 
-/* A float [n, k] weight quantized row by row (ortep_quantize: llama.cpp's
- * rounding) into dst, GGUF's row-major blocks. dst may be the source itself
- * (a private copy, quantized in place): row r's blocks end before row r + 1's
- * source begins, and each row is widened into `row` before it is written. */
-static void quantize_rows(ortep_dtype to, ortep_dtype from, const void *src, size_t n, size_t k, void *dst,
-                          float *row) {
-  size_t in_row = k * ortep_dtype_size(from), out_row = k / ORTEP__QUANT_COLS * ortep_dtype_size(to);
-  for (size_t r = 0; r < n; r++) {
-    widen_row(from, (const char *)src + r * in_row, k, row);
-    ortep_quantize(to, row, k, (char *)dst + r * out_row);
+static ortep_status prepare_copy(cpu_ep *e, const ortep_initializer *in, ortep_dtype to, bool quantize, bool blocked,
+                                 size_t n, size_t k, void *dst) {
+  prepare_job j = {.to = to,
+                   .from = in->dtype,
+                   .quantize = quantize,
+                   .blocked = blocked,
+                   .src = in->data,
+                   .dst = dst,
+                   .k = k,
+                   .in_row = k / ortep_dtype_block(in->dtype) * ortep_dtype_size(in->dtype),
+                   .out_row = k / ortep_dtype_block(to) * ortep_dtype_size(to)};
+  size_t threads = ortep__cpu_pool_threads(e->pool), items = blocked ? n / ORTEP__LINEAR_ROWS : n;
+  if (quantize) {
+    j.scratch = (ORTEP__LINEAR_ROWS * j.out_row + k * sizeof(float) + 63) / 64 * 64;
+    if (!(j.work = ortep__malloc(j.scratch * threads)))
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to quantize '%s' (%zu bytes of scratch)", CPU_EP_NAME,
+                         in->name, j.scratch * threads);
   }
+  ortep__cpu_pool_for(e->pool, items, (blocked ? ORTEP__LINEAR_ROWS : 1) * k * (quantize ? 16 : 1), prepare_task, &j);
+  ortep__free(j.work);
+  return ORTEP_OK;
 }
 
 /* A weight into the layout (and, asked for, the block type) its kernels
@@ -536,9 +576,23 @@ static ortep_status prepare(ortep_ep *ep, const ortep_initializer *in, ortep_dty
       block ? (ortep_shape){4,
                             {(int64_t)(n / ORTEP__LINEAR_ROWS), (int64_t)(k / cols), ORTEP__LINEAR_ROWS, (int64_t)cols}}
             : in->shape;
-  /* scratch: a widened row (quantizing), or a quad of rows / four 16-bit rows (repacking in place) */
+  if (!in->writable) {
+    ortep_status st = ortep_ep_allocate(ep, bytes, 64, out);
+    if (st != ORTEP_OK)
+      return quantize ? ortep__wrap(st, "quantizing '%s' to %s (%zu bytes%s; ortep.weights_dtype)", in->name,
+                                    ortep_dtype_name(to), bytes, block ? ", blocked" : "")
+                      : ortep__wrap(st, "repacking '%s' (%zu bytes) into the blocked layout (cpu.weights_layout)",
+                                    in->name, bytes);
+    if ((st = prepare_copy(self_of(ep), in, to, quantize, block, n, k, out->ptr)) != ORTEP_OK)
+      ortep_ep_deallocate(ep, out);
+    return st;
+  }
+  /* In place (a model's private copy; writable == data): quantized row by
+   * row in order, each row's blocks where its first values were, then
+   * repacked quad by quad through scratch of a widened row / a quad. */
+  void *w = in->writable;
   size_t tmp = quantize ? k * sizeof(float) : 0;
-  if (block && (in->writable || quantize)) { /* quantized blocks are repacked where they were written */
+  if (block) {
     size_t quad = quant ? ortep__cpu_quant_quad_bytes(to, k) : ORTEP__LINEAR_ROWS * k * sizeof(uint16_t);
     if (quad > tmp) tmp = quad;
   }
@@ -546,31 +600,17 @@ static ortep_status prepare(ortep_ep *ep, const ortep_initializer *in, ortep_dty
   if (tmp && !scratch)
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to prepare '%s' (%zu bytes of scratch)", CPU_EP_NAME,
                        in->name, tmp);
-  ortep_status st = ORTEP_OK;
-  void *dst = in->writable;
-  if (!dst) {
-    st = ortep_ep_allocate(ep, bytes, 64, out);
-    if (st != ORTEP_OK) {
-      ortep__free(scratch);
-      return quantize ? ortep__wrap(st, "quantizing '%s' to %s (%zu bytes%s; ortep.weights_dtype)", in->name,
-                                    ortep_dtype_name(to), bytes, block ? ", blocked" : "")
-                      : ortep__wrap(st, "repacking '%s' (%zu bytes) into the blocked layout (cpu.weights_layout)",
-                                    in->name, bytes);
-    }
-    dst = out->ptr;
-  }
-  const void *src = in->data;
   if (quantize) {
-    quantize_rows(to, in->dtype, src, n, k, dst, scratch);
-    src = dst; /* repacked where it lies */
+    size_t in_row = k * ortep_dtype_size(in->dtype), out_row = k / ORTEP__QUANT_COLS * ortep_dtype_size(to);
+    for (size_t r = 0; r < n; r++)
+      ortep__cpu_quantize_row(to, in->dtype, (const char *)w + r * in_row, k, (char *)w + r * out_row, scratch);
   }
   if (block && quant)
-    src == dst ? ortep__cpu_quant_block_in_place(to, dst, n, k, scratch) : ortep__cpu_quant_block(to, src, n, k, dst);
+    ortep__cpu_quant_block_in_place(to, w, n, k, scratch);
   else if (block)
-    src == dst ? ortep__cpu_to_blocked_in_place(dst, n, k, scratch) : ortep__cpu_to_blocked(src, n, k, dst);
+    ortep__cpu_to_blocked_in_place(w, n, k, scratch);
   ortep__free(scratch);
-  if (in->writable) st = ortep_buffer_wrap_borrowed_mut(in->writable, ep->device, bytes, 2, out);
-  return st;
+  return ortep_buffer_wrap_borrowed_mut(w, ep->device, bytes, 2, out);
 }
 
 static const ortep_ep_vtable cpu_vtable = {

@@ -210,6 +210,12 @@ void ortep__cpu_to_blocked_in_place(uint16_t *w, size_t n, size_t k, uint16_t *r
 void ortep__cpu_quant_block(ortep_dtype dt, const void *src, size_t n, size_t k, void *dst);
 void ortep__cpu_quant_block_in_place(ortep_dtype dt, void *w, size_t n, size_t k, void *quad_tmp);
 size_t ortep__cpu_quant_quad_bytes(ortep_dtype dt, size_t k);
+/* A row of k float values (f32, f16 or bf16; k a multiple of 32) quantized
+ * to q8_0 / q4_0 as ortep_quantize rounds them, bit for bit (AVX-512 where
+ * the SIMD set has VNNI, else widened and ortep_quantize), into GGUF's
+ * row-major blocks at dst. dst may be src itself: each block is written
+ * after it is read, no further on than it began. tmp: k floats. */
+void ortep__cpu_quantize_row(ortep_dtype to, ortep_dtype from, const void *src, size_t k, void *dst, float *tmp);
 /* Row r of a q8_0 / q4_0 weight [., k] (row-major or blocked) as f32. */
 void ortep__cpu_quant_row_f32(ortep_dtype dt, const void *w, bool blocked, size_t r, size_t k, float *dst);
 /* x[k] quantized for the integer dot products: 32-value blocks of int8 q

@@ -65,16 +65,17 @@ static void block_quad(ortep_dtype dt, const uint8_t *src, size_t k, uint8_t *ds
   for (size_t b = 0; b < nb; b++) {
     const uint8_t *qs_c;
     uint8_t *scales = (uint8_t *)quad_scales_at(dst, nb, bb, b, &qs_c), *qs = (uint8_t *)qs_c;
-    for (size_t r = 0; r < 4; r++) {
-      const uint8_t *blk = src + r * rowb + b * bb;
-      memcpy(scales + r * 2, blk, 2);
-      if (dt == ORTEP_DTYPE_Q8_0) {
-        for (size_t i = 0; i < QK; i++) qs[r * 32 + i] = blk[2 + i] ^ 0x80;
-      } else {
-        uint8_t *g = qs + (r / 2) * 32;
-        for (size_t i = 0; i < QK; i++) {
-          uint8_t q = i < 16 ? blk[2 + i] & 15 : blk[2 + i - 16] >> 4;
-          g[i] = (uint8_t)(r & 1 ? (g[i] & 0x0f) | q << 4 : (g[i] & 0xf0) | q);
+    for (size_t r = 0; r < 4; r++) memcpy(scales + r * 2, src + r * rowb + b * bb, 2);
+    if (dt == ORTEP_DTYPE_Q8_0) {
+      for (size_t r = 0; r < 4; r++)
+        for (size_t i = 0; i < QK; i++) qs[r * 32 + i] = src[r * rowb + b * bb + 2 + i] ^ 0x80;
+    } else { /* rows 2h and 2h + 1 in the low and high nibbles of group h */
+      for (size_t h = 0; h < 2; h++) {
+        const uint8_t *lo = src + 2 * h * rowb + b * bb + 2, *hi = lo + rowb;
+        uint8_t *g = qs + h * 32;
+        for (size_t i = 0; i < QK / 2; i++) {
+          g[i] = (uint8_t)((lo[i] & 15) | (hi[i] & 15) << 4);
+          g[i + QK / 2] = (uint8_t)((lo[i] >> 4) | (hi[i] & 0xf0));
         }
       }
     }
@@ -516,6 +517,95 @@ ORTEP_QUANT_VNNI static void dot4_vnni_rows(ortep_dtype dt, const void *w, size_
 #undef VNNI_ROWS
 #endif
 
+/* --- weights quantized at open ------------------------------------------------ */
+/* One row of k float values into row-major q8_0 / q4_0 blocks: widened,
+ * then ortep_quantize, the reference (runtime/dtype.c). */
+static void widen_row(ortep_dtype dt, const void *src, size_t k, float *out) {
+  for (size_t j = 0; j < k; j++)
+    out[j] = dt == ORTEP_DTYPE_F32    ? ((const float *)src)[j]
+             : dt == ORTEP_DTYPE_BF16 ? ortep_bf16_to_f32(((const uint16_t *)src)[j])
+                                      : ortep_f16_to_f32(((const uint16_t *)src)[j]);
+}
+static void quantize_row_portable(ortep_dtype to, ortep_dtype from, const void *src, size_t k, void *dst, float *tmp) {
+  widen_row(from, src, k, tmp);
+  ortep_quantize(to, tmp, k, dst); /* whole blocks: cannot fail */
+}
+typedef void (*quantize_row_fn)(ortep_dtype, ortep_dtype, const void *, size_t, void *, float *);
+
+#if defined(__x86_64__)
+/* Sixteen values of a row widened to f32 (f16 and bf16 exactly, as
+ * ortep_f16_to_f32 / ortep_bf16_to_f32 do). */
+ORTEP_QUANT_VNNI static inline __m512 widen16(ortep_dtype from, const void *p) {
+  if (from == ORTEP_DTYPE_F32) return _mm512_loadu_ps(p);
+  __m256i h = _mm256_loadu_si256((const __m256i *)p);
+  if (from == ORTEP_DTYPE_F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* The reference quantizers' operations sixteen values at a time, each one
+ * the same IEEE operation on the same operands (the scale and its inverse
+ * in scalar code as there; no fused multiply-add: q4_0's x * id + 8.5 is a
+ * rounded multiply, then a rounded add), so the same bytes:
+ * - max|x| skipping NaN: vmaxps returns its second operand when either is
+ *   NaN, so max(|x|, m) keeps m; the largest value is exact in any order;
+ * - q8_0's round half away from zero: round_q8's steps (|v| past 2^31 or NaN
+ *   taken as 0, truncate, add 1 where the remainder is >= 0.5, negate where
+ *   v < 0), the byte the low 8 bits (vpmovdb truncates);
+ * - q4_0's first value of largest magnitude: the lowest lane where |x| equals
+ *   the maximum; its quants trunc(x * id + 8.5) as the low byte of vcvttps2dq
+ *   (0 for a NaN, as the reference's conversion gives), min with 15 as signed
+ *   bytes. */
+ORTEP_QUANT_VNNI static void quantize_row_avx512(ortep_dtype to, ortep_dtype from, const void *src, size_t k, void *dst,
+                                                 float *tmp) {
+  (void)tmp;
+  const size_t in = ortep_dtype_size(from) * QK, out = ortep_dtype_size(to);
+  const __m512 zero = _mm512_setzero_ps();
+  for (size_t b = 0; b < k / QK; b++) {
+    const char *p = (const char *)src + b * in;
+    uint8_t *y = (uint8_t *)dst + b * out;
+    __m512 x0 = widen16(from, p), x1 = widen16(from, p + in / 2);
+    __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a1, _mm512_max_ps(a0, zero)));
+    if (to == ORTEP_DTYPE_Q8_0) {
+      const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+      uint16_t h = ortep_f32_to_f16(d);
+      memcpy(y, &h, 2);
+      const __m512 vid = _mm512_set1_ps(id), big = _mm512_set1_ps(2147483648.0f), half = _mm512_set1_ps(0.5f);
+      for (int s = 0; s < 2; s++) {
+        __m512 v = _mm512_mul_ps(s ? x1 : x0, vid), a = _mm512_abs_ps(v);
+        a = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, big, _CMP_LT_OQ), a);
+        __m512i i = _mm512_cvttps_epi32(a);
+        __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(a, _mm512_cvtepi32_ps(i)), half, _CMP_GE_OQ);
+        i = _mm512_mask_add_epi32(i, up, i, _mm512_set1_epi32(1));
+        i = _mm512_mask_sub_epi32(i, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), _mm512_setzero_si512(), i);
+        _mm_storeu_si128((__m128i *)(y + 2 + 16 * s), _mm512_cvtepi32_epi8(i));
+      }
+    } else {
+      float max = 0.0f;
+      if (amax != 0.0f) {
+        __m512 vm = _mm512_set1_ps(amax);
+        uint32_t at =
+            (uint32_t)_mm512_cmp_ps_mask(a0, vm, _CMP_EQ_OQ) | (uint32_t)_mm512_cmp_ps_mask(a1, vm, _CMP_EQ_OQ) << 16;
+        unsigned j = (unsigned)__builtin_ctz(at);
+        max = _mm512_cvtss_f32(_mm512_permutexvar_ps(_mm512_set1_epi32((int)(j & 15)), j < 16 ? x0 : x1));
+      }
+      const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+      uint16_t h = ortep_f32_to_f16(d);
+      memcpy(y, &h, 2);
+      const __m512 vid = _mm512_set1_ps(id), off = _mm512_set1_ps(8.5f);
+      const __m128i fifteen = _mm_set1_epi8(15), high = _mm_set1_epi8((char)0xf0);
+      __m128i q[2];
+      for (int s = 0; s < 2; s++) {
+        __m512 t =
+            _mm512_add_round_ps(_mm512_mul_ps(s ? x1 : x0, vid), off, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q[s] = _mm_min_epi8(_mm512_cvtepi32_epi8(_mm512_cvttps_epi32(t)), fifteen);
+      }
+      _mm_storeu_si128((__m128i *)(y + 2), _mm_or_si128(q[0], _mm_and_si128(_mm_slli_epi16(q[1], 4), high)));
+    }
+  }
+}
+#endif
+
 /* The variant ORTEP_CPU_SIMD's set allows (ops.c chose the set): AVX-512
  * with VNNI and BW when the set is avx512 and the CPU has them, else AVX2
  * when the set is avx2 or avx512, else the portable loop. */
@@ -553,8 +643,20 @@ static dot4_fn pick(const char **name, quantize_fn *quantize, dot4_rows_fn *rows
   return *name = "portable", dot4_portable;
 }
 
+static quantize_row_fn quantize_row;
 static pthread_once_t dot4_once = PTHREAD_ONCE_INIT;
-static void pick_once(void) { dot4 = pick(&dot4_name, &quantize_x, &dot4_rows, &dot4_pair); }
+static void pick_once(void) {
+  dot4 = pick(&dot4_name, &quantize_x, &dot4_rows, &dot4_pair);
+  quantize_row = quantize_row_portable;
+#if defined(__x86_64__)
+  if (!strcmp(dot4_name, "avx512-vnni")) quantize_row = quantize_row_avx512; /* AVX-512 F and BW */
+#endif
+}
+
+void ortep__cpu_quantize_row(ortep_dtype to, ortep_dtype from, const void *src, size_t k, void *dst, float *tmp) {
+  pthread_once(&dot4_once, pick_once);
+  quantize_row(to, from, src, k, dst, tmp);
+}
 
 void ortep__cpu_quantize_x(const float *x, size_t k, const ortep__cpu_qx *qx) {
   pthread_once(&dot4_once, pick_once);
