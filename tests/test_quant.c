@@ -2,6 +2,8 @@
  *
  *  - the reference quantizers on fixed vectors whose blocks are derived here
  *    by hand from the format (GGUF's layout, llama.cpp's rounding);
+ *  - the CPU EP quantizing a weight at open: the reference's bytes, for
+ *    every SIMD set and thread count;
  *  - the CPU EP's ortep:Linear over q8_0 / q4_0 weights, row-major and in
  *    its blocked layout, against a double-precision dot of the dequantized
  *    weights with the quantized activations (they compute the same thing:
@@ -837,7 +839,7 @@ START_TEST(quantizing_stores_what_was_asked_and_refuses_what_it_cannot) {
 END_TEST
 
 /* q8_0 / q4_0 weights: the CPU and CUDA EPs take them row-major [N, K]
- * (the CUDA EP's kernels have not run on a GPU yet), only the CPU EP in
+ * (the CUDA EP's decode kernels ran on an H200, docs/api.md), only the CPU EP in
  * its blocked layout; any other EP refuses them saying what to do; K must
  * be whole blocks (checked by name: no GPU needed). */
 START_TEST(other_eps_refuse_quantized_weights) {
