@@ -37,16 +37,19 @@ static void chain_free(chain *c) {
   ortep_governor_destroy(c->gov);
 }
 
-/* The operation: open, run two steps, close. */
-static ortep_status open_and_step(const chain *c) {
+/* The operation: open (the model at dir with config cfg, NULL for the
+ * defaults), run two steps, close. */
+static ortep_status open_model_and_step(const chain *c, const char *dir, const ortep_config *cfg) {
   ortep_decoder *d;
-  ortep_decoder_options o = {.ep = "cpu", .max_seq_len = 16, .governor = c->gov, .host_allocator = c->fault};
-  ortep_status st = ortep_decoder_open(g_dir, &o, &d);
+  ortep_decoder_options o = {
+      .ep = "cpu", .max_seq_len = 16, .governor = c->gov, .host_allocator = c->fault, .config = cfg};
+  ortep_status st = ortep_decoder_open(dir, &o, &d);
   if (st != ORTEP_OK) return st;
   st = ortep_decoder_prefill(d, (int32_t[]){1, 2}, 2, NULL);
   ortep_decoder_close(d);
   return st;
 }
+static ortep_status open_and_step(const chain *c) { return open_model_and_step(c, g_dir, NULL); }
 
 START_TEST(oom_loop_over_decoder_open_through_the_allocator) {
   chain c = chain_new();
@@ -90,6 +93,56 @@ START_TEST(oom_loop_over_decoder_open_through_the_small_object_hook) {
     ck_assert_msg(strlen(ortep_last_error()) > 0, "failure %ld without a message", n);
   }
   ck_assert_int_gt(n, 50);
+}
+END_TEST
+
+/* A decoder that quantizes its weights at open (ortep.weights_dtype =
+ * q4_0, no weights cache, 2 threads: each weight prepared into a copy with
+ * scratch of the CPU EP's): both routes, every allocation failed in turn. */
+START_TEST(oom_loops_over_a_quantizing_open) {
+  char dir[64];
+  test_model_dir(dir, sizeof dir, "tiny-llama", ORTEP_DTYPE_F32);
+  ortep_config *cfg;
+  ck_assert_ok(ortep_config_create(&cfg));
+  ck_assert_ok(ortep_config_set(cfg, "ortep.weights_dtype", "q4_0"));
+  ck_assert_ok(ortep_config_set(cfg, "ortep.weights_cache", "off"));
+  ck_assert_ok(ortep_config_set(cfg, "cpu.threads", "2"));
+  chain c = chain_new();
+  uint64_t n;
+  for (n = 1;; n++) {
+    uint64_t before = ortep_fault_allocator_failures(c.fault);
+    ortep_fault_allocator_arm(c.fault, n, false);
+    ortep_clear_error();
+    ortep_status st = open_model_and_step(&c, dir, cfg);
+    bool injected = ortep_fault_allocator_failures(c.fault) > before;
+    ortep_fault_allocator_arm(c.fault, 0, false);
+    if (st == ORTEP_OK && !injected) break;
+    ck_assert_msg(st == ORTEP_E_OUT_OF_MEMORY, "failure %llu: %s: %s", (unsigned long long)n, ortep_status_name(st),
+                  ortep_last_error());
+    expect_clean(&c);
+  }
+  ck_assert_uint_gt(n, 3);
+  chain_free(&c);
+  long m;
+  for (m = 1;; m++) {
+    test_hooks_install(m);
+    ortep_clear_error();
+    ortep_decoder *d = NULL;
+    ortep_status st =
+        ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 16, .config = cfg}, &d);
+    if (st == ORTEP_OK) st = ortep_decoder_prefill(d, (int32_t[]){1, 2}, 2, NULL);
+    long calls = atomic_load(&test_hook_calls);
+    ortep_decoder_close(d);
+    ortep_restore_allocator();
+    ck_assert_msg(atomic_load(&test_hook_live) == 0, "failure %ld leaked %ld objects", m, atomic_load(&test_hook_live));
+    if (st == ORTEP_OK && calls < m) break;
+    if (st == ORTEP_OK) continue;
+    ck_assert_msg(st == ORTEP_E_OUT_OF_MEMORY, "failure %ld: %s: %s", m, ortep_status_name(st), ortep_last_error());
+    ck_assert_msg(strlen(ortep_last_error()) > 0, "failure %ld without a message", m);
+  }
+  ck_assert_int_gt(m, 50);
+  ortep_config_destroy(cfg);
+  test_model_dir_remove(dir);
 }
 END_TEST
 
@@ -208,6 +261,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, oom_loop_over_decoder_open_through_the_allocator);
   tcase_add_test(tc, oom_loop_over_decoder_open_through_the_small_object_hook);
+  tcase_add_test(tc, oom_loops_over_a_quantizing_open);
   tcase_add_test(tc, governor_refusals_at_every_allocation_point);
   tcase_add_test(tc, oom_loop_over_session_build);
   suite_add_tcase(s, tc);
