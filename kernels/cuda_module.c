@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "runtime/internal.h"
+#include "cpu/ops.h" /* the host's quantizer the module is given */
 #include "cuda/module.h"
 #include "ortep/cuda_ep.h"
 
@@ -58,7 +59,7 @@ static const ortep__cuda_host host = {
     ortep_governor_refund,
     ortep_node_name,
     ortep_node_op_type,
-    ortep__quantize_from,
+    ortep__cpu_quantize_values, /* ortep__quantize_from's bytes, 16 values at a time with AVX-512 */
 };
 
 static bool try_path(const char *path, char *err, size_t len) {

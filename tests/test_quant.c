@@ -443,7 +443,8 @@ END_TEST
  * threads) writes the reference's bytes, repacked: f32, f16 and bf16
  * sources, blocks of every kind a checkpoint can hold (ties of opposite
  * signs, NaN, infinities, zeros of both signs, subnormals, values near the
- * type's largest, halves to round), 1 and 3 threads, into a copy and in place. */
+ * type's largest, halves to round), 1 and 3 threads, into a copy and in place;
+ * and so does ortep__cpu_quantize_values, the CUDA EP's host quantizer. */
 START_TEST(prepare_quantizes_hostile_weights_as_the_reference) {
   enum { N = 64, K = 256 };
   const ortep_dtype from[3] = {ORTEP_DTYPE_F32, ORTEP_DTYPE_F16, ORTEP_DTYPE_BF16};
@@ -481,9 +482,16 @@ START_TEST(prepare_quantizes_hostile_weights_as_the_reference) {
           ((uint16_t *)src)[i] = ortep_f32_to_bf16(f[i]), wide[i] = ortep_bf16_to_f32(((uint16_t *)src)[i]);
       }
       size_t bytes = N * K / 32 * ortep_dtype_size(to[t]);
-      uint8_t *rows = malloc(bytes), *want = malloc(bytes);
+      uint8_t *rows = malloc(bytes), *want = malloc(bytes), *host = malloc(bytes);
       ck_assert_ok(ortep_quantize(to[t], wide, N * K, rows));
       ortep__cpu_quant_block(to[t], rows, N, K, want);
+      /* the same values as one run (what the CUDA EP quantizes on the host
+       * with): whole pieces and a short last one */
+      for (size_t n = N * K; n >= N * K - 96; n -= 96) {
+        memset(host, 0xa5, bytes);
+        ck_assert_ok(ortep__cpu_quantize_values(from[s], src, n, to[t], host));
+        ck_assert_mem_eq(host, rows, n / 32 * ortep_dtype_size(to[t]));
+      }
       for (int threads = 1; threads <= 3; threads += 2) {
         ortep_ep *cpu;
         ortep_config *c;
@@ -527,8 +535,16 @@ START_TEST(prepare_quantizes_hostile_weights_as_the_reference) {
         ortep_ep_destroy(cpu);
         ortep_config_destroy(c);
       }
-      free(rows), free(want);
+      free(rows), free(want), free(host);
     }
+  /* its refusals are ortep__quantize_from's */
+  uint8_t blk[34];
+  ck_assert_status(ortep__cpu_quantize_values(ORTEP_DTYPE_F32, f, 33, ORTEP_DTYPE_Q8_0, blk), ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(ortep_last_error(), "whole blocks of 32"));
+  ck_assert_status(ortep__cpu_quantize_values(ORTEP_DTYPE_Q8_0, f, 32, ORTEP_DTYPE_Q4_0, blk),
+                   ORTEP_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(ortep_last_error(), "only f32, f16 and bf16"));
+  ck_assert_status(ortep__cpu_quantize_values(ORTEP_DTYPE_F32, f, 32, ORTEP_DTYPE_F16, blk), ORTEP_E_INVALID_ARGUMENT);
   free(f), free(wide), free(src), free(copy);
 }
 END_TEST

@@ -216,6 +216,11 @@ size_t ortep__cpu_quant_quad_bytes(ortep_dtype dt, size_t k);
  * row-major blocks at dst. dst may be src itself: each block is written
  * after it is read, no further on than it began. tmp: k floats. */
 void ortep__cpu_quantize_row(ortep_dtype to, ortep_dtype from, const void *src, size_t k, void *dst, float *tmp);
+/* ortep__quantize_from (runtime/internal.h) through that row quantizer, the
+ * same bytes and the same refusals: n values (whole blocks) from f32, f16
+ * or bf16 into row-major q8_0 / q4_0 blocks, on the calling thread. What
+ * the CUDA EP's module quantizes with on the host (cuda_module.c). */
+ortep_status ortep__cpu_quantize_values(ortep_dtype from, const void *x, size_t n, ortep_dtype to, void *out);
 /* Row r of a q8_0 / q4_0 weight [., k] (row-major or blocked) as f32. */
 void ortep__cpu_quant_row_f32(ortep_dtype dt, const void *w, bool blocked, size_t r, size_t k, float *dst);
 /* x[k] quantized for the integer dot products: 32-value blocks of int8 q

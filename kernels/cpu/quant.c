@@ -658,6 +658,19 @@ void ortep__cpu_quantize_row(ortep_dtype to, ortep_dtype from, const void *src, 
   quantize_row(to, from, src, k, dst, tmp);
 }
 
+ortep_status ortep__cpu_quantize_values(ortep_dtype from, const void *x, size_t n, ortep_dtype to, void *out) {
+  enum { PIECE = 4096 }; /* values a call: a multiple of 32 */
+  if (!x || !out || !ortep_dtype_is_quantized(to) || n % QK ||
+      (from != ORTEP_DTYPE_F32 && from != ORTEP_DTYPE_F16 && from != ORTEP_DTYPE_BF16))
+    return ortep__quantize_from(from, x, n, to, out); /* its checks and messages */
+  float tmp[PIECE];
+  size_t es = ortep_dtype_size(from), bb = ortep_dtype_size(to);
+  for (size_t i = 0; i < n; i += PIECE)
+    ortep__cpu_quantize_row(to, from, (const char *)x + i * es, n - i < PIECE ? n - i : PIECE,
+                            (char *)out + i / QK * bb, tmp);
+  return ORTEP_OK;
+}
+
 void ortep__cpu_quantize_x(const float *x, size_t k, const ortep__cpu_qx *qx) {
   pthread_once(&dot4_once, pick_once);
   quantize_x(x, k, qx);
