@@ -466,10 +466,11 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   bool bf16 = false, alone = k->op.kind == ORTEP__OP_LINEAR && (lin->m == 1 || lin->exact_rows);
   if (alone && lin->blocked)
     for (size_t g = 0; g < lin->groups; g++) bf16 = bf16 || lin->wdt[g] == ORTEP_DTYPE_BF16;
-  if (bf16 && !(k->xperm = ortep__malloc(lin->m * lin->k * sizeof *k->xperm))) {
+  const size_t lm = lin->m, lk = lin->k; /* lin lies in k: its sizes outlive it for the messages below */
+  if (bf16 && !(k->xperm = ortep__malloc(lm * lk * sizeof *k->xperm))) {
     ortep__free(k);
-    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu x %zu activations", CPU_EP_NAME, lin->m,
-                       lin->k);
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu x %zu activations", CPU_EP_NAME, lm,
+                       lk);
   }
   if (alone && lin->quant != ORTEP_DTYPE_COUNT) {
     size_t per = (ortep__cpu_qx_bytes(lin->k) + 63) / 64 * 64;
@@ -479,7 +480,7 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
       ortep__free(k->xq), ortep__free(k->xq_mem), ortep__free(k->xperm);
       ortep__free(k);
       return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu x %zu quantized activations",
-                         CPU_EP_NAME, lin->m, lin->k);
+                         CPU_EP_NAME, lm, lk);
     }
     for (size_t r = 0; r < lin->m; r++) ortep__cpu_qx_init((char *)k->xq_mem + r * per, lin->k, &k->xq[r]);
   }
