@@ -443,7 +443,8 @@ END_TEST
  * threads) writes the reference's bytes, repacked: f32, f16 and bf16
  * sources, blocks of every kind a checkpoint can hold (ties of opposite
  * signs, NaN, infinities, zeros of both signs, subnormals, values near the
- * type's largest, halves to round), 1 and 3 threads, into a copy and in place;
+ * type's largest, halves to round), 1 and 3 threads, blocked and row-major,
+ * into a copy and in place;
  * and so does ortep__cpu_quantize_values, the CUDA EP's host quantizer. */
 START_TEST(prepare_quantizes_hostile_weights_as_the_reference) {
   enum { N = 64, K = 256 };
@@ -492,12 +493,16 @@ START_TEST(prepare_quantizes_hostile_weights_as_the_reference) {
         ck_assert_ok(ortep__cpu_quantize_values(from[s], src, n, to[t], host));
         ck_assert_mem_eq(host, rows, n / 32 * ortep_dtype_size(to[t]));
       }
-      for (int threads = 1; threads <= 3; threads += 2) {
+      for (int v = 0; v < 3; v++) { /* 1 and 3 threads blocked, 3 row-major (rows as the items) */
+        int threads = v ? 3 : 1;
+        bool row_major = v == 2;
+        const uint8_t *expect = row_major ? rows : want;
         ortep_ep *cpu;
         ortep_config *c;
         ck_assert_ok(ortep_cpu_ep_create(NULL, &cpu));
         ck_assert_ok(ortep_config_create(&c));
         ck_assert_ok(ortep_config_set(c, "cpu.threads", threads == 1 ? "1" : "3"));
+        if (row_major) ck_assert_ok(ortep_config_set(c, "cpu.weights_layout", "row_major"));
         ck_assert_ok(ortep_ep_initialize(cpu, c));
         ortep_graph *g;
         ck_assert_ok(ortep_graph_create(&g));
@@ -521,11 +526,12 @@ START_TEST(prepare_quantizes_hostile_weights_as_the_reference) {
           ck_assert_ok(ortep_ep_prepare_initializer(cpu, &in, &dt, &shape, &b));
           ck_assert_int_eq(dt, to[t]);
           ck_assert_uint_eq(b.size, bytes);
+          ck_assert_int_eq(shape.rank, row_major ? 2 : 4);
           for (size_t i = 0; i < bytes; i++)
-            ck_assert_msg(((const uint8_t *)b.ptr)[i] == want[i],
-                          "%s from %s, %d threads%s: byte %zu is 0x%02x, the reference's 0x%02x",
-                          ortep_dtype_name(to[t]), ortep_dtype_name(from[s]), threads, in_place ? ", in place" : "", i,
-                          ((const uint8_t *)b.ptr)[i], want[i]);
+            ck_assert_msg(((const uint8_t *)b.ptr)[i] == expect[i],
+                          "%s from %s, %d threads%s%s: byte %zu is 0x%02x, the reference's 0x%02x",
+                          ortep_dtype_name(to[t]), ortep_dtype_name(from[s]), threads, row_major ? ", row-major" : "",
+                          in_place ? ", in place" : "", i, ((const uint8_t *)b.ptr)[i], expect[i]);
           ck_assert_ok(ortep_ep_deallocate(cpu, &b));
         }
         ortep_graph_destroy(g);
