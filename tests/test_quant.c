@@ -439,7 +439,7 @@ START_TEST(prepare_quantizes_what_the_graph_asks) {
 END_TEST
 
 /* The CPU EP quantizing a weight at open (its own row quantizer: AVX-512
- * where the set has VNNI, the reference elsewhere; quads spread over its
+ * where the SIMD set is avx512, the reference elsewhere; quads spread over its
  * threads) writes the reference's bytes, repacked: f32, f16 and bf16
  * sources, blocks of every kind a checkpoint can hold (ties of opposite
  * signs, NaN, infinities, zeros of both signs, subnormals, values near the

@@ -211,8 +211,8 @@ void ortep__cpu_quant_block(ortep_dtype dt, const void *src, size_t n, size_t k,
 void ortep__cpu_quant_block_in_place(ortep_dtype dt, void *w, size_t n, size_t k, void *quad_tmp);
 size_t ortep__cpu_quant_quad_bytes(ortep_dtype dt, size_t k);
 /* A row of k float values (f32, f16 or bf16; k a multiple of 32) quantized
- * to q8_0 / q4_0 as ortep_quantize rounds them, bit for bit (AVX-512 where
- * the SIMD set has VNNI, else widened and ortep_quantize), into GGUF's
+ * to q8_0 / q4_0 as ortep_quantize rounds them, bit for bit (AVX-512F where
+ * the SIMD set is avx512, else widened and ortep_quantize), into GGUF's
  * row-major blocks at dst. dst may be src itself: each block is written
  * after it is read, no further on than it began. tmp: k floats. */
 void ortep__cpu_quantize_row(ortep_dtype to, ortep_dtype from, const void *src, size_t k, void *dst, float *tmp);

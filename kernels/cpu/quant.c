@@ -533,9 +533,11 @@ static void quantize_row_portable(ortep_dtype to, ortep_dtype from, const void *
 typedef void (*quantize_row_fn)(ortep_dtype, ortep_dtype, const void *, size_t, void *, float *);
 
 #if defined(__x86_64__)
+/* AVX-512F alone (the avx512 set of ops.c), whether or not the CPU has VNNI */
+#define ORTEP_QUANT_AVX512 __attribute__((target("avx512f,avx2,f16c")))
 /* Sixteen values of a row widened to f32 (f16 and bf16 exactly, as
  * ortep_f16_to_f32 / ortep_bf16_to_f32 do). */
-ORTEP_QUANT_VNNI static inline __m512 widen16(ortep_dtype from, const void *p) {
+ORTEP_QUANT_AVX512 static inline __m512 widen16(ortep_dtype from, const void *p) {
   if (from == ORTEP_DTYPE_F32) return _mm512_loadu_ps(p);
   __m256i h = _mm256_loadu_si256((const __m256i *)p);
   if (from == ORTEP_DTYPE_F16) return _mm512_cvtph_ps(h);
@@ -555,8 +557,8 @@ ORTEP_QUANT_VNNI static inline __m512 widen16(ortep_dtype from, const void *p) {
  *   the maximum; its quants trunc(x * id + 8.5) as the low byte of vcvttps2dq
  *   (0 for a NaN, as the reference's conversion gives), min with 15 as signed
  *   bytes. */
-ORTEP_QUANT_VNNI static void quantize_row_avx512(ortep_dtype to, ortep_dtype from, const void *src, size_t k, void *dst,
-                                                 float *tmp) {
+ORTEP_QUANT_AVX512 static void quantize_row_avx512(ortep_dtype to, ortep_dtype from, const void *src, size_t k,
+                                                   void *dst, float *tmp) {
   (void)tmp;
   const size_t in = ortep_dtype_size(from) * QK, out = ortep_dtype_size(to);
   const __m512 zero = _mm512_setzero_ps();
@@ -649,7 +651,7 @@ static void pick_once(void) {
   dot4 = pick(&dot4_name, &quantize_x, &dot4_rows, &dot4_pair);
   quantize_row = quantize_row_portable;
 #if defined(__x86_64__)
-  if (!strcmp(dot4_name, "avx512-vnni")) quantize_row = quantize_row_avx512; /* AVX-512 F and BW */
+  if (!strcmp(ortep__cpu_simd_name(), "avx512")) quantize_row = quantize_row_avx512;
 #endif
 }
 
