@@ -72,6 +72,15 @@ size_t bench_held_weight_bytes(const struct tool_model *m, const ortep_model *md
  * `threads` threads (decode.c), so that a read of as many bytes bounds it. */
 bool bench_read_binds(size_t read_per_token, size_t threads);
 
+/* --dtype A,B,... of decode and prefill: split into buf (len bytes), 2 to
+ * BENCH_DTYPES_MAX types, none empty or twice, each checked as --dtype alone
+ * (--embedding-dtype applies to the list's q8_0 / q4_0 and needs one of
+ * them); then m's other options are checked with the first type, which
+ * m->dtype names after. 0, or the usage error's exit code. */
+#define BENCH_DTYPES_MAX 5
+int bench_parse_dtype_list(const char *cmd, struct tool_model *m, char *buf, size_t len, const char **dtypes,
+                           size_t *n);
+
 /* ortep-bench decode --dtype A,B,... (dtypes.c): graph-mode decode of the
  * model in each weight type, in interleaved rounds. Returns the exit code;
  * *json (opened by the caller, or NULL) is finished and set NULL on success. */

@@ -208,3 +208,34 @@ size_t bench_held_weight_bytes(const tool_model *m, const ortep_model *mdl, size
         bytes - (cfg->tie_word_embeddings || !embed_bytes ? 0 : embed_bytes - embed_bytes / (size_t)cfg->vocab_size);
   return bytes;
 }
+
+int bench_parse_dtype_list(const char *cmd, struct tool_model *m, char *buf, size_t len, const char **dtypes,
+                           size_t *n) {
+  *n = 0;
+  if (strlen(m->dtype) >= len) return bench_usage_error(cmd, "--dtype lists at most %d types", BENCH_DTYPES_MAX);
+  snprintf(buf, len, "%s", m->dtype);
+  for (char *t = buf, *end; t; t = end ? end + 1 : NULL) {
+    if ((end = strchr(t, ','))) *end = '\0';
+    if (!*t)
+      return bench_usage_error(cmd, "--dtype '%s' has an empty entry; separate the types by single commas", m->dtype);
+    if (*n == BENCH_DTYPES_MAX) return bench_usage_error(cmd, "--dtype lists at most %d types", BENCH_DTYPES_MAX);
+    for (size_t i = 0; i < *n; i++)
+      if (!strcmp(dtypes[i], t)) return bench_usage_error(cmd, "--dtype lists '%s' twice", t);
+    tool_model one = *m;
+    one.dtype = t;
+    if (!tool_model_quantized(&one)) one.embedding_dtype = NULL; /* it applies to the list's q8_0 / q4_0 */
+    int rc = tool_model_check(&one, true);
+    if (rc) return rc;
+    dtypes[(*n)++] = t;
+  }
+  bool quant = false;
+  for (size_t i = 0; i < *n; i++) quant = quant || !strcmp(dtypes[i], "q8_0") || !strcmp(dtypes[i], "q4_0");
+  if (m->embedding_dtype && !quant)
+    return bench_usage_error(cmd, "--embedding-dtype goes with a q8_0 or q4_0 type in --dtype");
+  /* the shared options' defaults and checks, with the first type */
+  const char *emb = m->embedding_dtype;
+  m->dtype = dtypes[0], m->embedding_dtype = NULL;
+  int rc = tool_model_check(m, true);
+  m->embedding_dtype = emb;
+  return rc;
+}

@@ -545,7 +545,6 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
 }
 
 /* --- the command: parse, prepare, run, compare, report ------------------------ */
-#define DTYPES_MAX 5
 typedef struct decode_opts {
   tool_model m; /* --model/--preset, --dtype, --ep, --threads, --weights, --layout */
   const char *seams, *json_path;
@@ -554,7 +553,7 @@ typedef struct decode_opts {
   size_t per_launch[8], n_per_launch; /* --tokens-per-launch */
   bool per_launch_given, mode_given;
   char dtype_list[256]; /* --dtype A,B,...: the types compared (dtypes.c) */
-  const char *dtypes[DTYPES_MAX];
+  const char *dtypes[BENCH_DTYPES_MAX];
   size_t ndtypes;
 } decode_opts;
 
@@ -600,28 +599,12 @@ static int parse_per_launch(const char *arg, decode_opts *o) {
   return rc;
 }
 
-/* --dtype A,B,... (2 to DTYPES_MAX types, each checked as --dtype alone):
- * graph mode only, so the options of the other modes are refused. -1: go
- * on; otherwise the usage error's exit code. */
+/* --dtype A,B,... (bench_parse_dtype_list): graph mode only, so the options
+ * of the other modes are refused. -1: go on; otherwise the usage error's
+ * exit code. */
 static int parse_dtypes(decode_opts *o, const char *mode) {
-  if (strlen(o->m.dtype) >= sizeof o->dtype_list)
-    return bench_usage_error("decode", "--dtype lists at most %d types", DTYPES_MAX);
-  snprintf(o->dtype_list, sizeof o->dtype_list, "%s", o->m.dtype);
-  for (char *t = o->dtype_list, *end; t; t = end ? end + 1 : NULL) {
-    if ((end = strchr(t, ','))) *end = '\0';
-    if (!*t)
-      return bench_usage_error("decode", "--dtype '%s' has an empty entry; separate the types by single commas",
-                               o->m.dtype);
-    if (o->ndtypes == DTYPES_MAX) return bench_usage_error("decode", "--dtype lists at most %d types", DTYPES_MAX);
-    for (size_t i = 0; i < o->ndtypes; i++)
-      if (!strcmp(o->dtypes[i], t)) return bench_usage_error("decode", "--dtype lists '%s' twice", t);
-    tool_model one = o->m;
-    one.dtype = t;
-    if (!tool_model_quantized(&one)) one.embedding_dtype = NULL; /* it applies to the list's q8_0 / q4_0 */
-    int rc = tool_model_check(&one, true);
-    if (rc) return rc;
-    o->dtypes[o->ndtypes++] = t;
-  }
+  int rc = bench_parse_dtype_list("decode", &o->m, o->dtype_list, sizeof o->dtype_list, o->dtypes, &o->ndtypes);
+  if (rc) return rc;
   if (o->mode_given && strcmp(mode, "graph"))
     return bench_usage_error("decode", "--dtype with several types runs graph mode only; drop --mode %s", mode);
   if (o->explain || o->profile || o->per_launch_given)
@@ -629,17 +612,7 @@ static int parse_dtypes(decode_opts *o, const char *mode) {
                              o->explain   ? "--explain"
                              : o->profile ? "--profile"
                                           : "--tokens-per-launch");
-  bool quant = false;
-  for (size_t i = 0; i < o->ndtypes; i++)
-    quant = quant || !strcmp(o->dtypes[i], "q8_0") || !strcmp(o->dtypes[i], "q4_0");
-  if (o->m.embedding_dtype && !quant)
-    return bench_usage_error("decode", "--embedding-dtype goes with a q8_0 or q4_0 type in --dtype");
-  /* the shared options' defaults and checks, with the first type */
-  const char *emb = o->m.embedding_dtype;
-  o->m.dtype = o->dtypes[0], o->m.embedding_dtype = NULL;
-  int rc = tool_model_check(&o->m, true);
-  o->m.embedding_dtype = emb;
-  return rc ? rc : -1;
+  return -1;
 }
 
 /* -1: go on; otherwise the exit code (help: 0, usage errors: 2). */

@@ -21,6 +21,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "model_options.h"
@@ -35,8 +36,12 @@ static const char prefill_usage[] =
     "                           [--lengths L,...] [--chunk N] [--runs R] [--threads N] [--weights map|read]\n"
     "                           [--layout auto|blocked|row_major] [--profile] [--json FILE]\n"
     "\n"
+    "       ortep-bench prefill --dtype A,B,... [--model DIR | --preset NAME] [--lengths L,...] [--runs R] ...\n"
+    "\n"
     "Time to the first token of a prompt (the whole ortep_decoder_prefill call), token by\n"
-    "token vs in chunks, side by side for each prompt length, in graph mode.\n"
+    "token vs in chunks, side by side for each prompt length, in graph mode. With a list of\n"
+    "types (--dtype bf16,q8_0,q4_0): the chunked prefill of each, opened side by side, timed\n"
+    "in --runs rounds that run every type once in turn; the speed over the first type per round.\n"
     "\n" TOOL_MODEL_HELP
     "  --lengths L,...  prompt lengths (default 16,128,512)\n"
     "  --chunk N        the largest prefill chunk (prefill_chunk; default 0: 256, 128, ..., 2)\n"
@@ -53,6 +58,9 @@ typedef struct prefill_opts {
   size_t n_lengths;
   long chunk, runs;
   bool profile;
+  char dtype_list[256]; /* --dtype A,B,...: the types compared */
+  const char *dtypes[BENCH_DTYPES_MAX];
+  size_t ndtypes;
 } prefill_opts;
 
 static int parse_lengths(const char *arg, prefill_opts *o) {
@@ -95,6 +103,13 @@ static int parse(int argc, char **argv, prefill_opts *o) {
     if (rc) return rc;
   }
   if (c == BENCH_OPTIONS_EXIT) return rc;
+  if (o->m.dtype && strchr(o->m.dtype, ',')) {
+    if ((rc = bench_parse_dtype_list("prefill", &o->m, o->dtype_list, sizeof o->dtype_list, o->dtypes, &o->ndtypes)))
+      return rc;
+    if (o->profile)
+      return bench_usage_error("prefill", "--dtype with several types compares timings; --profile goes with one type");
+    return -1;
+  }
   return tool_model_check(&o->m, true) ? 2 : -1;
 }
 
@@ -451,12 +466,177 @@ static int write_json(prefill_run *r, cJSON *root, cJSON *rows) {
   return rc;
 }
 
+/* --dtype A,B,...: a chunked decoder of each type, all opened first; per
+ * prompt length each is warmed up (its chunk graphs captured), then --runs
+ * rounds time one prefill of every type in turn, so the types are compared
+ * at the same moments of a machine whose speed drifts; the speed over the
+ * first type is taken per round. Each round's first token must be the
+ * type's first round's (ORTEP_BENCH_PERTURB=rounds flips one in round 2, to
+ * prove it is checked). */
+typedef struct type_way {
+  tool_model m;
+  ortep_config *cfg;
+  ortep_decoder *d;
+  double open_s, *ms, *over;
+  int32_t first;
+} type_way;
+
+/* median (lowest-highest) of v[0..n), which it sorts */
+static void spread(double *v, size_t n, double scale, const char *fmt, char *out, size_t len) {
+  double lo = bench_min(v, n) * scale, hi = bench_max(v, n) * scale, med = bench_median(v, n) * scale;
+  char a[32], b[32], c[32];
+  snprintf(a, sizeof a, fmt, med), snprintf(b, sizeof b, fmt, lo), snprintf(c, sizeof c, fmt, hi);
+  snprintf(out, len, n > 1 ? "%s (%s-%s)" : "%s", a, b, c);
+}
+
+static int open_type(prefill_run *r, size_t i, type_way *t) {
+  t->m = r->o.m;
+  t->m.dtype = r->o.dtypes[i];
+  if (!tool_model_quantized(&t->m)) t->m.embedding_dtype = NULL; /* it goes with q8_0 / q4_0 only */
+  int rc = tool_model_resolve(&t->m, i > 0);                     /* prepare() announced the first */
+  if (rc || tool_model_config(&t->m, &t->cfg)) return rc ? rc : 1;
+  ortep_decoder_options opt = {.ep = t->m.ep,
+                               .max_seq_len = (size_t)r->longest + 1,
+                               .config = t->cfg,
+                               .prefill_chunk = (size_t)r->o.chunk,
+                               .progress = tool_progress,
+                               .progress_ctx = &t->m};
+  double t0 = bench_now_ns();
+  if (ortep_decoder_open(t->m.dir, &opt, &t->d) != ORTEP_OK) {
+    fprintf(stderr, "ortep-bench prefill: --dtype %s: %s\n", t->m.dtype, ortep_last_error());
+    return 1;
+  }
+  t->open_s = (bench_now_ns() - t0) / 1e9;
+  t->ms = calloc((size_t)r->o.runs, sizeof *t->ms), t->over = calloc((size_t)r->o.runs, sizeof *t->over);
+  if (!t->ms || !t->over) {
+    fprintf(stderr, "ortep-bench prefill: no memory for %ld rounds\n", r->o.runs);
+    return 1;
+  }
+  return 0;
+}
+
+/* One length: the warm-ups, the rounds, a block of the table and a row of the JSON. */
+static int types_length(prefill_run *r, type_way *t, size_t n, size_t L, cJSON *rows) {
+  size_t runs = (size_t)r->o.runs;
+  const char *perturb = getenv("ORTEP_BENCH_PERTURB");
+  bool flip = perturb && !strcmp(perturb, "rounds");
+  for (size_t rd = 0; rd <= runs; rd++) /* round 0 warms up */
+    for (size_t i = 0; i < n; i++) {
+      int32_t next;
+      double t0 = bench_now_ns();
+      if (ortep_decoder_reset(t[i].d) != ORTEP_OK || ortep_decoder_prefill(t[i].d, r->prompt, L, &next) != ORTEP_OK) {
+        fprintf(stderr, "ortep-bench prefill: --dtype %s, a prompt of %zu tokens: %s\n", t[i].m.dtype, L,
+                ortep_last_error());
+        return 1;
+      }
+      double ms = (bench_now_ns() - t0) / 1e6;
+      if (rd == 2 && flip) next ^= 1;
+      if (rd == 0) t[i].first = next;
+      if (rd > 0 && next != t[i].first) {
+        fprintf(stderr,
+                "ortep-bench prefill: --dtype %s, a prompt of %zu tokens: round %zu drew token %d where the "
+                "warm-up drew %d\n",
+                t[i].m.dtype, L, rd, next, t[i].first);
+        return 1;
+      }
+      if (rd > 0) t[i].ms[rd - 1] = ms;
+      if (isatty(2)) fprintf(stderr, "\r  %zu tokens, round %zu/%zu  %-5s %9.1f ms   ", L, rd, runs, t[i].m.dtype, ms);
+    }
+  if (isatty(2)) fprintf(stderr, "\r%60s\r", "");
+  cJSON *row = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+  cJSON_AddNumberToObject(row, "prompt_tokens", (double)L);
+  double flops = prefill_flops(&r->mc, (double)L);
+  for (size_t i = 0; i < n; i++) {
+    for (size_t k = 0; k < runs; k++) t[i].over[k] = t[0].ms[k] / t[i].ms[k];
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "dtype", t[i].m.dtype);
+    cJSON_AddItemToObject(d, "chunked_ms", cJSON_CreateDoubleArray(t[i].ms, (int)runs));
+    cJSON_AddItemToObject(d, "over_first", cJSON_CreateDoubleArray(t[i].over, (int)runs));
+    cJSON_AddNumberToObject(d, "next_token", t[i].first);
+    cJSON_AddItemToArray(arr, d);
+  }
+  for (size_t i = 0; i < n; i++) { /* spread() sorts: after the JSON */
+    char ms[64], over[64];
+    spread(t[i].over, runs, 1, "%.2fx", over, sizeof over);
+    spread(t[i].ms, runs, 1, "%.1f", ms, sizeof ms);
+    double med = bench_median(t[i].ms, runs);
+    printf("%8zu  %-6s %26s %10.1f %24s %9.1f\n", L, t[i].m.dtype, ms, (double)L / med * 1e3, over,
+           flops / (med * 1e6));
+  }
+  cJSON_AddItemToObject(row, "dtypes", arr);
+  cJSON_AddItemToArray(rows, row);
+  return 0;
+}
+
+static int prefill_dtypes(prefill_run *r) {
+  size_t n = r->o.ndtypes;
+  type_way *t = calloc(n, sizeof *t);
+  cJSON *root = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(root, "results");
+  int rc = t ? 0 : 1;
+  for (size_t i = 0; i < n && !rc; i++) rc = open_type(r, i, &t[i]);
+  bench_print_header("prefill");
+  if (!rc) {
+    ortep_ep *ep = ortep_decoder_ep(t[0].d);
+    const char *simd = ortep_cpu_ep_simd(ep);
+    printf(
+        "weight types (chunked prefill, graph mode, %ld rounds per prompt length each running every type once, "
+        "in order, after a warm-up round)\nmodel %s, EP %s",
+        r->o.runs, r->o.m.model ? r->o.m.model : r->o.m.preset, ortep_ep_name(ep));
+    if (simd)
+      printf(" (%zu threads, %s dot products, %s weights)", ortep_cpu_ep_threads(ep), simd,
+             ortep_decoder_blocked_weights(t[0].d) ? "blocked" : "row-major");
+    char over[32];
+    snprintf(over, sizeof over, "over %s, per round", t[0].m.dtype);
+    printf("\n\n%8s  %-6s %26s %10s %24s %9s\n", "prompt", "dtype", "chunked ms", "tok/s", over, "GFLOP/s");
+    cJSON_AddStringToObject(root, "command", "prefill");
+    cJSON_AddItemToObject(root, "machine", bench_machine_json());
+    cJSON_AddItemToObject(root, "build", bench_build_json());
+    cJSON_AddStringToObject(root, "model", r->o.m.model ? r->o.m.model : r->o.m.preset);
+    cJSON_AddStringToObject(root, "ep", ortep_ep_name(ep));
+    cJSON_AddNumberToObject(root, "rounds", (double)r->o.runs);
+    if (simd) {
+      cJSON_AddNumberToObject(root, "threads", (double)ortep_cpu_ep_threads(ep));
+      cJSON_AddStringToObject(root, "cpu_simd", simd);
+    }
+    cJSON *types = cJSON_AddArrayToObject(root, "dtypes");
+    for (size_t i = 0; i < n; i++) {
+      cJSON *d = cJSON_CreateObject();
+      cJSON_AddStringToObject(d, "dtype", t[i].m.dtype);
+      cJSON_AddNumberToObject(d, "open_seconds", t[i].open_s);
+      cJSON_AddItemToArray(types, d);
+    }
+  }
+  for (size_t li = 0; !rc && li < r->o.n_lengths; li++) rc = types_length(r, t, n, (size_t)r->o.lengths[li], rows);
+  if (!rc) {
+    printf("  (median (lowest-highest) over the rounds; each type's next token the same in every round; open:");
+    for (size_t i = 0; i < n; i++) printf(" %s %.2f s%s", t[i].m.dtype, t[i].open_s, i + 1 < n ? "," : ")\n");
+  }
+  if (!rc && r->json) {
+    rc = bench_json_finish(r->json, r->o.json_path, root); /* closes it either way */
+    r->json = NULL;
+  }
+  cJSON_Delete(root);
+  for (size_t i = 0; t && i < n; i++) {
+    ortep_decoder_close(t[i].d);
+    ortep_config_destroy(t[i].cfg);
+    free(t[i].ms), free(t[i].over);
+  }
+  free(t);
+  return rc;
+}
+
 int bench_prefill_main(int argc, char **argv) {
   prefill_run r = {0};
   int rc = parse(argc, argv, &r.o);
   if (rc >= 0) return rc;
   rc = r.o.json_path && !(r.json = bench_json_open(r.o.json_path)); /* an unwritable --json fails first */
   if (!rc) rc = prepare(&r);
+  if (!rc && r.o.ndtypes > 1) {
+    rc = prefill_dtypes(&r);
+    if (r.json) fclose(r.json), remove(r.o.json_path); /* unfinished */
+    r.json = NULL;
+    goto done;
+  }
   if (!rc) rc = open_ways(&r);
   bench_print_header("prefill");
   if (!rc) print_head(&r);
@@ -471,6 +651,7 @@ int bench_prefill_main(int argc, char **argv) {
   if (r.json) fclose(r.json);
   cJSON_Delete(rows);
   cJSON_Delete(root);
+done:
   for (int k = 0; k < 2; k++) {
     ortep_decoder_close(r.w[k].d);
     free(r.w[k].logits);

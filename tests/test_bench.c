@@ -95,6 +95,9 @@ START_TEST(argument_errors_exit_2_and_name_the_argument) {
       {"decode --dtype bf16,q8_0 --tokens-per-launch 4", "--tokens-per-launch goes with one type"},
       {"decode --dtype f32,bf16 --embedding-dtype q4_0", "--embedding-dtype goes with a q8_0 or q4_0 type"},
       {"prefill --threads 2000", "--threads '2000'"},
+      {"prefill --dtype bf16,q8_0,bf16", "--dtype lists 'bf16' twice"},
+      {"prefill --dtype bf16,,q4_0", "has an empty entry"},
+      {"prefill --dtype bf16,q8_0 --profile", "--profile goes with one type"},
       {"tokenizer --added 10,0", "--added '0'"},
       {"tokenizer --text-bytes 1.5", "--text-bytes '1.5'"},
       {"kv --forks 0", "--forks '0'"},
@@ -489,6 +492,51 @@ START_TEST(decode_compares_weight_types_in_rounds) {
 }
 END_TEST
 
+/* prefill --dtype A,B,...: each type's chunked prefill per prompt length,
+ * in rounds that run each once; the JSON holds every round's time and its
+ * ratio to the first type's, and each type's next token, which must repeat
+ * in every round (a perturbed round is an error and the JSON goes). */
+START_TEST(prefill_compares_weight_types_in_rounds) {
+  char err[4096], args[512];
+  snprintf(args, sizeof args,
+           "prefill --ep cpu --preset small --dtype bf16,q8_0,q4_0 --lengths 3,20 --runs 2 --json %s/ptypes.json",
+           g_tmp);
+  ck_assert_msg(bench(NULL, args, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(strstr(stdout_text(), "over bf16, per round"), "%.2000s", stdout_text());
+  cJSON *j = read_json("ptypes.json");
+  ck_assert_str_eq(cJSON_GetObjectItem(j, "command")->valuestring, "prefill");
+  ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "dtypes")), 3);
+  const cJSON *res = cJSON_GetObjectItem(j, "results");
+  ck_assert_int_eq(cJSON_GetArraySize(res), 2);
+  const char *want[] = {"bf16", "q8_0", "q4_0"};
+  for (int l = 0; l < 2; l++) {
+    const cJSON *row = cJSON_GetArrayItem(res, l), *types = cJSON_GetObjectItem(row, "dtypes");
+    ck_assert_int_eq((int)cJSON_GetObjectItem(row, "prompt_tokens")->valuedouble, l ? 20 : 3);
+    ck_assert_int_eq(cJSON_GetArraySize(types), 3);
+    const cJSON *first = cJSON_GetObjectItem(cJSON_GetArrayItem(types, 0), "chunked_ms");
+    for (int i = 0; i < 3; i++) {
+      const cJSON *t = cJSON_GetArrayItem(types, i), *ms = cJSON_GetObjectItem(t, "chunked_ms"),
+                  *over = cJSON_GetObjectItem(t, "over_first");
+      ck_assert_str_eq(cJSON_GetObjectItem(t, "dtype")->valuestring, want[i]);
+      ck_assert_int_eq(cJSON_GetArraySize(ms), 2);
+      ck_assert_int_eq(cJSON_GetArraySize(over), 2);
+      ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(t, "next_token")));
+      for (int r = 0; r < 2; r++) {
+        double v = cJSON_GetArrayItem(ms, r)->valuedouble, v0 = cJSON_GetArrayItem(first, r)->valuedouble;
+        ck_assert_double_gt(v, 0);
+        ck_assert_double_eq_tol(cJSON_GetArrayItem(over, r)->valuedouble, v0 / v, 1e-9);
+      }
+    }
+  }
+  cJSON_Delete(j);
+  ck_assert_int_eq(bench("ORTEP_BENCH_PERTURB=rounds", args, err, sizeof err), 1);
+  ck_assert_msg(strstr(err, "--dtype bf16, a prompt of 3 tokens: round 2 drew token"), "%s", err);
+  char path[128];
+  snprintf(path, sizeof path, "%s/ptypes.json", g_tmp);
+  ck_assert_int_ne(access(path, F_OK), 0);
+}
+END_TEST
+
 START_TEST(alloc_replay_and_tokenizer_write_json) {
   char err[4096], args[256];
   snprintf(args, sizeof args, "alloc --runs 1 --steps 5 --json %s/alloc.json", g_tmp);
@@ -591,6 +639,7 @@ int main(void) {
   tcase_add_test(tc, decode_compares_weight_types_in_rounds);
   tcase_add_test(tc, single_modes_and_explain);
   tcase_add_test(tc, prefill_compares_token_by_token_with_chunks);
+  tcase_add_test(tc, prefill_compares_weight_types_in_rounds);
   tcase_add_test(tc, disagreement_between_modes_is_an_error);
   tcase_add_test(tc, alloc_replay_and_tokenizer_write_json);
   tcase_add_test(tc, unknown_seams_and_unwritable_json_fail_up_front);
