@@ -35,7 +35,6 @@ static const char prefill_usage[] =
     "usage: ortep-bench prefill [--model DIR | --preset NAME] [--dtype f32|f16|bf16|q8_0|q4_0] [--ep auto|cpu|cuda]\n"
     "                           [--lengths L,...] [--chunk N] [--runs R] [--threads N] [--weights map|read]\n"
     "                           [--layout auto|blocked|row_major] [--profile] [--json FILE]\n"
-    "\n"
     "       ortep-bench prefill --dtype A,B,... [--model DIR | --preset NAME] [--lengths L,...] [--runs R] ...\n"
     "\n"
     "Time to the first token of a prompt (the whole ortep_decoder_prefill call), token by\n"
