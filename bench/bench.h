@@ -21,6 +21,9 @@ static inline double bench_now_ns(void) {
 }
 
 /* Median of v[0..n) (sorts v). */
+/* "median (lowest-highest)" of v[0..n) times scale, each printed with fmt
+ * (just the median when n is 1); sorts v. */
+void bench_spread(double *v, size_t n, double scale, const char *fmt, char *out, size_t len);
 double bench_median(double *v, size_t n);
 double bench_min(const double *v, size_t n);
 double bench_max(const double *v, size_t n);

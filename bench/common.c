@@ -23,6 +23,13 @@ double bench_median(double *v, size_t n) {
   qsort(v, n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+void bench_spread(double *v, size_t n, double scale, const char *fmt, char *out, size_t len) {
+  double lo = bench_min(v, n) * scale, hi = bench_max(v, n) * scale, med = bench_median(v, n) * scale;
+  char a[32], b[32], c[32];
+  snprintf(a, sizeof a, fmt, med), snprintf(b, sizeof b, fmt, lo), snprintf(c, sizeof c, fmt, hi);
+  snprintf(out, len, n > 1 ? "%s (%s-%s)" : "%s", a, b, c);
+}
+
 double bench_min(const double *v, size_t n) {
   double m = n ? v[0] : 0;
   for (size_t i = 1; i < n; i++) m = v[i] < m ? v[i] : m;

@@ -119,14 +119,6 @@ static int run_one(const bench_dtypes *a, dtype_run *e, size_t round, read_bench
   return 0;
 }
 
-/* median (min-max) of v[0..n), which it sorts */
-static void spread(double *v, size_t n, double scale, const char *fmt, char *out, size_t len) {
-  double lo = bench_min(v, n) * scale, hi = bench_max(v, n) * scale, med = bench_median(v, n) * scale;
-  char a[32], b[32], c[32];
-  snprintf(a, sizeof a, fmt, med), snprintf(b, sizeof b, fmt, lo), snprintf(c, sizeof c, fmt, hi);
-  snprintf(out, len, n > 1 ? "%s (%s-%s)" : "%s", a, b, c);
-}
-
 static void report(const bench_dtypes *a, dtype_run *e, size_t n, bool paired) {
   size_t rounds = (size_t)a->runs;
   printf("\nweight types (graph mode, %ld tokens a run, %zu rounds each running every type once, in order)\n",
@@ -142,9 +134,9 @@ static void report(const bench_dtypes *a, dtype_run *e, size_t n, bool paired) {
          paired ? "% of the read before it" : "", "open (s)");
   for (size_t i = 0; i < n; i++) {
     char t[64], o[64], f[64] = "";
-    spread(e[i].tps, rounds, 1, "%.1f", t, sizeof t);
-    spread(e[i].over, rounds, 1, "%.2fx", o, sizeof o);
-    if (paired) spread(e[i].frac, rounds, 100, "%.0f", f, sizeof f);
+    bench_spread(e[i].tps, rounds, 1, "%.1f", t, sizeof t);
+    bench_spread(e[i].over, rounds, 1, "%.2fx", o, sizeof o);
+    if (paired) bench_spread(e[i].frac, rounds, 100, "%.0f", f, sizeof f);
     printf("  %-6s %10.1f %26s %24s %24s %9.2f\n", e[i].m.dtype, (double)e[i].read_per_token / 1048576.0, t, o, f,
            e[i].open_s);
   }

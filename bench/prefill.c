@@ -480,14 +480,6 @@ typedef struct type_way {
   int32_t first;
 } type_way;
 
-/* median (lowest-highest) of v[0..n), which it sorts */
-static void spread(double *v, size_t n, double scale, const char *fmt, char *out, size_t len) {
-  double lo = bench_min(v, n) * scale, hi = bench_max(v, n) * scale, med = bench_median(v, n) * scale;
-  char a[32], b[32], c[32];
-  snprintf(a, sizeof a, fmt, med), snprintf(b, sizeof b, fmt, lo), snprintf(c, sizeof c, fmt, hi);
-  snprintf(out, len, n > 1 ? "%s (%s-%s)" : "%s", a, b, c);
-}
-
 static int open_type(prefill_run *r, size_t i, type_way *t) {
   t->m = r->o.m;
   t->m.dtype = r->o.dtypes[i];
@@ -554,10 +546,10 @@ static int types_length(prefill_run *r, type_way *t, size_t n, size_t L, cJSON *
     cJSON_AddNumberToObject(d, "next_token", t[i].first);
     cJSON_AddItemToArray(arr, d);
   }
-  for (size_t i = 0; i < n; i++) { /* spread() sorts: after the JSON */
+  for (size_t i = 0; i < n; i++) { /* bench_spread() sorts: after the JSON */
     char ms[64], over[64];
-    spread(t[i].over, runs, 1, "%.2fx", over, sizeof over);
-    spread(t[i].ms, runs, 1, "%.1f", ms, sizeof ms);
+    bench_spread(t[i].over, runs, 1, "%.2fx", over, sizeof over);
+    bench_spread(t[i].ms, runs, 1, "%.1f", ms, sizeof ms);
     double med = bench_median(t[i].ms, runs);
     printf("%8zu  %-6s %26s %10.1f %24s %9.1f\n", L, t[i].m.dtype, ms, (double)L / med * 1e3, over,
            flops / (med * 1e6));
