@@ -376,6 +376,24 @@ START_TEST(q8_0_extremes_do_not_saturate) {
 }
 END_TEST
 
+/* A graph of one ortep:Linear y[1, n] = x[1, k] W^T whose weight "w" [n, k]
+ * is an initializer of dtype dt; *use: that weight's use by the node. */
+static ortep_graph *linear_graph(ortep_ep *ep, ortep_dtype dt, size_t n, size_t k, ortep_initializer_use *use) {
+  ortep_graph *g;
+  ck_assert_ok(ortep_graph_create(&g));
+  ortep_shape ws = SHAPE((int64_t)n, (int64_t)k), xs = SHAPE(1, (int64_t)k), ys = SHAPE(1, (int64_t)n);
+  ck_assert_ok(ortep_graph_add_input(g, "x", ORTEP_DTYPE_F32, &xs));
+  ck_assert_ok(ortep_graph_add_value(g, "y", ORTEP_DTYPE_F32, &ys));
+  ortep_tensor *w;
+  ck_assert_ok(ortep_tensor_create(ep, dt, &ws, true, &w));
+  ck_assert_ok(ortep_graph_add_initializer(g, "w", w));
+  ortep_node_id lin;
+  ck_assert_ok(ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "lin", (const char *[]){"x", "w"}, 2,
+                                    (const char *[]){"y"}, 1, &lin));
+  *use = (ortep_initializer_use){g, ortep_graph_node(g, lin), 1};
+  return g;
+}
+
 /* The CPU EP's prepare_initializer asked for a block type (ortep_initializer
  * .prefer): a bf16 Linear weight comes back as that dtype, blocked, its
  * bytes the quantizer's blocks repacked (ortep__cpu_quant_block), into a copy
@@ -389,18 +407,10 @@ START_TEST(prepare_quantizes_what_the_graph_asks) {
   for (size_t i = 0; i < N * K; i++) f[i] = ortep_bf16_to_f32(w[i]);
   ortep_dtype types[2] = {ORTEP_DTYPE_Q8_0, ORTEP_DTYPE_Q4_0};
   ortep_ep *cpu = test_cpu_ep();
-  ortep_graph *g;
-  ck_assert_ok(ortep_graph_create(&g));
-  ortep_shape ws = SHAPE(N, K), xs = SHAPE(1, K), ys = SHAPE(1, N);
-  ck_assert_ok(ortep_graph_add_input(g, "x", ORTEP_DTYPE_F32, &xs));
-  ck_assert_ok(ortep_graph_add_value(g, "y", ORTEP_DTYPE_F32, &ys));
+  ortep_shape ws = SHAPE(N, K);
+  ortep_initializer_use use;
+  ortep_graph *g = linear_graph(cpu, ORTEP_DTYPE_BF16, N, K, &use);
   ortep_tensor *t;
-  ck_assert_ok(ortep_tensor_create(cpu, ORTEP_DTYPE_BF16, &ws, true, &t));
-  ck_assert_ok(ortep_graph_add_initializer(g, "w", t));
-  ortep_node_id lin;
-  ck_assert_ok(ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "lin", (const char *[]){"x", "w"}, 2,
-                                    (const char *[]){"y"}, 1, &lin));
-  ortep_initializer_use use = {g, ortep_graph_node(g, lin), 1};
   for (int q = 0; q < 2; q++) {
     ck_assert_ok(ortep_graph_prefer_initializer_dtype(g, "w", types[q]));
     size_t bytes = N * K / 32 * ortep_dtype_size(types[q]);
@@ -504,19 +514,10 @@ START_TEST(prepare_quantizes_hostile_weights_as_the_reference) {
         ck_assert_ok(ortep_config_set(c, "cpu.threads", threads == 1 ? "1" : "3"));
         if (row_major) ck_assert_ok(ortep_config_set(c, "cpu.weights_layout", "row_major"));
         ck_assert_ok(ortep_ep_initialize(cpu, c));
-        ortep_graph *g;
-        ck_assert_ok(ortep_graph_create(&g));
-        ortep_shape ws = SHAPE(N, K), xs = SHAPE(1, K), ys = SHAPE(1, N);
-        ck_assert_ok(ortep_graph_add_input(g, "x", ORTEP_DTYPE_F32, &xs));
-        ck_assert_ok(ortep_graph_add_value(g, "y", ORTEP_DTYPE_F32, &ys));
-        ortep_tensor *w;
-        ck_assert_ok(ortep_tensor_create(cpu, from[s], &ws, true, &w));
-        ck_assert_ok(ortep_graph_add_initializer(g, "w", w));
-        ortep_node_id lin;
-        ck_assert_ok(ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "lin", (const char *[]){"x", "w"}, 2,
-                                          (const char *[]){"y"}, 1, &lin));
+        ortep_shape ws = SHAPE(N, K);
+        ortep_initializer_use use;
+        ortep_graph *g = linear_graph(cpu, from[s], N, K, &use);
         ck_assert_ok(ortep_graph_prefer_initializer_dtype(g, "w", to[t]));
-        ortep_initializer_use use = {g, ortep_graph_node(g, lin), 1};
         for (int in_place = 0; in_place < 2; in_place++) {
           memcpy(copy, src, N * K * es);
           ortep_initializer in = {"w", from[s], ws, copy, N * K * es, in_place ? copy : NULL, &use, 1, to[t]};

@@ -49,16 +49,18 @@ static ortep_status open_model_and_step(const chain *c, const char *dir, const o
   ortep_decoder_close(d);
   return st;
 }
-static ortep_status open_and_step(const chain *c) { return open_model_and_step(c, g_dir, NULL); }
-
-START_TEST(oom_loop_over_decoder_open_through_the_allocator) {
+/* The first route: fail the fault allocator's 1st, 2nd, ... allocation of
+ * opening the model at dir (config cfg) until it succeeds; each failure a
+ * clean OUT_OF_MEMORY naming the injection, nothing charged or leaked, and
+ * a retry succeeds. */
+static void oom_loop_through_the_allocator(const char *dir, const ortep_config *cfg) {
   chain c = chain_new();
   uint64_t n;
   for (n = 1;; n++) {
     uint64_t before = ortep_fault_allocator_failures(c.fault);
     ortep_fault_allocator_arm(c.fault, n, false);
     ortep_clear_error();
-    ortep_status st = open_and_step(&c);
+    ortep_status st = open_model_and_step(&c, dir, cfg);
     bool injected = ortep_fault_allocator_failures(c.fault) > before;
     ortep_fault_allocator_arm(c.fault, 0, false);
     if (st == ORTEP_OK && !injected) break;
@@ -67,21 +69,23 @@ START_TEST(oom_loop_over_decoder_open_through_the_allocator) {
     ck_assert_msg(strstr(ortep_last_error(), "injected"), "failure %llu: '%s'", (unsigned long long)n,
                   ortep_last_error());
     expect_clean(&c);
-    ck_assert_ok(open_and_step(&c)); /* a retry succeeds */
+    ck_assert_ok(open_model_and_step(&c, dir, cfg)); /* a retry succeeds */
     expect_clean(&c);
   }
   ck_assert_uint_gt(n, 3); /* the loop did cover several allocation points */
   chain_free(&c);
 }
-END_TEST
 
-START_TEST(oom_loop_over_decoder_open_through_the_small_object_hook) {
+/* The second route: the small-object hook fails the 1st, 2nd, ... library
+ * allocation; nothing leaks and each failure says why. */
+static void oom_loop_through_the_small_object_hook(const char *dir, const ortep_config *cfg) {
   long n;
   for (n = 1;; n++) {
     test_hooks_install(n);
     ortep_clear_error();
     ortep_decoder *d = NULL;
-    ortep_status st = ortep_decoder_open(g_dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 16}, &d);
+    ortep_status st =
+        ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 16, .config = cfg}, &d);
     if (st == ORTEP_OK) st = ortep_decoder_prefill(d, (int32_t[]){1, 2}, 2, NULL);
     long calls = atomic_load(&test_hook_calls);
     ortep_decoder_close(d);
@@ -93,6 +97,13 @@ START_TEST(oom_loop_over_decoder_open_through_the_small_object_hook) {
     ck_assert_msg(strlen(ortep_last_error()) > 0, "failure %ld without a message", n);
   }
   ck_assert_int_gt(n, 50);
+}
+
+START_TEST(oom_loop_over_decoder_open_through_the_allocator) { oom_loop_through_the_allocator(g_dir, NULL); }
+END_TEST
+
+START_TEST(oom_loop_over_decoder_open_through_the_small_object_hook) {
+  oom_loop_through_the_small_object_hook(g_dir, NULL);
 }
 END_TEST
 
@@ -107,40 +118,8 @@ START_TEST(oom_loops_over_a_quantizing_open) {
   ck_assert_ok(ortep_config_set(cfg, "ortep.weights_dtype", "q4_0"));
   ck_assert_ok(ortep_config_set(cfg, "ortep.weights_cache", "off"));
   ck_assert_ok(ortep_config_set(cfg, "cpu.threads", "2"));
-  chain c = chain_new();
-  uint64_t n;
-  for (n = 1;; n++) {
-    uint64_t before = ortep_fault_allocator_failures(c.fault);
-    ortep_fault_allocator_arm(c.fault, n, false);
-    ortep_clear_error();
-    ortep_status st = open_model_and_step(&c, dir, cfg);
-    bool injected = ortep_fault_allocator_failures(c.fault) > before;
-    ortep_fault_allocator_arm(c.fault, 0, false);
-    if (st == ORTEP_OK && !injected) break;
-    ck_assert_msg(st == ORTEP_E_OUT_OF_MEMORY, "failure %llu: %s: %s", (unsigned long long)n, ortep_status_name(st),
-                  ortep_last_error());
-    expect_clean(&c);
-  }
-  ck_assert_uint_gt(n, 3);
-  chain_free(&c);
-  long m;
-  for (m = 1;; m++) {
-    test_hooks_install(m);
-    ortep_clear_error();
-    ortep_decoder *d = NULL;
-    ortep_status st =
-        ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 16, .config = cfg}, &d);
-    if (st == ORTEP_OK) st = ortep_decoder_prefill(d, (int32_t[]){1, 2}, 2, NULL);
-    long calls = atomic_load(&test_hook_calls);
-    ortep_decoder_close(d);
-    ortep_restore_allocator();
-    ck_assert_msg(atomic_load(&test_hook_live) == 0, "failure %ld leaked %ld objects", m, atomic_load(&test_hook_live));
-    if (st == ORTEP_OK && calls < m) break;
-    if (st == ORTEP_OK) continue;
-    ck_assert_msg(st == ORTEP_E_OUT_OF_MEMORY, "failure %ld: %s: %s", m, ortep_status_name(st), ortep_last_error());
-    ck_assert_msg(strlen(ortep_last_error()) > 0, "failure %ld without a message", m);
-  }
-  ck_assert_int_gt(m, 50);
+  oom_loop_through_the_allocator(dir, cfg);
+  oom_loop_through_the_small_object_hook(dir, cfg);
   ortep_config_destroy(cfg);
   test_model_dir_remove(dir);
 }
