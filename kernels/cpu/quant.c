@@ -213,12 +213,18 @@ static bool have_vnni(void) {
 
 /* How far ahead of the block being read its run is prefetched, where a
  * kernel prefetches: AVX2's dot4 (with ORTEP_CPU_SIMD=avx2 a q8_0 gate_up
- * took 167-212 us with it, 220-271 without; other nodes even) and the VNNI
- * pair of a gate_up node. The VNNI kernels that read one quad at a time leave it
- * to the hardware: prefetching there made a q8_0 step's down projection
+ * took 167-212 us with it, 220-271 without; other nodes even), the VNNI
+ * pair of a gate_up node, and the VNNI kernel that reads one quad at a time
+ * on an Intel CPU (vnni_prefetches). On AMD Zen 5 that kernel leaves it to
+ * the hardware: prefetching there made a q8_0 step's down projection
  * 109 -> 134 us and its lm_head 2.8 -> 3.1 ms, where the pair's two streams
  * gained (gate_up 205-287 -> 190-270 us; per-node timer, 3 rounds; 8 KiB
- * no better). */
+ * no better). On Intel (Xeon, family 6 model 207, 2 cores of a VM) the same
+ * kernel with the prefetch took a 0.5B q4_0 step's qkv 40.0 -> 28.6 us, o
+ * 30.9 -> 22.1, down 149 -> 113 and the q8_0 lm_head 6.8 -> 5.1 ms (the
+ * Linear nodes alone over 24 copies each, prefetch on and off in alternate
+ * passes of one process, 10 passes each; 2 KiB ahead gained a little less,
+ * 8 KiB the same). */
 #define PREFETCH         4096
 #define ORTEP_QUANT_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define ORTEP_QUANT_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")))
@@ -387,31 +393,52 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) __m512i vnni_x(con
   return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->q + b * QK)));
 }
 
-ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_of(bool q8, const void *w, size_t quad,
-                                                                                size_t k, const ortep__cpu_qx *x,
-                                                                                float *v) {
+ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot4_vnni_of(bool q8, bool prefetch, const void *w,
+                                                                                size_t quad, size_t k,
+                                                                                const ortep__cpu_qx *x, float *v) {
   size_t nb = k / QK, bb = q8 ? 34 : 18; /* the block's bytes: f16 d, then 32 or 16 bytes */
   const uint8_t *q0 = (const uint8_t *)w + quad * 4 * nb * bb;
   __m512 a01 = _mm512_setzero_ps(), a23 = a01;
   /* the quad's bytes are one stream (runs of scales, then quants) followed
-   * by the next quad's: the hardware's prefetchers follow it (PREFETCH) */
+   * by the next quad's: the hardware's prefetchers follow it, and with
+   * `prefetch` the kernel keeps PREFETCH bytes ahead of the block it reads
+   * (past the quad's end: the next quad's, which a thread's share reads next) */
+  const char *ahead = (const char *)q0 + PREFETCH;
   for (size_t g0 = 0; g0 < nb; g0 += QRUN) {
     const uint8_t *sc, *qr;
     size_t m = quad_run(q0, nb, bb, g0, &sc, &qr);
-    for (size_t i = 0; i < m; i++) {
+    for (size_t i = 0; i < m; i++, ahead += 4 * bb) {
+      if (prefetch) prefetch_block(ahead, q8);
       __m512i bs, xq = vnni_x(x, g0 + i, q8, &bs);
       vnni_block(q8, sc, qr, i, xq, bs, x->d[g0 + i], &a01, &a23);
     }
   }
   quad_out(q8, a01, a23, v);
 }
-/* One loop per type (the type's test and sizes out of the loop). */
+/* One loop per type (the type's test and sizes out of the loop), without
+ * and with the prefetch: the same operations, so the same results. */
 ORTEP_QUANT_VNNI static void dot4_vnni(ortep_dtype dt, const void *w, size_t quad, size_t k, const ortep__cpu_qx *x,
                                        float *v) {
   if (dt == ORTEP_DTYPE_Q8_0)
-    dot4_vnni_of(true, w, quad, k, x, v);
+    dot4_vnni_of(true, false, w, quad, k, x, v);
   else
-    dot4_vnni_of(false, w, quad, k, x, v);
+    dot4_vnni_of(false, false, w, quad, k, x, v);
+}
+ORTEP_QUANT_VNNI static void dot4_vnni_prefetch(ortep_dtype dt, const void *w, size_t quad, size_t k,
+                                                const ortep__cpu_qx *x, float *v) {
+  if (dt == ORTEP_DTYPE_Q8_0)
+    dot4_vnni_of(true, true, w, quad, k, x, v);
+  else
+    dot4_vnni_of(false, true, w, quad, k, x, v);
+}
+
+/* Whether the VNNI kernel that reads one quad at a time prefetches
+ * (PREFETCH): on Intel CPUs (CPUID vendor GenuineIntel), where it was
+ * measured faster, not elsewhere (AMD, where it was measured slower). */
+static bool vnni_prefetches(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  return b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu; /* "Genu" "ineI" "ntel" */
 }
 
 /* Quad `quad` of two weights of one shape side by side (a gate_up node's
@@ -638,7 +665,8 @@ static dot4_fn pick(const char **name, quantize_fn *quantize, dot4_rows_fn *rows
 #if defined(__x86_64__)
   if (strcmp(set, "portable")) *quantize = quantize_x_avx2;
   if (!strcmp(set, "avx512") && have_vnni())
-    return *rows = dot4_vnni_rows, *pair = dot4_vnni_pair, *name = "avx512-vnni", dot4_vnni;
+    return *rows = dot4_vnni_rows, *pair = dot4_vnni_pair, *name = "avx512-vnni",
+           vnni_prefetches() ? dot4_vnni_prefetch : dot4_vnni;
   if (strcmp(set, "portable")) return *name = "avx2", dot4_avx2;
 #endif
   (void)set;
