@@ -665,8 +665,9 @@ static dot4_fn pick(const char **name, quantize_fn *quantize, dot4_rows_fn *rows
 #if defined(__x86_64__)
   if (strcmp(set, "portable")) *quantize = quantize_x_avx2;
   if (!strcmp(set, "avx512") && have_vnni())
-    return *rows = dot4_vnni_rows, *pair = dot4_vnni_pair, *name = "avx512-vnni",
-           vnni_prefetches() ? dot4_vnni_prefetch : dot4_vnni;
+    return *rows = dot4_vnni_rows, *pair = dot4_vnni_pair,
+           vnni_prefetches() ? (*name = "avx512-vnni+prefetch", dot4_vnni_prefetch)
+                             : (*name = "avx512-vnni", dot4_vnni);
   if (strcmp(set, "portable")) return *name = "avx2", dot4_avx2;
 #endif
   (void)set;
