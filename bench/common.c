@@ -67,6 +67,7 @@ cJSON *bench_machine_json(void) {
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "cpu", cpu);
   cJSON_AddNumberToObject(m, "cores", (double)sysconf(_SC_NPROCESSORS_ONLN));
+  cJSON_AddStringToObject(m, "blas_core", ortep_cpu_blas_core());
   ortep_cuda_device_info g;
   if (ortep_cuda_available(NULL, 0) && ortep_cuda_device_info_get(0, &g) == ORTEP_OK) {
     cJSON *o = cJSON_AddObjectToObject(m, "gpu");
@@ -102,9 +103,11 @@ cJSON *bench_build_json(void) {
 void bench_print_header(const char *what) {
   char cpu[256];
   cpu_model(cpu, sizeof cpu);
-  printf("ortep-bench %s — ortep %s (%s, %s build%s), %s, %ld cores\n", what, ortep_version(), ortep_git_revision(),
-         ORTEP_BUILD_TYPE, ortep_debug_checks_enabled() ? ", debug checks ON: figures are not representative" : "", cpu,
-         sysconf(_SC_NPROCESSORS_ONLN));
+  printf("ortep-bench %s — ortep %s (%s, %s build%s), %s, %ld cores, OpenBLAS %s%s\n", what, ortep_version(),
+         ortep_git_revision(), ORTEP_BUILD_TYPE,
+         ortep_debug_checks_enabled() ? ", debug checks ON: figures are not representative" : "", cpu,
+         sysconf(_SC_NPROCESSORS_ONLN), ortep_cpu_blas_core(),
+         getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
 }
 
 FILE *bench_json_open(const char *path) {

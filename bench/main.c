@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "blas_core.h"
 
 static const char usage[] =
     "usage: ortep-bench <command> [options]\n"
@@ -28,6 +29,7 @@ static const char usage[] =
     "Run 'ortep-bench <command> --help' for a command's options.\n";
 
 int main(int argc, char **argv) {
+  tool_blas_restart("ortep-bench", argv);
   if (argc < 2) {
     fputs(usage, stderr);
     return BENCH_EXIT_USAGE;

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "blas_core.h"
 #include "model_options.h"
 #include "ortep/ortep.h"
 
@@ -567,7 +568,8 @@ static int run_command(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "--version")) {
-    printf("ortep %s (%s)\n", ortep_version(), ortep_git_revision());
+    printf("ortep %s (%s), OpenBLAS %s%s\n", ortep_version(), ortep_git_revision(), ortep_cpu_blas_core(),
+           getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
     return 0;
   }
   if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
@@ -579,6 +581,7 @@ static int run_command(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  tool_blas_restart("ortep", argv);
   if (argc < 2) {
     fputs(usage, stderr);
     return USAGE_EXIT;

@@ -412,6 +412,38 @@ START_TEST(products_are_reported_and_honoured) {
 }
 END_TEST
 
+/* OpenBLAS's kernel set: where OpenBLAS fell back to its generic Prescott
+ * kernels on a CPU that runs wider ones (ortep_cpu_blas_suggested_core, the
+ * variable unset), ortep-bench starts again with OPENBLAS_CORETYPE naming
+ * them, and its header and JSON say which set ran; a set the user names is
+ * kept, even a slower one. */
+char *openblas_get_config(void);
+START_TEST(openblas_runs_the_kernels_this_cpu_can) {
+  unsetenv("OPENBLAS_CORETYPE");
+  const char *suggested = ortep_cpu_blas_suggested_core(), *core = ortep_cpu_blas_core();
+  if (suggested) ck_assert_str_eq(core, "Prescott");
+  char err[4096], args[256], want[128];
+  snprintf(args, sizeof args, "decode --ep cpu --mode eager --tokens 2 --runs 1 --warmup 0 --json %s/blas.json", g_tmp);
+  for (int user = 0; user < 2; user++) {
+    ck_assert_msg(bench(user ? "OPENBLAS_CORETYPE=Prescott" : NULL, args, err, sizeof err) == 0, "%s", err);
+    const char *ran = user ? "Prescott" : suggested ? suggested : core;
+    bool dynamic = strstr(openblas_get_config(), "DYNAMIC_ARCH") != NULL;
+    snprintf(want, sizeof want, "OpenBLAS %s%s\n", ran, user || suggested ? " (OPENBLAS_CORETYPE)" : "");
+    if (!user || dynamic) /* a build for one CPU keeps its set whatever the variable says */
+      ck_assert_msg(strstr(stdout_text(), want), "wanted '%s' in: %.300s", want, stdout_text());
+    cJSON *j = read_json("blas.json");
+    const cJSON *m = cJSON_GetObjectItem(j, "machine");
+    if (!user || dynamic) ck_assert_str_eq(cJSON_GetObjectItem(m, "blas_core")->valuestring, ran);
+    cJSON_Delete(j);
+    ck_assert_msg(!strstr(err, "OPENBLAS_CORETYPE"), "a restart that should work warned: %s", err);
+  }
+  /* the variable set, there is nothing to suggest */
+  setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+  ck_assert_ptr_null(ortep_cpu_blas_suggested_core());
+  unsetenv("OPENBLAS_CORETYPE");
+}
+END_TEST
+
 /* --layout sets ortep.weights_layout: 16-bit weights on the CPU are blocked
  * by default, row-major when asked; decode measures the kernel alone in the
  * layout it ran with, and decode and prefill report the layout the decoder
@@ -650,6 +682,7 @@ int main(void) {
   tcase_add_test(tc, products_are_reported_and_honoured);
   tcase_add_test(tc, batch_reports_every_batch_size);
   tcase_add_test(tc, layout_is_reported_and_honoured);
+  tcase_add_test(tc, openblas_runs_the_kernels_this_cpu_can);
   suite_add_tcase(s, tc);
   return test_run(s);
 }

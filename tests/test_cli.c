@@ -78,6 +78,25 @@ static void teardown(void) {
   ck_assert_int_eq(system(cmd), 0);
 }
 
+/* --version names OpenBLAS's kernel set; where OpenBLAS fell back to its
+ * generic Prescott kernels on a CPU that runs wider ones, ortep started
+ * again with OPENBLAS_CORETYPE naming them (test_bench checks ortep-bench's),
+ * and whatever stdin held still reaches the command after the restart. */
+START_TEST(version_names_the_openblas_kernels_and_a_restart_keeps_stdin) {
+  unsetenv("OPENBLAS_CORETYPE");
+  const char *suggested = ortep_cpu_blas_suggested_core();
+  char want[128];
+  snprintf(want, sizeof want, ", OpenBLAS %s%s\n", suggested ? suggested : ortep_cpu_blas_core(),
+           suggested ? " (OPENBLAS_CORETYPE)" : "");
+  ck_assert_int_eq(ortep("--version", NULL), 0);
+  ck_assert_msg(strstr(g_out, want), "wanted '%s' in: %s", want, g_out);
+  ck_assert_msg(!strstr(g_err, "OPENBLAS_CORETYPE"), "%s", g_err);
+  /* the text on stdin, read after any restart */
+  ck_assert_int_eq(ortep("tokenize --preset tiny --tokens", "Hi"), 0);
+  ck_assert_str_eq(g_out, "72\tH\n105\ti\n");
+}
+END_TEST
+
 START_TEST(usage_errors_exit_2_and_name_the_argument) {
   struct {
     const char *args, *needle;
@@ -433,6 +452,7 @@ int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("core");
   tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, version_names_the_openblas_kernels_and_a_restart_keeps_stdin);
   tcase_add_test(tc, usage_errors_exit_2_and_name_the_argument);
   tcase_add_test(tc, generate_streams_text_and_sampling_is_reproducible);
   tcase_add_test(tc, tokens_per_launch_changes_no_text);

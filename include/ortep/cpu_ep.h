@@ -66,6 +66,21 @@ ORTEP_API const char *ortep_cpu_ep_simd(const ortep_ep *ep);
  * batch's rows computed alone, keep f32 activations. false for another EP. */
 ORTEP_API bool ortep_cpu_ep_bf16_products(const ortep_ep *ep);
 
+/* The kernel set of the BLAS (OpenBLAS) that multiplies f32 prefill chunks
+ * and attention blocks: openblas_get_corename(), e.g. "SkylakeX", "Haswell",
+ * "Zen"; "unknown" if it does not say. */
+ORTEP_API const char *ortep_cpu_blas_core(void);
+/* What to set OPENBLAS_CORETYPE to when that is wrong for this CPU: a
+ * DYNAMIC_ARCH OpenBLAS that does not know the CPU model (e.g. 0.3.21 on
+ * recent Xeons) falls back to its SSE3 "Prescott" kernels, ~4x slower than
+ * its AVX-512 ones there. "Cooperlake" (AVX-512 with BF16), "SkylakeX"
+ * (AVX-512) or "Haswell" (AVX2) when OpenBLAS runs "Prescott" on a CPU and
+ * OS with those; NULL when its choice stands, when OPENBLAS_CORETYPE is
+ * already set, or when the OpenBLAS is not a DYNAMIC_ARCH build. OpenBLAS
+ * reads the variable once, when it is loaded, so a program that wants it
+ * sets it and starts again (ortep and ortep-bench do: docs/build.md). */
+ORTEP_API const char *ortep_cpu_blas_suggested_core(void);
+
 ORTEP_END_DECLS
 
 #endif

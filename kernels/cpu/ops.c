@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "kernels/opset.h" /* the blocked layout */
 #include "ops.h"
@@ -549,6 +550,35 @@ ortep_status ortep__cpu_simd_check(void) {
   pthread_once(&dots_once, pick_dots);
   if (dots_error[0]) return ortep__fail(dots_status, "cpu_ep: %s", dots_error);
   return ORTEP_OK;
+}
+
+/* --- the BLAS's kernel set (cpu_ep.h) ------------------------------------------------ */
+/* OpenBLAS (cblas.h declares both on Debian; repeated for other headers) */
+char *openblas_get_corename(void);
+char *openblas_get_config(void);
+
+const char *ortep_cpu_blas_core(void) {
+  const char *core = openblas_get_corename();
+  return core ? core : "unknown";
+}
+
+/* A DYNAMIC_ARCH OpenBLAS picks its kernels by CPU model when it is loaded,
+ * and one older than the CPU (0.3.21, Debian 12's, on a family 6 model 207
+ * Xeon) takes its SSE3 "Prescott" set: on 2 cores of that Xeon its sgemm
+ * then ran a 512-token f32 prefill of the 0.5B shape in 8.3 s, where
+ * OPENBLAS_CORETYPE=Cooperlake ran it in 1.9 s. The set to name is the
+ * widest this CPU and its OS run (the checks pick_dots makes); OpenBLAS
+ * 0.3.21 knows all three by these names. */
+const char *ortep_cpu_blas_suggested_core(void) {
+  const char *core = openblas_get_corename(), *config = openblas_get_config();
+  if (getenv("OPENBLAS_CORETYPE") || !core || strcasecmp(core, "Prescott") || !config ||
+      !strstr(config, "DYNAMIC_ARCH"))
+    return NULL;
+#if defined(__x86_64__)
+  if (have_avx512f() && have_avx512bw_vl()) return have_avx512bf16() ? "Cooperlake" : "SkylakeX";
+  if (have_avx2_fma_f16c()) return "Haswell";
+#endif
+  return NULL;
 }
 
 /* Row j of a [n, k] weight times x. */
