@@ -28,7 +28,13 @@ double bench_median(double *v, size_t n);
 double bench_min(const double *v, size_t n);
 double bench_max(const double *v, size_t n);
 
-/* {"cpu": ..., "cores": ..., "gpu": ...} and {"version", "git_revision", ...}. */
+/* Weights for a kernel's rate (bytes of dt): ordinary values near 1 (f32,
+ * f16, bf16), or blocks with f16 scales near 2^-7 (q8_0, q4_0), never
+ * subnormal: arithmetic on subnormals runs far slower on some CPUs (an
+ * Intel Xeon's f32 Linear read 8 GFLOP/s over arbitrary bytes). */
+void bench_fill_weights(void *w, size_t bytes, ortep_dtype dt);
+
+/* {"cpu": ..., "cores": ..., "blas_core": ..., "gpu": ...} and {"version", "git_revision", ...}. */
 cJSON *bench_machine_json(void);
 cJSON *bench_build_json(void);
 void bench_print_header(const char *what);

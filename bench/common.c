@@ -61,6 +61,16 @@ static void cpu_model(char *buf, size_t len) {
   fclose(f);
 }
 
+void bench_fill_weights(void *w, size_t bytes, ortep_dtype dt) {
+  if (dt == ORTEP_DTYPE_F32)
+    for (size_t i = 0; i < bytes / 4; i++) ((float *)w)[i] = 1.0f + (float)(i % 61) / 64.0f;
+  else if (ortep_dtype_is_quantized(dt)) /* f16 scales 2^-7 and small quants: any bytes are valid blocks */
+    for (size_t i = 0; i < bytes / 2; i++) ((uint16_t *)w)[i] = (uint16_t)(0x2000u + i % 61);
+  else
+    for (size_t i = 0; i < bytes / 2; i++)
+      ((uint16_t *)w)[i] = (uint16_t)((dt == ORTEP_DTYPE_BF16 ? 0x3f80u : 0x3c00u) + i % 61);
+}
+
 cJSON *bench_machine_json(void) {
   char cpu[256];
   cpu_model(cpu, sizeof cpu);

@@ -303,13 +303,7 @@ static bool linear_open(linear_bench *b, size_t threads, ortep_dtype dtype, size
     return false;
   /* ordinary values (about 1), every page touched before timing */
   for (size_t i = 0; i < k; i++) b->x[i] = 1.0f / (float)(1 + i % 7);
-  if (dtype == ORTEP_DTYPE_F32)
-    for (size_t i = 0; i < b->bytes / 4; i++) ((float *)b->w)[i] = 1.0f + (float)(i % 61) / 64.0f;
-  else if (quant) /* f16 scales 2^-7 and small quants: any bytes are valid blocks, these are finite */
-    for (size_t i = 0; i < b->bytes / 2; i++) ((uint16_t *)b->w)[i] = (uint16_t)(0x2000u + i % 61);
-  else
-    for (size_t i = 0; i < b->bytes / 2; i++)
-      ((uint16_t *)b->w)[i] = (uint16_t)((dtype == ORTEP_DTYPE_BF16 ? 0x3f80u : 0x3c00u) + i % 61);
+  bench_fill_weights(b->w, b->bytes, dtype);
   b->in[0] = b->x, b->in[1] = b->w, b->out[0] = b->y;
   b->io = (ortep_kernel_io){b->in, 2, b->out, 1, ortep_ep_error_word_ptr(b->ep), NULL};
   return ortep_ep_run_kernel(b->ep, b->kern, &b->io) == ORTEP_OK; /* warm-up */
