@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "blas_core.h"     /* tool_blas_label */
 #include "model_options.h" /* tool_parse_whole */
 
 /* the argv the option loop is walking: a new one restarts getopt */
@@ -111,13 +112,11 @@ cJSON *bench_build_json(void) {
 }
 
 void bench_print_header(const char *what) {
-  char cpu[256];
+  char cpu[256], blas[128];
   cpu_model(cpu, sizeof cpu);
-  printf("ortep-bench %s — ortep %s (%s, %s build%s), %s, %ld cores, OpenBLAS %s%s\n", what, ortep_version(),
-         ortep_git_revision(), ORTEP_BUILD_TYPE,
-         ortep_debug_checks_enabled() ? ", debug checks ON: figures are not representative" : "", cpu,
-         sysconf(_SC_NPROCESSORS_ONLN), ortep_cpu_blas_core(),
-         getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
+  printf("ortep-bench %s — ortep %s (%s, %s build%s), %s, %ld cores, %s\n", what, ortep_version(), ortep_git_revision(),
+         ORTEP_BUILD_TYPE, ortep_debug_checks_enabled() ? ", debug checks ON: figures are not representative" : "", cpu,
+         sysconf(_SC_NPROCESSORS_ONLN), tool_blas_label(blas, sizeof blas));
 }
 
 FILE *bench_json_open(const char *path) {

@@ -568,8 +568,8 @@ static int run_command(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "--version")) {
-    printf("ortep %s (%s), OpenBLAS %s%s\n", ortep_version(), ortep_git_revision(), ortep_cpu_blas_core(),
-           getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
+    char blas[128];
+    printf("ortep %s (%s), %s\n", ortep_version(), ortep_git_revision(), tool_blas_label(blas, sizeof blas));
     return 0;
   }
   if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);

@@ -39,3 +39,9 @@ void tool_blas_restart(const char *prog, char **argv) {
           "with OPENBLAS_CORETYPE=%s failed (%s): set it yourself for faster f32 products\n",
           prog, core, core, strerror(err));
 }
+
+const char *tool_blas_label(char *buf, size_t size) {
+  snprintf(buf, size, "OpenBLAS %s%s", ortep_cpu_blas_core(),
+           getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
+  return buf;
+}
