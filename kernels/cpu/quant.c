@@ -215,7 +215,7 @@ static bool have_vnni(void) {
  * kernel prefetches: AVX2's dot4 (with ORTEP_CPU_SIMD=avx2 a q8_0 gate_up
  * took 167-212 us with it, 220-271 without; other nodes even), the VNNI
  * pair of a gate_up node, and the VNNI kernel that reads one quad at a time
- * on an Intel CPU (vnni_prefetches). On AMD Zen 5 that kernel leaves it to
+ * on an Intel CPU (vnni_prefetches). On the AMD EPYC build VM that kernel leaves it to
  * the hardware: prefetching there made a q8_0 step's down projection
  * 109 -> 134 us and its lm_head 2.8 -> 3.1 ms, where the pair's two streams
  * gained (gate_up 205-287 -> 190-270 us; per-node timer, 3 rounds; 8 KiB
