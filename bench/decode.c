@@ -286,13 +286,15 @@ static bool linear_open(linear_bench *b, size_t threads, ortep_dtype dtype, size
   bool quant = ortep_dtype_is_quantized(dtype);
   size_t cols = quant ? 32 : 16, row_bytes = k / ortep_dtype_block(dtype) * ortep_dtype_size(dtype);
   blocked = blocked && (ortep_dtype_size(dtype) == 2 || quant) && k % cols == 0;
-  *b = (linear_bench){.host = stream_host(), .rows = BOUND_BYTES / row_bytes / 4 * 4, .blocked = blocked};
+  size_t tile = quant ? 16 : 4; /* the rows of a blocked tile (kernels/opset.h) */
+  *b = (linear_bench){.host = stream_host(), .rows = BOUND_BYTES / row_bytes / tile * tile, .blocked = blocked};
   b->bytes = b->rows * row_bytes;
   b->w = stream_alloc(b->host, b->bytes), b->x = malloc(k * sizeof *b->x), b->y = malloc(b->rows * sizeof *b->y);
   char v[32];
   snprintf(v, sizeof v, "%zu", threads);
   ortep_shape shapes[2] = {{2, {1, (int64_t)k}}, {2, {(int64_t)b->rows, (int64_t)k}}};
-  if (blocked) shapes[1] = (ortep_shape){4, {(int64_t)b->rows / 4, (int64_t)(k / cols), 4, (int64_t)cols}};
+  if (blocked)
+    shapes[1] = (ortep_shape){4, {(int64_t)(b->rows / tile), (int64_t)(k / cols), (int64_t)tile, (int64_t)cols}};
   ortep_dtype dtypes[2] = {ORTEP_DTYPE_F32, dtype};
   if (!b->w || !b->x || !b->y || ortep_cpu_ep_create(NULL, &b->ep) != ORTEP_OK ||
       ortep_config_create(&b->cfg) != ORTEP_OK || ortep_config_set(b->cfg, "cpu.threads", v) != ORTEP_OK ||
@@ -777,6 +779,9 @@ static void measure_bounds(decode_run *r) {
   bool read_ok = read_open(&rb, r->threads_used);
   bool lin_ok =
       read_ok && r->has_wdtype && linear_open(&lb, r->threads_used, r->wdtype, (size_t)r->cfg.hidden_size, r->blocked);
+  if (read_ok && r->has_wdtype && !lin_ok)
+    fprintf(stderr, "ortep-bench decode: the Linear kernel alone (%s) could not run: %s\n", ortep_dtype_name(r->wdtype),
+            ortep_last_error());
   for (int pass = 0; pass < BOUND_PASSES && read_ok; pass++) {
     double bw = read_rate(&rb, BOUND_BYTES);
     if (bw > r->bw) r->bw = bw;

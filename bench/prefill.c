@@ -136,7 +136,7 @@ double bench_sgemm_gflops(size_t m, size_t k, size_t n, size_t threads) {
 
 /* Best-of-5 GFLOP/s of one ortep:Linear [m, k] x [k, n] of dt weights on
  * ep, as the chunk graphs run it (16-bit weights in the CPU EP's blocked
- * layout [n/4, k/16, 4, 16], q8_0 / q4_0 in its quad layout [n/4, k/32, 4,
+ * layout [n/4, k/16, 4, 16], q8_0 / q4_0 in its tiles [n/16, k/32, 16,
  * 32], f32 row-major): 0 when the EP does not take it. The weights are
  * ordinary values (bench_fill_weights): over arbitrary bytes, subnormal
  * products held an Intel Xeon's f32 Linear of the 0.5B MLP shape to 8
@@ -157,7 +157,7 @@ double bench_linear_gflops(ortep_ep *ep, ortep_dtype dt, size_t m, size_t k, siz
   if (ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "bench", in, 2, out, 1, &id) != ORTEP_OK) goto done;
   bool blocked = dt != ORTEP_DTYPE_F32;
   ortep_shape shapes[2] = {{3, {1, (int64_t)m, (int64_t)k}},
-                           quant     ? (ortep_shape){4, {(int64_t)n / 4, (int64_t)k / 32, 4, 32}}
+                           quant     ? (ortep_shape){4, {(int64_t)n / 16, (int64_t)k / 32, 16, 32}}
                            : blocked ? (ortep_shape){4, {(int64_t)n / 4, (int64_t)k / 16, 4, 16}}
                                      : (ortep_shape){2, {(int64_t)n, (int64_t)k}}};
   ortep_dtype dtypes[2] = {ORTEP_DTYPE_F32, dt};

@@ -147,17 +147,17 @@ static bool check_embedding(ctx *c) {
   if (quant && quant_refused(c, "the table")) return false;
   if (blocked && blocked_refused(c, "the table")) return false;
   if (blocked ? (!quant && c->dtypes[0] != ORTEP_DTYPE_BF16 && c->dtypes[0] != ORTEP_DTYPE_F16) ||
-                    d->dims[2] != ORTEP__LINEAR_ROWS || d->dims[3] != (int64_t)cols
+                    d->dims[2] != (int64_t)ortep__blocked_rows(c->dtypes[0]) || d->dims[3] != (int64_t)cols
               : d->rank != 2 || !(is_w(c->dtypes[0]) || quant) || (quant && d->dims[1] % ORTEP__QUANT_COLS))
     return refuse(c,
                   "the table must be f32/f16/bf16/q8_0/q4_0 [V, H] (q8_0/q4_0: H a multiple of 32), or blocked "
-                  "bf16/f16 [V/4, H/16, 4, 16] or q8_0/q4_0 [V/4, H/32, 4, 32]; got %s of rank %u",
+                  "bf16/f16 [V/4, H/16, 4, 16] or q8_0/q4_0 [V/16, H/32, 16, 32]; got %s of rank %u",
                   dn(c->dtypes[0]), d->rank);
   if (c->dtypes[1] != ORTEP_DTYPE_I32 && c->dtypes[1] != ORTEP_DTYPE_I64)
     return refuse(c, "ids must be i32 or i64, got %s", dn(c->dtypes[1]));
   if (c->k) {
     c->k->kind = ORTEP__OP_GATHER;
-    c->k->p.gather.rows = (size_t)d->dims[0] * (blocked ? ORTEP__LINEAR_ROWS : 1);
+    c->k->p.gather.rows = (size_t)d->dims[0] * (blocked ? ortep__blocked_rows(c->dtypes[0]) : 1);
     c->k->p.gather.h = (size_t)d->dims[1] * (blocked ? cols : 1);
     c->k->p.gather.n = numel(&c->shapes[1]);
     c->k->p.gather.tdt = c->dtypes[0];
@@ -480,9 +480,10 @@ static bool check_linear(ctx *c) {
     if (blocked) {
       if (blocked_refused(c, what)) return false;
       if ((!quant && c->dtypes[wi] != ORTEP_DTYPE_BF16 && c->dtypes[wi] != ORTEP_DTYPE_F16) ||
-          ws->dims[2] != ORTEP__LINEAR_ROWS || ws->dims[3] != (int64_t)cols || (size_t)ws->dims[1] * cols != k)
+          ws->dims[2] != (int64_t)ortep__blocked_rows(c->dtypes[wi]) || ws->dims[3] != (int64_t)cols ||
+          (size_t)ws->dims[1] * cols != k)
         return refuse(c,
-                      "a blocked weight %zu must be bf16/f16 [N/4, %zu, 4, 16] or q8_0/q4_0 [N/4, %zu, 4, 32] (K = "
+                      "a blocked weight %zu must be bf16/f16 [N/4, %zu, 4, 16] or q8_0/q4_0 [N/16, %zu, 16, 32] (K = "
                       "%zu); got %s of shape [%lld, %lld, %lld, %lld]",
                       g, k / ORTEP__LINEAR_COLS, k / ORTEP__QUANT_COLS, k, dn(c->dtypes[wi]), (long long)ws->dims[0],
                       (long long)ws->dims[1], (long long)ws->dims[2], (long long)ws->dims[3]);
@@ -502,7 +503,7 @@ static bool check_linear(ctx *c) {
                     g, dn(c->dtypes[wi]), dn(p.wdt[0]));
     p.quant = qd;
     p.blocked = blocked;
-    p.n[g] = (size_t)ws->dims[0] * (blocked ? ORTEP__LINEAR_ROWS : 1);
+    p.n[g] = (size_t)ws->dims[0] * (blocked ? ortep__blocked_rows(c->dtypes[wi]) : 1);
     p.wdt[g] = c->dtypes[wi];
     if (present(c, bi)) {
       if (!is_w(c->dtypes[bi]) || numel(&c->shapes[bi]) != p.n[g])

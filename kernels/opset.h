@@ -40,18 +40,26 @@ typedef enum ortep__op_kind {
 #define ORTEP__LINEAR_ROWS 4
 #define ORTEP__LINEAR_COLS 16
 /* q8_0 / q4_0 weights (dtype.h) come [N, K] in GGUF's blocks (K a multiple
- * of 32), or, on the CPU EP only, blocked: shape [N/4, K/32, 4, 32], the
- * bytes of each quad of rows 4q..4q+3 (the same bytes the four rows take
- * [N, K]) rearranged for its integer dot products, one stream, as runs of
- * ORTEP__QUANT_RUN blocks (the last run holds what is left), each run
- *   its blocks' groups of 4 f16 scales (d of rows 4q, .., 4q+3), then
- *   its blocks' groups of quants: q8_0: 4 x 32 bytes, row r's q[i] ^ 0x80
- *   (an unsigned byte q + 128) at 32r + i; q4_0: 64 bytes, byte 32p + i
- *   holds the quant i of row 2p in its low nibble and of row 2p + 1 in its
- *   high nibble, each q (0..15, x = d (q - 8)).
- * ortep__cpu_quant_block / _unblock (kernels/cpu/ops.h) convert. */
+ * of 32), or, on the CPU EP only, blocked: shape [N/16, K/32, 16, 32], the
+ * bytes of each tile of sixteen rows 16t..16t+15 (the same bytes the rows
+ * take [N, K]) rearranged so that one 64-byte load holds four quants of
+ * each of the sixteen rows (an integer dot product's lane per row), one
+ * stream, as runs of ORTEP__QUANT_RUN blocks (the last run holds what is
+ * left), each run
+ *   its blocks' groups of 16 f16 scales (d of rows 16t, .., 16t+15), then
+ *   its blocks' groups of quants, each of 64-byte groups whose byte 4r + j
+ *   is row r's: q8_0: 8 groups, group g holding q[4g + j] ^ 0x80 (an
+ *   unsigned byte q + 128); q4_0: 4 groups, group g holding GGUF's byte
+ *   4g + j of the row's block (q[4g + j] in its low nibble, q[16 + 4g + j]
+ *   in its high nibble, each q 0..15, x = d (q - 8)).
+ * ortep__cpu_quant_block (kernels/cpu/ops.h) converts. */
 #define ORTEP__QUANT_COLS 32
+#define ORTEP__QUANT_ROWS 16
 #define ORTEP__QUANT_RUN  8
+/* The rows of a blocked weight's tile: 16 for q8_0 / q4_0, else 4. */
+static inline size_t ortep__blocked_rows(ortep_dtype dt) {
+  return ortep_dtype_is_quantized(dt) ? ORTEP__QUANT_ROWS : ORTEP__LINEAR_ROWS;
+}
 
 typedef struct ortep__op_params {
   ortep__op_kind kind;

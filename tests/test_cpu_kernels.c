@@ -180,7 +180,7 @@ START_TEST(embedding_reads_row_major_and_blocked_tables) {
   tin bad[] = {{ORTEP_DTYPE_F32, SHAPE(1, 1, 4, 16), f}, {ORTEP_DTYPE_I32, SHAPE(1), ids}};
   ck_assert_status(run_node("Embedding", ORTEP_DOMAIN_ORTEP, NULL, 0, bad, 2, (void *[]){out[0]}, 1),
                    ORTEP_E_NOT_SUPPORTED);
-  ck_assert_msg(strstr(g_match.reason, "blocked bf16/f16 [V/4, H/16, 4, 16] or q8_0/q4_0 [V/4, H/32, 4, 32]"),
+  ck_assert_msg(strstr(g_match.reason, "blocked bf16/f16 [V/4, H/16, 4, 16] or q8_0/q4_0 [V/16, H/32, 16, 32]"),
                 "reason: %s", g_match.reason);
   free(t), free(tb);
 }
@@ -696,7 +696,7 @@ START_TEST(refusals_say_what_is_accepted) {
        0,
        {{ORTEP_DTYPE_F32, SHAPE(1, 16), f}, {ORTEP_DTYPE_F32, SHAPE(1, 1, 4, 16), f}},
        2,
-       "a blocked weight 0 must be bf16/f16 [N/4, 1, 4, 16] or q8_0/q4_0 [N/4, 0, 4, 32] (K = 16); got f32"},
+       "a blocked weight 0 must be bf16/f16 [N/4, 1, 4, 16] or q8_0/q4_0 [N/16, 0, 16, 32] (K = 16); got f32"},
       {"Linear",
        ORTEP_DOMAIN_ORTEP,
        {0},
@@ -710,7 +710,7 @@ START_TEST(refusals_say_what_is_accepted) {
        0,
        {{ORTEP_DTYPE_F32, SHAPE(1, 32), f}, {ORTEP_DTYPE_F16, SHAPE(1, 1, 4, 16), f}},
        2,
-       "[N/4, 2, 4, 16] or q8_0/q4_0 [N/4, 1, 4, 32] (K = 32)"},
+       "[N/4, 2, 4, 16] or q8_0/q4_0 [N/16, 1, 16, 32] (K = 32)"},
       {"Linear",
        ORTEP_DOMAIN_ORTEP,
        {0},
@@ -836,11 +836,11 @@ END_TEST
 
 /* Prefill over q8_0 / q4_0 blocked weights: ortep:Linear over M = 11 rows
  * (quantized in the pool's shared area, up to four at a time against each
- * quad) gives every row bitwise what that row alone (decode) gives, for two
+ * tile) gives every row bitwise what that row alone (decode) gives, for two
  * groups with biases, gate_up and the residual; 9 blocks a row (a run of 8
- * and one more), 33 quads (two runs of 16 and one); 1 and 3 threads. */
+ * and one more), 9 tiles (two runs of 4 and one); 1 and 3 threads. */
 START_TEST(quantized_rows_are_each_row_alone) {
-  enum { M = 11, K = 288, N0 = 132, N1 = 24 };
+  enum { M = 11, K = 288, N0 = 144, N1 = 32 };
   ortep_dtype dt = _i ? ORTEP_DTYPE_Q4_0 : ORTEP_DTYPE_Q8_0;
   test_rng r = test_rng_new(test_seed() + 41);
   static float x[M * K], wf[3][N0 * K], b0[N0], b1[N1], res[M * N0];
@@ -857,7 +857,7 @@ START_TEST(quantized_rows_are_each_row_alone) {
     ortep__cpu_quant_block(dt, flat, n, K, wq[i]);
     free(flat);
   }
-  ortep_shape s0 = SHAPE(N0 / 4, K / 32, 4, 32), s2 = SHAPE(N1 / 4, K / 32, 4, 32);
+  ortep_shape s0 = SHAPE(N0 / 16, K / 32, 16, 32), s2 = SHAPE(N1 / 16, K / 32, 16, 32);
   tattr gu[] = {{"gate_up", 0, 1, 0}};
   static float out[3][3][2][M * N0]; /* [alone, 1 thread, 3 threads][case][output] */
   ortep_ep *saved = g_cpu;

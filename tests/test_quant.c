@@ -224,20 +224,18 @@ static float row_block(ortep_dtype dt, const uint8_t *w, size_t r, size_t b, siz
   return ortep_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
 }
 
-/* The order quant.c defines: eight lanes of exact integer sums per block,
- * fmaf into eight f32 accumulators, summed ((0+4)+(2+6))+((1+5)+(3+7)). */
-static float lane_model(ortep_dtype dt, const uint8_t *w, size_t r, size_t k, const int8_t *xq, const float *xd) {
-  float acc[8] = {0};
+/* The order quant.c defines: each block's exact integer sum, fmaf into one
+ * f32 accumulator block after block. */
+static float block_model(ortep_dtype dt, const uint8_t *w, size_t r, size_t k, const int8_t *xq, const float *xd) {
+  float acc = 0.0f;
   int q[32];
   for (size_t b = 0; b < k / 32; b++) {
     float s = row_block(dt, w, r, b, k, q) * xd[b];
-    for (size_t j = 0; j < 8; j++) {
-      int l = 0;
-      for (size_t t = 0; t < 4; t++) l += xq[b * 32 + 4 * j + t] * q[4 * j + t];
-      acc[j] = fmaf(s, (float)l, acc[j]);
-    }
+    int l = 0;
+    for (size_t i = 0; i < 32; i++) l += xq[b * 32 + i] * q[i];
+    acc = fmaf(s, (float)l, acc);
   }
-  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  return acc;
 }
 
 /* y = x W^T over n rows of k through one ortep:Linear kernel of a CPU EP
@@ -271,7 +269,7 @@ static void run_linear(ortep_dtype dt, const uint8_t *w, const uint8_t *up, size
   ck_assert_ok(ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "lin", in, nin, (const char *[]){"y"}, 1, &id));
   if (up) ck_assert_ok(ortep_graph_set_attr_int(g, id, "gate_up", 1));
   ortep_shape shapes[8] = {SHAPE(1, (int64_t)k), SHAPE((int64_t)n, (int64_t)k)};
-  if (blocked) shapes[1] = SHAPE((int64_t)n / 4, (int64_t)k / 32, 4, 32);
+  if (blocked) shapes[1] = SHAPE((int64_t)n / 16, (int64_t)k / 32, 16, 32);
   ortep_dtype dtypes[8] = {ORTEP_DTYPE_F32, dt, ORTEP_DTYPE_F32, dt};
   shapes[2] = SHAPE(0), shapes[3] = shapes[1];
   shapes[7] = SHAPE(1, (int64_t)n), dtypes[7] = ORTEP_DTYPE_F32;
@@ -315,7 +313,7 @@ static void check_linear(ortep_dtype dt, size_t n, size_t k, uint64_t seed) {
           want += term, mag += fabs(term);
         }
       }
-      float model = lane_model(dt, w, r, k, xq, xd) + res[r];
+      float model = block_model(dt, w, r, k, xq, xd) + res[r];
       ck_assert_msg(fabs((double)y[r] - res[r] - want) <= 1e-5 * mag + 1e-6,
                     "%s %s row %zu: %.9g vs %.9g (|terms| %.3g)", ortep_dtype_name(dt),
                     blocked ? "blocked" : "row-major", r, (double)y[r] - res[r], want, mag);
@@ -323,13 +321,13 @@ static void check_linear(ortep_dtype dt, size_t n, size_t k, uint64_t seed) {
                     blocked ? "blocked" : "row-major", r, ortep__cpu_quant_simd_name(), y[r], model);
     }
   }
-  /* a gate_up node (decode reads its gate and up quads side by side):
+  /* a gate_up node (decode reads its gate and up tiles side by side):
    * every output SiLU(the gate's defined-order sum) x the up's, bitwise */
   uint8_t *u = malloc(n * (k / 32) * ortep_dtype_size(dt));
   for (size_t i = 0; i < n * k; i++) wf[i] = ((float)(test_rng_next(&rng) % 20001) / 10000.0f - 1.0f) * 0.05f;
   ck_assert_ok(ortep_quantize(dt, wf, n * k, u));
   float *mg = malloc(n * sizeof *mg), *mu = malloc(n * sizeof *mu), *want = malloc(n * sizeof *want);
-  for (size_t r = 0; r < n; r++) mg[r] = lane_model(dt, w, r, k, xq, xd), mu[r] = lane_model(dt, u, r, k, xq, xd);
+  for (size_t r = 0; r < n; r++) mg[r] = block_model(dt, w, r, k, xq, xd), mu[r] = block_model(dt, u, r, k, xq, xd);
   ortep__cpu_silu_mul(mg, mu, n, want);
   for (int blocked = 0; blocked < 2; blocked++)
     for (size_t threads = 1; threads <= 3; threads += 2) {
@@ -346,15 +344,15 @@ static void check_linear(ortep_dtype dt, size_t n, size_t k, uint64_t seed) {
 
 START_TEST(q8_0_linear_matches_double_precision) {
   check_linear(ORTEP_DTYPE_Q8_0, 64, 256, test_seed());
-  check_linear(ORTEP_DTYPE_Q8_0, 12, 896, test_seed() + 1);
-  check_linear(ORTEP_DTYPE_Q8_0, 4, 32, test_seed() + 2);
+  check_linear(ORTEP_DTYPE_Q8_0, 48, 896, test_seed() + 1);
+  check_linear(ORTEP_DTYPE_Q8_0, 16, 32, test_seed() + 2);
 }
 END_TEST
 
 START_TEST(q4_0_linear_matches_double_precision) {
   check_linear(ORTEP_DTYPE_Q4_0, 64, 256, test_seed());
-  check_linear(ORTEP_DTYPE_Q4_0, 12, 896, test_seed() + 1);
-  check_linear(ORTEP_DTYPE_Q4_0, 4, 32, test_seed() + 2);
+  check_linear(ORTEP_DTYPE_Q4_0, 48, 896, test_seed() + 1);
+  check_linear(ORTEP_DTYPE_Q4_0, 16, 32, test_seed() + 2);
 }
 END_TEST
 
@@ -362,13 +360,13 @@ END_TEST
  * hold it) and x at +-127, where AVX2's 16-bit pair sums are at their
  * largest (128 x 127 x 2 < 32768: no saturation). */
 START_TEST(q8_0_extremes_do_not_saturate) {
-  size_t n = 4, k = 64;
-  uint8_t w[4 * 2 * 34];
+  size_t n = 16, k = 64;
+  uint8_t w[16 * 2 * 34];
   for (size_t b = 0; b < n * 2; b++) {
     w[b * 34] = 0x00, w[b * 34 + 1] = 0x3c; /* d = 1 */
     for (size_t i = 0; i < 32; i++) w[b * 34 + 2 + i] = (uint8_t)(int8_t)(i % 2 ? -128 : 127);
   }
-  float x[64], y[4];
+  float x[64], y[16];
   for (size_t i = 0; i < k; i++) x[i] = i % 2 ? -127.0f : 127.0f;
   run_linear(ORTEP_DTYPE_Q8_0, w, NULL, n, k, true, x, NULL, 1, y);
   /* per element pair: 127 * 127 + (-128) * (-127) = 32385; 32 pairs; d_x = 1 */
@@ -400,7 +398,7 @@ static ortep_graph *linear_graph(ortep_ep *ep, ortep_dtype dt, size_t n, size_t 
  * or in place over a private one; a weight that is not whole blocks of 32
  * is left as it is. */
 START_TEST(prepare_quantizes_what_the_graph_asks) {
-  enum { N = 8, K = 64 };
+  enum { N = 16, K = 64 };
   uint16_t w[N * K], copy[N * K];
   float f[N * K];
   for (size_t i = 0; i < N * K; i++) w[i] = ortep_f32_to_bf16((float)((int)(i * 37 % 101) - 50) / 64.0f);
@@ -425,7 +423,8 @@ START_TEST(prepare_quantizes_what_the_graph_asks) {
       ortep_buffer b;
       ck_assert_ok(ortep_ep_prepare_initializer(cpu, &in, &dt, &shape, &b));
       ck_assert_int_eq(dt, types[q]);
-      ck_assert(shape.rank == 4 && shape.dims[0] == N / 4 && shape.dims[1] == K / 32 && shape.dims[3] == 32);
+      ck_assert(shape.rank == 4 && shape.dims[0] == N / 16 && shape.dims[1] == K / 32 && shape.dims[2] == 16 &&
+                shape.dims[3] == 32);
       ck_assert_uint_eq(b.size, bytes);
       ck_assert_mem_eq(b.ptr, want, bytes);
       ck_assert_int_eq(b.owner, in_place ? ORTEP_BUFFER_BORROWED_MUT : ORTEP_BUFFER_OWNED);
@@ -449,7 +448,7 @@ START_TEST(prepare_quantizes_what_the_graph_asks) {
 END_TEST
 
 /* The CPU EP quantizing a weight at open (its own row quantizer: AVX-512
- * where the SIMD set is avx512, the reference elsewhere; quads spread over its
+ * where the SIMD set is avx512, the reference elsewhere; tiles spread over its
  * threads) writes the reference's bytes, repacked: f32, f16 and bf16
  * sources, blocks of every kind a checkpoint can hold (ties of opposite
  * signs, NaN, infinities, zeros of both signs, subnormals, values near the
@@ -879,7 +878,7 @@ START_TEST(other_eps_refuse_quantized_weights) {
   ck_assert(!ortep__op_check("other_ep", ortep_graph_node(g, id), 17, shapes, dtypes, 2, &m, NULL));
   ck_assert_ptr_nonnull(strstr(m.reason, "q8_0/q4_0"));
   ck_assert_ptr_nonnull(strstr(m.reason, "CPU EP"));
-  shapes[1] = (ortep_shape){4, {2, 2, 4, 32}}; /* blocked: the CPU EP's only */
+  shapes[1] = (ortep_shape){4, {1, 2, 16, 32}}; /* blocked: the CPU EP's only */
   ck_assert(ortep__op_check("cpu_ep", ortep_graph_node(g, id), 17, shapes, dtypes, 2, &m, NULL));
   ck_assert(!ortep__op_check("cuda_ep", ortep_graph_node(g, id), 17, shapes, dtypes, 2, &m, NULL));
   shapes[1] = SHAPE(8, 48); /* K not whole blocks */

@@ -114,7 +114,8 @@ static ortep_status cpu_initialize(ortep_ep *ep, const ortep_config *config) {
   snprintf(e->keys, sizeof e->keys, "%s\nortep %s\n%s", CPU_EP_NAME, ortep_version(),
            e->row_major
                ? "row_major; q8_0/q4_0 rows as GGUF; quantizer llama.cpp-ref"
-               : "blocked 4x16 16-bit, 4x32 q8_0^0x80/q4_0 nibble pairs in runs of 8 blocks; quantizer llama.cpp-ref");
+               : "blocked 4x16 16-bit, 16x32 q8_0^0x80/q4_0 GGUF bytes in 4-byte lanes, runs of 8 blocks; quantizer "
+                 "llama.cpp-ref");
   memcpy(e->key_split, e->keys, sizeof e->keys);
   e->n_keys = 0;
   for (char *k = e->key_split; k && e->n_keys < 3; e->n_keys++) {
@@ -411,7 +412,7 @@ static void cpu_graph_counts(const ortep_ep *ep, uint64_t *inst, uint64_t *upd) 
 static bool blockable(ortep_dtype dt, const ortep_shape *s) {
   bool quant = ortep_dtype_is_quantized(dt);
   return (dt == ORTEP_DTYPE_BF16 || dt == ORTEP_DTYPE_F16 || quant) && s->rank == 2 && s->dims[0] > 0 &&
-         s->dims[1] > 0 && s->dims[0] % ORTEP__LINEAR_ROWS == 0 &&
+         s->dims[1] > 0 && s->dims[0] % (int64_t)ortep__blocked_rows(dt) == 0 &&
          s->dims[1] % (quant ? ORTEP__QUANT_COLS : ORTEP__LINEAR_COLS) == 0;
 }
 
@@ -440,12 +441,12 @@ static bool takes_blocked(const ortep_initializer_use *u, ortep_dtype prefer, bo
 #define SMALL_CONSTANT (64u << 10)
 
 /* A weight prepared into a copy (dst is not its source), spread over the
- * EP's workers item by item: a quad of rows when blocked, else a row (a
- * quantized embedding read only by its lookup). Quantizing
+ * EP's workers item by item: a tile of rows when blocked (kernels/opset.h),
+ * else a row (a quantized embedding read only by its lookup). Quantizing
  * (ortep__cpu_quantize_row: ortep_quantize's rounding, llama.cpp's), a
- * quad's rows go to the worker's scratch and are repacked from there, so
+ * tile's rows go to the worker's scratch and are repacked from there, so
  * the copy is written once; a 16-bit or already quantized weight is
- * repacked quad by quad. On one thread with the scalar quantizer a 0.5B
+ * repacked tile by tile. On one thread with the scalar quantizer a 0.5B
  * model's projections took ~3 s of its first open (docs/models.md). */
 typedef struct prepare_job {
   ortep_dtype to, from;
@@ -453,17 +454,17 @@ typedef struct prepare_job {
   const char *src;
   char *dst;
   size_t k, in_row, out_row, scratch;
-  char *work; /* per worker: a quad of row-major blocks, then k floats */
+  char *work; /* per worker: a tile of row-major blocks, then k floats */
 } prepare_job;
 
 static void prepare_task(void *ctx, size_t worker, size_t begin, size_t end) {
   const prepare_job *j = ctx;
-  char *quad = j->work ? j->work + worker * j->scratch : NULL;
-  float *row = quad ? (float *)(quad + 4 * j->out_row) : NULL;
-  size_t rows = j->blocked ? ORTEP__LINEAR_ROWS : 1;
+  size_t rows = j->blocked ? ortep__blocked_rows(j->to) : 1;
+  char *tile = j->work ? j->work + worker * j->scratch : NULL;
+  float *row = tile ? (float *)(tile + rows * j->out_row) : NULL;
   for (size_t it = begin; it < end; it++) {
     const char *src = j->src + it * rows * j->in_row;
-    char *dst = j->dst + it * rows * j->out_row, *out = j->blocked ? quad : dst;
+    char *dst = j->dst + it * rows * j->out_row, *out = j->blocked ? tile : dst;
     if (!j->quantize) {
       if (ortep_dtype_is_quantized(j->to))
         ortep__cpu_quant_block(j->to, src, rows, j->k, dst);
@@ -473,7 +474,7 @@ static void prepare_task(void *ctx, size_t worker, size_t begin, size_t end) {
     }
     for (size_t r = 0; r < rows; r++)
       ortep__cpu_quantize_row(j->to, j->from, src + r * j->in_row, j->k, out + r * j->out_row, row);
-    if (j->blocked) ortep__cpu_quant_block(j->to, quad, rows, j->k, dst);
+    if (j->blocked) ortep__cpu_quant_block(j->to, tile, rows, j->k, dst);
   }
 }
 
@@ -488,14 +489,14 @@ static ortep_status prepare_copy(cpu_ep *e, const ortep_initializer *in, ortep_d
                    .k = k,
                    .in_row = k / ortep_dtype_block(in->dtype) * ortep_dtype_size(in->dtype),
                    .out_row = k / ortep_dtype_block(to) * ortep_dtype_size(to)};
-  size_t threads = ortep__cpu_pool_threads(e->pool), items = blocked ? n / ORTEP__LINEAR_ROWS : n;
+  size_t rows = blocked ? ortep__blocked_rows(to) : 1, threads = ortep__cpu_pool_threads(e->pool), items = n / rows;
   if (quantize) {
-    j.scratch = (ORTEP__LINEAR_ROWS * j.out_row + k * sizeof(float) + 63) / 64 * 64;
+    j.scratch = (rows * j.out_row + k * sizeof(float) + 63) / 64 * 64;
     if (!(j.work = ortep__malloc(j.scratch * threads)))
       return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory to quantize '%s' (%zu bytes of scratch)", CPU_EP_NAME,
                          in->name, j.scratch * threads);
   }
-  ortep__cpu_pool_for(e->pool, items, (blocked ? ORTEP__LINEAR_ROWS : 1) * k * (quantize ? 16 : 1), prepare_task, &j);
+  ortep__cpu_pool_for(e->pool, items, rows * k * (quantize ? 16 : 1), prepare_task, &j);
   ortep__free(j.work);
   return ORTEP_OK;
 }
@@ -572,10 +573,9 @@ static ortep_status prepare(ortep_ep *ep, const ortep_initializer *in, ortep_dty
   size_t cols = quant ? ORTEP__QUANT_COLS : ORTEP__LINEAR_COLS;
   if (quantize) ortep_shape_bytes(&in->shape, to, &bytes); /* K % 32 == 0: cannot fail */
   *dtype = to;
+  size_t rows = ortep__blocked_rows(to);
   *shape =
-      block ? (ortep_shape){4,
-                            {(int64_t)(n / ORTEP__LINEAR_ROWS), (int64_t)(k / cols), ORTEP__LINEAR_ROWS, (int64_t)cols}}
-            : in->shape;
+      block ? (ortep_shape){4, {(int64_t)(n / rows), (int64_t)(k / cols), (int64_t)rows, (int64_t)cols}} : in->shape;
   if (!in->writable) {
     ortep_status st = ortep_ep_allocate(ep, bytes, 64, out);
     if (st != ORTEP_OK)
@@ -589,12 +589,12 @@ static ortep_status prepare(ortep_ep *ep, const ortep_initializer *in, ortep_dty
   }
   /* In place (a model's private copy; writable == data): quantized row by
    * row in order, each row's blocks where its first values were, then
-   * repacked quad by quad through scratch of a widened row / a quad. */
+   * repacked tile by tile through scratch of a widened row / a tile. */
   void *w = in->writable;
   size_t tmp = quantize ? k * sizeof(float) : 0;
   if (block) {
-    size_t quad = quant ? ortep__cpu_quant_quad_bytes(to, k) : ORTEP__LINEAR_ROWS * k * sizeof(uint16_t);
-    if (quad > tmp) tmp = quad;
+    size_t tile = quant ? ortep__cpu_quant_tile_bytes(to, k) : ORTEP__LINEAR_ROWS * k * sizeof(uint16_t);
+    if (tile > tmp) tmp = tile;
   }
   void *scratch = tmp ? ortep__malloc(tmp) : NULL;
   if (tmp && !scratch)

@@ -180,14 +180,14 @@ static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
     if (!p->gate_up) j.y[g] = out[g];
   }
   size_t per = p->gate_up ? 2 * p->k : p->k;
-  if (k->quant_rows) { /* the rows quantized into the pool's shared area, then the quads on the pool */
+  if (k->quant_rows) { /* the rows quantized into the pool's shared area, then the tiles on the pool */
     ortep__cpu_qx *xq = ortep__cpu_pool_shared(k->pool);
     char *mem = (char *)xq + quant_rows_head(p->m);
     for (size_t r = 0; r < p->m; r++) ortep__cpu_qx_init(mem + r * quant_row_bytes(p->k), p->k, &xq[r]);
     j.xq = xq;
     ortep__cpu_pool_for(k->pool, p->m, p->k, quantize_rows_task, &j);
-    ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / 4, per * p->m,
-                        linear_quant_task, &j);
+    ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / ORTEP__QUANT_ROWS,
+                        ORTEP__QUANT_ROWS / 4 * per * p->m, linear_quant_task, &j);
     return;
   }
   if (k->bf16_rows) { /* x rounded to bf16 once, into the pool's shared area, then the quads on the pool */
@@ -211,8 +211,9 @@ static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
   if (alone && k->xq_mem) {
     /* x quantized once per run, then integer dot products (quant.c) */
     for (size_t r = 0; r < p->m; r++) ortep__cpu_quantize_x((const float *)in[0] + r * p->k, p->k, &k->xq[r]);
-    size_t items = ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / (p->blocked ? 4 : 1);
-    ortep__cpu_pool_for(k->pool, items, (p->blocked ? 4 : 1) * per * p->m / 4, linear_quant_task, &j);
+    size_t rows = p->blocked ? ORTEP__QUANT_ROWS : 1,
+           items = ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / rows;
+    ortep__cpu_pool_for(k->pool, items, rows * per * p->m / 4, linear_quant_task, &j);
   } else if (!alone)
     ortep__cpu_pool_for(k->pool, ortep__cpu_linear_blocks(p->m, p->groups, p->n, p->gate_up),
                         per * 128 * (p->m < 256 ? p->m : 256), linear_gemm_task, &j);
@@ -426,7 +427,7 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   }
   /* a prefill chunk's Linear of q8_0 / q4_0 blocked weights: its rows
    * quantized into the pool's shared area, each row's dot products decode's
-   * (so a chunk computes bitwise what token by token does), a run of quads
+   * (so a chunk computes bitwise what token by token does), a run of tiles
    * read once for all the rows (quant.c) */
   if (k->op.kind == ORTEP__OP_LINEAR && lin->m > 1 && !lin->exact_rows && lin->blocked &&
       lin->quant != ORTEP_DTYPE_COUNT)

@@ -204,12 +204,12 @@ uint32_t ortep__cpu_select(const float *logits, size_t n, const int32_t *tokens,
 void ortep__cpu_to_blocked(const uint16_t *src, size_t n, size_t k, uint16_t *dst);
 void ortep__cpu_to_blocked_in_place(uint16_t *w, size_t n, size_t k, uint16_t *rows);
 /* q8_0 / q4_0 weights (quant.c). The blocked layout (kernels/opset.h) from
- * GGUF's row-major blocks of [n, k] (n % 4 == 0, k % 32 == 0): into dst, or
- * in place one quad of rows at a time through quad_tmp
- * (ortep__cpu_quant_quad_bytes). */
+ * GGUF's row-major blocks of [n, k] (n % 16 == 0, k % 32 == 0): into dst, or
+ * in place one tile of 16 rows at a time through tile_tmp
+ * (ortep__cpu_quant_tile_bytes). */
 void ortep__cpu_quant_block(ortep_dtype dt, const void *src, size_t n, size_t k, void *dst);
-void ortep__cpu_quant_block_in_place(ortep_dtype dt, void *w, size_t n, size_t k, void *quad_tmp);
-size_t ortep__cpu_quant_quad_bytes(ortep_dtype dt, size_t k);
+void ortep__cpu_quant_block_in_place(ortep_dtype dt, void *w, size_t n, size_t k, void *tile_tmp);
+size_t ortep__cpu_quant_tile_bytes(ortep_dtype dt, size_t k);
 /* A row of k float values (f32, f16 or bf16; k a multiple of 32) quantized
  * to q8_0 / q4_0 as ortep_quantize rounds them, bit for bit (AVX-512F where
  * the SIMD set is avx512, else widened and ortep_quantize), into GGUF's
@@ -224,8 +224,8 @@ ortep_status ortep__cpu_quantize_values(ortep_dtype from, const void *x, size_t 
 /* Row r of a q8_0 / q4_0 weight [., k] (row-major or blocked) as f32. */
 void ortep__cpu_quant_row_f32(ortep_dtype dt, const void *w, bool blocked, size_t r, size_t k, float *dst);
 /* x[k] quantized for the integer dot products: 32-value blocks of int8 q
- * with an f32 scale d each, and per four values -8 and -128 times their sum
- * (the offsets of q4_0's and of q8_0's unsigned operands). */
+ * with an f32 scale d each, and per block -8 and -128 times the sum of its
+ * q (the offsets of q4_0's and of q8_0's unsigned operands). */
 typedef struct ortep__cpu_qx {
   int8_t *q;
   float *d;
@@ -238,9 +238,9 @@ void ortep__cpu_quantize_x(const float *x, size_t k, const ortep__cpu_qx *qx);
  * the same for every SIMD variant). */
 float ortep__cpu_quant_dot(ortep_dtype dt, const void *w, bool blocked, size_t r, size_t k, const ortep__cpu_qx *x);
 /* ortep:Linear with q8_0 / q4_0 weights over `rows` rows of x, each
- * quantized (x[row]) and computed as that row alone: items as
- * ortep__cpu_linear_blocked's (quads of outputs) when blocked, else single
- * outputs; an item runs every row against its weight rows. */
+ * quantized (x[row]) and computed as that row alone: items are tiles of 16
+ * outputs when blocked, else single outputs; an item runs every row against
+ * its weight rows. */
 void ortep__cpu_linear_quant(const ortep__cpu_qx *x, size_t rows, size_t k, size_t groups, const cpu_weights *w,
                              const cpu_weights *b, const size_t *n, bool gate_up, bool blocked, const float *res,
                              float *const *y, size_t begin, size_t end);
