@@ -76,6 +76,16 @@ static ortep_status need_init(const cpu_ep *e, const char *what) {
   return ORTEP_OK;
 }
 
+/* The blocked layouts in the EP's keys (cpu_initialize): their sizes
+ * come from kernels/opset.h, so that changing one makes earlier cache files
+ * foreign; a change of their arrangement must change the words. */
+#define KEY_STR_(x) #x
+#define KEY_STR(x)  KEY_STR_(x)
+#define BLOCKED_KEY \
+  "blocked " KEY_STR(ORTEP__LINEAR_ROWS) "x" KEY_STR(ORTEP__LINEAR_COLS) " 16-bit, " KEY_STR(ORTEP__QUANT_ROWS) \
+      "x" KEY_STR(ORTEP__QUANT_COLS) " q8_0^0x80/q4_0 GGUF bytes in 4-byte lanes, runs of " KEY_STR(            \
+          ORTEP__QUANT_RUN) " blocks; quantizer llama.cpp-ref"
+
 static ortep_status cpu_initialize(ortep_ep *ep, const ortep_config *config) {
   cpu_ep *e = self_of(ep);
   static const char *const known[] = {"cpu.threads", "cpu.weights_layout", "cpu.products"};
@@ -112,10 +122,7 @@ static ortep_status cpu_initialize(ortep_ep *ep, const ortep_config *config) {
   e->row_major = layout && !strcmp(layout, "row_major");
   /* what a prepared weight depends on: this EP, its build, its layouts */
   snprintf(e->keys, sizeof e->keys, "%s\nortep %s\n%s", CPU_EP_NAME, ortep_version(),
-           e->row_major
-               ? "row_major; q8_0/q4_0 rows as GGUF; quantizer llama.cpp-ref"
-               : "blocked 4x16 16-bit, 16x32 q8_0^0x80/q4_0 GGUF bytes in 4-byte lanes, runs of 8 blocks; quantizer "
-                 "llama.cpp-ref");
+           e->row_major ? "row_major; q8_0/q4_0 rows as GGUF; quantizer llama.cpp-ref" : BLOCKED_KEY);
   memcpy(e->key_split, e->keys, sizeof e->keys);
   e->n_keys = 0;
   for (char *k = e->key_split; k && e->n_keys < 3; e->n_keys++) {
