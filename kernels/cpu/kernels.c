@@ -165,6 +165,15 @@ static void run_gqa(cpu_kernel *k, const void *const *in, void *const *out, uint
 static size_t quant_row_bytes(size_t k) { return (ortep__cpu_qx_bytes(k) + 63) / 64 * 64; }
 static size_t quant_rows_head(size_t m) { return (m * sizeof(ortep__cpu_qx) + 63) / 64 * 64; }
 
+/* A q8_0 / q4_0 Linear's items on the pool (tiles of outputs when blocked,
+ * else outputs) for its `outputs` outputs, and in *work each one's work (an
+ * integer multiply-add counted a quarter) over m rows of `per` values. */
+static size_t quant_items(size_t outputs, bool blocked, size_t per, size_t m, size_t *work) {
+  size_t rows = blocked ? ORTEP__QUANT_ROWS : 1;
+  *work = rows * per * m / 4;
+  return outputs / rows;
+}
+
 /* ortep:Linear: M > 1 through sgemm blocks (or, bf16_rows, bf16 products
  * per quad; quant_rows, each row's integer dot products), one blocked or
  * row-major row (or rows each alone: exact_rows) through the dot products,
@@ -186,8 +195,8 @@ static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
     for (size_t r = 0; r < p->m; r++) ortep__cpu_qx_init(mem + r * quant_row_bytes(p->k), p->k, &xq[r]);
     j.xq = xq;
     ortep__cpu_pool_for(k->pool, p->m, p->k, quantize_rows_task, &j);
-    ortep__cpu_pool_for(k->pool, ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / ORTEP__QUANT_ROWS,
-                        ORTEP__QUANT_ROWS / 4 * per * p->m, linear_quant_task, &j);
+    size_t work, items = quant_items(ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up), true, per, p->m, &work);
+    ortep__cpu_pool_for(k->pool, items, work, linear_quant_task, &j);
     return;
   }
   if (k->bf16_rows) { /* x rounded to bf16 once, into the pool's shared area, then the quads on the pool */
@@ -211,9 +220,9 @@ static void run_linear(cpu_kernel *k, const void *const *in, void *const *out) {
   if (alone && k->xq_mem) {
     /* x quantized once per run, then integer dot products (quant.c) */
     for (size_t r = 0; r < p->m; r++) ortep__cpu_quantize_x((const float *)in[0] + r * p->k, p->k, &k->xq[r]);
-    size_t rows = p->blocked ? ORTEP__QUANT_ROWS : 1,
-           items = ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up) / rows;
-    ortep__cpu_pool_for(k->pool, items, rows * per * p->m / 4, linear_quant_task, &j);
+    size_t work,
+        items = quant_items(ortep__cpu_linear_items(1, p->groups, p->n, p->gate_up), p->blocked, per, p->m, &work);
+    ortep__cpu_pool_for(k->pool, items, work, linear_quant_task, &j);
   } else if (!alone)
     ortep__cpu_pool_for(k->pool, ortep__cpu_linear_blocks(p->m, p->groups, p->n, p->gate_up),
                         per * 128 * (p->m < 256 ? p->m : 256), linear_gemm_task, &j);

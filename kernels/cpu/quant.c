@@ -371,6 +371,24 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) __m512i vnni_sums(
 ORTEP_QUANT_VNNI static inline __m512 vnni_scales(const uint8_t *s16) {
   return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)s16));
 }
+/* One row of x's block b against a block's weights wv and scales ws, into
+ * acc: the one definition of a block's step that every VNNI kernel below
+ * takes (sums, d_w * d_x, one FMA), so they give the same bits. */
+ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) __m512 vnni_row_step(bool q8, const __m512i *wv,
+                                                                                   __m512 ws, const ortep__cpu_qx *x,
+                                                                                   size_t b, __m512 acc) {
+  __m512i l = vnni_sums(wv, x->q + b * QK, q8 ? x->bias8[b] : x->bias4[b]);
+  return _mm512_fmadd_ps(_mm512_mul_ps(ws, _mm512_set1_ps(x->d[b])), _mm512_cvtepi32_ps(l), acc);
+}
+/* Block i of a tile's run (scales at sc, quants at qr), x's block b, into acc. */
+ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) __m512 vnni_tile_block(bool q8, const uint8_t *sc,
+                                                                                     const uint8_t *qr, size_t i,
+                                                                                     const ortep__cpu_qx *x, size_t b,
+                                                                                     __m512 acc) {
+  __m512i wv[8];
+  vnni_weights(q8, qr + i * (TR * (q8 ? 34u : 18u) - 2 * TR), wv);
+  return vnni_row_step(q8, wv, vnni_scales(sc + i * 2 * TR), x, b, acc);
+}
 
 ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_of(bool q8, bool prefetch, const void *w,
                                                                                  size_t tile, size_t k,
@@ -387,13 +405,8 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_of
     const uint8_t *sc, *qr;
     size_t m = tile_run(t0, nb, bb, g0, &sc, &qr);
     for (size_t i = 0; i < m; i++, ahead += TR * bb) {
-      size_t b = g0 + i;
       if (prefetch) prefetch_block(ahead, q8);
-      __m512i wv[8];
-      vnni_weights(q8, qr + i * (TR * bb - 2 * TR), wv);
-      __m512i l = vnni_sums(wv, x->q + b * QK, q8 ? x->bias8[b] : x->bias4[b]);
-      __m512 s = _mm512_mul_ps(vnni_scales(sc + i * 2 * TR), _mm512_set1_ps(x->d[b]));
-      acc = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(l), acc);
+      acc = vnni_tile_block(q8, sc, qr, i, x, g0 + i, acc);
     }
   }
   _mm512_storeu_ps(v, acc);
@@ -425,8 +438,8 @@ static bool vnni_prefetches(void) {
 }
 
 /* Tile `tile` of two weights of one shape side by side (a gate_up node's
- * gate and up), each with its own accumulator through dot16_vnni_of's
- * operations, so bitwise its results; x's broadcasts shared. Block by
+ * gate and up), each with its own accumulator through vnni_tile_block, as
+ * dot16_vnni_of, so bitwise its results (x's block read once). Block by
  * block, not one tile after the other (with four-row quads a gate_up step's
  * Linear took 172-219 us instead of 232-290, q8_0, 0.5B, 2 threads). Each
  * of the two streams is prefetched PREFETCH ahead (gate_up a further 4-8%
@@ -443,19 +456,10 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_pa
     size_t m = tile_run(ta, nb, bb, g0, &sca, &qra);
     tile_run(tb, nb, bb, g0, &scb, &qrb);
     for (size_t i = 0; i < m; i++, ahead_a += TR * bb, ahead_b += TR * bb) {
-      size_t b = g0 + i;
       prefetch_block(ahead_a, q8);
       prefetch_block(ahead_b, q8);
-      const int8_t *xq = x->q + b * QK;
-      int32_t bias = q8 ? x->bias8[b] : x->bias4[b];
-      __m512 dx = _mm512_set1_ps(x->d[b]);
-      __m512i wv[8];
-      vnni_weights(q8, qra + i * (TR * bb - 2 * TR), wv);
-      __m512i la = vnni_sums(wv, xq, bias);
-      acc_a = _mm512_fmadd_ps(_mm512_mul_ps(vnni_scales(sca + i * 2 * TR), dx), _mm512_cvtepi32_ps(la), acc_a);
-      vnni_weights(q8, qrb + i * (TR * bb - 2 * TR), wv);
-      __m512i lb = vnni_sums(wv, xq, bias);
-      acc_b = _mm512_fmadd_ps(_mm512_mul_ps(vnni_scales(scb + i * 2 * TR), dx), _mm512_cvtepi32_ps(lb), acc_b);
+      acc_a = vnni_tile_block(q8, sca, qra, i, x, g0 + i, acc_a);
+      acc_b = vnni_tile_block(q8, scb, qrb, i, x, g0 + i, acc_b);
     }
   }
   _mm512_storeu_ps(va, acc_a);
@@ -491,10 +495,7 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_ro
       __m512i wv[8];
       vnni_weights(q8, qr + i * (TR * bb - 2 * TR), wv);
       __m512 ws = vnni_scales(sc + i * 2 * TR);
-      for (size_t r = 0; r < R; r++) {
-        __m512i l = vnni_sums(wv, x[r].q + b * QK, q8 ? x[r].bias8[b] : x[r].bias4[b]);
-        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(ws, _mm512_set1_ps(x[r].d[b])), _mm512_cvtepi32_ps(l), acc[r]);
-      }
+      for (size_t r = 0; r < R; r++) acc[r] = vnni_row_step(q8, wv, ws, &x[r], b, acc[r]);
     }
   }
   for (size_t r = 0; r < R; r++) _mm512_storeu_ps(v + TR * r, acc[r]);
