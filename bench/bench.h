@@ -34,6 +34,14 @@ double bench_max(const double *v, size_t n);
  * Intel Xeon's f32 Linear read 8 GFLOP/s over arbitrary bytes). */
 void bench_fill_weights(void *w, size_t bytes, ortep_dtype dt);
 
+/* The CPU EP's blocked layout of an [n, k] weight of dt, as the decoder
+ * binds it (kernels/opset.h; the benches see only the public API, so they
+ * spell it here, once): bench_blocked_rows(dt) rows a tile (16 for q8_0 /
+ * q4_0, else 4), and the shape [n / rows, k / cols, rows, cols] (cols 32
+ * for q8_0 / q4_0, else 16). */
+size_t bench_blocked_rows(ortep_dtype dt);
+ortep_shape bench_blocked_shape(ortep_dtype dt, size_t n, size_t k);
+
 /* {"cpu": ..., "cores": ..., "blas_core": ..., "gpu": ...} and {"version", "git_revision", ...}. */
 cJSON *bench_machine_json(void);
 cJSON *bench_build_json(void);

@@ -72,6 +72,13 @@ void bench_fill_weights(void *w, size_t bytes, ortep_dtype dt) {
       ((uint16_t *)w)[i] = (uint16_t)((dt == ORTEP_DTYPE_BF16 ? 0x3f80u : 0x3c00u) + i % 61);
 }
 
+size_t bench_blocked_rows(ortep_dtype dt) { return ortep_dtype_is_quantized(dt) ? 16 : 4; }
+
+ortep_shape bench_blocked_shape(ortep_dtype dt, size_t n, size_t k) {
+  size_t rows = bench_blocked_rows(dt), cols = ortep_dtype_is_quantized(dt) ? 32 : 16;
+  return (ortep_shape){4, {(int64_t)(n / rows), (int64_t)(k / cols), (int64_t)rows, (int64_t)cols}};
+}
+
 cJSON *bench_machine_json(void) {
   char cpu[256];
   cpu_model(cpu, sizeof cpu);

@@ -286,15 +286,14 @@ static bool linear_open(linear_bench *b, size_t threads, ortep_dtype dtype, size
   bool quant = ortep_dtype_is_quantized(dtype);
   size_t cols = quant ? 32 : 16, row_bytes = k / ortep_dtype_block(dtype) * ortep_dtype_size(dtype);
   blocked = blocked && (ortep_dtype_size(dtype) == 2 || quant) && k % cols == 0;
-  size_t tile = quant ? 16 : 4; /* the rows of a blocked tile (kernels/opset.h) */
+  size_t tile = bench_blocked_rows(dtype);
   *b = (linear_bench){.host = stream_host(), .rows = BOUND_BYTES / row_bytes / tile * tile, .blocked = blocked};
   b->bytes = b->rows * row_bytes;
   b->w = stream_alloc(b->host, b->bytes), b->x = malloc(k * sizeof *b->x), b->y = malloc(b->rows * sizeof *b->y);
   char v[32];
   snprintf(v, sizeof v, "%zu", threads);
   ortep_shape shapes[2] = {{2, {1, (int64_t)k}}, {2, {(int64_t)b->rows, (int64_t)k}}};
-  if (blocked)
-    shapes[1] = (ortep_shape){4, {(int64_t)(b->rows / tile), (int64_t)(k / cols), (int64_t)tile, (int64_t)cols}};
+  if (blocked) shapes[1] = bench_blocked_shape(dtype, b->rows, k);
   ortep_dtype dtypes[2] = {ORTEP_DTYPE_F32, dtype};
   if (!b->w || !b->x || !b->y || ortep_cpu_ep_create(NULL, &b->ep) != ORTEP_OK ||
       ortep_config_create(&b->cfg) != ORTEP_OK || ortep_config_set(b->cfg, "cpu.threads", v) != ORTEP_OK ||

@@ -155,11 +155,9 @@ double bench_linear_gflops(ortep_ep *ep, ortep_dtype dt, size_t m, size_t k, siz
   const char *in[] = {"x", "w"}, *out[] = {"y"};
   ortep_node_id id;
   if (ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "bench", in, 2, out, 1, &id) != ORTEP_OK) goto done;
-  bool blocked = dt != ORTEP_DTYPE_F32;
-  ortep_shape shapes[2] = {{3, {1, (int64_t)m, (int64_t)k}},
-                           quant     ? (ortep_shape){4, {(int64_t)n / 16, (int64_t)k / 32, 16, 32}}
-                           : blocked ? (ortep_shape){4, {(int64_t)n / 4, (int64_t)k / 16, 4, 16}}
-                                     : (ortep_shape){2, {(int64_t)n, (int64_t)k}}};
+  ortep_shape shapes[2] = {
+      {3, {1, (int64_t)m, (int64_t)k}},
+      dt != ORTEP_DTYPE_F32 ? bench_blocked_shape(dt, n, k) : (ortep_shape){2, {(int64_t)n, (int64_t)k}}};
   ortep_dtype dtypes[2] = {ORTEP_DTYPE_F32, dt};
   if (ortep_ep_get_kernel(ep, ortep_graph_node(g, id), shapes, dtypes, 2, 17, &kern) != ORTEP_OK) goto done;
   const void *ins[2] = {x, w};
