@@ -3,12 +3,16 @@
  * stderr; the same seed gives the same text; tokenize and detokenize
  * round-trip; a model without tokenizer.json is refused with a pointer to
  * --prompt-ids, which then works with ids in and out. */
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model_options.h" /* tool_progress, the programs' progress line */
 #include "testutil.h"
+#include <termios.h>
+#include <time.h>
 
 static char g_tmp[64];
 static char g_out[1 << 16], g_err[1 << 16];
@@ -448,6 +452,83 @@ START_TEST(messages_speak_to_the_programs_user) {
 }
 END_TEST
 
+/* Starts a child whose stderr is fd running a slow step (begun 2 s ago)
+ * through the programs' progress callback: 1001 calls, 0 to 1000 of 1000
+ * done. Returns its pid. */
+static pid_t progress_of_a_slow_step_into(int fd) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    dup2(fd, 2);
+    tool_model m = {.prog = "ortep", .cmd = "generate"};
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    m.progress_t0 = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - 2.0;
+    for (size_t done = 0; done <= 1000; done++) tool_progress(&m, "preparing the weights", done, 1000);
+    _exit(0);
+  }
+  return pid;
+}
+
+static void exits_0(pid_t pid) {
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* The progress of a slow step: on a terminal, a redraw only when the
+ * percentage changes (101, not one a call); into a log file, one line when
+ * it is done, no carriage returns. A fast step says nothing. */
+START_TEST(progress_is_drawn_on_a_terminal_and_one_line_in_a_log) {
+  char path[128];
+  static char log[1 << 16]; /* a redraw a call would be 44 kB */
+  snprintf(path, sizeof path, "%s/progress.txt", g_tmp);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ck_assert_int_ge(fd, 0);
+  exits_0(progress_of_a_slow_step_into(fd));
+  close(fd);
+  slurp("progress.txt", log, sizeof log);
+  ck_assert_msg(strncmp(log, "ortep generate: preparing the weights: done (2.", 46) == 0, "'%.300s'", log);
+  ck_assert_msg(!strchr(log, '\r') && strchr(log, '\n') == log + strlen(log) - 1, "'%.300s'", log);
+
+  int master = posix_openpt(O_RDWR | O_NOCTTY);
+  ck_assert_int_ge(master, 0);
+  ck_assert(grantpt(master) == 0 && unlockpt(master) == 0);
+  int slave = open(ptsname(master), O_RDWR | O_NOCTTY);
+  ck_assert_int_ge(slave, 0);
+  struct termios raw;
+  ck_assert_int_eq(tcgetattr(slave, &raw), 0);
+  cfmakeraw(&raw); /* no \n -> \r\n */
+  ck_assert_int_eq(tcsetattr(slave, TCSANOW, &raw), 0);
+  pid_t writer = progress_of_a_slow_step_into(slave);
+  close(slave); /* the child's copy is the last: reads end (EIO) when it exits */
+  size_t n = 0;
+  for (ssize_t got; n < sizeof log - 1 && (got = read(master, log + n, sizeof log - 1 - n)) > 0;) n += (size_t)got;
+  log[n] = '\0';
+  close(master);
+  exits_0(writer);
+  int redraws = 0;
+  for (const char *c = log; (c = strchr(c, '\r')); c++) redraws++;
+  ck_assert_msg(redraws == 101, "%d redraws in %zu bytes: '%.300s'", redraws, n, log);
+  ck_assert_msg(strstr(log, "\rortep generate: preparing the weights: 100% (2."), "'%.300s'", log + n - 100);
+  ck_assert_msg(strchr(log, '\n') == log + n - 1, "'%.300s'", log + n - 100);
+
+  /* a fast step: nothing */
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fd, 2);
+    tool_model m = {.prog = "ortep", .cmd = "generate"};
+    for (size_t done = 0; done <= 10; done++) tool_progress(&m, "preparing the weights", done, 10);
+    _exit(0);
+  }
+  ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+  close(fd);
+  slurp("progress.txt", log, sizeof log);
+  ck_assert_msg(log[0] == '\0', "'%.300s'", log);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("core");
@@ -467,6 +548,7 @@ int main(void) {
   tcase_add_test(tc, the_weights_cache_is_where_it_is_asked_to_be);
   tcase_add_test(tc, tokenizer_and_model_must_agree);
   tcase_add_test(tc, messages_speak_to_the_programs_user);
+  tcase_add_test(tc, progress_is_drawn_on_a_terminal_and_one_line_in_a_log);
   suite_add_tcase(s, tc);
   return test_run(s);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 bool tool_parse_whole(const char *arg, uint64_t lo, uint64_t hi, uint64_t *out) {
   if (arg[0] < '0' || arg[0] > '9') return false;
@@ -169,12 +170,18 @@ void tool_progress(void *ctx, const char *what, size_t done, size_t total) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
   if (m->progress_t0 == 0.0) m->progress_t0 = now;
-  if (now - m->progress_t0 > 1.0 || (m->progress_shown && done == total)) {
-    fprintf(stderr, "\r%s %s: %s: %3.0f%%", m->prog, m->cmd, what,
-            total ? 100.0 * (double)done / (double)total : 100.0);
+  bool finished = done >= total;
+  if (!isatty(2)) {
+    if (finished && now - m->progress_t0 > 1.0)
+      fprintf(stderr, "%s %s: %s: done (%.1f s)\n", m->prog, m->cmd, what, now - m->progress_t0);
+  } else if (now - m->progress_t0 > 1.0 || (m->progress_shown && finished)) {
+    int percent = total ? (int)(100.0 * (double)done / (double)total) : 100;
+    if (!m->progress_shown || percent != m->progress_percent)
+      fprintf(stderr, "\r%s %s: %s: %3d%%", m->prog, m->cmd, what, percent);
+    m->progress_percent = percent;
     m->progress_shown = true;
   }
-  if (done >= total) {
+  if (finished) {
     if (m->progress_shown) fprintf(stderr, " (%.1f s)\n", now - m->progress_t0);
     m->progress_t0 = 0.0, m->progress_shown = false;
   }

@@ -22,6 +22,7 @@ typedef struct tool_model {
   const char *cache, *cache_max; /* --weights-cache, --weights-cache-max */
   long threads;                  /* 0: the CPU EP's default */
   double progress_t0;            /* tool_progress: when the step began (0: not yet) */
+  int progress_percent;          /* tool_progress: the percentage last drawn */
   bool progress_shown;
   char dir[4096]; /* the model directory, once resolved */
 } tool_model;
@@ -98,9 +99,12 @@ bool tool_model_quantized(const tool_model *m);
 int tool_model_config(const tool_model *m, ortep_config **out);
 
 /* A progress callback (ortep_progress_fn) for ortep_decoder_options: ctx is
- * the tool_model. It prints "<prog> <cmd>: quantizing the weights: 40%" on
- * stderr once the step has taken more than a second (quiet below that),
- * and ends the line when the step is done. */
+ * the tool_model. On a terminal it draws "<prog> <cmd>: quantizing the
+ * weights: 40%" on stderr once the step has taken more than a second (quiet
+ * below that), redrawing only when the percentage changes, and ends the line
+ * with the step's time when it is done. When stderr is not a terminal (a log
+ * file, a pipe) it writes one line when a step that took more than a second
+ * is done: "<prog> <cmd>: quantizing the weights: done (1.8 s)". */
 void tool_progress(void *ctx, const char *what, size_t done, size_t total);
 
 #endif
