@@ -332,6 +332,16 @@ static ortep_status initializer_uses(const ortep_session *s, const char *v, uint
   return ORTEP_OK;
 }
 
+/* ortep_initializer.read_done of initializer `name`: options.prepared. */
+typedef struct read_done_ctx {
+  ortep_session *s;
+  const char *name;
+} read_done_ctx;
+static void read_done(void *ctx, size_t offset, size_t bytes) {
+  read_done_ctx *r = ctx;
+  r->s->opts.prepared(r->s->opts.prepared_ctx, r->name, offset, bytes);
+}
+
 /* The EP's chance to hold initializer v (slot sl) in a layout of its own
  * (backend_impl.h: prepare_initializer), given every node that reads it on
  * that EP. *prepared: it did; the slot then points at the EP's buffer (an
@@ -353,6 +363,7 @@ static ortep_status prepare_initializer(ortep_session *s, uint32_t gi, const cha
     mut = NULL; /* a read-only borrow (mapped file pages) */
     ortep_clear_error();
   }
+  read_done_ctx rd = {s, v};
   ortep_initializer in = {v,
                           ortep_tensor_dtype(init),
                           {0},
@@ -361,7 +372,9 @@ static ortep_status prepare_initializer(ortep_session *s, uint32_t gi, const cha
                           mut,
                           uses,
                           n,
-                          ortep_graph_initializer_preference(s->graphs[gi].graph, v)};
+                          ortep_graph_initializer_preference(s->graphs[gi].graph, v),
+                          s->opts.prepared ? read_done : NULL,
+                          &rd};
   ortep_graph_value_info(s->graphs[gi].graph, v, NULL, &in.shape);
   ortep_buffer b = {0};
   ortep_shape shape;
@@ -377,7 +390,7 @@ static ortep_status prepare_initializer(ortep_session *s, uint32_t gi, const cha
   es->uploads[es->n_uploads++] = b;
   es->prepared++;
   s->prep_done += in.bytes;
-  if (s->opts.prepared) s->opts.prepared(s->opts.prepared_ctx, v);
+  if (s->opts.prepared) s->opts.prepared(s->opts.prepared_ctx, v, 0, in.bytes);
   if (s->opts.progress) s->opts.progress(s->opts.progress_ctx, "preparing the weights", s->prep_done, s->prep_total);
   slot *x = &s->slots[sl];
   x->ptr = b.ptr, x->prepared = true, x->pdtype = dtype, x->shape = shape;

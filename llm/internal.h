@@ -31,9 +31,9 @@ bool ortep__model_weights_private(const ortep_model *model);
  * Returns how many the EP holds in a form of its own (blocked, quantized;
  * not the small constants it merely copies). */
 size_t ortep__model_release_prepared(ortep_model *model, const ortep_session *session);
-/* The same for one weight, as the session prepares it (a session's
- * options.prepared callback: ctx is the model). */
-void ortep__model_release_weight(void *model, const char *name);
+/* The same for bytes [offset, offset + bytes) of one weight, as the session
+ * prepares it (a session's options.prepared callback: ctx is the model). */
+void ortep__model_release_weight(void *model, const char *name, size_t offset, size_t bytes);
 
 /* The weights cache (weights_cache.c, decode.h): opened before the session
  * (setting: ortep.weights_cache; limit: ortep.weights_cache_max, refused

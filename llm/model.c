@@ -40,14 +40,17 @@ static const ortep_safetensors_entry *find_weight(const ortep_model *m, const ch
   return NULL;
 }
 /* A mapped weight's pages dropped (read mode: nothing to drop). */
-static void release_entry(const ortep_model *m, const ortep_safetensors_entry *e) {
-  if (m->copy.ptr || !e->size) return;
+/* Bytes [offset, offset + bytes) of weight e are not read again: a mapped
+ * file's pages wholly inside them are dropped (a private copy keeps them). */
+static void release_range(const ortep_model *m, const ortep_safetensors_entry *e, size_t offset, size_t bytes) {
+  if (m->copy.ptr || offset > e->size || bytes > e->size - offset || !bytes) return;
   if (!m->gguf) {
-    ortep__safetensors_release(m->weights, e);
+    ortep__safetensors_release(m->weights, e, offset, bytes);
     return;
   }
-  ortep__release_pages(e->data, e->size);
+  ortep__release_pages((const char *)e->data + offset, bytes);
 }
+static void release_entry(const ortep_model *m, const ortep_safetensors_entry *e) { release_range(m, e, 0, e->size); }
 
 #define CFG_FAIL(...) ortep__fail(ORTEP_E_FORMAT, "config.json: " __VA_ARGS__)
 
@@ -438,10 +441,10 @@ size_t ortep__model_release_prepared(ortep_model *m, const ortep_session *s) {
   }
   return n;
 }
-void ortep__model_release_weight(void *model, const char *name) {
+void ortep__model_release_weight(void *model, const char *name, size_t offset, size_t bytes) {
   ortep_model *m = model;
   const ortep_safetensors_entry *e = find_weight(m, name);
-  if (e) release_entry(m, e);
+  if (e) release_range(m, e, offset, bytes);
 }
 
 size_t ortep_model_weight_bytes(const ortep_model *m) {

@@ -61,12 +61,13 @@ ortep_status ortep__read_file(const char *path, size_t limit, const char *what, 
 
 /* The position of e (one of st's entries) in st: 0 .. count - 1. */
 size_t ortep__safetensors_index(const ortep_safetensors *st, const ortep_safetensors_entry *e);
-/* Drops the resident pages wholly inside entry e of a mapped file (st from
- * ortep_safetensors_open) from this process, for a caller that holds the
+/* Drops the resident pages wholly inside bytes [offset, offset + bytes) of
+ * entry e of a mapped file (st from ortep_safetensors_open) from this process, for a caller that holds the
  * bytes elsewhere now (llm/model.c's repacked weights): advice
  * (MADV_DONTNEED), and a later read would fault them back in from the file.
  * Nothing happens for bytes that are the caller's (ortep_safetensors_parse). */
-void ortep__safetensors_release(const ortep_safetensors *st, const ortep_safetensors_entry *e);
+void ortep__safetensors_release(const ortep_safetensors *st, const ortep_safetensors_entry *e, size_t offset,
+                                size_t bytes);
 /* Drops the resident pages wholly inside [data, data + size) of a file
  * mapping (MADV_DONTNEED): they are read again from the file if touched. */
 void ortep__release_pages(const void *data, size_t size);

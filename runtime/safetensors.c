@@ -69,8 +69,10 @@ uint64_t ortep__fnv1a(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
-void ortep__safetensors_release(const ortep_safetensors *st, const ortep_safetensors_entry *e) {
-  if (st->map_len && e->size) ortep__release_pages(e->data, e->size);
+void ortep__safetensors_release(const ortep_safetensors *st, const ortep_safetensors_entry *e, size_t offset,
+                                size_t bytes) {
+  if (st->map_len && offset <= e->size && bytes <= e->size - offset && bytes)
+    ortep__release_pages((const char *)e->data + offset, bytes);
 }
 
 typedef struct span {

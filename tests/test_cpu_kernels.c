@@ -1384,7 +1384,7 @@ START_TEST(prepare_initializer_blocks_linear_weights) {
   ck_assert_ok(ortep_graph_add_node(g, "Embedding", ORTEP_DOMAIN_ORTEP, "emb", (const char *[]){"w", "x"}, 2,
                                     (const char *[]){"y"}, 1, &emb));
   ortep_initializer_use uses[2] = {{g, ortep_graph_node(g, lin), 1}, {g, ortep_graph_node(g, emb), 0}};
-  ortep_initializer in = {"w", ORTEP_DTYPE_F16, ws, w, sizeof w, NULL, uses, 2, ORTEP_DTYPE_COUNT};
+  ortep_initializer in = {"w", ORTEP_DTYPE_F16, ws, w, sizeof w, NULL, uses, 2, ORTEP_DTYPE_COUNT, NULL, NULL};
   ortep_shape shape;
   ortep_dtype dt;
   ortep_buffer b;

@@ -451,7 +451,7 @@ START_TEST(the_cpu_context_round_trips_and_refuses_bad_blobs) {
   ck_assert_ok(ortep_graph_add_node(g, "Linear", ORTEP_DOMAIN_ORTEP, "lin", (const char *[]){"x", "w"}, 2,
                                     (const char *[]){"y"}, 1, &lin));
   ortep_initializer_use use = {g, ortep_graph_node(g, lin), 1};
-  ortep_initializer in = {"w", ORTEP_DTYPE_BF16, ws, w, sizeof w, NULL, &use, 1, ORTEP_DTYPE_COUNT};
+  ortep_initializer in = {"w", ORTEP_DTYPE_BF16, ws, w, sizeof w, NULL, &use, 1, ORTEP_DTYPE_COUNT, NULL, NULL};
   ortep_dtype dt;
   ortep_shape sh;
   ortep_buffer pa, pb;

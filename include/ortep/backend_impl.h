@@ -75,6 +75,13 @@ typedef struct ortep_initializer {
   /* The block type the graph asks it be stored in (ir.h:
    * ortep_graph_prefer_initializer_dtype), or ORTEP_DTYPE_COUNT. */
   ortep_dtype prefer;
+  /* Optional (NULL: none): an EP preparing a copy may call it for a range
+   * of data, [offset, offset + bytes) of its bytes, that it will not read
+   * again, so that the owner can drop a mapped file's pages before the
+   * whole is done (the peak of a large weight's first open then holds the
+   * copy and a piece of the source, not both whole). */
+  void (*read_done)(void *ctx, size_t offset, size_t bytes);
+  void *read_done_ctx;
 } ortep_initializer;
 
 /* Where save_context writes its blob: n bytes more; false to stop. */

@@ -74,10 +74,12 @@ typedef struct ortep_session_options {
    * with the bytes done of those that are candidates; NULL: none. */
   ortep_progress_fn progress;
   void *progress_ctx;
-  /* Called once an EP holds initializer `name` in a form of its own, so the
-   * bytes it came from are not read again (a mapped model drops their pages
-   * at once, keeping the peak near one copy); NULL: none. */
-  void (*prepared)(void *ctx, const char *name);
+  /* Called as bytes initializer `name` came from will not be read again:
+   * pieces of them ([offset, offset + bytes)) while an EP prepares a copy
+   * of a large one, and all of them (0, its size) once the EP holds it in a
+   * form of its own; a mapped model drops their pages as they come, keeping
+   * the peak near one copy. NULL: none. */
+  void (*prepared)(void *ctx, const char *name, size_t offset, size_t bytes);
   void *prepared_ctx;
 } ortep_session_options;
 

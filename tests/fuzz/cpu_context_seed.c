@@ -50,7 +50,7 @@ static bool make_seed(blob *out) {
   static uint16_t w[8 * 64];
   for (size_t i = 0; i < 8 * 64; i++) w[i] = (uint16_t)(0x3f80 + i % 7); /* bf16 1.0, 1.0078, ... */
   ortep_initializer_use use = {g, ortep_graph_node(g, lin), 1};
-  ortep_initializer in = {"w", ORTEP_DTYPE_BF16, ws, w, sizeof w, NULL, &use, 1, ORTEP_DTYPE_COUNT};
+  ortep_initializer in = {"w", ORTEP_DTYPE_BF16, ws, w, sizeof w, NULL, &use, 1, ORTEP_DTYPE_COUNT, NULL, NULL};
   ortep_dtype dt;
   ortep_shape sh;
   ortep_buffer b;

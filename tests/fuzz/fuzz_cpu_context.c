@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       abort();
     static uint16_t w[8 * 64];
     ortep_initializer_use use = {g, ortep_graph_node(g, lin), 1};
-    ortep_initializer in = {"w", ORTEP_DTYPE_BF16, ws, w, sizeof w, NULL, &use, 1, ORTEP_DTYPE_COUNT};
+    ortep_initializer in = {"w", ORTEP_DTYPE_BF16, ws, w, sizeof w, NULL, &use, 1, ORTEP_DTYPE_COUNT, NULL, NULL};
     ortep_dtype dt;
     ortep_shape sh;
     ortep_buffer b;
