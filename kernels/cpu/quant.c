@@ -450,9 +450,13 @@ ORTEP_QUANT_VNNI static void dot16_vnni_prefetch(ortep_dtype dt, const void *w, 
     dot16_vnni_of(false, true, w, tile, k, x, v);
 }
 
-/* Whether the VNNI kernel that reads one tile at a time prefetches
- * (PREFETCH): on Intel CPUs (CPUID vendor GenuineIntel), where it was
- * measured faster, not elsewhere (AMD, where it was measured slower). */
+/* Whether the VNNI kernels of one row of x (one tile at a time, and the
+ * gate_up pair) prefetch their weights (PREFETCH ahead): on Intel CPUs
+ * (CPUID vendor GenuineIntel), where it was measured faster, not elsewhere
+ * (AMD, where it was measured slower: for the pair, 2026-12-07, whole 0.5B
+ * steps with and without it in alternate rounds of one process, q4_0
+ * 64.7 / 70.3 tokens/s on one thread and a paired median of 0.93 on two,
+ * q8_0 0.90 and 0.96). */
 static bool vnni_prefetches(void) {
   unsigned a, b, c, d;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
@@ -463,10 +467,11 @@ static bool vnni_prefetches(void) {
  * gate and up), each with its own accumulator through vnni_tile_block, as
  * dot16_vnni_of, so bitwise its results (x's block read once). Block by
  * block, not one tile after the other (with four-row quads a gate_up step's
- * Linear took 172-219 us instead of 232-290, q8_0, 0.5B, 2 threads). Each
- * of the two streams is prefetched PREFETCH ahead (gate_up a further 4-8%
- * faster). */
-ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_pair_of(bool q8, const uint8_t *ta,
+ * Linear took 172-219 us instead of 232-290, q8_0, 0.5B, 2 threads). With
+ * `prefetch` (vnni_prefetches) each of the two streams is prefetched
+ * PREFETCH ahead (gate_up a further 4-8% faster where that was measured). */
+ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_pair_of(bool q8, bool prefetch,
+                                                                                      const uint8_t *ta,
                                                                                       const uint8_t *tb, size_t k,
                                                                                       const ortep__cpu_qx *x, float *va,
                                                                                       float *vb) {
@@ -479,8 +484,10 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_pa
     tile_run(tb, nb, bb, g0, &scb, &qrb);
     prefetch_x_run(x, g0 + QRUN, nb, q8);
     for (size_t i = 0; i < m; i++, ahead_a += TR * bb, ahead_b += TR * bb) {
-      prefetch_block(ahead_a, q8);
-      prefetch_block(ahead_b, q8);
+      if (prefetch) {
+        prefetch_block(ahead_a, q8);
+        prefetch_block(ahead_b, q8);
+      }
       acc_a = vnni_tile_block(q8, sca, qra, i, x, g0 + i, acc_a);
       acc_b = vnni_tile_block(q8, scb, qrb, i, x, g0 + i, acc_b);
     }
@@ -488,14 +495,24 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_pa
   _mm512_storeu_ps(va, acc_a);
   _mm512_storeu_ps(vb, acc_b);
 }
+/* One loop per type, without and with the prefetch (as dot16_vnni's). */
+#define VNNI_PAIR(prefetch)                                                                                  \
+  do {                                                                                                       \
+    size_t at = tile * ortep__cpu_quant_tile_bytes(dt, k);                                                   \
+    if (dt == ORTEP_DTYPE_Q8_0)                                                                              \
+      dot16_vnni_pair_of(true, prefetch, (const uint8_t *)wa + at, (const uint8_t *)wb + at, k, x, va, vb);  \
+    else                                                                                                     \
+      dot16_vnni_pair_of(false, prefetch, (const uint8_t *)wa + at, (const uint8_t *)wb + at, k, x, va, vb); \
+  } while (0)
 ORTEP_QUANT_VNNI static void dot16_vnni_pair(ortep_dtype dt, const void *wa, const void *wb, size_t tile, size_t k,
                                              const ortep__cpu_qx *x, float *va, float *vb) {
-  size_t at = tile * ortep__cpu_quant_tile_bytes(dt, k);
-  if (dt == ORTEP_DTYPE_Q8_0)
-    dot16_vnni_pair_of(true, (const uint8_t *)wa + at, (const uint8_t *)wb + at, k, x, va, vb);
-  else
-    dot16_vnni_pair_of(false, (const uint8_t *)wa + at, (const uint8_t *)wb + at, k, x, va, vb);
+  VNNI_PAIR(false);
 }
+ORTEP_QUANT_VNNI static void dot16_vnni_pair_prefetch(ortep_dtype dt, const void *wa, const void *wb, size_t tile,
+                                                      size_t k, const ortep__cpu_qx *x, float *va, float *vb) {
+  VNNI_PAIR(true);
+}
+#undef VNNI_PAIR
 
 /* dot16_vnni_of for R rows of x at once (a prefill chunk's): each block's
  * weights loaded (and q4_0's nibbles split) and its scales widened once for
@@ -662,10 +679,11 @@ static dot16_fn pick(const char **name, quantize_fn *quantize, dot16_rows_fn *ro
   *pair = dot16_each_tile;
 #if defined(__x86_64__)
   if (strcmp(set, "portable")) *quantize = quantize_x_avx2;
-  if (!strcmp(set, "avx512") && have_vnni())
-    return *rows = dot16_vnni_rows, *pair = dot16_vnni_pair,
-           vnni_prefetches() ? (*name = "avx512-vnni+prefetch", dot16_vnni_prefetch)
-                             : (*name = "avx512-vnni", dot16_vnni);
+  if (!strcmp(set, "avx512") && have_vnni()) {
+    *rows = dot16_vnni_rows;
+    if (vnni_prefetches()) return *pair = dot16_vnni_pair_prefetch, *name = "avx512-vnni+prefetch", dot16_vnni_prefetch;
+    return *pair = dot16_vnni_pair, *name = "avx512-vnni", dot16_vnni;
+  }
   if (strcmp(set, "portable")) return *name = "avx2", dot16_avx2;
 #endif
   (void)set;
