@@ -70,14 +70,21 @@ int bench_next_option(const char *cmd, int argc, char **argv, const struct optio
 /* Parses a positive integer option; on error prints a usage error. */
 int bench_parse_count(const char *cmd, const char *opt, const char *arg, long min, long max, long *out);
 
-/* The read bound (decode.c): threads streaming a buffer far larger than the
- * caches; read_rate reads at least `bytes` and returns bytes per second. */
+/* The read bound (read.c): `threads` threads streaming a buffer of
+ * BENCH_READ_BYTES, far larger than the caches; read_rate reads at least
+ * `bytes` and returns bytes per second. Peaks are the best of
+ * BENCH_READ_PASSES such passes. */
+#define BENCH_READ_BYTES  ((size_t)512 << 20)
+#define BENCH_READ_PASSES 10
 typedef struct read_bench read_bench;
-bool read_open(read_bench *b, size_t threads);
+read_bench *read_new(size_t threads); /* its buffer written, or NULL */
 double read_rate(read_bench *b, size_t bytes);
-void read_close(read_bench *b);
-read_bench *read_new(size_t threads); /* opened, or NULL */
 void read_delete(read_bench *b);
+/* Buffers to stream (the read bound's, the Linear probe's weights) from the
+ * runtime's host allocator, on the pages weights read into memory get. */
+ortep_allocator *bench_stream_host(void);
+void *bench_stream_alloc(ortep_allocator *host, size_t bytes);
+void bench_stream_free(ortep_allocator *host, void *p, size_t bytes);
 /* The weight bytes of the model as a decoder over it holds them: as stored,
  * or with --dtype q8_0 / q4_0 the projections, and the embedding / lm_head
  * as --embedding-dtype says (q8_0 by default), as quantized at open;
@@ -86,7 +93,7 @@ void read_delete(read_bench *b);
 struct tool_model;
 size_t bench_held_weight_bytes(const struct tool_model *m, const ortep_model *mdl, size_t *read_per_token);
 /* Whether a step reading read_per_token bytes streams them from memory on
- * `threads` threads (decode.c), so that a read of as many bytes bounds it. */
+ * `threads` threads (read.c), so that a read of as many bytes bounds it. */
 bool bench_read_binds(size_t read_per_token, size_t threads);
 
 /* --dtype A,B,... of decode and prefill: split into buf (len bytes), 2 to

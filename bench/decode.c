@@ -16,7 +16,6 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -99,169 +98,6 @@ static double cpu_now_ns(void) {
   return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* The read bound: `threads` threads each sum their slice of a buffer far
- * larger than the caches, what streaming weights can reach. The sum uses
- * 32-byte loads where the CPU has AVX2 (a scalar loop under-measured this
- * VM's bandwidth by ~15%, and a bound that is too low flatters every
- * fraction of it). */
-typedef struct reader {
-  const uint64_t *p;
-  size_t n, passes;
-  uint64_t sum;
-  bool avx2;
-} reader;
-#if defined(__x86_64__)
-#include <immintrin.h>
-__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n) {
-  __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    a = _mm256_add_epi64(a, _mm256_loadu_si256((const __m256i *)(p + i)));
-    b = _mm256_add_epi64(b, _mm256_loadu_si256((const __m256i *)(p + i + 4)));
-    c = _mm256_add_epi64(c, _mm256_loadu_si256((const __m256i *)(p + i + 8)));
-    d = _mm256_add_epi64(d, _mm256_loadu_si256((const __m256i *)(p + i + 12)));
-  }
-  uint64_t lanes[4];
-  _mm256_storeu_si256((__m256i *)lanes, _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d)));
-  uint64_t s = lanes[0] + lanes[1] + lanes[2] + lanes[3];
-  for (; i < n; i++) s += p[i];
-  return s;
-}
-#endif
-static void *read_slice(void *arg) {
-  reader *r = arg;
-  for (size_t pass = 0; pass < r->passes; pass++) {
-#if defined(__x86_64__)
-    if (r->avx2) {
-      r->sum += sum_avx2(r->p, r->n);
-      continue;
-    }
-#endif
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (size_t i = 0; i + 4 <= r->n; i += 4) s0 += r->p[i], s1 += r->p[i + 1], s2 += r->p[i + 2], s3 += r->p[i + 3];
-    r->sum += s0 + s1 + s2 + s3;
-  }
-  return NULL;
-}
-
-#define BOUND_BYTES  ((size_t)512 << 20)
-#define BOUND_PASSES 10
-
-/* Whether a token's weights outgrow the last-level cache, so that the read
- * bound is the one that binds: decided by served_from_cache (below, once a
- * process) where they are within the size the CPU reports but more than a
- * sixteenth of it, since that size
- * is not to be trusted alone (this VM reports a 508 MiB L3, and its q8_0
- * 0.5B step of 501 MiB streams from memory). ORTEP_BENCH_CACHE_BYTES (a
- * test hook) stands in for the cache's size, unmeasured. */
-static bool served_from_cache(size_t bytes, size_t threads);
-bool bench_read_binds(size_t read_per_token, size_t threads) {
-  const char *hook = getenv("ORTEP_BENCH_CACHE_BYTES");
-  if (hook) return read_per_token > (size_t)atol(hook);
-  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  size_t claim = llc > 0 ? (size_t)llc : (size_t)32 << 20;
-  if (read_per_token > claim) return true;
-  if (read_per_token <= claim / 16) return false; /* far inside it: cached, whatever the machine's load */
-  static size_t asked;
-  static bool bound;
-  if (asked != read_per_token) asked = read_per_token, bound = !served_from_cache(read_per_token, threads);
-  return bound;
-}
-
-/* Both streamed buffers, the read bound's and the kernel's weights, come
- * from the runtime's host allocator, so they sit on the same kind of pages as
- * weights read into memory (transparent huge pages where the kernel gives
- * them; 4 KiB pages cost ~12% of this VM's read rate). */
-static void *stream_alloc(ortep_allocator *host, size_t bytes) {
-  void *p = NULL;
-  return host && ortep_allocator_allocate(host, bytes, 64, &p) == ORTEP_OK ? p : NULL;
-}
-static void stream_free(ortep_allocator *host, void *p, size_t bytes) {
-  if (p) ortep_allocator_deallocate(host, p, bytes, 64);
-}
-static ortep_allocator *stream_host(void) {
-  ortep_allocator *host = NULL;
-  return ortep_host_allocator_create(NULL, &host) == ORTEP_OK ? host : NULL;
-}
-
-struct read_bench {
-  ortep_allocator *host;
-  uint64_t *buf;
-  size_t words, threads, bytes;
-  reader *rd;
-  pthread_t *th;
-  bool avx2;
-};
-/* A buffer of `bytes` (a multiple of 8) to stream. */
-static bool read_open_sized(read_bench *b, size_t threads, size_t bytes) {
-  *b = (read_bench){.host = stream_host(), .words = bytes / 8, .threads = threads, .bytes = bytes};
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  b->avx2 = __builtin_cpu_supports("avx2");
-#endif
-  b->buf = stream_alloc(b->host, bytes), b->rd = calloc(threads, sizeof *b->rd);
-  b->th = calloc(threads, sizeof *b->th);
-  if (!b->buf || !b->rd || !b->th) return false;
-  for (size_t i = 0; i < b->words; i++) b->buf[i] = i;
-  return true;
-}
-bool read_open(read_bench *b, size_t threads) { return read_open_sized(b, threads, BOUND_BYTES); }
-/* Reads at least `bytes` (whole passes over the buffer, each thread over its
- * slice): bytes per second. */
-double read_rate(read_bench *b, size_t bytes) {
-  size_t passes = bytes > b->bytes ? (bytes + b->bytes - 1) / b->bytes : 1;
-  double t0 = bench_now_ns();
-  size_t started = 0, w = b->words, n = b->threads;
-  for (size_t t = 0; t < n; t++) {
-    b->rd[t] = (reader){b->buf + w * t / n, w * (t + 1) / n - w * t / n, passes, 0, b->avx2};
-    if (t && pthread_create(&b->th[t], NULL, read_slice, &b->rd[t]) == 0) started = t;
-  }
-  read_slice(&b->rd[0]);
-  for (size_t t = 1; t <= started; t++) pthread_join(b->th[t], NULL);
-  double bw = (double)(passes * b->words * 8) / ((bench_now_ns() - t0) / 1e9);
-  volatile uint64_t sink = b->rd[0].sum;
-  (void)sink;
-  return bw;
-}
-void read_close(read_bench *b) {
-  stream_free(b->host, b->buf, b->bytes), free(b->rd), free(b->th);
-  ortep_allocator_destroy(b->host);
-  *b = (read_bench){0};
-}
-read_bench *read_new(size_t threads) {
-  read_bench *b = calloc(1, sizeof *b);
-  if (b && !read_open(b, threads)) {
-    read_close(b);
-    free(b);
-    return NULL;
-  }
-  return b;
-}
-void read_delete(read_bench *b) {
-  if (b) read_close(b);
-  free(b);
-}
-
-/* Whether `bytes` read again and again come from the cache: a buffer of as
- * many bytes, warmed by one pass, read over and over (at least 512 MiB in
- * all, so that starting the threads does not count) at least 1.5x as fast
- * as the 512 MiB streaming read (best of three each, taken in alternation). A buffer that
- * cannot be had is taken at the CPU's word. */
-static bool served_from_cache(size_t bytes, size_t threads) {
-  read_bench hot = {0}, cold = {0};
-  size_t sized = (bytes + 63) / 64 * 64;
-  bool ok = read_open_sized(&hot, threads, sized);
-  ok = ok && read_open(&cold, threads);
-  double h = 0, c = 0;
-  if (ok) read_rate(&hot, sized); /* into the cache, if it fits */
-  for (int i = 0; ok && i < 3; i++) {
-    double rh = read_rate(&hot, 3 * sized > BOUND_BYTES ? 3 * sized : BOUND_BYTES), rc = read_rate(&cold, BOUND_BYTES);
-    h = rh > h ? rh : h, c = rc > c ? rc : c;
-  }
-  read_close(&hot), read_close(&cold);
-  return ok ? h >= 1.5 * c : true;
-}
-
 /* The Linear kernel alone: one [1, k] x [rows, k]^T node of the model's
  * weight dtype over as many bytes as the read bound streams, run by a CPU EP
  * with the same threads. Its rate over the read bound is how close the dot
@@ -287,9 +123,10 @@ static bool linear_open(linear_bench *b, size_t threads, ortep_dtype dtype, size
   size_t cols = quant ? 32 : 16, row_bytes = k / ortep_dtype_block(dtype) * ortep_dtype_size(dtype);
   blocked = blocked && (ortep_dtype_size(dtype) == 2 || quant) && k % cols == 0;
   size_t tile = bench_blocked_rows(dtype);
-  *b = (linear_bench){.host = stream_host(), .rows = BOUND_BYTES / row_bytes / tile * tile, .blocked = blocked};
+  *b = (linear_bench){
+      .host = bench_stream_host(), .rows = BENCH_READ_BYTES / row_bytes / tile * tile, .blocked = blocked};
   b->bytes = b->rows * row_bytes;
-  b->w = stream_alloc(b->host, b->bytes), b->x = malloc(k * sizeof *b->x), b->y = malloc(b->rows * sizeof *b->y);
+  b->w = bench_stream_alloc(b->host, b->bytes), b->x = malloc(k * sizeof *b->x), b->y = malloc(b->rows * sizeof *b->y);
   char v[32];
   snprintf(v, sizeof v, "%zu", threads);
   ortep_shape shapes[2] = {{2, {1, (int64_t)k}}, {2, {(int64_t)b->rows, (int64_t)k}}};
@@ -320,7 +157,7 @@ static void linear_close(linear_bench *b) {
   ortep_graph_destroy(b->g);
   ortep_ep_destroy(b->ep);
   ortep_config_destroy(b->cfg);
-  stream_free(b->host, b->w, b->bytes), free(b->x), free(b->y);
+  bench_stream_free(b->host, b->w, b->bytes), free(b->x), free(b->y);
   ortep_allocator_destroy(b->host);
 }
 
@@ -402,7 +239,7 @@ static void print_profile(const cJSON *prof, long tokens) {
  * pass taken elsewhere sets a long run's average against a short burst. */
 static int run_mode(const char *dir, const mode_def *m, const char *ep, const char *seams, const ortep_config *config,
                     const int32_t *prompt, size_t plen, long tokens, long warmup, long runs, bool explain,
-                    bool progress, read_bench *before, size_t read_per_token, mode_result *r, char *ep_used,
+                    bool progress, read_bench **before, size_t read_per_token, mode_result *r, char *ep_used,
                     size_t ep_used_len, size_t *threads_used, const char **simd_used, bool *blocked) {
   ortep_decoder_options o = {.ep = ep,
                              .max_seq_len = (size_t)(plen + (size_t)tokens + (size_t)warmup + 1),
@@ -448,9 +285,8 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
   }
   r->ntokens = (size_t)tokens;
   bool pair = before && !strcmp(ep_used, "cpu_ep") && bench_read_binds(read_per_token, *threads_used);
-  if (pair && !before->buf && !read_open(before, *threads_used)) {
+  if (pair && !*before && !(*before = read_new(*threads_used))) {
     fprintf(stderr, "ortep-bench decode: no memory for the read before each run; the bound is taken after the runs\n");
-    read_close(before);
     pair = false;
   }
   double cpu_total = 0;
@@ -458,7 +294,7 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
   for (long run = 0; run < runs && !rc; run++) {
     int32_t next;
     double p0 = 0;
-    if (pair) rd[run] = read_rate(before, (size_t)tokens * read_per_token);
+    if (pair) rd[run] = read_rate(*before, (size_t)tokens * read_per_token);
     if (ortep_decoder_reset(d) || (p0 = bench_now_ns(), ortep_decoder_prefill(d, prompt, plen, &next))) {
       fprintf(stderr, "ortep-bench decode: %s mode: %s\n", m->name, ortep_last_error());
       rc = 1;
@@ -713,13 +549,13 @@ static int run_all(const decode_opts *o, decode_run *r) {
   if (tool_model_config(&o->m, &config)) return 1;
   bool progress = isatty(2);
   int rc = 0;
-  read_bench before = {0};
+  read_bench *before = NULL;
   for (int i = 0; i < NMODES && !rc; i++)
     if (o->want[i])
       rc = run_mode(r->dir, &modes[i], o->m.ep, o->seams, config, r->prompt, (size_t)o->plen, o->tokens, o->warmup,
                     o->runs, o->explain, progress, &before, r->read_per_token, &r->res[i], r->ep_used,
                     sizeof r->ep_used, &r->threads_used, &r->simd_used, &r->blocked);
-  read_close(&before);
+  read_delete(before);
   r->n_launch = o->n_per_launch;
   for (size_t i = 0; i < r->n_launch; i++) r->launch[i] = (bench_launch){.k = o->per_launch[i]};
   if (r->n_launch && !rc)
@@ -767,22 +603,22 @@ static mode_id best_mode(const decode_run *r) {
 
 /* After the runs: the peak read (r->bw) and, where the model has
  * projections, the Linear kernel's rate (r->kbw), each the best of
- * BOUND_PASSES passes of 512 MiB taken in alternation (read, kernel, read,
+ * BENCH_READ_PASSES passes of 512 MiB taken in alternation (read, kernel, read,
  * ...), so that both see the same moments of a machine whose bandwidth
  * drifts. The peak is the bound where no read went before the runs (the
  * weights fit in cache). A figure that cannot be measured is left 0 (and
  * out of the report). */
 static void measure_bounds(decode_run *r) {
-  read_bench rb;
+  read_bench *rb = read_new(r->threads_used);
   linear_bench lb = {0};
-  bool read_ok = read_open(&rb, r->threads_used);
+  bool read_ok = rb != NULL;
   bool lin_ok =
       read_ok && r->has_wdtype && linear_open(&lb, r->threads_used, r->wdtype, (size_t)r->cfg.hidden_size, r->blocked);
   if (read_ok && r->has_wdtype && !lin_ok)
     fprintf(stderr, "ortep-bench decode: the Linear kernel alone (%s) could not run: %s\n", ortep_dtype_name(r->wdtype),
             ortep_last_error());
-  for (int pass = 0; pass < BOUND_PASSES && read_ok; pass++) {
-    double bw = read_rate(&rb, BOUND_BYTES);
+  for (int pass = 0; pass < BENCH_READ_PASSES && read_ok; pass++) {
+    double bw = read_rate(rb, BENCH_READ_BYTES);
     if (bw > r->bw) r->bw = bw;
     if (!lin_ok) continue;
     double kbw = linear_pass(&lb);
@@ -792,7 +628,7 @@ static void measure_bounds(decode_run *r) {
   if (!lin_ok) r->kbw = 0;
   r->krows = lb.rows;
   r->kblocked = lb.blocked;
-  read_close(&rb);
+  read_delete(rb);
   if (r->has_wdtype) linear_close(&lb);
 }
 
