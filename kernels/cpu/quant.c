@@ -496,23 +496,25 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_pa
   _mm512_storeu_ps(vb, acc_b);
 }
 /* One loop per type, without and with the prefetch (as dot16_vnni's). */
-#define VNNI_PAIR(prefetch)                                                                                  \
-  do {                                                                                                       \
-    size_t at = tile * ortep__cpu_quant_tile_bytes(dt, k);                                                   \
-    if (dt == ORTEP_DTYPE_Q8_0)                                                                              \
-      dot16_vnni_pair_of(true, prefetch, (const uint8_t *)wa + at, (const uint8_t *)wb + at, k, x, va, vb);  \
-    else                                                                                                     \
-      dot16_vnni_pair_of(false, prefetch, (const uint8_t *)wa + at, (const uint8_t *)wb + at, k, x, va, vb); \
-  } while (0)
+ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_pair_dt(bool prefetch, ortep_dtype dt,
+                                                                                      const void *wa, const void *wb,
+                                                                                      size_t tile, size_t k,
+                                                                                      const ortep__cpu_qx *x, float *va,
+                                                                                      float *vb) {
+  size_t at = tile * ortep__cpu_quant_tile_bytes(dt, k);
+  if (dt == ORTEP_DTYPE_Q8_0)
+    dot16_vnni_pair_of(true, prefetch, (const uint8_t *)wa + at, (const uint8_t *)wb + at, k, x, va, vb);
+  else
+    dot16_vnni_pair_of(false, prefetch, (const uint8_t *)wa + at, (const uint8_t *)wb + at, k, x, va, vb);
+}
 ORTEP_QUANT_VNNI static void dot16_vnni_pair(ortep_dtype dt, const void *wa, const void *wb, size_t tile, size_t k,
                                              const ortep__cpu_qx *x, float *va, float *vb) {
-  VNNI_PAIR(false);
+  dot16_vnni_pair_dt(false, dt, wa, wb, tile, k, x, va, vb);
 }
 ORTEP_QUANT_VNNI static void dot16_vnni_pair_prefetch(ortep_dtype dt, const void *wa, const void *wb, size_t tile,
                                                       size_t k, const ortep__cpu_qx *x, float *va, float *vb) {
-  VNNI_PAIR(true);
+  dot16_vnni_pair_dt(true, dt, wa, wb, tile, k, x, va, vb);
 }
-#undef VNNI_PAIR
 
 /* dot16_vnni_of for R rows of x at once (a prefill chunk's): each block's
  * weights loaded (and q4_0's nibbles split) and its scales widened once for
