@@ -561,6 +561,20 @@ static int cmd_detokenize(int argc, char **argv) {
   return rc;
 }
 
+/* "CPU <set>": the dot products the CPU EP uses here (ORTEP_CPU_SIMD and
+ * ORTEP_CPU_HIDE included), or why it refuses to start. */
+static const char *cpu_label(char *buf, size_t size) {
+  ortep_ep *ep = NULL;
+  ortep_status st = ortep_cpu_ep_create(NULL, &ep);
+  if (st == ORTEP_OK) st = ortep_ep_initialize(ep, NULL);
+  if (st == ORTEP_OK)
+    snprintf(buf, size, "CPU %s", ortep_cpu_ep_simd(ep));
+  else
+    snprintf(buf, size, "CPU EP refused: %s", ortep_last_error());
+  ortep_ep_destroy(ep);
+  return buf;
+}
+
 static int run_command(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
@@ -568,8 +582,9 @@ static int run_command(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "--version")) {
-    char blas[128];
-    printf("ortep %s (%s), %s\n", ortep_version(), ortep_git_revision(), tool_blas_label(blas, sizeof blas));
+    char blas[128], cpu[600];
+    printf("ortep %s (%s), %s, %s\n", ortep_version(), ortep_git_revision(), cpu_label(cpu, sizeof cpu),
+           tool_blas_label(blas, sizeof blas));
     return 0;
   }
   if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);

@@ -82,6 +82,29 @@ static void teardown(void) {
   ck_assert_int_eq(system(cmd), 0);
 }
 
+/* --version names the CPU EP's dot products as the environment chooses them
+ * (ORTEP_CPU_HIDE, ORTEP_CPU_SIMD), or why the EP refuses to start. */
+START_TEST(version_names_the_cpu_eps_dot_products) {
+  ortep_ep *ep;
+  ck_assert_ok(ortep_cpu_ep_create(NULL, &ep));
+  ck_assert_ok(ortep_ep_initialize(ep, NULL));
+  char want[64], hide[64] = "";
+  snprintf(want, sizeof want, ", CPU %s, ", ortep_cpu_ep_simd(ep));
+  ortep_ep_destroy(ep);
+  ck_assert_int_eq(ortep("--version", NULL), 0);
+  ck_assert_msg(strstr(g_out, want), "wanted '%s' in: %s", want, g_out);
+  if (getenv("ORTEP_CPU_HIDE")) snprintf(hide, sizeof hide, "%s", getenv("ORTEP_CPU_HIDE"));
+  setenv("ORTEP_CPU_HIDE", "avx2", 1); /* a CPU without AVX2 */
+  ck_assert_int_eq(ortep("--version", NULL), 0);
+  ck_assert_msg(strstr(g_out, ", CPU portable, "), "%s", g_out);
+  setenv("ORTEP_CPU_HIDE", "sse9", 1);
+  ck_assert_int_eq(ortep("--version", NULL), 0);
+  ck_assert_msg(strstr(g_out, ", CPU EP refused: cpu_ep: ORTEP_CPU_HIDE='sse9': 'sse9' is not an instruction set"),
+                "%s", g_out);
+  setenv("ORTEP_CPU_HIDE", hide, 1);
+}
+END_TEST
+
 /* --version names OpenBLAS's kernel set; where OpenBLAS fell back to its
  * generic Prescott kernels on a CPU that runs wider ones, ortep started
  * again with OPENBLAS_CORETYPE naming them (test_bench checks ortep-bench's),
@@ -534,6 +557,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, version_names_the_openblas_kernels_and_a_restart_keeps_stdin);
+  tcase_add_test(tc, version_names_the_cpu_eps_dot_products);
   tcase_add_test(tc, usage_errors_exit_2_and_name_the_argument);
   tcase_add_test(tc, generate_streams_text_and_sampling_is_reproducible);
   tcase_add_test(tc, tokens_per_launch_changes_no_text);

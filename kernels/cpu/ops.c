@@ -15,7 +15,9 @@
 #include <strings.h>
 
 #include "kernels/opset.h" /* the blocked layout */
+#include "isa.h"
 #include "ops.h"
+#include "simd.h"
 
 static void blocked_row_f32(cpu_weights w, size_t r, size_t k, float *dst);
 
@@ -228,14 +230,12 @@ static const float *x4_as_is(const float *x, size_t k, float *xp) {
 
 /* --- SIMD dot products -------------------------------------------------------
  * x86-64: AVX-512F (simd_avx512.h) or AVX2 + FMA + F16C (simd_avx2.h),
- * the widest the CPU and the OS support, chosen once per process (and
+ * the widest the CPU and the OS support (isa.h), chosen once per process (and
  * ORTEP_CPU_SIMD=avx512|avx2|portable asks for one: pick_dots). Within one
  * process the choice never changes, so results do not depend on the thread
  * count; the variants differ from each other and from the portable loops
  * above only by float rounding (a different summation order). */
 #if defined(__x86_64__)
-#include <immintrin.h>
-
 #include "simd_avx2.h"
 #include "simd_avx512.h"
 #include "simd_rows.h"
@@ -336,34 +336,7 @@ static char dots_error[256];     /* why ORTEP_CPU_SIMD could not be honoured; ""
 static ortep_status dots_status; /* INVALID_ARGUMENT: not a name; NOT_SUPPORTED: a set this CPU lacks */
 
 #if defined(__x86_64__)
-#include <cpuid.h>
-/* CPUID and XGETBV read directly (compilers disagree on which feature names
- * __builtin_cpu_supports knows): AVX2, FMA and F16C with the OS saving the
- * YMM registers; AVX-512F with the OS saving the opmask and ZMM registers
- * too. */
-static unsigned xcr0(void) {
-  unsigned lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return lo;
-}
-static bool have_avx2_fma_f16c(void) {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
-  bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
-  if (!(fma && osxsave && avx && f16c)) return false;
-  if ((xcr0() & 6u) != 6u) return false; /* XMM and YMM state enabled */
-  if (__get_cpuid_max(0, NULL) < 7) return false;
-  __cpuid_count(7, 0, a, b, c, d);
-  return b & (1u << 5); /* AVX2 */
-}
-static bool have_avx512f(void) {
-  if (!have_avx2_fma_f16c()) return false;
-  unsigned a, b, c, d;
-  __cpuid_count(7, 0, a, b, c, d);
-  if (!(b & (1u << 16))) return false; /* AVX512F */
-  return (xcr0() & 0xe6u) == 0xe6u;    /* XMM, YMM, opmask, ZMM0-15 upper halves, ZMM16-31 */
-}
-__attribute__((target("avx2"))) static void exp_avx2(const float *x, float *y, size_t n) {
+ORTEP_SIMD_AVX2 static void exp_avx2(const float *x, float *y, size_t n) {
   const __m256 lo = _mm256_set1_ps(EXP_LO), one = _mm256_set1_ps(1.0f);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -389,7 +362,7 @@ __attribute__((target("avx2"))) static void exp_avx2(const float *x, float *y, s
   exp_sse(x + i, y + i, n - i);
 }
 
-__attribute__((target("avx512f"))) static void exp_avx512(const float *x, float *y, size_t n) {
+ORTEP_SIMD_AVX512 static void exp_avx512(const float *x, float *y, size_t n) {
   const __m512 lo = _mm512_set1_ps(EXP_LO), one = _mm512_set1_ps(1.0f);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -470,29 +443,14 @@ static const dot_set avx512_set = {.f32 = dot_f32_avx512,
                                    .head_scores = head_scores_avx512,
                                    .head_values = head_values_avx512,
                                    .name = "avx512"};
-static bool have_avx512vl(void) {
-  unsigned a, b, c, d;
-  __cpuid_count(7, 0, a, b, c, d);
-  return b & (1u << 31);
-}
-static bool have_avx512bw_vl(void) {
-  unsigned a, b, c, d;
-  __cpuid_count(7, 0, a, b, c, d);
-  return (b & (1u << 30)) && (b & (1u << 31));
-}
-/* AVX512-BF16: CPUID.(7,1):EAX bit 5 */
-static bool have_avx512bf16(void) {
-  unsigned a, b, c, d;
-  __cpuid_count(7, 1, a, b, c, d);
-  return a & (1u << 5);
-}
 #endif
 
-/* The widest set the machine supports, or the one ORTEP_CPU_SIMD names
- * ("auto" or unset: the widest). A name that is unknown, or a set this CPU
- * lacks, leaves the portable loops in place and records why in dots_error
+/* The widest set the machine supports (isa.h), or the one ORTEP_CPU_SIMD
+ * names ("auto" or unset: the widest). A name that is unknown, or a set this
+ * CPU lacks, leaves the portable loops in place and records why in dots_error
  * (and dots_status: ORTEP_E_INVALID_ARGUMENT for a name that is not a set,
- * ORTEP_E_NOT_SUPPORTED for a set this CPU or its OS lacks);
+ * ORTEP_E_NOT_SUPPORTED for a set this CPU or its OS lacks, or that
+ * ORTEP_CPU_HIDE hides);
  * the CPU EP refuses to initialise, and to make a kernel, with that message
  * (ortep__cpu_simd_check), so no kernel runs on a set that was not asked for;
  * and since every kernel is made after that check, the kernels themselves
@@ -500,11 +458,9 @@ static bool have_avx512bf16(void) {
 static void pick_dots(void) {
   const char *want = getenv("ORTEP_CPU_SIMD");
   if (want && !*want) want = NULL;
-  bool avx512 = false, avx2 = false;
-#if defined(__x86_64__)
-  avx512 = have_avx512f();
-  avx2 = have_avx2_fma_f16c();
-#endif
+  const unsigned isa = ortep__cpu_isa();
+  const bool avx512 = isa & ORTEP_ISA_AVX512F, avx2 = isa & ORTEP_ISA_AVX2;
+  const bool bw_vl = (isa & ORTEP_ISA_AVX512BW) && (isa & ORTEP_ISA_AVX512VL);
   const char *have = avx512 ? "avx512, avx2 and portable" : avx2 ? "avx2 and portable" : "portable only";
   if (want && strcmp(want, "auto") && strcmp(want, "avx512") && strcmp(want, "avx2") && strcmp(want, "portable")) {
     snprintf(dots_error, sizeof dots_error,
@@ -514,10 +470,12 @@ static void pick_dots(void) {
     return;
   }
   if (want && ((!strcmp(want, "avx512") && !avx512) || (!strcmp(want, "avx2") && !avx2))) {
+    const char *hide = getenv("ORTEP_CPU_HIDE");
     snprintf(dots_error, sizeof dots_error,
-             "ORTEP_CPU_SIMD=%s: this CPU (or its OS) does not support it; it supports %s; unset ORTEP_CPU_SIMD to "
-             "use the widest",
-             want, have);
+             "ORTEP_CPU_SIMD=%s: this CPU (or its OS) does not support it%s%.40s%s; it supports %s; unset "
+             "ORTEP_CPU_SIMD to use the widest",
+             want, hide && *hide ? ", or ORTEP_CPU_HIDE='" : "", hide && *hide ? hide : "",
+             hide && *hide ? "' hides it" : "", have);
     dots_status = ORTEP_E_NOT_SUPPORTED;
     return;
   }
@@ -527,9 +485,9 @@ static void pick_dots(void) {
     dots = avx512_set;
     exp_impl = exp_avx512;
     argmax_impl = argmax_avx512;
-    if (have_avx512vl()) dots.dot4x2_bf16 = dot4x2_bf16_avx2vl, dots.dot4x2_f16 = dot4x2_f16_avx2vl;
-    if (have_avx512bw_vl()) dots.rows_bf16 = rows_bf16_avx512, dots.rows_f16 = rows_f16_avx512;
-    if (have_avx512bw_vl() && have_avx512bf16()) {
+    if (isa & ORTEP_ISA_AVX512VL) dots.dot4x2_bf16 = dot4x2_bf16_avx2vl, dots.dot4x2_f16 = dot4x2_f16_avx2vl;
+    if (bw_vl) dots.rows_bf16 = rows_bf16_avx512, dots.rows_f16 = rows_f16_avx512;
+    if (bw_vl && (isa & ORTEP_ISA_AVX512BF16)) {
       dots.to_bf16 = to_bf16_avx512, dots.bf16_rows = bf16_rows_avx512;
       dots.attn_scores = attn_scores_avx512, dots.attn_values = attn_values_avx512;
     }
@@ -538,6 +496,8 @@ static void pick_dots(void) {
     exp_impl = exp_avx2;
     argmax_impl = argmax_avx2;
   }
+#else
+  (void)bw_vl;
 #endif
 }
 
@@ -547,6 +507,8 @@ const char *ortep__cpu_simd_name(void) {
 }
 
 ortep_status ortep__cpu_simd_check(void) {
+  ortep_status st = ortep__cpu_isa_check();
+  if (st != ORTEP_OK) return st;
   pthread_once(&dots_once, pick_dots);
   if (dots_error[0]) return ortep__fail(dots_status, "cpu_ep: %s", dots_error);
   return ORTEP_OK;
@@ -567,17 +529,18 @@ const char *ortep_cpu_blas_core(void) {
  * Xeon) takes its SSE3 "Prescott" set: on 2 cores of that Xeon its sgemm
  * then ran a 512-token f32 prefill of the 0.5B shape in 8.3 s, where
  * OPENBLAS_CORETYPE=Cooperlake ran it in 1.9 s. The set to name is the
- * widest this CPU and its OS run (the checks pick_dots makes); OpenBLAS
- * 0.3.21 knows all three by these names. */
+ * widest this CPU and its OS run (isa.h; none in the emulated test build,
+ * whose sets are not the CPU's); OpenBLAS 0.3.21 knows all three by these
+ * names. */
 const char *ortep_cpu_blas_suggested_core(void) {
   const char *core = openblas_get_corename(), *config = openblas_get_config();
   if (getenv("OPENBLAS_CORETYPE") || !core || strcasecmp(core, "Prescott") || !config ||
       !strstr(config, "DYNAMIC_ARCH"))
     return NULL;
-#if defined(__x86_64__)
-  if (have_avx512f() && have_avx512bw_vl()) return have_avx512bf16() ? "Cooperlake" : "SkylakeX";
-  if (have_avx2_fma_f16c()) return "Haswell";
-#endif
+  const unsigned isa = ortep__cpu_isa(), bw_vl = ORTEP_ISA_AVX512F | ORTEP_ISA_AVX512BW | ORTEP_ISA_AVX512VL;
+  if (ortep__cpu_isa_emulated()) return NULL;
+  if ((isa & bw_vl) == bw_vl) return isa & ORTEP_ISA_AVX512BF16 ? "Cooperlake" : "SkylakeX";
+  if (isa & ORTEP_ISA_AVX2) return "Haswell";
   return NULL;
 }
 
@@ -1372,8 +1335,8 @@ static void argmax_lanes(const float *lv, const int32_t *li, int lanes, const fl
  * goes on by the scalar rule. The set is picked with the EP's dot products
  * (pick_dots, at initialise); before that the scalar rule runs. The same token and flag as argmax_scalar, for any input
  * (test_ep's argmax case checks them against each other). */
-__attribute__((target("avx512f,f16c"))) static void argmax_avx512(const float *x32, const uint16_t *x16, size_t begin,
-                                                                  size_t end, size_t *best, float *value, bool *bad) {
+ORTEP_SIMD_AVX512 static void argmax_avx512(const float *x32, const uint16_t *x16, size_t begin, size_t end,
+                                            size_t *best, float *value, bool *bad) {
   size_t i = begin;
   if (end - begin >= 16 && end - begin <= INT32_MAX) {
     const __m512 inf = _mm512_set1_ps(INFINITY);
@@ -1399,8 +1362,8 @@ __attribute__((target("avx512f,f16c"))) static void argmax_avx512(const float *x
 }
 
 /* argmax_avx512 at 8 lanes, the masks as compare results and blends. */
-__attribute__((target("avx2,f16c"))) static void argmax_avx2(const float *x32, const uint16_t *x16, size_t begin,
-                                                             size_t end, size_t *best, float *value, bool *bad) {
+ORTEP_SIMD_AVX2 static void argmax_avx2(const float *x32, const uint16_t *x16, size_t begin, size_t end, size_t *best,
+                                        float *value, bool *bad) {
   size_t i = begin;
   if (end - begin >= 8 && end - begin <= INT32_MAX) {
     const __m256 inf = _mm256_set1_ps(INFINITY), absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));

@@ -33,7 +33,9 @@
 #include <string.h>
 
 #include "kernels/opset.h"
+#include "isa.h"
 #include "ops.h"
+#include "simd.h"
 
 #define QK 32
 #define TR ORTEP__QUANT_ROWS /* a tile's rows */
@@ -208,17 +210,6 @@ typedef void (*dot16_rows_fn)(ortep_dtype, const void *, size_t, size_t, const o
 typedef void (*quantize_fn)(const float *, size_t, const ortep__cpu_qx *);
 
 #if defined(__x86_64__)
-#include <cpuid.h>
-#include <immintrin.h>
-
-/* AVX-512 BW and VNNI (CPUID leaf 7); the OS's ZMM state was checked by
- * ops.c before it chose the avx512 set. */
-static bool have_vnni(void) {
-  unsigned a, b, c, d;
-  if (__get_cpuid_max(0, NULL) < 7) return false;
-  __cpuid_count(7, 0, a, b, c, d);
-  return (b & (1u << 30)) && (c & (1u << 11));
-}
 
 /* How far ahead of the block being read its run is prefetched, where a
  * kernel prefetches: AVX2's dot16 (with ORTEP_CPU_SIMD=avx2 a q8_0 gate_up
@@ -235,15 +226,13 @@ static bool have_vnni(void) {
  * passes of one process, 10 passes each; 2 KiB ahead gained a little less,
  * 8 KiB the same). Those figures are of the four-row quads before the
  * sixteen-row tiles (2026-12-07). */
-#define PREFETCH         4096
-#define ORTEP_QUANT_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define ORTEP_QUANT_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")))
+#define PREFETCH 4096
 
 /* quantize_x_portable's operations, eight lanes at a time: the maximum is
  * exact, d and 1 / d the same IEEE divisions, vcvtps2dq rounds half to even
  * as round_even does (the default MXCSR), and the block's sum is exact: the
  * same bytes. */
-ORTEP_QUANT_AVX2 static void quantize_x_avx2(const float *x, size_t k, const ortep__cpu_qx *qx) {
+ORTEP_SIMD_AVX2 static void quantize_x_avx2(const float *x, size_t k, const ortep__cpu_qx *qx) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -306,8 +295,8 @@ static inline __attribute__((always_inline)) void prefetch_x_run(const ortep__cp
 
 /* AVX2: rows 0-7 and 8-15 of the tile in two 8-lane accumulators, each
  * block's integer sums as maddubs / madd lane by lane. */
-ORTEP_QUANT_AVX2 static void dot16_avx2(ortep_dtype dt, const void *w, size_t tile, size_t k, const ortep__cpu_qx *x,
-                                        float *v) {
+ORTEP_SIMD_AVX2 static void dot16_avx2(ortep_dtype dt, const void *w, size_t tile, size_t k, const ortep__cpu_qx *x,
+                                       float *v) {
   size_t nb = k / QK, bb = ortep_dtype_size(dt);
   bool q8 = dt == ORTEP_DTYPE_Q8_0;
   const uint8_t *t0 = (const uint8_t *)w + tile * TR * nb * bb;
@@ -364,8 +353,8 @@ ORTEP_QUANT_AVX2 static void dot16_avx2(ortep_dtype dt, const void *w, size_t ti
 /* A block's quants as eight vectors whose lane r holds row r's four
  * unsigned bytes at x's group g (values 4g .. 4g + 3): q8_0's groups as
  * stored, q4_0's low nibbles (groups 0-3) and high nibbles (4-7). */
-ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void vnni_weights(bool q8, const uint8_t *qv,
-                                                                                __m512i *wv) {
+ORTEP_SIMD_VNNI static inline __attribute__((always_inline)) void vnni_weights(bool q8, const uint8_t *qv,
+                                                                               __m512i *wv) {
   if (q8) {
     for (size_t g = 0; g < 8; g++) wv[g] = _mm512_loadu_si512((const void *)(qv + 64 * g));
     return;
@@ -379,8 +368,8 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void vnni_weights(
 }
 /* The block's exact integer sums L of the sixteen rows against x's block at
  * xq, starting from its bias (two chains of vpdpbusd, added). */
-ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) __m512i vnni_sums(const __m512i *wv, const int8_t *xq,
-                                                                                int32_t bias) {
+ORTEP_SIMD_VNNI static inline __attribute__((always_inline)) __m512i vnni_sums(const __m512i *wv, const int8_t *xq,
+                                                                               int32_t bias) {
   __m512i c0 = _mm512_set1_epi32(bias), c1 = _mm512_setzero_si512();
   for (size_t g = 0; g < 8; g += 2) {
     c0 = _mm512_dpbusd_epi32(c0, wv[g], _mm512_set1_epi32(x4_at(xq + 4 * g)));
@@ -389,31 +378,31 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) __m512i vnni_sums(
   return _mm512_add_epi32(c0, c1);
 }
 /* The sixteen d_w of a block (f16 at s16) as f32 */
-ORTEP_QUANT_VNNI static inline __m512 vnni_scales(const uint8_t *s16) {
+ORTEP_SIMD_VNNI static inline __m512 vnni_scales(const uint8_t *s16) {
   return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)s16));
 }
 /* One row of x's block b against a block's weights wv and scales ws, into
  * acc: the one definition of a block's step that every VNNI kernel below
  * takes (sums, d_w * d_x, one FMA), so they give the same bits. */
-ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) __m512 vnni_row_step(bool q8, const __m512i *wv,
-                                                                                   __m512 ws, const ortep__cpu_qx *x,
-                                                                                   size_t b, __m512 acc) {
+ORTEP_SIMD_VNNI static inline __attribute__((always_inline)) __m512 vnni_row_step(bool q8, const __m512i *wv, __m512 ws,
+                                                                                  const ortep__cpu_qx *x, size_t b,
+                                                                                  __m512 acc) {
   __m512i l = vnni_sums(wv, x->q + b * QK, q8 ? x->bias8[b] : x->bias4[b]);
   return _mm512_fmadd_ps(_mm512_mul_ps(ws, _mm512_set1_ps(x->d[b])), _mm512_cvtepi32_ps(l), acc);
 }
 /* Block i of a tile's run (scales at sc, quants at qr), x's block b, into acc. */
-ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) __m512 vnni_tile_block(bool q8, const uint8_t *sc,
-                                                                                     const uint8_t *qr, size_t i,
-                                                                                     const ortep__cpu_qx *x, size_t b,
-                                                                                     __m512 acc) {
+ORTEP_SIMD_VNNI static inline __attribute__((always_inline)) __m512 vnni_tile_block(bool q8, const uint8_t *sc,
+                                                                                    const uint8_t *qr, size_t i,
+                                                                                    const ortep__cpu_qx *x, size_t b,
+                                                                                    __m512 acc) {
   __m512i wv[8];
   vnni_weights(q8, qr + i * (TR * (q8 ? 34u : 18u) - 2 * TR), wv);
   return vnni_row_step(q8, wv, vnni_scales(sc + i * 2 * TR), x, b, acc);
 }
 
-ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_of(bool q8, bool prefetch, const void *w,
-                                                                                 size_t tile, size_t k,
-                                                                                 const ortep__cpu_qx *x, float *v) {
+ORTEP_SIMD_VNNI static inline __attribute__((always_inline)) void dot16_vnni_of(bool q8, bool prefetch, const void *w,
+                                                                                size_t tile, size_t k,
+                                                                                const ortep__cpu_qx *x, float *v) {
   size_t nb = k / QK, bb = q8 ? 34 : 18; /* the block's bytes: f16 d, then 32 or 16 bytes */
   const uint8_t *t0 = (const uint8_t *)w + tile * TR * nb * bb;
   __m512 acc = _mm512_setzero_ps();
@@ -435,15 +424,15 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_of
 }
 /* One loop per type (the type's test and sizes out of the loop), without
  * and with the prefetch: the same operations, so the same results. */
-ORTEP_QUANT_VNNI static void dot16_vnni(ortep_dtype dt, const void *w, size_t tile, size_t k, const ortep__cpu_qx *x,
-                                        float *v) {
+ORTEP_SIMD_VNNI static void dot16_vnni(ortep_dtype dt, const void *w, size_t tile, size_t k, const ortep__cpu_qx *x,
+                                       float *v) {
   if (dt == ORTEP_DTYPE_Q8_0)
     dot16_vnni_of(true, false, w, tile, k, x, v);
   else
     dot16_vnni_of(false, false, w, tile, k, x, v);
 }
-ORTEP_QUANT_VNNI static void dot16_vnni_prefetch(ortep_dtype dt, const void *w, size_t tile, size_t k,
-                                                 const ortep__cpu_qx *x, float *v) {
+ORTEP_SIMD_VNNI static void dot16_vnni_prefetch(ortep_dtype dt, const void *w, size_t tile, size_t k,
+                                                const ortep__cpu_qx *x, float *v) {
   if (dt == ORTEP_DTYPE_Q8_0)
     dot16_vnni_of(true, true, w, tile, k, x, v);
   else
@@ -457,11 +446,7 @@ ORTEP_QUANT_VNNI static void dot16_vnni_prefetch(ortep_dtype dt, const void *w, 
  * steps with and without it in alternate rounds of one process, q4_0
  * 64.7 / 70.3 tokens/s on one thread and a paired median of 0.93 on two,
  * q8_0 0.90 and 0.96). */
-static bool vnni_prefetches(void) {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-  return b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu; /* "Genu" "ineI" "ntel" */
-}
+static bool vnni_prefetches(void) { return ortep__cpu_is_intel(); }
 
 /* Tile `tile` of two weights of one shape side by side (a gate_up node's
  * gate and up), each with its own accumulator through vnni_tile_block, as
@@ -470,11 +455,11 @@ static bool vnni_prefetches(void) {
  * Linear took 172-219 us instead of 232-290, q8_0, 0.5B, 2 threads). With
  * `prefetch` (vnni_prefetches) each of the two streams is prefetched
  * PREFETCH ahead (gate_up a further 4-8% faster where that was measured). */
-ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_pair_of(bool q8, bool prefetch,
-                                                                                      const uint8_t *ta,
-                                                                                      const uint8_t *tb, size_t k,
-                                                                                      const ortep__cpu_qx *x, float *va,
-                                                                                      float *vb) {
+ORTEP_SIMD_VNNI static inline __attribute__((always_inline)) void dot16_vnni_pair_of(bool q8, bool prefetch,
+                                                                                     const uint8_t *ta,
+                                                                                     const uint8_t *tb, size_t k,
+                                                                                     const ortep__cpu_qx *x, float *va,
+                                                                                     float *vb) {
   size_t nb = k / QK, bb = q8 ? 34 : 18;
   __m512 acc_a = _mm512_setzero_ps(), acc_b = acc_a;
   const char *ahead_a = (const char *)ta + PREFETCH, *ahead_b = (const char *)tb + PREFETCH;
@@ -496,23 +481,23 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_pa
   _mm512_storeu_ps(vb, acc_b);
 }
 /* One loop per type, without and with the prefetch (as dot16_vnni's). */
-ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_pair_dt(bool prefetch, ortep_dtype dt,
-                                                                                      const void *wa, const void *wb,
-                                                                                      size_t tile, size_t k,
-                                                                                      const ortep__cpu_qx *x, float *va,
-                                                                                      float *vb) {
+ORTEP_SIMD_VNNI static inline __attribute__((always_inline)) void dot16_vnni_pair_dt(bool prefetch, ortep_dtype dt,
+                                                                                     const void *wa, const void *wb,
+                                                                                     size_t tile, size_t k,
+                                                                                     const ortep__cpu_qx *x, float *va,
+                                                                                     float *vb) {
   size_t at = tile * ortep__cpu_quant_tile_bytes(dt, k);
   if (dt == ORTEP_DTYPE_Q8_0)
     dot16_vnni_pair_of(true, prefetch, (const uint8_t *)wa + at, (const uint8_t *)wb + at, k, x, va, vb);
   else
     dot16_vnni_pair_of(false, prefetch, (const uint8_t *)wa + at, (const uint8_t *)wb + at, k, x, va, vb);
 }
-ORTEP_QUANT_VNNI static void dot16_vnni_pair(ortep_dtype dt, const void *wa, const void *wb, size_t tile, size_t k,
-                                             const ortep__cpu_qx *x, float *va, float *vb) {
+ORTEP_SIMD_VNNI static void dot16_vnni_pair(ortep_dtype dt, const void *wa, const void *wb, size_t tile, size_t k,
+                                            const ortep__cpu_qx *x, float *va, float *vb) {
   dot16_vnni_pair_dt(false, dt, wa, wb, tile, k, x, va, vb);
 }
-ORTEP_QUANT_VNNI static void dot16_vnni_pair_prefetch(ortep_dtype dt, const void *wa, const void *wb, size_t tile,
-                                                      size_t k, const ortep__cpu_qx *x, float *va, float *vb) {
+ORTEP_SIMD_VNNI static void dot16_vnni_pair_prefetch(ortep_dtype dt, const void *wa, const void *wb, size_t tile,
+                                                     size_t k, const ortep__cpu_qx *x, float *va, float *vb) {
   dot16_vnni_pair_dt(true, dt, wa, wb, tile, k, x, va, vb);
 }
 
@@ -521,10 +506,9 @@ ORTEP_QUANT_VNNI static void dot16_vnni_pair_prefetch(ortep_dtype dt, const void
  * the R rows, each row with its own accumulator, so R chains of FMAs run
  * side by side. Per row every operation is dot16_vnni_of's, in its order:
  * bitwise its result. */
-ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_rows_of(bool q8, size_t R, const void *w,
-                                                                                      size_t tile, size_t k,
-                                                                                      const ortep__cpu_qx *x,
-                                                                                      float *v) {
+ORTEP_SIMD_VNNI static inline __attribute__((always_inline)) void dot16_vnni_rows_of(bool q8, size_t R, const void *w,
+                                                                                     size_t tile, size_t k,
+                                                                                     const ortep__cpu_qx *x, float *v) {
   size_t nb = k / QK, bb = q8 ? 34 : 18;
   const uint8_t *t0 = (const uint8_t *)w + tile * TR * nb * bb;
   __m512 acc[QROWS];
@@ -550,8 +534,8 @@ ORTEP_QUANT_VNNI static inline __attribute__((always_inline)) void dot16_vnni_ro
     case 3: dot16_vnni_rows_of(q8, 3, w, tile, k, x, v); break;  \
     default: dot16_vnni_rows_of(q8, 4, w, tile, k, x, v); break; \
   }
-ORTEP_QUANT_VNNI static void dot16_vnni_rows(ortep_dtype dt, const void *w, size_t tile, size_t k,
-                                             const ortep__cpu_qx *x, size_t rows, float *v) {
+ORTEP_SIMD_VNNI static void dot16_vnni_rows(ortep_dtype dt, const void *w, size_t tile, size_t k,
+                                            const ortep__cpu_qx *x, size_t rows, float *v) {
   if (dt == ORTEP_DTYPE_Q8_0) {
     VNNI_ROWS(true, x, v)
   } else {
@@ -577,11 +561,9 @@ static void quantize_row_portable(ortep_dtype to, ortep_dtype from, const void *
 typedef void (*quantize_row_fn)(ortep_dtype, ortep_dtype, const void *, size_t, void *, float *);
 
 #if defined(__x86_64__)
-/* AVX-512F alone (the avx512 set of ops.c), whether or not the CPU has VNNI */
-#define ORTEP_QUANT_AVX512 __attribute__((target("avx512f,avx2,f16c")))
 /* Sixteen values of a row widened to f32 (f16 and bf16 exactly, as
  * ortep_f16_to_f32 / ortep_bf16_to_f32 do). */
-ORTEP_QUANT_AVX512 static inline __m512 widen16(ortep_dtype from, const void *p) {
+ORTEP_SIMD_AVX512 static inline __m512 widen16(ortep_dtype from, const void *p) {
   if (from == ORTEP_DTYPE_F32) return _mm512_loadu_ps(p);
   __m256i h = _mm256_loadu_si256((const __m256i *)p);
   if (from == ORTEP_DTYPE_F16) return _mm512_cvtph_ps(h);
@@ -601,8 +583,8 @@ ORTEP_QUANT_AVX512 static inline __m512 widen16(ortep_dtype from, const void *p)
  *   the maximum; its quants trunc(x * id + 8.5) as the low byte of vcvttps2dq
  *   (0 for a NaN, as the reference's conversion gives), min with 15 as signed
  *   bytes. */
-ORTEP_QUANT_AVX512 static void quantize_row_avx512(ortep_dtype to, ortep_dtype from, const void *src, size_t k,
-                                                   void *dst, float *tmp) {
+ORTEP_SIMD_AVX512 static void quantize_row_avx512(ortep_dtype to, ortep_dtype from, const void *src, size_t k,
+                                                  void *dst, float *tmp) {
   (void)tmp;
   const size_t in = ortep_dtype_size(from) * QK, out = ortep_dtype_size(to);
   const __m512 zero = _mm512_setzero_ps();
@@ -681,7 +663,8 @@ static dot16_fn pick(const char **name, quantize_fn *quantize, dot16_rows_fn *ro
   *pair = dot16_each_tile;
 #if defined(__x86_64__)
   if (strcmp(set, "portable")) *quantize = quantize_x_avx2;
-  if (!strcmp(set, "avx512") && have_vnni()) {
+  const unsigned vnni = ORTEP_ISA_AVX512BW | ORTEP_ISA_AVX512VNNI;
+  if (!strcmp(set, "avx512") && (ortep__cpu_isa() & vnni) == vnni) {
     *rows = dot16_vnni_rows;
     if (vnni_prefetches()) return *pair = dot16_vnni_pair_prefetch, *name = "avx512-vnni+prefetch", dot16_vnni_prefetch;
     return *pair = dot16_vnni_pair, *name = "avx512-vnni", dot16_vnni;

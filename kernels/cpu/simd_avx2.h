@@ -11,15 +11,11 @@
  * on any machine that runs this code, and tests/simd_emulated.c checks it
  * against a scalar model of exactly that order.
  *
- * The includer provides <immintrin.h> (or SIMDe's), <math.h>, <string.h>,
- * cpu_bf16 and ortep_f16_to_f32, and may define ORTEP_SIMD_AVX2 (the target attribute).
+ * The includer provides simd.h (the intrinsics and target attributes),
+ * <math.h>, <string.h>, cpu_bf16 and ortep_f16_to_f32.
  */
 #ifndef ORTEP_KERNELS_CPU_SIMD_AVX2_H
 #define ORTEP_KERNELS_CPU_SIMD_AVX2_H
-
-#ifndef ORTEP_SIMD_AVX2
-#define ORTEP_SIMD_AVX2 __attribute__((target("avx2,fma,f16c")))
-#endif
 
 /* lanes 0..7 summed as ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)) */
 ORTEP_SIMD_AVX2 static inline float avx2_hsum(__m256 v) {
@@ -245,11 +241,10 @@ ORTEP_SIMD_AVX2 static const float *avx2_x4_bf16(const float *x, size_t k, float
     y1[0] = avx2_hsum(_mm256_add_ps(c0, d0)), y1[1] = avx2_hsum(_mm256_add_ps(c1, d1));                          \
     y1[2] = avx2_hsum(_mm256_add_ps(c2, d2)), y1[3] = avx2_hsum(_mm256_add_ps(c3, d3));                          \
   }
-#define ORTEP_SIMD_AVX2_VL __attribute__((target("avx2,fma,f16c,avx512f,avx512vl")))
-#define AVX2_BF16_LO(p)    _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, _mm256_loadu_si256((const __m256i *)(p))))
-#define AVX2_BF16_HI(p)    _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, _mm256_loadu_si256((const __m256i *)(p))))
-#define AVX2_F16_LO(p)     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#define AVX2_F16_HI(p)     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 8)))
+#define AVX2_BF16_LO(p) _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, _mm256_loadu_si256((const __m256i *)(p))))
+#define AVX2_BF16_HI(p) _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, _mm256_loadu_si256((const __m256i *)(p))))
+#define AVX2_F16_LO(p)  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define AVX2_F16_HI(p)  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 8)))
 ORTEP_DOT4_AVX2(bf16, AVX2_BF16_LO, AVX2_BF16_HI)
 ORTEP_DOT4_AVX2(f16, AVX2_F16_LO, AVX2_F16_HI)
 ORTEP_DOT4X2_AVX2(dot4x2_bf16_avx2, ORTEP_SIMD_AVX2, AVX2_BF16_LO, AVX2_BF16_HI)

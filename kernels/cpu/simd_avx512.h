@@ -17,19 +17,14 @@
  * decode runs at. Only a prefill chunk, compute-bound, uses it
  * (simd_rows.h, cpu.products).
  *
- * No machine this code was developed on has AVX-512, so tests/simd_emulated.c
- * compiles this same file against SIMDe's AVX-512 emulation and checks it,
- * bitwise, against a scalar model of the order above (and the portable loops
- * within rounding). The includer provides <immintrin.h> (or SIMDe's),
- * <math.h>, cpu_bf16, ortep_f16_to_f32 and avx2_hsum (simd_avx2.h), and may
- * define ORTEP_SIMD_AVX512 (the target attribute).
+ * tests/simd_emulated.c compiles this same file against SIMDe's AVX-512
+ * emulation (simd.h) and checks it, bitwise, against a scalar model of the
+ * order above (and the portable loops within rounding), on any x86-64 CPU.
+ * The includer provides simd.h, <math.h>, cpu_bf16, ortep_f16_to_f32 and
+ * avx2_hsum (simd_avx2.h).
  */
 #ifndef ORTEP_KERNELS_CPU_SIMD_AVX512_H
 #define ORTEP_KERNELS_CPU_SIMD_AVX512_H
-
-#ifndef ORTEP_SIMD_AVX512
-#define ORTEP_SIMD_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
-#endif
 
 ORTEP_SIMD_AVX512 static inline float avx512_hsum(__m512 v) {
   __m256 lo = _mm512_castps512_ps256(v);

@@ -25,13 +25,10 @@
  * beside it, so a row's result depends on that row alone (bitwise), and
  * the four sums are avx2_hsum of each 8-lane half.
  *
- * The includer provides <immintrin.h> and avx2_hsum (simd_avx2.h).
+ * The includer provides simd.h and avx2_hsum (simd_avx2.h).
  */
 #ifndef ORTEP_KERNELS_CPU_SIMD_ROWS_H
 #define ORTEP_KERNELS_CPU_SIMD_ROWS_H
-
-#define ORTEP_SIMD_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
-#define ORTEP_SIMD_BW   __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
 /* The most rows one call takes: 16 accumulators, two weight registers and x. */
 #define ORTEP_BF16_ROWS 8
