@@ -40,4 +40,14 @@ typedef struct simd_blocked_kernels {
 
 extern const simd_blocked_kernels simd_emulated_blocked;
 
+/* Single instructions as the emulation computes them, one 512-bit vector each
+ * (checked against the hardware where the CPU has the set):
+ * vcvtneps2bf16, vdpbf16ps, vpdpbusd, then vcvttps2dq and from it
+ * vcvtdq2ps and vpmovdb, and the maximum of 16 floats. */
+void simd_emulated_cvtneps_pbh(const float *x, uint16_t *out);
+void simd_emulated_dpbf16(float *acc, const uint16_t *a, const uint16_t *b);
+void simd_emulated_dpbusd(int32_t *acc, const uint8_t *u, const int8_t *s);
+void simd_emulated_convert(const float *x, int32_t *trunc, float *back, int8_t *low);
+float simd_emulated_reduce_max(const float *x);
+
 #endif

@@ -5,9 +5,14 @@
  * iterations, the narrower loop, the scalar tail) and unaligned data; the
  * widening of all 65,536 f16 and bf16 values; and axpy. The AVX-512 code runs
  * on SIMDe's emulation (simd_emulated.c), so this checks it on machines
- * without AVX-512. Needs AVX2, FMA and F16C to run: exits 77 without them.
+ * without AVX-512; and where the CPU has the sets, the instructions the
+ * emulation writes itself (kernels/cpu/simd.h) against the hardware's, bit
+ * for bit. Needs AVX2, FMA and F16C to run: exits 77 without them.
  */
 #include <math.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "simd_emulated.h"
 #include "testutil.h"
@@ -274,6 +279,102 @@ END_TEST
 START_TEST(avx512_head_attention_is_the_dots_and_axpys) { check_heads(&simd_emulated_avx512, "avx512"); }
 END_TEST
 
+/* --- the emulated instructions against the hardware's ---------------------------- */
+#if defined(__x86_64__)
+/* a float of any class: normal, denormal or zero, infinity or NaN, near 1, or past 2^31 */
+static uint32_t any_float_bits(test_rng *r) {
+  uint32_t u = (uint32_t)test_rng_next(r);
+  switch (test_rng_range(r, 0, 5)) {
+    case 0: return u & 0x807fffffu;
+    case 1: return u | 0x7f800000u;
+    case 2: return (u & 0x80ffffffu) | 0x00800000u;
+    case 3: return (u & 0x807fffffu) | (uint32_t)test_rng_range(r, 120, 134) << 23;
+    case 4: return (u & 0x807fffffu) | (uint32_t)test_rng_range(r, 150, 160) << 23;
+    default: return u;
+  }
+}
+static uint16_t any_bf16(test_rng *r) { return (uint16_t)(any_float_bits(r) >> 16); }
+static bool same_bits_or_nans(float a, float b) { return !memcmp(&a, &b, 4) || (a != a && b != b); }
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void native_bf16(const float *x, uint16_t *h,
+                                                                                        float *acc, const uint16_t *a,
+                                                                                        const uint16_t *b) {
+  _mm256_storeu_si256((__m256i *)h, (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x)));
+  __m512bh va, vb;
+  memcpy(&va, a, sizeof va), memcpy(&vb, b, sizeof vb);
+  _mm512_storeu_ps(acc, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), va, vb));
+}
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void native_vnni(int32_t *acc, const uint8_t *u,
+                                                                               const int8_t *s) {
+  _mm512_storeu_si512(acc, _mm512_dpbusd_epi32(_mm512_loadu_si512(acc), _mm512_loadu_si512(u), _mm512_loadu_si512(s)));
+}
+__attribute__((target("avx512f"))) static float native_convert(const float *x, int32_t *trunc, float *back,
+                                                               int8_t *low) {
+  __m512i t = _mm512_cvttps_epi32(_mm512_loadu_ps(x));
+  _mm512_storeu_si512(trunc, t);
+  _mm512_storeu_ps(back, _mm512_cvtepi32_ps(t));
+  _mm_storeu_si128((__m128i *)low, _mm512_cvtepi32_epi8(t));
+  return _mm512_reduce_max_ps(_mm512_loadu_ps(x));
+}
+#endif
+
+START_TEST(emulated_instructions_match_the_hardware) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool f = __builtin_cpu_supports("avx512f"), bw = f && __builtin_cpu_supports("avx512bw");
+  const bool bf16 = bw && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  const bool vnni = bw && __builtin_cpu_supports("avx512vnni");
+  if (!bf16 || !vnni)
+    printf(
+        "simd_emulated: this CPU lacks %s%s%s: the emulation of %s is checked only through the kernels' scalar "
+        "models here\n",
+        !f ? "AVX-512F" : "", f && !bf16 ? "AVX512-BF16 " : "", f && !vnni ? "AVX512-VNNI" : "",
+        !f ? "every AVX-512 instruction" : "those sets' instructions");
+  test_rng r = test_rng_new(test_seed());
+  for (int it = 0; it < 20000; it++) {
+    float x[16], acc[16], acc2[16];
+    uint16_t a[32], b[32], h[16], h2[16];
+    for (int i = 0; i < 16; i++) {
+      uint32_t u = any_float_bits(&r), v = any_float_bits(&r) & 0x8fffffffu; /* finite sums mostly */
+      memcpy(x + i, &u, 4), memcpy(acc + i, &v, 4);
+    }
+    for (int i = 0; i < 32; i++) a[i] = any_bf16(&r), b[i] = any_bf16(&r);
+    memcpy(acc2, acc, sizeof acc);
+    if (f) {
+      int32_t t[16], t2[16];
+      float back[16], back2[16];
+      int8_t low[16], low2[16];
+      float m = native_convert(x, t, back, low);
+      simd_emulated_convert(x, t2, back2, low2);
+      ck_assert_msg(!memcmp(t, t2, sizeof t) && !memcmp(back, back2, sizeof back) && !memcmp(low, low2, sizeof low),
+                    "vcvttps2dq / vcvtdq2ps / vpmovdb differ at iteration %d", it);
+      float m2 = simd_emulated_reduce_max(x);
+      ck_assert_msg(same_bits_or_nans(m, m2), "reduce_max: %a, emulated %a (iteration %d)", m, m2, it);
+    }
+    if (bf16) {
+      native_bf16(x, h, acc, a, b);
+      simd_emulated_cvtneps_pbh(x, h2);
+      simd_emulated_dpbf16(acc2, a, b);
+      for (int i = 0; i < 16; i++) {
+        ck_assert_msg(h[i] == h2[i], "vcvtneps2bf16 of %a: %04x, emulated %04x", x[i], h[i], h2[i]);
+        ck_assert_msg(same_bits_or_nans(acc[i], acc2[i]), "vdpbf16ps lane %d: %a, emulated %a", i, acc[i], acc2[i]);
+      }
+    }
+    if (vnni) {
+      int32_t s[16], s2[16];
+      uint8_t u[64];
+      int8_t v[64];
+      for (int i = 0; i < 16; i++) s[i] = s2[i] = (int32_t)test_rng_next(&r);
+      for (int i = 0; i < 64; i++) u[i] = (uint8_t)test_rng_next(&r), v[i] = (int8_t)test_rng_next(&r);
+      native_vnni(s, u, v);
+      simd_emulated_dpbusd(s2, u, v);
+      ck_assert_msg(!memcmp(s, s2, sizeof s), "vpdpbusd differs at iteration %d", it);
+    }
+  }
+#endif
+}
+END_TEST
+
 int main(void) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -292,6 +393,7 @@ int main(void) {
   tcase_add_test(tc, blocked_four_row_dots_sum_in_the_documented_order);
   tcase_add_test(tc, avx2_head_attention_is_the_dots_and_axpys);
   tcase_add_test(tc, avx512_head_attention_is_the_dots_and_axpys);
+  tcase_add_test(tc, emulated_instructions_match_the_hardware);
   suite_add_tcase(s, tc);
   return test_run(s);
 }
