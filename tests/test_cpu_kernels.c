@@ -1363,6 +1363,48 @@ START_TEST(group_query_attention_over_a_chunk_in_bf16_products) {
 }
 END_TEST
 
+/* Every tile shape of the bf16-product chunk attention (simd_rows.h: a
+ * kernel per head_dim / 16 and row count): head_dim 16 to 128 in steps of
+ * 16, chunks of 1 to 9 rows after 3 cached positions, each within 5e-3 x
+ * (1 + |f32|) of the f32 products (which the test above holds to double
+ * precision); the same bits where the CPU lacks AVX512-BF16. */
+START_TEST(group_query_attention_in_bf16_products_for_every_tile_shape) {
+  enum { NH = 2, KV = 1, P0 = 3, CAP = 16, MAXT = 9, MAXHD = 128 };
+  const int HD = 16 * (_i + 1);
+  test_rng r = test_rng_new(test_seed() + 90 + (uint64_t)_i);
+  float q[MAXT * NH * MAXHD], k[MAXT * KV * MAXHD], v[MAXT * KV * MAXHD], out[2][MAXT * NH * MAXHD];
+  uint16_t cache0[2][CAP * KV * MAXHD], cache[2][CAP * KV * MAXHD];
+  fill(&r, q, sizeof q / sizeof *q, 2.0f), fill(&r, k, sizeof k / sizeof *k, 1.0f),
+      fill(&r, v, sizeof v / sizeof *v, 1.0f);
+  for (size_t i = 0; i < sizeof cache0[0] / 2; i++)
+    cache0[0][i] = ortep_f32_to_bf16((float)test_rng_range(&r, 0, 200) / 100.0f - 1.0f),
+    cache0[1][i] = ortep_f32_to_bf16((float)test_rng_range(&r, 0, 200) / 100.0f - 1.0f);
+  int32_t pos[MAXT];
+  for (int t = 0; t < MAXT; t++) pos[t] = P0 + t;
+  tattr at[] = {{"num_heads", 0, NH, 0}, {"kv_num_heads", 0, KV, 0}};
+  ortep_ep *saved = g_cpu, *eps[2] = {cpu_with_products("1", "f32"), cpu_with_products("1", "auto")};
+  bool bf16 = ortep_cpu_ep_bf16_products(eps[1]);
+  for (int64_t T = 1; T <= MAXT; T++) {
+    for (int c = 0; c < 2; c++) {
+      g_cpu = eps[c];
+      memcpy(cache, cache0, sizeof cache);
+      tin ins[] = {{ORTEP_DTYPE_F32, SHAPE(1, T, NH * HD), q},       {ORTEP_DTYPE_F32, SHAPE(1, T, KV * HD), k},
+                   {ORTEP_DTYPE_F32, SHAPE(1, T, KV * HD), v},       {ORTEP_DTYPE_BF16, SHAPE(CAP, KV, HD), cache[0]},
+                   {ORTEP_DTYPE_BF16, SHAPE(CAP, KV, HD), cache[1]}, {ORTEP_DTYPE_I32, SHAPE(1, T), pos}};
+      ck_assert_ok(run_node("GroupQueryAttention", ORTEP_DOMAIN_MS, at, 2, ins, 6, (void *[]){out[c]}, 1));
+      ck_assert_uint_eq(error_bits(), 0);
+    }
+    for (int64_t i = 0; i < T * NH * HD; i++) {
+      double want = out[0][i], e = fabs(out[1][i] - want) / (1.0 + fabs(want));
+      ck_assert_msg(bf16 ? e <= 5e-3 : e == 0, "head_dim %d, %lld rows: [%lld] %.7g, f32 products %.7g", HD,
+                    (long long)T, (long long)i, out[1][i], want);
+    }
+  }
+  g_cpu = saved;
+  ortep_ep_destroy(eps[0]), ortep_ep_destroy(eps[1]);
+}
+END_TEST
+
 /* The CPU EP's prepare_initializer (backend_impl.h): a 16-bit weight a
  * Linear reads comes back [N/4, K/16, 4, 16] with every value where the
  * blocked layout puts it (kernels/opset.h), into a copy of the EP's, or in
@@ -1447,6 +1489,7 @@ int main(void) {
   tcase_add_test(tc, group_query_attention_over_a_chunk_matches_token_steps);
   tcase_add_loop_test(tc, group_query_attention_over_16_bit_caches, 0, 2);
   tcase_add_loop_test(tc, group_query_attention_over_a_chunk_in_bf16_products, 0, 4);
+  tcase_add_loop_test(tc, group_query_attention_in_bf16_products_for_every_tile_shape, 0, 8);
   tcase_add_test(tc, refusals_say_what_is_accepted);
   tcase_add_test(tc, prepare_initializer_blocks_linear_weights);
   suite_add_tcase(s, tc);
