@@ -456,11 +456,14 @@ static bool take_prefix(ortep_batch *b, size_t si) {
 
 /* Chunks of one slot's prompt (the decoder's plan), within what is left of
  * the step's budget (at least one chunk, so a long prompt always moves),
- * then one read of the last chunk's (token, word). */
+ * each chunk's (token, word) read after it: a chunk's word holds what that
+ * chunk's own rows latched (kernels/cpu/kernels.c, run_select_slots), so a
+ * bad id in any chunk fails its request, not only one in the last. */
 static ortep_status prefill_slot(ortep_batch *b, size_t si, size_t *budget) {
   slot *s = &b->slots[si];
   request *r = s->r;
-  size_t first = s->pos, ran = 0;
+  size_t ran = 0;
+  int32_t pair[2] = {0, 0};
   ortep_status st = ORTEP_OK;
   while (r->n - s->fed >= b->smallest_chunk && b->smallest_chunk) {
     size_t t = plan_step(b, r->n, s->fed), g = b->p.n_seq_graphs;
@@ -474,10 +477,15 @@ static ortep_status prefill_slot(ortep_batch *b, size_t si, size_t *budget) {
     if (st == ORTEP_OK) st = ortep_session_write(b->p.session, nm->positions, b->chunk_pos, t * sizeof(int32_t));
     if (st == ORTEP_OK) st = ortep_session_write(b->p.session, nm->slots, b->chunk_slot, t * sizeof(int32_t));
     if (st == ORTEP_OK) st = ortep_session_run_graph(b->p.session, g);
+    if (st == ORTEP_OK) st = ortep_session_read(b->p.session, nm->result, pair, sizeof pair);
     if (st != ORTEP_OK) break;
+    b->st.prefill_chunks++, b->st.prefill_tokens += t;
+    if (pair[1]) {
+      device_failure(b, r, (uint32_t)pair[1], s->pos, t);
+      return ortep__decoder_clear_error_words(b->d);
+    }
     s->fed += t, s->pos += t, ran += t;
     *budget = *budget > t ? *budget - t : 0;
-    b->st.prefill_chunks++, b->st.prefill_tokens += t;
   }
   if (st != ORTEP_OK) { /* memory for the slot's KV (the budget), or the session: this request cannot go on */
     char why[384];
@@ -486,14 +494,7 @@ static ortep_status prefill_slot(ortep_batch *b, size_t si, size_t *budget) {
                  (unsigned long long)r->id, si, s->pos, why);
     return ORTEP_OK;
   }
-  if (!ran) return ORTEP_OK;
-  int32_t pair[2];
-  if ((st = ortep_session_read(b->p.session, ORTEP_OUTPUT_RESULT, pair, sizeof pair)) != ORTEP_OK) return st;
-  if (pair[1]) {
-    device_failure(b, r, (uint32_t)pair[1], first, ran);
-    return ortep__decoder_clear_error_words(b->d);
-  }
-  if (s->fed == r->n) drew(b, s, pair[0]); /* the prompt ended on a chunk: its draw is the first token */
+  if (ran && s->fed == r->n) drew(b, s, pair[0]); /* the prompt ended on a chunk: its draw is the first token */
   return ORTEP_OK;
 }
 

@@ -598,7 +598,7 @@ ortep_status ortep__decoder_open_slots(const char *dir, const ortep_decoder_opti
 
 void ortep__decoder_get_parts(ortep_decoder *d, ortep__decoder_parts *out) {
   *out = (ortep__decoder_parts){d->session, d->kv,    d->ep,           d->governor, ortep_model_get_config(d->model),
-                                d->tokens,  d->names, d->n_seq_graphs, d->n_graphs, d->max_seq,
+                                d->tokens,  d->names, d->n_seq_graphs, d->n_graphs, d->slot_limit,
                                 d->vocab};
 }
 

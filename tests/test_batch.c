@@ -279,22 +279,25 @@ END_TEST
  * named; its neighbours in the same steps decode as they would alone. */
 START_TEST(a_bad_token_fails_its_request_alone) {
   ortep_decoder_options o = {.max_seq_len = 64};
-  int32_t good[23], bad[5];
+  int32_t good[23], bad[23];
   make_prompt(4, good);
-  make_prompt(3, bad);
-  bad[_i ? 4 : 1] = 100000; /* _i 0: inside the chunk of 4; 1: the tail token */
+  make_prompt(_i == 2 ? 4 : 3, bad);
+  const size_t n_bad = _i == 2 ? 23 : 5;
+  /* _i 0: inside the chunk of 4; 1: the tail token; 2: the first of a prompt's several chunks */
+  bad[_i == 1 ? 4 : 1] = 100000;
   ortep_generate_options g = {.max_tokens = 8, .ignore_eos = true};
   run want = alone(g_dir, &o, good, 23, &g);
   ortep_batch *b = open_batch(g_dir, 4, &o);
   sink *s = calloc(1, sizeof *s);
   add(b, s, good, 23, &g);
-  add(b, s, bad, 5, &g);
+  add(b, s, bad, n_bad, &g);
   add(b, s, good, 23, &g);
   ck_assert_ok(ortep_batch_run(b));
   ck_assert_int_eq(s->failed, 1);
   ck_assert_int_eq(s->done, 2);
   ck_assert_ptr_nonnull(strstr(s->message, "request 2 (slot 1)"));
-  ck_assert_ptr_nonnull(strstr(s->message, _i ? "token 100000 at position 4" : "token 100000 at position 1"));
+  ck_assert_msg(strstr(s->message, _i == 1 ? "token 100000 at position 4" : "token 100000 at position 1"), "%s",
+                s->message);
   ck_assert_ptr_nonnull(strstr(s->message, "GATHER_INDEX"));
   ck_assert_uint_eq(s->runs[1].n, 0);
   expect_same(&want, &s->runs[0], "beside a failing request", 0);
@@ -303,6 +306,31 @@ START_TEST(a_bad_token_fails_its_request_alone) {
   add(b, s, good, 23, &g);
   ck_assert_ok(ortep_batch_run(b));
   expect_same(&want, &s->runs[3], "after a failed request", 3);
+  ortep_batch_close(b);
+  free(s);
+}
+END_TEST
+
+/* A slot holds at most max_seq_len positions, as a decoder does, though its
+ * caches are rounded up to whole pages: a prompt that fills them is refused,
+ * and generation ends where the decoder's does (CACHE_FULL). */
+START_TEST(a_slot_holds_at_most_its_context) {
+  ortep_decoder_options o = {.max_seq_len = 20};
+  int32_t p[23];
+  make_prompt(4, p);
+  ortep_generate_options g = {.ignore_eos = true};
+  run want = alone(g_dir, &o, p, 17, &g);
+  ck_assert_int_eq(want.result.reason, ORTEP_STOP_CACHE_FULL);
+  ortep_batch *b = open_batch(g_dir, 2, &o);
+  ck_assert_status(ortep_batch_add(b, p, 20, NULL, NULL, NULL, NULL), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_error_mentions("a slot's context of 20 positions");
+  sink *s = calloc(1, sizeof *s);
+  add(b, s, p, 17, &g);
+  add(b, s, p, 3, &g);
+  ck_assert_ok(ortep_batch_run(b));
+  expect_same(&want, &s->runs[0], "at the end of the context", 0);
+  ck_assert_uint_eq(s->runs[1].n, 20 - 3 + 1); /* every position held, and the token the last one drew */
+  ck_assert_int_eq(s->runs[1].result.reason, ORTEP_STOP_CACHE_FULL);
   ortep_batch_close(b);
   free(s);
 }
@@ -589,7 +617,8 @@ int main(void) {
   tcase_add_test(tc, a_request_does_not_depend_on_its_neighbours);
   tcase_add_test(tc, requests_can_be_polled_cancelled_and_released);
   tcase_add_test(tc, each_request_stops_at_its_own_condition);
-  tcase_add_loop_test(tc, a_bad_token_fails_its_request_alone, 0, 2);
+  tcase_add_loop_test(tc, a_bad_token_fails_its_request_alone, 0, 3);
+  tcase_add_test(tc, a_slot_holds_at_most_its_context);
   tcase_add_test(tc, joining_and_leaving_recaptures_nothing_and_steps_allocate_nothing);
   tcase_add_test(tc, slot_memory_follows_its_tokens);
   tcase_add_test(tc, a_shared_system_prompt_is_held_once_and_changes_no_token);
