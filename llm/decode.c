@@ -722,6 +722,13 @@ ortep_status ortep_decoder_step(ortep_decoder *d, int32_t token, int32_t positio
   ortep_status st = enter(d, "ortep_decoder_step");
   if (st != ORTEP_OK) return st;
   d->sampling = false; /* a single step answers with its argmax */
+  /* inside the cache, a step past the sequence's end would leave positions
+   * whose ids and KV were never computed for a later prefill to reuse */
+  if (!d->failed && position >= 0 && (size_t)position < d->max_seq && (size_t)position > d->pos)
+    return leave(d, ortep__fail(ORTEP_E_OUT_OF_RANGE,
+                                "ortep_decoder_step: position %d would leave positions %zu..%d unset (the sequence "
+                                "holds %zu); step at a position up to %zu, or prefill the positions between",
+                                position, d->pos, position - 1, d->pos, d->pos));
   int32_t t = 0;
   st = step(d, token, position, &t);
   /* The step moves the sequence (decode.h): the position follows it, and

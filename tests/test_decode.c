@@ -362,6 +362,36 @@ START_TEST(bad_token_fails_the_step_with_the_gather_bit) {
 }
 END_TEST
 
+/* A step past the sequence's end inside the cache is refused, changing
+ * nothing: it would leave positions whose ids and KV no step computed (which
+ * ortep_decoder_tokens returned and a conversation reused). The next
+ * position and earlier ones step as before. */
+START_TEST(a_step_that_would_leave_a_gap_is_refused) {
+  ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = 32});
+  int32_t next, ids[4];
+  ck_assert_status(ortep_decoder_step(d, 7, 10, &next), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_error_mentions("positions 0..9 unset");
+  ck_assert_uint_eq(ortep_decoder_position(d), 0);
+  ck_assert_uint_eq(ortep_decoder_tokens(d, ids, 4), 0);
+  ck_assert_ok(ortep_decoder_step(d, 7, 0, &next));
+  ck_assert_status(ortep_decoder_step(d, 7, 2, &next), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_ok(ortep_decoder_step(d, 8, 1, &next));
+  ck_assert_ok(ortep_decoder_step(d, 9, 1, &next)); /* an earlier position: the sequence ends after it */
+  ck_assert_uint_eq(ortep_decoder_tokens(d, ids, 4), 2);
+  ck_assert_int_eq(ids[0], 7);
+  ck_assert_int_eq(ids[1], 9);
+  /* a conversation reuses only what ran: the first two ids */
+  size_t reused;
+  ck_assert_ok(ortep_decoder_prefill_conversation(d, (const int32_t[]){7, 9, 4}, 3, &next, &reused));
+  ck_assert_uint_eq(reused, 2);
+  ck_assert_ok(ortep_decoder_reset(d));
+  ck_assert_status(ortep_decoder_step(d, 7, 3, &next), ORTEP_E_OUT_OF_RANGE);
+  ck_assert_ok(ortep_decoder_prefill_conversation(d, (const int32_t[]){7, 9, 4}, 3, &next, &reused));
+  ck_assert_uint_eq(reused, 0);
+  ortep_decoder_close(d);
+}
+END_TEST
+
 START_TEST(position_past_the_cache_fails_with_the_position_bit) {
   ortep_decoder *d = open_with(&(ortep_decoder_options){.max_seq_len = 16, .eager = _i == 1});
   int32_t next;
@@ -949,13 +979,15 @@ START_TEST(a_step_after_prefill_moves_the_sequence) {
     ck_assert_uint_eq(ra.generated, 8);
     ck_assert_mem_eq(ta, tb, sizeof ta);
     if (!sampled) ck_assert_int_eq(ta[0], next_a); /* greedy emits the step's argmax first */
-    /* a stray position: the sequence jumps there */
-    ck_assert_ok(ortep_decoder_step(a, 77, 40, &next_a));
-    ck_assert_uint_eq(ortep_decoder_position(a), 41);
+    /* a stray position past the end is refused; an earlier one: the sequence ends after it */
+    ck_assert_status(ortep_decoder_step(a, 77, 40, &next_a), ORTEP_E_OUT_OF_RANGE);
+    ck_assert_uint_eq(ortep_decoder_position(a), 12);
+    ck_assert_ok(ortep_decoder_step(a, 77, 6, &next_a));
+    ck_assert_uint_eq(ortep_decoder_position(a), 7);
     o.max_tokens = 1;
     ck_assert_ok(ortep_decoder_generate_ex(a, &o, collect_ids, ta, &ra));
     if (!sampled) ck_assert_int_eq(ta[0], next_a);
-    ck_assert_uint_eq(ortep_decoder_position(a), 41);
+    ck_assert_uint_eq(ortep_decoder_position(a), 7);
     ortep_decoder_close(a);
     ortep_decoder_close(b);
   }
@@ -1151,6 +1183,7 @@ int main(void) {
   tcase_add_test(tc, matches_the_reference_with_bf16_and_f16_weights);
   tcase_add_loop_test(tc, bad_token_fails_the_step_with_the_gather_bit, 0, 4);
   tcase_add_loop_test(tc, position_past_the_cache_fails_with_the_position_bit, 0, 2);
+  tcase_add_test(tc, a_step_that_would_leave_a_gap_is_refused);
   tcase_add_loop_test(tc, steady_state_steps_allocate_nothing, 0, 2);
   tcase_add_test(tc, open_errors_are_clear);
   tcase_add_test(tc, a_step_after_prefill_moves_the_sequence);

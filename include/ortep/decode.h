@@ -240,9 +240,11 @@ typedef struct ortep_generate_result {
 ORTEP_API ortep_status ortep_decoder_generate_ex(ortep_decoder *decoder, const ortep_generate_options *options,
                                                  ortep_token_callback cb, void *user, ortep_generate_result *result);
 
-/* One step: token at position; *next (may be NULL) receives the argmax. The
- * position is not checked on the host: the device error word is the check.
- * A step moves the sequence: afterwards the decoder's position is
+/* One step: token at position; *next (may be NULL) receives the argmax. A
+ * position past the sequence's end (above ortep_decoder_position) inside the
+ * cache is refused with ORTEP_E_OUT_OF_RANGE, since it would leave positions
+ * unset; a position outside the cache is the device's to refuse (the error
+ * word: ROTARY_POSITION, KV_SLOT). A step moves the sequence: afterwards the decoder's position is
  * position + 1 and the pending next token is the step's argmax, replacing
  * whatever a prefill or generate left pending; a later generate emits it
  * first (greedy), or draws it again from the step's logits (sampled): both
