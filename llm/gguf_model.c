@@ -137,22 +137,31 @@ static const char *const layer_names[][2] = {
     {"attn_output.weight", "self_attn.o_proj.weight"}, {"ffn_gate.weight", "mlp.gate_proj.weight"},
     {"ffn_up.weight", "mlp.up_proj.weight"},           {"ffn_down.weight", "mlp.down_proj.weight"}};
 
-/* name in one convention (from: 0 GGUF, 1 Hugging Face) into the other;
- * false: not a tensor the graph reads. */
-static bool translate(const char *name, int from, char *out, size_t len) {
-  static const char *const layer_fmt[2] = {"blk.%u.%n", "model.layers.%u.%n"}, *const out_fmt[2] = {
-                                                                                   "blk.%u.%s", "model.layers.%u.%s"};
+/* The most digits a layer index has (a million layers) */
+#define LAYER_DIGITS 6
+
+/* name in one convention (from: 0 GGUF, 1 Hugging Face) into the other: 1;
+ * 0: not a tensor the graph reads; -1: a layer's name whose index is not a
+ * decimal number as the converters write it (digits, no sign, no leading
+ * zero, at most LAYER_DIGITS), which would otherwise alias another layer's
+ * ("blk.00." and "blk.4294967296." are not "blk.0."). With the index read
+ * so, and the tables one to one, distinct names translate to distinct names
+ * (and the GGUF reader refuses a name that appears twice). */
+static int translate(const char *name, int from, char *out, size_t len) {
+  static const char *const prefix[2] = {"blk.", "model.layers."};
   for (size_t i = 0; i < sizeof top_names / sizeof *top_names; i++)
     if (!strcmp(name, top_names[i][from])) return (size_t)snprintf(out, len, "%s", top_names[i][!from]) < len;
-  unsigned layer;
-  int at = 0;
-  if (sscanf(name, layer_fmt[from], &layer, &at) != 1 || at == 0) return false;
+  size_t p = strlen(prefix[from]), digits = 0;
+  if (strncmp(name, prefix[from], p)) return 0;
+  unsigned layer = 0;
+  while (name[p + digits] >= '0' && name[p + digits] <= '9' && digits <= LAYER_DIGITS)
+    layer = layer * 10 + (unsigned)(name[p + digits++] - '0');
+  if (!digits || digits > LAYER_DIGITS || name[p + digits] != '.' || (digits > 1 && name[p] == '0')) return -1;
   for (size_t i = 0; i < sizeof layer_names / sizeof *layer_names; i++)
-    if (!strcmp(name + at, layer_names[i][from]))
-      return (size_t)snprintf(out, len, out_fmt[!from], layer, layer_names[i][!from]) < len;
-  return false;
+    if (!strcmp(name + p + digits + 1, layer_names[i][from]))
+      return (size_t)snprintf(out, len, "%s%u.%s", prefix[!from], layer, layer_names[i][!from]) < len;
+  return 0;
 }
-static bool hf_name(const char *g, char *out, size_t len) { return translate(g, 0, out, len); }
 
 ortep_status ortep__gguf_entries(const ortep_gguf *g, ortep_safetensors_entry **out, size_t *n, char **names) {
   size_t count = ortep_gguf_tensor_count(g);
@@ -162,7 +171,14 @@ ortep_status ortep__gguf_entries(const ortep_gguf *g, ortep_safetensors_entry **
   if (!e || !buf) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for %zu tensors' names", count);
   for (size_t i = 0; i < count; i++) {
     const ortep_gguf_tensor *t = ortep_gguf_tensor_at(g, i);
-    if (!hf_name(t->name, buf, 96)) continue; /* not read by the graph (e.g. rope_freqs) */
+    int named = translate(t->name, 0, buf, 96);
+    if (named == 0) continue; /* not read by the graph (e.g. rope_freqs) */
+    if (named < 0)
+      return ortep__fail(ORTEP_E_FORMAT,
+                         "gguf: tensor '%s': its layer index is not a decimal number of at most %d digits without "
+                         "sign or leading zero (as in 'blk.0.'); the file was not written by a GGUF converter, or was "
+                         "edited",
+                         t->name, LAYER_DIGITS);
     if (t->dtype == ORTEP_DTYPE_COUNT)
       return ortep__fail(ORTEP_E_FORMAT,
                          "gguf: tensor '%s' (%s) is %s; ortep reads F32, F16, BF16, Q8_0 and Q4_0 tensors (convert "
@@ -195,7 +211,7 @@ static uint32_t ggml_of(ortep_dtype d) {
   }
 }
 
-static bool gguf_name(const char *hf, char *out, size_t len) { return translate(hf, 1, out, len); }
+static bool gguf_name(const char *hf, char *out, size_t len) { return translate(hf, 1, out, len) > 0; }
 
 static ortep_status add_meta(ortep_gguf_writer *w, const ortep_model_config *c) {
   const char *arch = c->arch == ORTEP_ARCH_LLAMA ? "llama" : "qwen2";

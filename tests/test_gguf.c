@@ -296,7 +296,8 @@ START_TEST(a_gguf_decodes_like_its_directory) {
 END_TEST
 
 /* A one-layer llama file written by hand, with one tensor of type ffn_type. */
-static void write_llama(const char *path, const char *arch, uint32_t ffn_type) {
+/* A one-layer llama file; extra (may be NULL): one more f32 norm tensor of that name. */
+static void write_llama_with(const char *path, const char *arch, uint32_t ffn_type, const char *extra) {
   ortep_gguf_writer *w;
   ck_assert_ok(ortep_gguf_writer_create(&w));
   ck_assert_ok(ortep_gguf_writer_add_string(w, "general.architecture", arch));
@@ -313,6 +314,7 @@ static void write_llama(const char *path, const char *arch, uint32_t ffn_type) {
   ck_assert_ok(ortep_gguf_writer_add_tensor(w, "output_norm.weight", ORTEP_GGML_F32, &n, z, 1024));
   ck_assert_ok(ortep_gguf_writer_add_tensor(w, "blk.0.attn_norm.weight", ORTEP_GGML_F32, &n, z, 1024));
   ck_assert_ok(ortep_gguf_writer_add_tensor(w, "blk.0.ffn_norm.weight", ORTEP_GGML_F32, &n, z, 1024));
+  if (extra) ck_assert_ok(ortep_gguf_writer_add_tensor(w, extra, ORTEP_GGML_F32, &n, z, 1024));
   const char *sq_names[] = {"blk.0.attn_q.weight",      "blk.0.attn_k.weight",   "blk.0.attn_v.weight",
                             "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"};
   uint8_t *q8 = calloc(256, 8 * 34);
@@ -325,6 +327,10 @@ static void write_llama(const char *path, const char *arch, uint32_t ffn_type) {
   free(q8);
   ck_assert_ok(ortep_gguf_writer_write(w, path));
   ortep_gguf_writer_destroy(w);
+}
+
+static void write_llama(const char *path, const char *arch, uint32_t ffn_type) {
+  write_llama_with(path, arch, ffn_type, NULL);
 }
 
 START_TEST(gguf_models_refuse_what_ortep_does_not_run) {
@@ -345,6 +351,30 @@ START_TEST(gguf_models_refuse_what_ortep_does_not_run) {
   ck_assert_status(ortep_model_open(g_path, &m), ORTEP_E_FORMAT);
   ck_assert_ptr_nonnull(strstr(ortep_last_error(), "general.architecture 'gpt2' is not supported"));
   ck_assert_status(ortep_model_open("/nonexistent.gguf", &m), ORTEP_E_IO);
+}
+END_TEST
+
+/* A layer index written any other way than the converters write it (a
+ * decimal number without sign or leading zero) is refused by name: read
+ * loosely, "blk.00." or "blk.4294967296." became "blk.0." and the first of
+ * two tensors of one name won. */
+START_TEST(gguf_layer_names_that_would_alias_are_refused) {
+  static const char *const bad[] = {"blk.00.attn_norm.weight", "blk.+0.attn_norm.weight",
+                                    "blk.4294967296.attn_norm.weight", "blk..attn_norm.weight",
+                                    "blk.0x0.attn_norm.weight"};
+  ortep_model *m = NULL;
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    write_llama_with(g_path, "llama", ORTEP_GGML_Q8_0, bad[i]);
+    ck_assert_status(ortep_model_open(g_path, &m), ORTEP_E_FORMAT);
+    ck_assert_ptr_null(m);
+    char want[96];
+    snprintf(want, sizeof want, "tensor '%s': its layer index is not a decimal number", bad[i]);
+    ck_assert_msg(strstr(ortep_last_error(), want), "%s", ortep_last_error());
+  }
+  /* a tensor the graph does not read, with a well-formed index, is still no error */
+  write_llama_with(g_path, "llama", ORTEP_GGML_Q8_0, "blk.10.attn_norm_2.weight");
+  ck_assert_ok(ortep_model_open(g_path, &m));
+  ortep_model_close(m);
 }
 END_TEST
 
@@ -471,6 +501,54 @@ START_TEST(a_sentencepiece_vocabulary_encodes_by_its_scores) {
 }
 END_TEST
 
+/* Tokenizer metadata of the wrong type is refused naming the key, not read
+ * as false or as no token (add_bos_token "false" as a string, a u32 where a
+ * bool belongs, a string or a number past the vocabulary as the BOS id); a
+ * bool that says false is honoured. */
+START_TEST(gguf_tokenizer_metadata_of_the_wrong_type_is_refused) {
+  char dir[64] = "/tmp/ortep-gguf-meta-XXXXXX", file[128];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(file, sizeof file, "%s/spm.gguf", dir);
+  const char *toks[4] = {"<unk>", "<s>", "</s>", "a"};
+  float scores[4] = {0, 0, 0, -1};
+  static const char *const key[] = {"tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_space_prefix",
+                                    "tokenizer.ggml.bos_token_id", "tokenizer.ggml.bos_token_id", NULL};
+  for (int c = 0; c < 5; c++) {
+    ortep_gguf_writer *w;
+    ck_assert_ok(ortep_gguf_writer_create(&w));
+    ck_assert_ok(ortep_gguf_writer_add_string(w, "tokenizer.ggml.model", "llama"));
+    ck_assert_ok(ortep_gguf_writer_add_strings(w, "tokenizer.ggml.tokens", toks, 4));
+    ck_assert_ok(ortep_gguf_writer_add_array(w, "tokenizer.ggml.scores", ORTEP_GGUF_F32, scores, 4));
+    if (c == 0) ck_assert_ok(ortep_gguf_writer_add_string(w, key[c], "false"));
+    if (c == 1) ck_assert_ok(ortep_gguf_writer_add_u32(w, key[c], 0));
+    if (c == 2) ck_assert_ok(ortep_gguf_writer_add_string(w, key[c], "1"));
+    if (c == 3) ck_assert_ok(ortep_gguf_writer_add_u32(w, key[c], 4));
+    if (c == 4) { /* well-typed: no BOS */
+      ck_assert_ok(ortep_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1));
+      ck_assert_ok(ortep_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false));
+    }
+    ck_assert_ok(ortep_gguf_writer_write(w, file));
+    ortep_gguf_writer_destroy(w);
+    ortep_tokenizer *t = NULL;
+    if (key[c]) {
+      ck_assert_status(ortep_tokenizer_open(file, &t), ORTEP_E_FORMAT);
+      ck_assert_ptr_null(t);
+      ck_assert_msg(strstr(ortep_last_error(), key[c]), "%s", ortep_last_error());
+      continue;
+    }
+    ck_assert_ok(ortep_tokenizer_open(file, &t));
+    int32_t *ids;
+    size_t n;
+    ck_assert_ok(ortep_tokenizer_encode(t, "a", 1, true, &ids, &n));
+    ck_assert_msg(n >= 1 && ids[0] != 1, "a BOS was added though add_bos_token is false");
+    free(ids);
+    ortep_tokenizer_close(t);
+  }
+  unlink(file);
+  rmdir(dir);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("gguf");
   TCase *tc = tcase_create("gguf");
@@ -478,6 +556,8 @@ int main(void) {
   tcase_add_test(tc, a_written_file_reads_back);
   tcase_add_test(tc, every_cut_is_refused);
   tcase_add_test(tc, bad_files_are_refused_naming_the_problem);
+  tcase_add_test(tc, gguf_layer_names_that_would_alias_are_refused);
+  tcase_add_test(tc, gguf_tokenizer_metadata_of_the_wrong_type_is_refused);
   tcase_add_test(tc, a_gguf_decodes_like_its_directory);
   tcase_add_test(tc, gguf_models_refuse_what_ortep_does_not_run);
   tcase_add_test(tc, a_gguf_tokenizer_matches_its_tokenizer_json);

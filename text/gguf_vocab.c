@@ -46,6 +46,34 @@ static bool kv_is(const ortep_gguf_kv *kv, const char *s) {
   return kv && kv->type == ORTEP_GGUF_STRING && kv->len == strlen(s) && !memcmp(kv->str, s, kv->len);
 }
 
+/* Key `key` of g as a bool (def when absent); of any other type it is
+ * refused, not taken as false (a string "false" would read as true). */
+static ortep_status kv_bool(const ortep_gguf *g, const char *key, bool def, bool *out) {
+  const ortep_gguf_kv *kv = ortep_gguf_find_kv(g, key);
+  *out = def;
+  if (!kv) return ORTEP_OK;
+  if (kv->type != ORTEP_GGUF_BOOL)
+    return TOK_FAIL("%s must be a bool (GGUF type 7), not of GGUF type %d", key, (int)kv->type);
+  *out = kv->u != 0;
+  return ORTEP_OK;
+}
+
+/* Key `key` of g as a token id below n (-1 when absent); refused when it is
+ * not an integer or not a token. */
+static ortep_status kv_token(const ortep_gguf *g, const char *key, uint64_t n, int64_t *out) {
+  const ortep_gguf_kv *kv = ortep_gguf_find_kv(g, key);
+  *out = -1;
+  if (!kv) return ORTEP_OK;
+  bool sgn = kv->type == ORTEP_GGUF_I8 || kv->type == ORTEP_GGUF_I16 || kv->type == ORTEP_GGUF_I32 ||
+             kv->type == ORTEP_GGUF_I64;
+  bool uns = kv->type == ORTEP_GGUF_U8 || kv->type == ORTEP_GGUF_U16 || kv->type == ORTEP_GGUF_U32 ||
+             kv->type == ORTEP_GGUF_U64;
+  if ((!sgn && !uns) || (sgn ? kv->i < 0 || (uint64_t)kv->i >= n : kv->u >= n))
+    return TOK_FAIL("%s must be an integer token id below the vocabulary's %llu tokens", key, (unsigned long long)n);
+  *out = sgn ? kv->i : (int64_t)kv->u;
+  return ORTEP_OK;
+}
+
 /* A NUL-terminated copy of a string element (cJSON wants one). */
 static char *dup_n(const char *s, size_t n) {
   char *c = ortep__malloc(n + 1);
@@ -125,14 +153,13 @@ static ortep_status spm_merges(char *const *piece, const float *score, size_t n,
 /* What a LLaMA-2 tokenizer.json holds besides its pieces: byte fallback,
  * "▁" for spaces (and before the text: add_space_prefix, true unless the
  * file says otherwise), the decoder that undoes both. */
-static void spm_frame(const ortep_gguf *g, cJSON *root, cJSON *model, const char *unk) {
-  const ortep_gguf_kv *prefix = ortep_gguf_find_kv(g, "tokenizer.ggml.add_space_prefix");
+static void spm_frame(bool space_prefix, cJSON *root, cJSON *model, const char *unk) {
   cJSON_AddBoolToObject(model, "byte_fallback", true);
   cJSON_AddBoolToObject(model, "fuse_unk", true);
   if (unk) cJSON_AddStringToObject(model, "unk_token", unk);
   cJSON *norm = cJSON_AddObjectToObject(root, "normalizer"), *nl = cJSON_AddArrayToObject(norm, "normalizers");
   cJSON_AddStringToObject(norm, "type", "Sequence");
-  if (!prefix || prefix->type != ORTEP_GGUF_BOOL || prefix->u) {
+  if (space_prefix) {
     cJSON *pre = cJSON_CreateObject();
     cJSON_AddStringToObject(pre, "type", "Prepend");
     cJSON_AddStringToObject(pre, "prepend", "\u2581");
@@ -172,6 +199,8 @@ typedef struct gguf_vocab {
   const ortep_gguf_kv *toks, *types, *merges, *scores;
   const char *re;
   bool spm, nfc, ignore_merges;
+  bool add_bos, space_prefix; /* tokenizer.ggml.add_bos_token, .add_space_prefix */
+  int64_t bos;                /* tokenizer.ggml.bos_token_id; -1: none */
 } gguf_vocab;
 
 static ortep_status vocab_keys(const ortep_gguf *g, gguf_vocab *v) {
@@ -184,7 +213,10 @@ static ortep_status vocab_keys(const ortep_gguf *g, gguf_vocab *v) {
                     NULL,
                     false,
                     false,
-                    false};
+                    false,
+                    false,
+                    false,
+                    -1};
   if (!model || !v->toks) return TOK_FAIL("the file has no tokenizer.ggml.model / tokenizer.ggml.tokens");
   v->spm = kv_is(model, "llama");
   if (!v->spm && !kv_is(model, "gpt2"))
@@ -207,6 +239,12 @@ static ortep_status vocab_keys(const ortep_gguf *g, gguf_vocab *v) {
   if (v->types &&
       (v->types->type != ORTEP_GGUF_ARRAY || v->types->elem_type != ORTEP_GGUF_I32 || v->types->count != t->count))
     return TOK_FAIL("tokenizer.ggml.token_type must be an i32 array as long as the tokens");
+  ortep_status st;
+  /* llama.cpp's defaults: a BOS and a space prefix for SentencePiece */
+  if ((st = kv_bool(g, "tokenizer.ggml.add_bos_token", v->spm, &v->add_bos)) != ORTEP_OK ||
+      (st = kv_bool(g, "tokenizer.ggml.add_space_prefix", true, &v->space_prefix)) != ORTEP_OK ||
+      (st = kv_token(g, "tokenizer.ggml.bos_token_id", t->count, &v->bos)) != ORTEP_OK)
+    return st;
   if (v->spm) {
     if (!v->scores || v->scores->type != ORTEP_GGUF_ARRAY || v->scores->elem_type != ORTEP_GGUF_F32 ||
         v->scores->count != t->count)
@@ -228,9 +266,6 @@ static ortep_status vocab_keys(const ortep_gguf *g, gguf_vocab *v) {
  * unknown piece's name. */
 static ortep_status vocab_pieces(const ortep_gguf *g, const gguf_vocab *v, cJSON *vocab, cJSON *added, char **piece,
                                  const char **bos_name, const char **unk) {
-  const ortep_gguf_kv *bos = ortep_gguf_find_kv(g, "tokenizer.ggml.bos_token_id"),
-                      *add_bos = ortep_gguf_find_kv(g, "tokenizer.ggml.add_bos_token");
-  bool want_bos = add_bos ? add_bos->u != 0 : v->spm; /* llama.cpp's default: a BOS for SentencePiece */
   for (uint64_t i = 0; i < v->toks->count; i++) {
     const char *s;
     size_t n;
@@ -251,7 +286,7 @@ static ortep_status vocab_pieces(const ortep_gguf *g, const gguf_vocab *v, cJSON
       cJSON_AddItemToArray(added, a);
     }
     if (type == 2 && !*unk) *unk = c;
-    if (bos && want_bos && bos->u == i) *bos_name = c;
+    if (v->add_bos && v->bos == (int64_t)i) *bos_name = c;
     cJSON_AddNumberToObject(vocab, c, (double)i);
   }
   return ORTEP_OK;
@@ -305,7 +340,7 @@ static ortep_status gguf_json(const ortep_gguf *g, char **out, size_t *len) {
   st = vocab_pieces(g, &v, vocab, added, piece, &bos_name, &unk);
   if (st == ORTEP_OK) st = v.spm ? spm_merges(piece, score, v.toks->count, ml) : bpe_merges(g, v.merges, ml);
   if (v.spm) {
-    spm_frame(g, root, m, unk);
+    spm_frame(v.space_prefix, root, m, unk);
   } else {
     if (v.nfc) cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "normalizer"), "type", "NFC");
     cJSON_AddItemToObject(root, "pre_tokenizer", pre_tokenizer(v.re));
