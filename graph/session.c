@@ -379,6 +379,13 @@ static ortep_status prepare_initializer(ortep_session *s, uint32_t gi, const cha
   ortep_buffer b = {0};
   ortep_shape shape;
   ortep_dtype dtype;
+  /* a weight to be quantized, checked here for every EP: values the block
+   * formats cannot hold are refused, not turned into zeros */
+  bool floats = in.dtype == ORTEP_DTYPE_F32 || in.dtype == ORTEP_DTYPE_F16 || in.dtype == ORTEP_DTYPE_BF16;
+  if (st == ORTEP_OK && ortep_dtype_is_quantized(in.prefer) && floats && in.shape.rank > 0) {
+    size_t k = (size_t)in.shape.dims[in.shape.rank - 1];
+    st = ortep__quantize_check(v, in.prefer, in.dtype, in.data, in.bytes / ortep_dtype_size(in.dtype), k ? k : 1);
+  }
   if (st == ORTEP_OK && !ORTEP__GROW(es->uploads, es->uploads_cap, es->n_uploads + 1)) st = oom("an upload");
   if (st == ORTEP_OK) st = ortep_ep_prepare_initializer(es->ep, &in, &dtype, &shape, &b);
   ortep__free(uses);

@@ -300,6 +300,8 @@ ortep_status ortep_model_add_to_gguf(const ortep_model *m, ortep_gguf_writer *w,
     }
     if (to == e->dtype) {
       memcpy(buf, e->data, out_bytes);
+    } else if ((st = ortep__quantize_check(hf, to, e->dtype, e->data, rows * k, k)) != ORTEP_OK) {
+      break;
     } else {
       size_t es = ortep_dtype_size(e->dtype), rb = out_bytes / rows;
       for (size_t r = 0; r < rows; r++) {

@@ -317,6 +317,67 @@ ortep_status ortep__quantize_from(ortep_dtype from, const void *x, size_t n, ort
   return st;
 }
 
+/* The bits of the largest finite f32 whose block scale, x / 127 (q8_0) or
+ * x / 8 (q4_0) rounded to f16 as the quantizers round it, stays finite: by
+ * bisection over the bit patterns, which order positive floats. */
+static uint32_t scale_limit_bits(ortep_dtype to) {
+  uint32_t lo = 0, hi = 0x7f7fffffu;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo + 1) / 2;
+    float x, d;
+    memcpy(&x, &mid, sizeof x);
+    d = to == ORTEP_DTYPE_Q8_0 ? x / 127.0f : x / 8.0f;
+    if (isinf(ortep_f16_to_f32(ortep_f32_to_f16(d))))
+      hi = mid - 1;
+    else
+      lo = mid;
+  }
+  return lo;
+}
+
+/* The first of n values whose magnitude's bits exceed max (a NaN or an
+ * infinity exceeds every finite magnitude), or n: in runs of 4096 whose
+ * check vectorizes, then the run that holds it. */
+#define FIRST_ABOVE(T, mask)                                               \
+  static size_t first_above_##T(const T *x, size_t n, T max) {             \
+    for (size_t i0 = 0; i0 < n; i0 += 4096) {                              \
+      size_t m = n - i0 < 4096 ? n - i0 : 4096;                            \
+      unsigned any = 0;                                                    \
+      for (size_t i = 0; i < m; i++) any |= (T)(x[i0 + i] & (mask)) > max; \
+      if (any)                                                             \
+        for (size_t i = 0; i < m; i++)                                     \
+          if ((T)(x[i0 + i] & (mask)) > max) return i0 + i;                \
+    }                                                                      \
+    return n;                                                              \
+  }
+FIRST_ABOVE(uint32_t, 0x7fffffffu)
+FIRST_ABOVE(uint16_t, 0x7fffu)
+#undef FIRST_ABOVE
+
+ortep_status ortep__quantize_check(const char *name, ortep_dtype to, ortep_dtype from, const void *x, size_t n,
+                                   size_t k) {
+  const uint32_t limit = scale_limit_bits(to);
+  size_t i = from == ORTEP_DTYPE_F32    ? first_above_uint32_t(x, n, limit)
+             : from == ORTEP_DTYPE_BF16 ? first_above_uint16_t(x, n, (uint16_t)(limit >> 16))
+                                        : first_above_uint16_t(x, n, 0x7bff); /* f16: every finite value fits */
+  if (i == n) return ORTEP_OK;
+  float v = from == ORTEP_DTYPE_F32    ? ((const float *)x)[i]
+            : from == ORTEP_DTYPE_BF16 ? ortep_bf16_to_f32(((const uint16_t *)x)[i])
+                                       : ortep_f16_to_f32(((const uint16_t *)x)[i]);
+  if (!isfinite(v))
+    return ortep__fail(ORTEP_E_FORMAT,
+                       "'%s' cannot be quantized to %s: row %zu, column %zu is %g; a weight must be finite (the "
+                       "checkpoint is damaged)",
+                       name, ortep_dtype_name(to), i / k, i % k, v);
+  float max;
+  memcpy(&max, &limit, sizeof max);
+  return ortep__fail(ORTEP_E_FORMAT,
+                     "'%s' cannot be quantized to %s: row %zu, column %zu is %g, past the largest magnitude whose "
+                     "block scale fits %s's f16 scale (%g); keep the weights unquantized (ortep.weights_dtype) or "
+                     "check the checkpoint",
+                     name, ortep_dtype_name(to), i / k, i % k, v, ortep_dtype_name(to), max);
+}
+
 ortep_status ortep_dequantize(ortep_dtype dtype, const void *blocks, size_t n, float *out) {
   ortep_status st = check_blocks("ortep_dequantize", dtype, blocks, out, n);
   if (st != ORTEP_OK) return st;

@@ -110,6 +110,16 @@ static inline bool ortep__align_up(size_t x, size_t align, size_t *out) {
  * that quantizes weights it prepares calls (the CUDA module through its
  * host table). */
 ortep_status ortep__quantize_from(ortep_dtype from, const void *x, size_t n, ortep_dtype to, void *out);
+/* Whether weight `name` (n values of f32, f16 or bf16 at x, rows of k) can
+ * be quantized to q8_0 / q4_0 as a model's weight: every value finite, and
+ * none so large that its block's scale overflows the format's f16 scale
+ * (ortep_quantize follows llama.cpp there and writes blocks that decode to
+ * infinities or zeros). ORTEP_E_FORMAT names the first bad value's row,
+ * column and value. One integer compare per value, vectorized. The session
+ * checks every weight it has an EP quantize (graph/session.c), the GGUF
+ * writer every tensor it quantizes. */
+ortep_status ortep__quantize_check(const char *name, ortep_dtype to, ortep_dtype from, const void *x, size_t n,
+                                   size_t k);
 
 __attribute__((noreturn, cold)) void ortep__assert_fail(const char *expr, const char *file, int line);
 #define ortep__assert(x) ((x) ? (void)0 : ortep__assert_fail(#x, __FILE__, __LINE__))

@@ -914,6 +914,56 @@ START_TEST(chunked_prefill_agrees_with_token_by_token) {
 }
 END_TEST
 
+/* A weight the block formats cannot hold is refused when a model is
+ * quantized, at open (on the CPU EP: the session checks for every EP) and
+ * when writing a GGUF file, naming the tensor, its row, column and value: a
+ * NaN or an infinity (unquantized, the step fails with ARGMAX_NOT_FINITE),
+ * and a value whose block scale overflows the f16 scale (q4_0 past 524,160,
+ * q8_0 past ~8.3e6: before, a 6e5 in a q4_0 weight made every logit 0). The
+ * same large finite value unquantized opens and decodes. */
+START_TEST(quantizing_refuses_weights_the_blocks_cannot_hold) {
+  static const struct {
+    float v;
+    const char *wd, *says;
+  } cases[] = {{6e5f, "q4_0", "past the largest magnitude whose block scale fits q4_0's f16 scale"},
+               {NAN, "q8_0", "a weight must be finite"},
+               {INFINITY, "q4_0", "a weight must be finite"},
+               {1e7f, "q8_0", "past the largest magnitude"}};
+  const char *w = "model.layers.1.mlp.down_proj.weight";
+  char dir[64], file[96], want[160];
+  test_model_dir(dir, sizeof dir, "tiny-llama", ORTEP_DTYPE_F32);
+  snprintf(file, sizeof file, "%s/q.gguf", dir);
+  ortep_model *m;
+  ck_assert_ok(ortep_model_open(dir, &m));
+  size_t k = (size_t)ortep_model_get_config(m)->intermediate_size;
+  ortep_model_close(m);
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    test_poison_f32_weight(dir, w, 3 * k + 5, cases[i].v);
+    ortep_config *cfg = quant_config(cases[i].wd, NULL);
+    ck_assert_ok(ortep_config_set(cfg, "ortep.weights_cache", "off"));
+    ortep_decoder *d = NULL;
+    ck_assert_status(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .config = cfg}, &d), ORTEP_E_FORMAT);
+    ck_assert_ptr_null(d);
+    snprintf(want, sizeof want, "'%s' cannot be quantized to %s: row 3, column 5 is", w, cases[i].wd);
+    ck_assert_msg(strstr(ortep_last_error(), want) && strstr(ortep_last_error(), cases[i].says), "%s",
+                  ortep_last_error());
+    ck_assert_ok(ortep_model_open(dir, &m));
+    ck_assert_status(ortep_model_write_gguf(m, file, cases[i].wd), ORTEP_E_FORMAT);
+    ck_assert_msg(strstr(ortep_last_error(), want), "%s", ortep_last_error());
+    ortep_model_close(m);
+    ck_assert_int_eq(access(file, F_OK), -1); /* nothing written */
+    ortep_config_destroy(cfg);
+  }
+  test_poison_f32_weight(dir, w, 3 * k + 5, 6e5f);
+  ortep_decoder *d = NULL;
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu"}, &d));
+  int32_t next;
+  ck_assert_ok(ortep_decoder_prefill(d, (const int32_t[]){5, 9, 17}, 3, &next));
+  ortep_decoder_close(d);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 START_TEST(quantizing_stores_what_was_asked_and_refuses_what_it_cannot) {
   char dir[64];
   test_model_dir(dir, sizeof dir, "tiny-llama", ORTEP_DTYPE_BF16);
@@ -1023,6 +1073,7 @@ int main(void) {
   tcase_add_test(tc, quantized_decoding_is_deterministic);
   tcase_add_test(tc, chunked_prefill_agrees_with_token_by_token);
   tcase_add_test(tc, quantizing_stores_what_was_asked_and_refuses_what_it_cannot);
+  tcase_add_test(tc, quantizing_refuses_weights_the_blocks_cannot_hold);
   tcase_add_test(tc, other_eps_refuse_quantized_weights);
   suite_add_tcase(s, tc);
   return test_run(s);

@@ -89,7 +89,10 @@ ORTEP_API uint16_t ortep_f32_to_bf16(float f);
  * llama.cpp's reference quantizers (quantize_row_q8_0_ref / _q4_0_ref) round,
  * so a checkpoint quantized here equals llama.cpp's conversion of it byte
  * for byte: q8_0 d = max|x| / 127, q = roundf(x / d); q4_0 d = m / -8 with
- * m the value of largest magnitude, q = min(15, trunc(x / d + 8.5)). */
+ * m the value of largest magnitude, q = min(15, trunc(x / d + 8.5)). Like
+ * llama.cpp's, it takes any value: a NaN or an infinity, or a block whose
+ * scale overflows f16, gives blocks that decode to zeros or infinities (a
+ * model's weights are checked before they are quantized, docs/models.md). */
 ORTEP_API ortep_status ortep_quantize(ortep_dtype dtype, const float *x, size_t n, void *out);
 /* n values (a multiple of 32) of q8_0 or q4_0 blocks back to f32. */
 ORTEP_API ortep_status ortep_dequantize(ortep_dtype dtype, const void *blocks, size_t n, float *out);
