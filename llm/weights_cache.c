@@ -71,14 +71,21 @@ static uint64_t get64(const uint8_t *p) {
 }
 
 /* The directory: the config's, or $XDG_CACHE_HOME/ortep/weights, or
- * ~/.cache/ortep/weights; false when off (or no home to put it in). */
-static bool cache_dir(const char *v, char *out, size_t len) {
-  if (v && !strcmp(v, "off")) return false;
-  if (v && *v) return (size_t)snprintf(out, len, "%s", v) < len;
+ * ~/.cache/ortep/weights: 1; 0 when off (or no home to put it in); -1 when
+ * its path does not fit len bytes (out then holds its start). */
+static int cache_dir(const char *v, char *out, size_t len) {
+  if (v && !strcmp(v, "off")) return 0;
   const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  if (xdg && *xdg) return (size_t)snprintf(out, len, "%s/ortep/weights", xdg) < len;
-  if (home && *home) return (size_t)snprintf(out, len, "%s/.cache/ortep/weights", home) < len;
-  return false;
+  size_t n;
+  if (v && *v)
+    n = (size_t)snprintf(out, len, "%s", v);
+  else if (xdg && *xdg)
+    n = (size_t)snprintf(out, len, "%s/ortep/weights", xdg);
+  else if (home && *home)
+    n = (size_t)snprintf(out, len, "%s/.cache/ortep/weights", home);
+  else
+    return 0;
+  return n < len ? 1 : -1;
 }
 
 /* mkdir -p */
@@ -130,12 +137,17 @@ static void header(const ortep__wcache *w, uint64_t blob, uint8_t *h) {
 /* A file that is there: its header checked against the model and options,
  * then its blob loaded by the EP. Any refusal is recorded (rebuilt later). */
 static void try_load(ortep__wcache *w, ortep_ep *cpu) {
-  int fd = open(w->info.path, O_RDONLY | O_CLOEXEC);
+  /* not blocking: a FIFO (or a link to one) at the name must not hang the open */
+  int fd = open(w->info.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return; /* none yet */
   struct stat sb;
   uint8_t want[HEADER_BYTES], got[HEADER_BYTES];
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < (off_t)HEADER_BYTES ||
-      pread(fd, got, HEADER_BYTES, 0) != (ssize_t)HEADER_BYTES) {
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    refuse(w, "%s", "it is not a regular file (a FIFO, a device or a directory, or a link to one)");
+    return;
+  }
+  if (sb.st_size < (off_t)HEADER_BYTES || pread(fd, got, HEADER_BYTES, 0) != (ssize_t)HEADER_BYTES) {
     close(fd);
     refuse(w, "%s", "it is shorter than its header (truncated)");
     return;
@@ -340,8 +352,16 @@ ortep_status ortep__wcache_open(const char *setting, const char *limit, const ch
   *out = w;
   w->limit = max;
   char dir[3072];
-  if (!cache_dir(setting, dir, sizeof dir) || !realpath(model_file, w->model) || stat(w->model, &w->st) != 0)
-    return ORTEP_OK; /* off */
+  int where = cache_dir(setting, dir, sizeof dir);
+  if (where < 0) {
+    w->info.state = ORTEP_WEIGHTS_CACHE_FAILED;
+    say(w,
+        "the cache directory (%.64s...) is longer than %zu bytes; set ortep.weights_cache to a shorter one (the "
+        "decoder runs without it)",
+        dir, sizeof dir - 1);
+    return ORTEP_OK;
+  }
+  if (!where || !realpath(model_file, w->model) || stat(w->model, &w->st) != 0) return ORTEP_OK; /* off */
   const char *keys[8];
   size_t nk = ortep_ep_context_source_keys(cpu, keys, 8),
          at = (size_t)snprintf(w->options, sizeof w->options, "%s", options);

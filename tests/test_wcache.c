@@ -175,6 +175,45 @@ START_TEST(a_bad_file_is_refused_and_rebuilt) {
 }
 END_TEST
 
+/* A FIFO at the cache file's name, or a link to one, is refused without
+ * blocking the open (it hung there) and replaced by the file; a cache
+ * directory whose path is too long fails saying so (it was silently off),
+ * and the decoder runs without it. */
+START_TEST(a_file_not_regular_or_a_path_too_long_is_said) {
+  char dir[64], cache[64] = "/tmp/ortep-wcache-XXXXXX", fifo[96], path[4096];
+  test_model_dir(dir, sizeof dir, "small", ORTEP_DTYPE_BF16);
+  ck_assert_ptr_nonnull(mkdtemp(cache));
+  snprintf(fifo, sizeof fifo, "%s/a.fifo", cache);
+  run *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+  open_run(dir, cache, "q8_0", a);
+  ck_assert_int_eq(a->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+  snprintf(path, sizeof path, "%s", a->info.path);
+  ck_assert_int_eq(unlink(path), 0);
+  ck_assert_int_eq(mkfifo(path, 0644), 0);
+  open_run(dir, cache, "q8_0", b);
+  assert_rebuilt(b, "not a regular file");
+  ck_assert(!memcmp(a->logits, b->logits, sizeof a->logits));
+  ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+  ck_assert_int_eq(unlink(path), 0);
+  ck_assert_int_eq(symlink(fifo, path), 0);
+  open_run(dir, cache, "q8_0", b);
+  assert_rebuilt(b, "not a regular file");
+  open_run(dir, cache, "q8_0", b);
+  ck_assert_int_eq(b->info.state, ORTEP_WEIGHTS_CACHE_HIT);
+  char *deep = malloc(3300);
+  snprintf(deep, 3300, "%s/", cache);
+  for (size_t n = strlen(deep); n < 3200; n++) deep[n] = n % 200 ? 'd' : '/', deep[n + 1] = '\0';
+  open_run(dir, deep, "q8_0", b);
+  ck_assert_int_eq(b->info.state, ORTEP_WEIGHTS_CACHE_FAILED);
+  ck_assert_msg(strstr(b->info.reason, "is longer than") && strstr(b->info.reason, "runs without it"), "%s",
+                b->info.reason);
+  ck_assert(!memcmp(a->logits, b->logits, sizeof a->logits));
+  free(deep), free(a), free(b);
+  rm_dir(cache);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 START_TEST(no_file_when_off_or_unwritable) {
   char dir[64], blocker[64] = "/tmp/ortep-wcache-XXXXXX", under[96];
   test_model_dir(dir, sizeof dir, "small", ORTEP_DTYPE_BF16);
@@ -516,6 +555,7 @@ int main(void) {
   tcase_add_test(tc, a_second_open_maps_what_the_first_prepared);
   tcase_add_test(tc, a_bad_file_is_refused_and_rebuilt);
   tcase_add_test(tc, no_file_when_off_or_unwritable);
+  tcase_add_test(tc, a_file_not_regular_or_a_path_too_long_is_said);
   tcase_add_test(tc, another_build_replaces_the_file_in_place);
   tcase_add_test(tc, writing_removes_the_files_no_build_can_use);
   tcase_add_test(tc, beyond_the_limit_the_least_recently_used_go);
