@@ -214,6 +214,69 @@ START_TEST(a_file_not_regular_or_a_path_too_long_is_said) {
 }
 END_TEST
 
+/* Sets the prepared shape of entry `name` in the cache file's EP context
+ * (kernels/cpu/context.c: entries of ENTRY bytes, the prepared dims at
+ * DIMS_AT, the name's length at NAME_AT, the names after the entries) to
+ * [rows / 2, cols * 2], the same bytes, and recomputes the table's hash:
+ * an edit the context's own checks cannot see. */
+enum {
+  ENTRY = 16 + 16 * ORTEP_MAX_RANK + 8 + 24,
+  DIMS_AT = 20 + 8 * ORTEP_MAX_RANK,
+  NAME_AT = 20 + 16 * ORTEP_MAX_RANK
+};
+static void reshape_entry(const char *path, const char *name) {
+  int fd = open(path, O_RDWR);
+  ck_assert_int_ge(fd, 0);
+  uint8_t h[64];
+  ck_assert_int_eq(pread(fd, h, 64, 4096), 64);
+  uint32_t n;
+  uint64_t kb, tb;
+  memcpy(&n, h + 12, 4), memcpy(&kb, h + 16, 8), memcpy(&tb, h + 24, 8);
+  uint8_t *keys = malloc(kb + 1), *t = malloc(tb);
+  ck_assert_int_eq(pread(fd, keys, kb, 4096 + 64), (ssize_t)kb);
+  ck_assert_int_eq(pread(fd, t, tb, 4096 + 64 + (off_t)kb), (ssize_t)tb);
+  size_t at = (size_t)n * ENTRY, found = n;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t len;
+    memcpy(&len, t + i * ENTRY + NAME_AT, 4);
+    if (len == strlen(name) && !memcmp(t + at, name, len)) found = i;
+    at += len;
+  }
+  ck_assert_uint_lt(found, n);
+  uint8_t *e = t + found * ENTRY;
+  int64_t dims[2];
+  memcpy(dims, e + DIMS_AT, 16);
+  ck_assert_int_eq(dims[0] % 2, 0);
+  dims[0] /= 2, dims[1] *= 2;
+  memcpy(e + DIMS_AT, dims, 16);
+  uint64_t hash = ortep__fnv1a(ortep__fnv1a(ORTEP__FNV_SEED, keys, kb), t, tb);
+  ck_assert_int_eq(pwrite(fd, t, tb, 4096 + 64 + (off_t)kb), (ssize_t)tb);
+  ck_assert_int_eq(pwrite(fd, &hash, 8, 4096 + 48), 8);
+  close(fd);
+  free(keys), free(t);
+}
+
+/* A cache file edited so that a prepared tensor has another shape of the
+ * same bytes (its table hash recomputed) is not served in that shape: the
+ * EP prepares that weight again (the embedding lookup wrote past its
+ * buffer), and the logits are the same. */
+START_TEST(a_prepared_tensor_in_another_shape_is_prepared_again) {
+  char dir[64], cache[64] = "/tmp/ortep-wcache-XXXXXX";
+  test_model_dir(dir, sizeof dir, "small", ORTEP_DTYPE_BF16);
+  ck_assert_ptr_nonnull(mkdtemp(cache));
+  run *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+  open_run(dir, cache, "q8_0", a);
+  ck_assert_int_eq(a->info.state, ORTEP_WEIGHTS_CACHE_WRITTEN);
+  reshape_entry(a->info.path, "model.embed_tokens.weight");
+  open_run(dir, cache, "q8_0", b);
+  ck_assert_msg(!memcmp(a->logits, b->logits, sizeof a->logits), "a reshaped table decodes differently");
+  ck_assert_int_eq(b->info.state, ORTEP_WEIGHTS_CACHE_HIT); /* the other weights came from the file */
+  free(a), free(b);
+  rm_dir(cache);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 START_TEST(no_file_when_off_or_unwritable) {
   char dir[64], blocker[64] = "/tmp/ortep-wcache-XXXXXX", under[96];
   test_model_dir(dir, sizeof dir, "small", ORTEP_DTYPE_BF16);
@@ -556,6 +619,7 @@ int main(void) {
   tcase_add_test(tc, a_bad_file_is_refused_and_rebuilt);
   tcase_add_test(tc, no_file_when_off_or_unwritable);
   tcase_add_test(tc, a_file_not_regular_or_a_path_too_long_is_said);
+  tcase_add_test(tc, a_prepared_tensor_in_another_shape_is_prepared_again);
   tcase_add_test(tc, another_build_replaces_the_file_in_place);
   tcase_add_test(tc, writing_removes_the_files_no_build_can_use);
   tcase_add_test(tc, beyond_the_limit_the_least_recently_used_go);

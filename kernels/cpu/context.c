@@ -94,15 +94,20 @@ void ortep__cpu_context_forget(ortep__cpu_context *c, const void *ptr) {
   pthread_mutex_unlock(&c->lock);
 }
 
-bool ortep__cpu_context_lookup(ortep__cpu_context *c, const ortep_initializer *in, ortep_dtype *dtype,
-                               ortep_shape *shape, const void **ptr, size_t *bytes) {
+bool ortep__cpu_context_lookup(ortep__cpu_context *c, const ortep_initializer *in, ortep_dtype dtype,
+                               const ortep_shape *shape, size_t bytes, const void **ptr) {
   bool found = false;
   pthread_mutex_lock(&c->lock);
-  for (size_t i = 0; i < c->n && !found; i++)
-    if (c->e[i].loaded && same_source(&c->e[i], in)) {
-      *dtype = c->e[i].dtype, *shape = c->e[i].shape, *ptr = c->e[i].ptr, *bytes = c->e[i].bytes;
-      found = true;
+  for (size_t i = 0; i < c->n && !found; i++) {
+    const entry *x = &c->e[i];
+    if (!x->loaded || !same_source(x, in)) continue;
+    if (x->dtype == dtype && x->bytes == bytes && ortep_shape_equal(&x->shape, shape)) {
+      *ptr = x->ptr, found = true;
+    } else {
+      ortep__free(c->e[i].name);
+      c->e[i--] = c->e[--c->n];
     }
+  }
   pthread_mutex_unlock(&c->lock);
   return found;
 }

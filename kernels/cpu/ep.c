@@ -530,20 +530,31 @@ static ortep_status prepare_copy(cpu_ep *e, const ortep_initializer *in, ortep_d
  * (an embedding read only by its lookup: quantized, not blocked). In place
  * when the session allows it (a model's private copy), else into a copy of
  * this EP's, charged to its governor. Otherwise left as it is. */
-static ortep_status prepare(ortep_ep *ep, const ortep_initializer *in, ortep_dtype *dtype, ortep_shape *shape,
-                            ortep_buffer *out);
+typedef struct plan {
+  enum { KEEP, COPY, TRANSFORM } kind; /* left as it is; a small constant copied; quantized and/or blocked */
+  bool quantize, block;
+  ortep_dtype dtype; /* what the kernels read: the form prepare gives */
+  ortep_shape shape;
+  size_t bytes;
+} plan;
+static plan plan_of(const cpu_ep *e, const ortep_initializer *in);
+static ortep_status prepare(ortep_ep *ep, const ortep_initializer *in, const plan *p, ortep_buffer *out);
 
 /* A loaded context's copy when it has this initializer prepared from the
- * same source (name, dtype, shape, preference): borrowed, nothing done;
- * else prepared now and noted, for save_context. */
+ * same source (name, dtype, shape, preference) in the form prepare would
+ * give it now (a file edited to another shape of the same bytes is not
+ * served: it is prepared again): borrowed, nothing done; else prepared now
+ * and noted, for save_context. */
 static ortep_status cpu_prepare(ortep_ep *ep, const ortep_initializer *in, ortep_dtype *dtype, ortep_shape *shape,
                                 ortep_buffer *out) {
   cpu_ep *e = self_of(ep);
   const void *ptr;
-  size_t bytes;
-  if (ortep__cpu_context_lookup(e->ctx, in, dtype, shape, &ptr, &bytes))
-    return ortep_buffer_wrap_borrowed(ptr, ep->device, bytes, 64, out);
-  ortep_status st = prepare(ep, in, dtype, shape, out);
+  plan p = plan_of(e, in);
+  if (p.kind == KEEP) return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s keeps '%s' as it is", CPU_EP_NAME, in->name);
+  *dtype = p.dtype, *shape = p.shape;
+  if (ortep__cpu_context_lookup(e->ctx, in, p.dtype, &p.shape, p.bytes, &ptr))
+    return ortep_buffer_wrap_borrowed(ptr, ep->device, p.bytes, 64, out);
+  ortep_status st = prepare(ep, in, &p, out);
   if (st == ORTEP_OK && (st = ortep__cpu_context_record(e->ctx, in, *dtype, shape, out->ptr, out->size)) != ORTEP_OK)
     ortep_ep_deallocate(ep, out);
   return st;
@@ -567,37 +578,43 @@ static ortep_status cpu_load_context(ortep_ep *ep, const void *blob, size_t len)
   return st == ORTEP_OK ? ortep__cpu_context_load(e->ctx, e->keys, blob, len) : st;
 }
 
-static ortep_status prepare(ortep_ep *ep, const ortep_initializer *in, ortep_dtype *dtype, ortep_shape *shape,
-                            ortep_buffer *out) {
-  const cpu_ep *e = self_of(ep);
-  bool quantize = in->prefer != ORTEP_DTYPE_COUNT && ortep_dtype_is_float(in->dtype) && in->shape.rank == 2 &&
-                  in->shape.dims[1] % ORTEP__QUANT_COLS == 0;
-  ortep_dtype to = quantize ? in->prefer : in->dtype;
+static plan plan_of(const cpu_ep *e, const ortep_initializer *in) {
+  plan p = {KEEP, false, false, in->dtype, in->shape, in->bytes};
+  p.quantize = in->prefer != ORTEP_DTYPE_COUNT && ortep_dtype_is_float(in->dtype) && in->shape.rank == 2 &&
+               in->shape.dims[1] % ORTEP__QUANT_COLS == 0;
+  ortep_dtype to = p.quantize ? in->prefer : in->dtype;
   bool ok = blockable(to, &in->shape) && in->n_uses, linear = false;
   for (size_t i = 0; ok && i < in->n_uses; i++)
-    ok = takes_blocked(&in->uses[i], quantize ? to : ORTEP_DTYPE_COUNT, &linear);
-  bool block = ok && linear && !e->row_major;
-  if (!block && !(quantize && ok)) {
+    ok = takes_blocked(&in->uses[i], p.quantize ? to : ORTEP_DTYPE_COUNT, &linear);
+  p.block = ok && linear && !e->row_major;
+  if (!p.block && !(p.quantize && ok)) {
     /* a small 1-D float constant (a norm's scale, a bias): copied, so that a
      * step reads no page of the model file (a mapped file's large folios
      * would otherwise keep megabytes around each resident), and so that the
      * EP context holds every weight a step reads */
-    if (!ortep_dtype_is_float(in->dtype) || in->shape.rank > 1 || in->bytes > SMALL_CONSTANT)
-      return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s keeps '%s' as it is", CPU_EP_NAME, in->name);
+    p.quantize = false;
+    if (ortep_dtype_is_float(in->dtype) && in->shape.rank <= 1 && in->bytes <= SMALL_CONSTANT) p.kind = COPY;
+    return p;
+  }
+  p.kind = TRANSFORM;
+  size_t n = (size_t)in->shape.dims[0], k = (size_t)in->shape.dims[1];
+  size_t cols = ortep_dtype_is_quantized(to) ? ORTEP__QUANT_COLS : ORTEP__LINEAR_COLS, rows = ortep__blocked_rows(to);
+  if (p.quantize) ortep_shape_bytes(&in->shape, to, &p.bytes); /* K % 32 == 0: cannot fail */
+  p.dtype = to;
+  if (p.block) p.shape = (ortep_shape){4, {(int64_t)(n / rows), (int64_t)(k / cols), (int64_t)rows, (int64_t)cols}};
+  return p;
+}
+
+static ortep_status prepare(ortep_ep *ep, const ortep_initializer *in, const plan *p, ortep_buffer *out) {
+  if (p->kind == COPY) {
     ortep_status cst = ortep_ep_allocate(ep, in->bytes, 64, out);
     if (cst != ORTEP_OK) return ortep__wrap(cst, "copying '%s' (%zu bytes)", in->name, in->bytes);
     memcpy(out->ptr, in->data, in->bytes);
-    *shape = in->shape;
     return ORTEP_OK;
   }
-  size_t n = (size_t)in->shape.dims[0], k = (size_t)in->shape.dims[1], bytes = in->bytes;
-  bool quant = ortep_dtype_is_quantized(to);
-  size_t cols = quant ? ORTEP__QUANT_COLS : ORTEP__LINEAR_COLS;
-  if (quantize) ortep_shape_bytes(&in->shape, to, &bytes); /* K % 32 == 0: cannot fail */
-  *dtype = to;
-  size_t rows = ortep__blocked_rows(to);
-  *shape =
-      block ? (ortep_shape){4, {(int64_t)(n / rows), (int64_t)(k / cols), (int64_t)rows, (int64_t)cols}} : in->shape;
+  const bool quantize = p->quantize, block = p->block, quant = ortep_dtype_is_quantized(p->dtype);
+  const ortep_dtype to = p->dtype;
+  size_t n = (size_t)in->shape.dims[0], k = (size_t)in->shape.dims[1], bytes = p->bytes;
   if (!in->writable) {
     ortep_status st = ortep_ep_allocate(ep, bytes, 64, out);
     if (st != ORTEP_OK)

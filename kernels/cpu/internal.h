@@ -32,8 +32,12 @@ void ortep__cpu_context_destroy(ortep__cpu_context *c);
 ortep_status ortep__cpu_context_record(ortep__cpu_context *c, const ortep_initializer *in, ortep_dtype dtype,
                                        const ortep_shape *shape, const void *ptr, size_t bytes);
 void ortep__cpu_context_forget(ortep__cpu_context *c, const void *ptr);
-bool ortep__cpu_context_lookup(ortep__cpu_context *c, const ortep_initializer *in, ortep_dtype *dtype,
-                               ortep_shape *shape, const void **ptr, size_t *bytes);
+/* A loaded entry prepared from in's source in exactly the form given
+ * (dtype, shape, bytes): its bytes (*ptr). One from that source in another
+ * form (a file edited to another shape of the same bytes) is dropped: not
+ * served, not saved again. */
+bool ortep__cpu_context_lookup(ortep__cpu_context *c, const ortep_initializer *in, ortep_dtype dtype,
+                               const ortep_shape *shape, size_t bytes, const void **ptr);
 ortep_status ortep__cpu_context_save(ortep__cpu_context *c, const char *keys, ortep_context_write_fn write, void *ctx,
                                      size_t *len);
 ortep_status ortep__cpu_context_load(ortep__cpu_context *c, const char *keys, const void *blob, size_t len);
