@@ -40,7 +40,7 @@ typedef struct simd_blocked_kernels {
 
 extern const simd_blocked_kernels simd_emulated_blocked;
 
-/* Single instructions as the emulation computes them, one 512-bit vector each
+/* Single instructions as the emulation (kernels/cpu/simd.h) computes them, one 512-bit vector each
  * (checked against the hardware where the CPU has the set):
  * vcvtneps2bf16, vdpbf16ps, vpdpbusd, then vcvttps2dq and from it
  * vcvtdq2ps and vpmovdb, and the maximum of 16 floats. */

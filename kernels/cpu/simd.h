@@ -10,10 +10,11 @@
  * each 512-bit operation from native 256-bit ones, lane by lane the same
  * IEEE operations. The target attributes are then empty (an AVX-512 target
  * would let the compiler emit AVX-512 instructions). Below are the
- * intrinsics this SIMDe release lacks, and vdpbf16ps, whose SIMDe version
- * adds a lane's two products in the other order, each written as the
- * instruction's definition in Intel's manual (test_simd_emulated checks
- * them against the hardware where the CPU has the set).
+ * intrinsics this SIMDe release lacks, vdpbf16ps, whose SIMDe version adds
+ * a lane's two products in the other order, and vpdpbusd, whose SIMDe
+ * version overflows a signed int where the instruction wraps, each written
+ * as the instruction's definition in Intel's manual (test_simd_emulated
+ * checks them against the hardware where the CPU has the set).
  */
 #ifndef ORTEP_KERNELS_CPU_SIMD_H
 #define ORTEP_KERNELS_CPU_SIMD_H
@@ -193,6 +194,24 @@ static inline simde__m512 emu_dpbf16_ps(simde__m512 acc, simde__m512bh b, simde_
 }
 #undef _mm512_dpbf16_ps
 #define _mm512_dpbf16_ps(acc, b, c) emu_dpbf16_ps(acc, b, c)
+
+/* lane j += the four products of unsigned bytes of u and signed bytes of s,
+ * wrapping as the instruction does (SIMDe's adds signed ints, undefined
+ * where the hardware wraps) */
+static inline simde__m512i emu_dpbusd_epi32(simde__m512i acc, simde__m512i u, simde__m512i s) {
+  uint32_t a[16];
+  uint8_t x[64];
+  int8_t y[64];
+  memcpy(a, &acc, sizeof a), memcpy(x, &u, sizeof x), memcpy(y, &s, sizeof y);
+  for (int j = 0; j < 16; j++) {
+    int32_t sum = 0;
+    for (int i = 0; i < 4; i++) sum += (int32_t)x[4 * j + i] * y[4 * j + i];
+    a[j] += (uint32_t)sum;
+  }
+  return simde_mm512_loadu_si512(a);
+}
+#undef _mm512_dpbusd_epi32
+#define _mm512_dpbusd_epi32(acc, u, s) emu_dpbusd_epi32(acc, u, s)
 #endif
 #endif
 
