@@ -93,7 +93,10 @@ START_TEST(version_names_the_cpu_eps_dot_products) {
   ortep_ep_destroy(ep);
   ck_assert_int_eq(ortep("--version", NULL), 0);
   ck_assert_msg(strstr(g_out, want), "wanted '%s' in: %s", want, g_out);
+  char simd[64] = "";
   if (getenv("ORTEP_CPU_HIDE")) snprintf(hide, sizeof hide, "%s", getenv("ORTEP_CPU_HIDE"));
+  if (getenv("ORTEP_CPU_SIMD")) snprintf(simd, sizeof simd, "%s", getenv("ORTEP_CPU_SIMD"));
+  unsetenv("ORTEP_CPU_SIMD");          /* the widest of what is left */
   setenv("ORTEP_CPU_HIDE", "avx2", 1); /* a CPU without AVX2 */
   ck_assert_int_eq(ortep("--version", NULL), 0);
   ck_assert_msg(strstr(g_out, ", CPU portable, "), "%s", g_out);
@@ -102,6 +105,7 @@ START_TEST(version_names_the_cpu_eps_dot_products) {
   ck_assert_msg(strstr(g_out, ", CPU EP refused: cpu_ep: ORTEP_CPU_HIDE='sse9': 'sse9' is not an instruction set"),
                 "%s", g_out);
   setenv("ORTEP_CPU_HIDE", hide, 1);
+  if (simd[0]) setenv("ORTEP_CPU_SIMD", simd, 1);
 }
 END_TEST
 
