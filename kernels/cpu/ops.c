@@ -471,11 +471,12 @@ static void pick_dots(void) {
   }
   if (want && ((!strcmp(want, "avx512") && !avx512) || (!strcmp(want, "avx2") && !avx2))) {
     const char *hide = getenv("ORTEP_CPU_HIDE");
+    char hidden[80] = "";
+    if (hide && *hide) snprintf(hidden, sizeof hidden, ", or ORTEP_CPU_HIDE='%.40s' hides it", hide);
     snprintf(dots_error, sizeof dots_error,
-             "ORTEP_CPU_SIMD=%s: this CPU (or its OS) does not support it%s%.40s%s; it supports %s; unset "
-             "ORTEP_CPU_SIMD to use the widest",
-             want, hide && *hide ? ", or ORTEP_CPU_HIDE='" : "", hide && *hide ? hide : "",
-             hide && *hide ? "' hides it" : "", have);
+             "ORTEP_CPU_SIMD=%s: this CPU (or its OS) does not support it%s; it supports %s; unset ORTEP_CPU_SIMD to "
+             "use the widest",
+             want, hidden, have);
     dots_status = ORTEP_E_NOT_SUPPORTED;
     return;
   }
