@@ -501,6 +501,55 @@ START_TEST(a_sentencepiece_vocabulary_encodes_by_its_scores) {
 }
 END_TEST
 
+/* Deriving a SentencePiece vocabulary's merges costs the square of its
+ * pieces' lengths: 100 pieces of ~1,000 bytes (a 100 KB file) would compare
+ * 10^8 bytes, so it is refused by the stated limit, not worked through (a
+ * few MB of them took a minute and gigabytes); the same number of short
+ * pieces opens. */
+START_TEST(a_sentencepiece_vocabulary_of_long_pieces_is_refused_by_its_limit) {
+  char dir[64] = "/tmp/ortep-gguf-long-XXXXXX", file[128];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(file, sizeof file, "%s/spm.gguf", dir);
+  enum { N = 103 };
+  for (int longs = 1; longs >= 0; longs--) {
+    char *store[N];
+    const char *toks[N];
+    float scores[N];
+    toks[0] = "<unk>", toks[1] = "<s>", toks[2] = "</s>";
+    for (int i = 3; i < N; i++) {
+      size_t len = longs ? 900 + (size_t)i : 1 + (size_t)i % 8;
+      ck_assert_ptr_nonnull(store[i] = malloc(len + 1));
+      for (size_t k = 0; k < len; k++) store[i][k] = (char)('a' + (k * 7 + (size_t)i) % 26);
+      store[i][len] = '\0';
+      toks[i] = store[i], scores[i] = -(float)i;
+    }
+    scores[0] = scores[1] = scores[2] = 0;
+    ortep_gguf_writer *w;
+    ck_assert_ok(ortep_gguf_writer_create(&w));
+    ck_assert_ok(ortep_gguf_writer_add_string(w, "tokenizer.ggml.model", "llama"));
+    ck_assert_ok(ortep_gguf_writer_add_strings(w, "tokenizer.ggml.tokens", toks, N));
+    ck_assert_ok(ortep_gguf_writer_add_array(w, "tokenizer.ggml.scores", ORTEP_GGUF_F32, scores, N));
+    ck_assert_ok(ortep_gguf_writer_write(w, file));
+    ortep_gguf_writer_destroy(w);
+    for (int i = 3; i < N; i++) free(store[i]);
+    ortep_tokenizer *t = NULL;
+    if (longs) {
+      ck_assert_status(ortep_tokenizer_open(file, &t), ORTEP_E_FORMAT);
+      ck_assert_ptr_null(t);
+      ck_assert_msg(strstr(ortep_last_error(), "more than the limit of 64 per byte of the pieces") &&
+                        strstr(ortep_last_error(), file),
+                    "%s", ortep_last_error());
+    } else {
+      ck_assert_ok(ortep_tokenizer_open(file, &t));
+      ck_assert_uint_eq(ortep_tokenizer_vocab_size(t), N);
+      ortep_tokenizer_close(t);
+    }
+  }
+  unlink(file);
+  rmdir(dir);
+}
+END_TEST
+
 /* Tokenizer metadata of the wrong type is refused naming the key, not read
  * as false or as no token (add_bos_token "false" as a string, a u32 where a
  * bool belongs, a string or a number past the vocabulary as the BOS id); a
@@ -558,6 +607,7 @@ int main(void) {
   tcase_add_test(tc, bad_files_are_refused_naming_the_problem);
   tcase_add_test(tc, gguf_layer_names_that_would_alias_are_refused);
   tcase_add_test(tc, gguf_tokenizer_metadata_of_the_wrong_type_is_refused);
+  tcase_add_test(tc, a_sentencepiece_vocabulary_of_long_pieces_is_refused_by_its_limit);
   tcase_add_test(tc, a_gguf_decodes_like_its_directory);
   tcase_add_test(tc, gguf_models_refuse_what_ortep_does_not_run);
   tcase_add_test(tc, a_gguf_tokenizer_matches_its_tokenizer_json);

@@ -31,6 +31,7 @@
 #include "runtime/strmap.h" /* ortep__strdup */
 #include "ortep/gguf.h"
 #include "ortep/tokenizer.h"
+#include "text/internal.h"
 
 static const char qwen2_re[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
@@ -114,39 +115,70 @@ static int merge_order(const void *a, const void *b) {
   return (x->r > y->r) - (x->r < y->r);
 }
 
+/* What deriving the merges may cost: the splits of a piece of L bytes
+ * compare ~L^2 bytes, so a vocabulary of long pieces (a few MB of them)
+ * would take minutes and gigabytes for merges no SentencePiece model has.
+ * The pieces' L^2 summed may be at most SPM_WORK_PER_BYTE times their bytes
+ * (real vocabularies: pieces of at most a few dozen bytes) plus
+ * SPM_WORK_FLOOR; the merges are then at most one per byte of the pieces. */
+#define SPM_WORK_PER_BYTE 64u
+#define SPM_WORK_FLOOR    (64ull << 20)
+#define SPM_MAX_PIECE     1024 /* no piece this long is made of two */
+
+static ortep_status spm_budget(char *const *piece, size_t n) {
+  uint64_t bytes = 0, work = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t len = strlen(piece[i]);
+    bytes += len;
+    if (len < SPM_MAX_PIECE) work += len * len;
+  }
+  if (work <= SPM_WORK_PER_BYTE * bytes + SPM_WORK_FLOOR) return ORTEP_OK;
+  return TOK_FAIL(
+      "deriving the merges of these %zu SentencePiece pieces (%llu bytes) would compare %llu bytes of "
+      "splits, more than the limit of %u per byte of the pieces plus %llu MiB: pieces this long are not a "
+      "SentencePiece vocabulary",
+      n, (unsigned long long)bytes, (unsigned long long)work, SPM_WORK_PER_BYTE,
+      (unsigned long long)(SPM_WORK_FLOOR >> 20));
+}
+
 /* The merges of n pieces (NUL-terminated strings, their scores): every
  * split at a character boundary into two pieces of the vocabulary, ranked
- * as the file comment says, as ["l", "r"] pairs into ml. */
-static ortep_status spm_merges(char *const *piece, const float *score, size_t n, cJSON *ml) {
+ * as the file comment says, into *out (*n_out of them). */
+static ortep_status spm_merges(char *const *piece, const float *score, size_t n, ortep__merge **out, size_t *n_out) {
+  *out = NULL, *n_out = 0;
+  ortep_status st = spm_budget(piece, n);
+  if (st != ORTEP_OK) return st;
   ortep__strmap ids = {0};
   spm_merge *m = NULL;
   size_t nm = 0, cap = 0;
-  ortep_status st = ORTEP_OK;
   for (size_t i = 0; st == ORTEP_OK && i < n; i++)
     if (!ortep__strmap_get(&ids, piece[i], &(uint32_t){0}) && !ortep__strmap_put(&ids, piece[i], (uint32_t)i))
-      st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory");
-  char buf[1024];
+      st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory to index %zu pieces", n);
+  char buf[SPM_MAX_PIECE];
   for (size_t i = 0; st == ORTEP_OK && i < n; i++) {
     size_t len = strlen(piece[i]);
-    if (len >= sizeof buf) continue; /* no piece this long is made of two */
+    if (len >= sizeof buf) continue;
     for (size_t at = 1; st == ORTEP_OK && at < len; at++) {
       if (((unsigned char)piece[i][at] & 0xc0) == 0x80) continue; /* inside a character */
       uint32_t l, r;
       memcpy(buf, piece[i], at), buf[at] = '\0';
       if (!ortep__strmap_get(&ids, buf, &l) || !ortep__strmap_get(&ids, piece[i] + at, &r)) continue;
-      if (!ORTEP__GROW(m, cap, nm + 1)) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory");
+      if (!ORTEP__GROW(m, cap, nm + 1))
+        st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory for %zu merges (%zu bytes)", nm + 1,
+                         (nm + 1) * sizeof *m);
       if (st == ORTEP_OK) m[nm++] = (spm_merge){score[i], (uint32_t)i, l, r};
     }
   }
-  if (nm) qsort(m, nm, sizeof *m, merge_order);
-  for (size_t k = 0; st == ORTEP_OK && k < nm; k++) {
-    cJSON *pair = cJSON_CreateArray();
-    cJSON_AddItemToArray(pair, cJSON_CreateString(piece[m[k].l]));
-    cJSON_AddItemToArray(pair, cJSON_CreateString(piece[m[k].r]));
-    cJSON_AddItemToArray(ml, pair);
+  ortep__strmap_free(&ids);
+  if (st == ORTEP_OK && nm) {
+    qsort(m, nm, sizeof *m, merge_order);
+    if (!(*out = ortep__malloc(nm * sizeof **out)))
+      st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory for %zu merges (%zu bytes)", nm,
+                       nm * sizeof **out);
+    for (size_t k = 0; st == ORTEP_OK && k < nm; k++) (*out)[k] = (ortep__merge){m[k].l, m[k].r};
+    if (st == ORTEP_OK) *n_out = nm;
   }
   ortep__free(m);
-  ortep__strmap_free(&ids);
   return st;
 }
 
@@ -272,7 +304,9 @@ static ortep_status vocab_pieces(const ortep_gguf *g, const gguf_vocab *v, cJSON
     ortep_status st = ortep_gguf_array_string(g, v->toks, i, &s, &n);
     if (st != ORTEP_OK) return st;
     char *c = piece[i] = dup_n(s, n);
-    if (!c) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory");
+    if (!c)
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory for token %llu (%zu bytes)",
+                         (unsigned long long)i, n + 1);
     if (strlen(c) != n) return TOK_FAIL("token %llu holds a NUL byte", (unsigned long long)i);
     int32_t type = 1;
     if (v->types) memcpy(&type, (const uint8_t *)v->types->data + i * 4, 4);
@@ -282,12 +316,17 @@ static ortep_status vocab_pieces(const ortep_gguf *g, const gguf_vocab *v, cJSON
       cJSON_AddNumberToObject(a, "id", (double)i);
       cJSON_AddStringToObject(a, "content", c);
       cJSON_AddBoolToObject(a, "normalized", type == 4);
-      cJSON_AddBoolToObject(a, "special", special);
-      cJSON_AddItemToArray(added, a);
+      if (!cJSON_AddBoolToObject(a, "special", special) || !cJSON_AddItemToArray(added, a)) {
+        cJSON_Delete(a);
+        return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory for added token %llu",
+                           (unsigned long long)i);
+      }
     }
     if (type == 2 && !*unk) *unk = c;
     if (v->add_bos && v->bos == (int64_t)i) *bos_name = c;
-    cJSON_AddNumberToObject(vocab, c, (double)i);
+    if (!cJSON_AddNumberToObject(vocab, c, (double)i))
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory for token %llu of %llu",
+                         (unsigned long long)i, (unsigned long long)v->toks->count);
   }
   return ORTEP_OK;
 }
@@ -299,9 +338,14 @@ static ortep_status bpe_merges(const ortep_gguf *g, const ortep_gguf_kv *merges,
     ortep_status st = ortep_gguf_array_string(g, merges, i, &s, &n);
     if (st != ORTEP_OK) return st;
     char *c = dup_n(s, n);
-    if (!c) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory");
-    cJSON_AddItemToArray(ml, cJSON_CreateString(c));
+    if (!c)
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory for token %llu (%zu bytes)",
+                         (unsigned long long)i, n + 1);
+    bool added = cJSON_AddItemToArray(ml, cJSON_CreateString(c));
     ortep__free(c);
+    if (!added)
+      return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory for merge %llu of %llu",
+                         (unsigned long long)i, (unsigned long long)merges->count);
   }
   return ORTEP_OK;
 }
@@ -317,19 +361,22 @@ static void post_bos(cJSON *root,
   cJSON_AddItemToArray(single, seq);
 }
 
-static ortep_status gguf_json(const ortep_gguf *g, char **out, size_t *len) {
+/* The tokenizer.json document of g's vocabulary (*root) and, for
+ * SentencePiece, its merges as ranked id pairs (*merges; byte-level BPE's
+ * are in the document). */
+static ortep_status gguf_doc(const ortep_gguf *g, cJSON **root_out, ortep__merge **merges, size_t *n_merges) {
   gguf_vocab v;
   ortep_status st = vocab_keys(g, &v);
   if (st != ORTEP_OK) return st;
   char **piece = ortep__calloc(v.toks->count, sizeof *piece);
   float *score = v.spm ? ortep__malloc(v.toks->count * sizeof *score) : NULL;
-  if (!piece || (v.spm && !score)) {
-    ortep__free(piece), ortep__free(score);
+  cJSON *root = cJSON_CreateObject();
+  if (!piece || (v.spm && !score) || !root) {
+    ortep__free(piece), ortep__free(score), cJSON_Delete(root);
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory for %llu tokens",
                        (unsigned long long)v.toks->count);
   }
   if (v.spm) memcpy(score, v.scores->data, v.toks->count * sizeof *score);
-  cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "version", "1.0");
   cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
   cJSON *m = cJSON_AddObjectToObject(root, "model");
@@ -337,8 +384,10 @@ static ortep_status gguf_json(const ortep_gguf *g, char **out, size_t *len) {
   cJSON_AddBoolToObject(m, "ignore_merges", v.ignore_merges);
   cJSON *vocab = cJSON_AddObjectToObject(m, "vocab"), *ml = cJSON_AddArrayToObject(m, "merges");
   const char *bos_name = NULL, *unk = NULL;
-  st = vocab_pieces(g, &v, vocab, added, piece, &bos_name, &unk);
-  if (st == ORTEP_OK) st = v.spm ? spm_merges(piece, score, v.toks->count, ml) : bpe_merges(g, v.merges, ml);
+  if (!added || !vocab || !ml) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory for the document");
+  if (st == ORTEP_OK) st = vocab_pieces(g, &v, vocab, added, piece, &bos_name, &unk);
+  if (st == ORTEP_OK)
+    st = v.spm ? spm_merges(piece, score, v.toks->count, merges, n_merges) : bpe_merges(g, v.merges, ml);
   if (v.spm) {
     spm_frame(v.space_prefix, root, m, unk);
   } else {
@@ -347,12 +396,10 @@ static ortep_status gguf_json(const ortep_gguf *g, char **out, size_t *len) {
     cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "decoder"), "type", "ByteLevel");
   }
   if (bos_name) post_bos(root, bos_name);
-  char *text = st == ORTEP_OK ? cJSON_PrintUnformatted(root) : NULL;
-  cJSON_Delete(root);
   for (uint64_t i = 0; i < v.toks->count; i++) ortep__free(piece[i]);
   ortep__free(piece), ortep__free(score);
-  if (st == ORTEP_OK && !text) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "gguf tokenizer: no memory for the document");
-  *out = text, *len = text ? strlen(text) : 0;
+  if (st != ORTEP_OK) cJSON_Delete(root), root = NULL;
+  *root_out = root;
   return st;
 }
 
@@ -362,12 +409,14 @@ ortep_status ortep_tokenizer_open_gguf(const char *path, ortep_tokenizer **out) 
   ortep_gguf *g;
   ortep_status st = ortep_gguf_open(path, &g);
   if (st != ORTEP_OK) return st;
-  char *json = NULL;
-  size_t len = 0;
-  st = gguf_json(g, &json, &len);
+  cJSON *root = NULL;
+  ortep__merge *merges = NULL;
+  size_t n_merges = 0;
+  st = gguf_doc(g, &root, &merges, &n_merges);
   ortep_gguf_close(g);
-  if (st == ORTEP_OK) st = ortep_tokenizer_open_json(json, len, out);
-  cJSON_free(json);
+  if (st == ORTEP_OK) st = ortep__tokenizer_from_doc(root, path, merges, n_merges, out);
+  cJSON_Delete(root);
+  ortep__free(merges);
   return st == ORTEP_OK ? st : ortep__wrap(st, "the tokenizer of %s", path);
 }
 

@@ -28,6 +28,7 @@
 #include "runtime/internal.h"
 #include "runtime/strmap.h" /* ortep__strdup */
 #include "ortep/tokenizer.h"
+#include "text/internal.h"
 
 #define TOKENIZER_LIMIT ((size_t)256 << 20)
 #define FLAG_ADDED      1u
@@ -473,61 +474,85 @@ static ortep_status load_ids(ortep_tokenizer *t, const char *path, const cJSON *
   return ORTEP_OK;
 }
 
-/* merges: "a b" strings or ["a", "b"] pairs, rank = position. */
-static ortep_status load_merges(ortep_tokenizer *t, const char *path, const cJSON *merges) {
-  ortep_status st;
-  size_t n_merges = (size_t)cJSON_GetArraySize(merges);
+static ortep_status pairs_alloc(ortep_tokenizer *t, size_t n_merges) {
   t->pair_cap = 16;
   while (t->pair_cap < 2 * n_merges + 2) t->pair_cap *= 2;
   if (!(t->pairs = ortep__malloc(t->pair_cap * sizeof *t->pairs))) return oom();
   for (size_t i = 0; i < t->pair_cap; i++) t->pairs[i].key = UINT64_MAX;
+  return ORTEP_OK;
+}
+
+/* The merge of rank: a + b (ids ia, ib; -1 where the vocabulary lacks it)
+ * makes the token they spell together, which must be in the vocabulary too;
+ * the first rank of a pair wins. joined: scratch. */
+static ortep_status pair_add(ortep_tokenizer *t, const char *path, uint32_t rank, const char *a, size_t la,
+                             const char *b, size_t lb, bytes *joined) {
+  int32_t ia = lookup(t, a, la), ib = lookup(t, b, lb);
+  joined->n = 0;
+  if (!put(joined, a, la) || !put(joined, b, lb)) return oom();
+  int32_t im = lookup(t, joined->p, joined->n);
+  if (ia < 0 || ib < 0 || im < 0)
+    return ortep__fail(ORTEP_E_FORMAT, "%s: merge %u (\"%.*s\" + \"%.*s\") names a token the vocabulary lacks", path,
+                       rank, (int)la, a, (int)lb, b);
+  pair_entry *e = pair_slot(t, (uint32_t)ia, (uint32_t)ib);
+  if (e->key == UINT64_MAX) *e = (pair_entry){((uint64_t)ia << 32) | (uint32_t)ib, rank, (uint32_t)im};
+  return ORTEP_OK;
+}
+
+/* merges: "a b" strings or ["a", "b"] pairs, rank = position. */
+static ortep_status load_merges(ortep_tokenizer *t, const char *path, const cJSON *merges) {
+  ortep_status st = pairs_alloc(t, (size_t)cJSON_GetArraySize(merges));
   bytes joined = {0};
   uint32_t rank = 0;
-  for (const cJSON *c = merges->child; c; c = c->next, rank++) {
+  for (const cJSON *c = merges->child; st == ORTEP_OK && c; c = c->next, rank++) {
     const char *a, *b;
     size_t la, lb;
     if (cJSON_IsString(c)) {
       const char *sp = strchr(c->valuestring, ' ');
       if (!sp) {
-        ortep__free(joined.p);
-        return bad(path, "a merge is not two tokens separated by a space", c->valuestring);
+        st = bad(path, "a merge is not two tokens separated by a space", c->valuestring);
+        break;
       }
       a = c->valuestring, la = (size_t)(sp - a), b = sp + 1, lb = strlen(b);
     } else if (cJSON_IsArray(c) && cJSON_GetArraySize(c) == 2 && cJSON_IsString(c->child) &&
                cJSON_IsString(c->child->next)) {
       a = c->child->valuestring, la = strlen(a), b = c->child->next->valuestring, lb = strlen(b);
     } else {
-      ortep__free(joined.p);
-      return bad(path, "a merge is neither \"a b\" nor [\"a\", \"b\"]", NULL);
+      st = bad(path, "a merge is neither \"a b\" nor [\"a\", \"b\"]", NULL);
+      break;
     }
-    int32_t ia = lookup(t, a, la), ib = lookup(t, b, lb);
-    joined.n = 0;
-    if (!put(&joined, a, la) || !put(&joined, b, lb)) {
-      ortep__free(joined.p);
-      return oom();
-    }
-    int32_t im = lookup(t, joined.p, joined.n);
-    if (ia < 0 || ib < 0 || im < 0) {
-      st = ortep__fail(ORTEP_E_FORMAT, "%s: merge %u (\"%.*s\" + \"%.*s\") names a token the vocabulary lacks", path,
-                       rank, (int)la, a, (int)lb, b);
-      ortep__free(joined.p);
-      return st;
-    }
-    pair_entry *e = pair_slot(t, (uint32_t)ia, (uint32_t)ib);
-    if (e->key == UINT64_MAX) *e = (pair_entry){((uint64_t)ia << 32) | (uint32_t)ib, rank, (uint32_t)im};
+    st = pair_add(t, path, rank, a, la, b, lb, &joined);
   }
   ortep__free(joined.p);
-  return ORTEP_OK;
+  return st;
 }
 
-static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root) {
+/* merges given as ranked pairs of ids (from a GGUF SentencePiece vocabulary). */
+static ortep_status load_merge_ids(ortep_tokenizer *t, const char *path, const ortep__merge *m, size_t n) {
+  ortep_status st = pairs_alloc(t, n);
+  bytes joined = {0};
+  for (size_t k = 0; st == ORTEP_OK && k < n; k++) {
+    if (m[k].left >= t->n || m[k].right >= t->n) {
+      st = ortep__fail(ORTEP_E_FORMAT, "%s: merge %zu names id %u, past the %zu ids", path, k,
+                       m[k].left >= t->n ? m[k].left : m[k].right, t->n);
+      break;
+    }
+    st = pair_add(t, path, (uint32_t)k, t->tok[m[k].left], t->len[m[k].left], t->tok[m[k].right], t->len[m[k].right],
+                  &joined);
+  }
+  ortep__free(joined.p);
+  return st;
+}
+
+static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root, const ortep__merge *merge_ids,
+                         size_t n_merge_ids) {
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   const char *type = str_of(model, "type");
   if (!type || strcmp(type, "BPE")) return bad(path, "model.type is not supported (only BPE is)", type);
   const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab"),
               *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
   const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-  if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
+  if (!cJSON_IsObject(vocab) || (!merge_ids && !cJSON_IsArray(merges)))
     return bad(path, "model.vocab or model.merges is missing", NULL);
   const char *prefix = str_of(model, "continuing_subword_prefix"), *suffix = str_of(model, "end_of_word_suffix");
   if ((prefix && *prefix) || (suffix && *suffix))
@@ -544,7 +569,8 @@ static ortep_status load(ortep_tokenizer *t, const char *path, const cJSON *root
   memset(t->slots, 0xff, t->slot_cap * sizeof *t->slots);
   for (size_t i = 0; i < t->n; i++)
     if (t->len[i]) index_id(t, (uint32_t)i);
-  if ((st = load_merges(t, path, merges)) != ORTEP_OK) return st;
+  st = merge_ids ? load_merge_ids(t, path, merge_ids, n_merge_ids) : load_merges(t, path, merges);
+  if (st != ORTEP_OK) return st;
   t->byte_fallback = bool_of(model, "byte_fallback", false);
   t->fuse_unk = bool_of(model, "fuse_unk", false);
   t->ignore_merges = bool_of(model, "ignore_merges", false);
@@ -574,24 +600,26 @@ void ortep_tokenizer_close(ortep_tokenizer *t) {
   ortep__free(t);
 }
 
-static ortep_status from_json(const char *text, size_t len, const char *name, ortep_tokenizer **out) {
-  cJSON *root = NULL;
-  ortep_status st = ortep__json_parse(text, len, name, &root);
-  if (st != ORTEP_OK) return st;
-  if (!cJSON_IsObject(root)) {
-    cJSON_Delete(root);
-    return ortep__fail(ORTEP_E_FORMAT, "%s: the document is not a JSON object", name);
-  }
+ortep_status ortep__tokenizer_from_doc(const cJSON *root, const char *name, const ortep__merge *merges, size_t n_merges,
+                                       ortep_tokenizer **out) {
+  if (!cJSON_IsObject(root)) return ortep__fail(ORTEP_E_FORMAT, "%s: the document is not a JSON object", name);
   ortep_tokenizer *t = ortep__calloc(1, sizeof *t);
-  if (!t) st = oom();
-  if (st == ORTEP_OK) st = load(t, name, root);
-  cJSON_Delete(root);
+  ortep_status st = t ? load(t, name, root, merges, n_merges) : oom();
   if (st != ORTEP_OK) {
     ortep_tokenizer_close(t);
     return st;
   }
   *out = t;
   return ORTEP_OK;
+}
+
+static ortep_status from_json(const char *text, size_t len, const char *name, ortep_tokenizer **out) {
+  cJSON *root = NULL;
+  ortep_status st = ortep__json_parse(text, len, name, &root);
+  if (st != ORTEP_OK) return st;
+  st = ortep__tokenizer_from_doc(root, name, NULL, 0, out);
+  cJSON_Delete(root);
+  return st;
 }
 
 ortep_status ortep_tokenizer_open(const char *path, ortep_tokenizer **out) {
