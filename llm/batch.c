@@ -469,7 +469,7 @@ static ortep_status prefill_slot(ortep_batch *b, size_t si, size_t *budget) {
     size_t t = plan_step(b, r->n, s->fed), g = b->p.n_seq_graphs;
     while (b->p.tokens[g] != t) g++;
     if (ran && t > *budget) break;
-    if ((st = write_params(b)) != ORTEP_OK || (st = ortep__kv_hold_slot(b->p.kv, si, s->pos + t)) != ORTEP_OK) break;
+    if ((st = write_params(b)) != ORTEP_OK || (st = ortep__decoder_hold_slot(b->d, si, s->pos + t)) != ORTEP_OK) break;
     for (size_t i = 0; i < t; i++) b->chunk_pos[i] = (int32_t)(s->pos + i), b->chunk_slot[i] = (int32_t)si;
     memcpy(s->ids + s->pos, r->prompt + s->fed, t * sizeof *s->ids);
     const ortep__llama_names *nm = &b->p.names[g];
@@ -510,7 +510,7 @@ static ortep_status decode_rows(ortep_batch *b) {
     /* what is left of a prompt below the smallest chunk runs token by token, as a row */
     bool tail = r->state == ORTEP_REQUEST_PREFILLING && (!b->smallest_chunk || r->n - s->fed < b->smallest_chunk);
     if (r->state != ORTEP_REQUEST_DECODING && !tail) continue;
-    if ((st = ortep__kv_hold_slot(b->p.kv, i, s->pos + 1)) != ORTEP_OK) {
+    if ((st = ortep__decoder_hold_slot(b->d, i, s->pos + 1)) != ORTEP_OK) {
       char why[384];
       snprintf(why, sizeof why, "%s", ortep_last_error());
       fail_request(b, r, st, "request %llu (slot %zu): no memory for position %zu: %s", (unsigned long long)r->id, i,

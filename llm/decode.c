@@ -13,6 +13,7 @@
  * 8-byte read (error word included) for the whole prompt.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,8 +64,13 @@ struct ortep_decoder {
   ortep__llama_dtypes
       dtypes;            /* the caches' (ortep.kv_dtype) and the weights' (ortep.weights_dtype, _embedding_dtype) */
   ortep_tensor *rope[2]; /* the rotary tables every graph views (the origin's, for a fork) */
-  ortep__kv *kv;         /* the KV caches: reserved for max_seq positions, committed as they are held (kv.c) */
-  int32_t *ids;          /* the token at each position the caches hold (ids[0, pos)) */
+  /* An origin's: the table rows computed so far (rope_cover), under
+   * rope_lock (forks fill the origin's tables); rope_lock_made: initialised. */
+  _Atomic size_t rope_rows;
+  pthread_mutex_t rope_lock;
+  bool rope_lock_made;
+  ortep__kv *kv; /* the KV caches: reserved for max_seq positions, committed as they are held (kv.c) */
+  int32_t *ids;  /* the token at each position the caches hold (ids[0, pos)) */
   /* every graph's inputs and outputs (session values) */
   ortep__llama_names names[ORTEP__MAX_GRAPHS];
   int32_t *positions; /* host staging for a chunk's positions (the largest bucket) */
@@ -135,6 +141,7 @@ static void release(ortep_decoder *d) {
   ortep_config_destroy(d->ep_config);
   ortep__free(d->forced);
   if (!origin) {
+    if (d->rope_lock_made) pthread_mutex_destroy(&d->rope_lock);
     ortep__kv_memory_destroy(d->kv_memory);
     if (d->owns_governor) ortep_governor_destroy(d->governor);
   }
@@ -433,6 +440,38 @@ static ortep_status size_steps(ortep_decoder *d, const ortep_decoder_options *o)
   return check_size(d, c, ortep_ep_registry_count(d->registry) == 1);
 }
 
+/* The rotary rows of positions below end, computed before the first step
+ * that reads them (ahead: twice what is used, at least 256 rows, at most
+ * max_seq), so a long context costs what the decoder uses. The origin's
+ * tables, which its forks share: under its lock, the count published last. */
+static ortep_status rope_cover(ortep_decoder *d, size_t end) {
+  ortep_decoder *o = d->origin ? d->origin : d;
+  if (end > o->max_seq) end = o->max_seq;
+  if (atomic_load_explicit(&o->rope_rows, memory_order_acquire) >= end) return ORTEP_OK;
+  pthread_mutex_lock(&o->rope_lock);
+  size_t have = atomic_load_explicit(&o->rope_rows, memory_order_relaxed), to = have * 2;
+  ortep_status st = ORTEP_OK;
+  if (have < end) {
+    to = to > end ? to : end, to = to > 256 ? to : 256, to = to < o->max_seq ? to : o->max_seq;
+    st = ortep__llama_rope_fill(o->model, o->rope, have, to);
+    if (st == ORTEP_OK) atomic_store_explicit(&o->rope_rows, to, memory_order_release);
+  }
+  pthread_mutex_unlock(&o->rope_lock);
+  return st;
+}
+
+/* What a step over positions below end needs first: their KV memory (one
+ * sequence's caches, or slot's of a batch) and their rotary rows. */
+static ortep_status hold(ortep_decoder *d, size_t slot, size_t end) {
+  ortep_status st = rope_cover(d, end);
+  if (st == ORTEP_OK) st = d->slots ? ortep__kv_hold_slot(d->kv, slot, end) : ortep__kv_hold(d->kv, end);
+  return st;
+}
+
+ortep_status ortep__decoder_hold_slot(ortep_decoder *d, size_t slot, size_t positions) {
+  return hold(d, slot, positions);
+}
+
 /* Step 5: the graphs (the decode step, the prefill chunks, the redraw) and
  * one session over them, and the names of every graph's inputs. */
 static ortep_status open_session(ortep_decoder *d, const ortep_decoder_options *o, ortep_ep *cpu) {
@@ -443,6 +482,10 @@ static ortep_status open_session(ortep_decoder *d, const ortep_decoder_options *
                                 &d->rope[i]);
   } else {
     st = ortep__llama_rope_tables(d->model, cpu, d->max_seq, d->rope);
+    d->rope_lock_made = st == ORTEP_OK && pthread_mutex_init(&d->rope_lock, NULL) == 0;
+    if (st == ORTEP_OK && !d->rope_lock_made) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "decoder: no rotary table lock");
+    /* another EP copies the tables when the session binds them: all rows now */
+    if (st == ORTEP_OK && ortep_ep_registry_count(d->registry) > 1) st = rope_cover(d, d->max_seq);
   }
   if (st != ORTEP_OK) return st;
   for (size_t g = 0; g < d->n_graphs; g++) {
@@ -645,7 +688,7 @@ static ortep_status launch(ortep_decoder *d, size_t g, const int32_t *ids, int32
    * (never inside a captured graph); a position outside the cache is the
    * device's to refuse (KV_SLOT), so nothing is held or recorded for it */
   if (position >= 0 && (size_t)position + n <= d->max_seq) {
-    st = ortep__kv_hold(d->kv, (size_t)position + n);
+    st = hold(d, 0, (size_t)position + n);
     memcpy(d->ids + position, ids, n * sizeof *ids);
   }
   if (st == ORTEP_OK) st = write_params(d);
@@ -875,7 +918,7 @@ static ortep_status feed_emitted(ortep_decoder *d, size_t emitted, size_t ahead)
                        "larger max_seq_len",
                        d->max_seq, emitted);
   size_t k = launch_size(d, ahead);
-  if (k > 1 && ortep__kv_hold(d->kv, d->pos + k) != ORTEP_OK) { /* memory for fewer: the single step says where */
+  if (k > 1 && hold(d, 0, d->pos + k) != ORTEP_OK) { /* memory for fewer: the single step says where */
     ortep_clear_error();
     k = 1;
   }

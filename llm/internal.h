@@ -114,6 +114,9 @@ typedef struct ortep__decoder_parts {
 } ortep__decoder_parts;
 void ortep__decoder_get_parts(ortep_decoder *d, ortep__decoder_parts *out);
 ortep_status ortep__decoder_clear_error_words(ortep_decoder *d);
+/* Before a batch step over slot's positions below `positions`: their KV
+ * memory committed and their rotary rows computed. */
+ortep_status ortep__decoder_hold_slot(ortep_decoder *d, size_t slot, size_t positions);
 /* Whether t is one of ids[0, n) (stop tokens, the model's EOS ids). */
 static inline bool ortep__in_ids(int32_t t, const int32_t *ids, size_t n) {
   for (size_t i = 0; i < n; i++)

@@ -129,31 +129,32 @@ static void linear(builder *b, const char *name, const char *in, const char *con
 
 ortep_status ortep__llama_rope_tables(const ortep_model *m, ortep_ep *host, size_t rows, ortep_tensor *out[2]) {
   const ortep_model_config *c = ortep_model_get_config(m);
-  size_t half = (size_t)c->head_dim / 2;
-  ortep_shape s = {2, {(int64_t)rows, (int64_t)half}};
+  ortep_shape s = {2, {(int64_t)rows, (int64_t)(c->head_dim / 2)}};
   out[0] = out[1] = NULL;
-  float *cd, *sd;
-  double *inv = ortep__malloc((half ? half : 1) * sizeof *inv);
-  ortep_status st = inv ? ORTEP_OK : ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the rotary frequencies");
-  if (st == ORTEP_OK) st = ortep_tensor_create(host, ORTEP_DTYPE_F32, &s, false, &out[0]);
+  ortep_status st = ortep_tensor_create(host, ORTEP_DTYPE_F32, &s, false, &out[0]);
   if (st == ORTEP_OK) st = ortep_tensor_create(host, ORTEP_DTYPE_F32, &s, false, &out[1]);
-  if (st == ORTEP_OK) st = ortep_tensor_host_data_mut(out[0], ORTEP_DTYPE_F32, (void **)&cd);
-  if (st == ORTEP_OK) st = ortep_tensor_host_data_mut(out[1], ORTEP_DTYPE_F32, (void **)&sd);
-  for (size_t i = 0; st == ORTEP_OK && i < half; i++)
-    inv[i] = pow(c->rope_theta, -2.0 * (double)i / (double)c->head_dim);
-  if (st == ORTEP_OK)
-    for (size_t p = 0; p < rows; p++)
-      for (size_t i = 0; i < half; i++) {
-        double a = (double)p * inv[i];
-        cd[p * half + i] = (float)cos(a);
-        sd[p * half + i] = (float)sin(a);
-      }
-  ortep__free(inv);
   if (st != ORTEP_OK) {
     ortep_tensor_release(out[0]), ortep_tensor_release(out[1]);
     out[0] = out[1] = NULL;
     return ortep__wrap(st, "the rotary tables (%zu positions)", rows);
   }
+  return ORTEP_OK;
+}
+
+ortep_status ortep__llama_rope_fill(const ortep_model *m, ortep_tensor *const rope[2], size_t from, size_t to) {
+  const ortep_model_config *c = ortep_model_get_config(m);
+  size_t half = (size_t)c->head_dim / 2;
+  float *cd = (float *)ortep_tensor_data_ptr(rope[0]), *sd = (float *)ortep_tensor_data_ptr(rope[1]);
+  double *inv = ortep__malloc((half ? half : 1) * sizeof *inv);
+  if (!inv) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "no memory for the rotary frequencies (%zu bytes)", half * 8);
+  for (size_t i = 0; i < half; i++) inv[i] = pow(c->rope_theta, -2.0 * (double)i / (double)c->head_dim);
+  for (size_t p = from; p < to; p++)
+    for (size_t i = 0; i < half; i++) {
+      double a = (double)p * inv[i];
+      cd[p * half + i] = (float)cos(a);
+      sd[p * half + i] = (float)sin(a);
+    }
+  ortep__free(inv);
   return ORTEP_OK;
 }
 

@@ -50,8 +50,12 @@ typedef struct ortep__llama_step {
 ortep_status ortep__llama_build(const ortep_model *model, ortep_ep *host, size_t max_seq, const ortep__llama_step *step,
                                 const ortep__llama_dtypes *dtypes, ortep_tensor *const rope[2], ortep_graph **out);
 /* The rotary tables the graphs share (cos, sin: [rows, head_dim / 2] f32 on
- * host), computed once per decoder: every graph holds a view of them. */
+ * host; every graph holds a view of them), made unfilled: rows are computed
+ * by ortep__llama_rope_fill as positions come into use, so a long context
+ * costs what is used (the pages no row was written to stay uncommitted). */
 ortep_status ortep__llama_rope_tables(const ortep_model *model, ortep_ep *host, size_t rows, ortep_tensor *out[2]);
+/* Rows [from, to) of the tables, each as a function of its position alone. */
+ortep_status ortep__llama_rope_fill(const ortep_model *model, ortep_tensor *const rope[2], size_t from, size_t to);
 /* The graph that draws the pending token again from the logits (a new
  * sampling choice for a token whose step ran): one ortep:SelectToken over
  * the session's logits, parameters and history. */

@@ -605,6 +605,50 @@ START_TEST(an_oversized_decoder_is_refused_before_touching_memory) {
 }
 END_TEST
 
+static size_t resident_bytes(void) {
+  long pages = 0, resident = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(fscanf(f, "%ld %ld", &pages, &resident), 2);
+  fclose(f);
+  return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* A model claiming 2^24 positions, opened with max_seq_len 0 (its whole
+ * context), commits what it uses, not the context: the rotary tables'
+ * rows are computed as positions come into use (all of them, 2^24 x
+ * head_dim floats, were written at open), and its logits are bitwise those
+ * of a decoder opened for 600 positions, through rows filled on demand
+ * (past 256 and 512). */
+START_TEST(a_long_context_commits_what_is_used) {
+  char dir[64];
+  test_model_dir(dir, sizeof dir, "tiny", ORTEP_DTYPE_F32);
+  test_model_set_context(dir, 1 << 24);
+  size_t before = resident_bytes();
+  ortep_decoder *d, *ref;
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu"}, &d));
+  ck_assert_uint_eq(ortep_decoder_max_seq_len(d), 1u << 24);
+  size_t grown = resident_bytes() - before;
+  ck_assert_msg(grown < (256u << 20), "opening took %zu MB resident", grown >> 20);
+  ck_assert_ok(ortep_decoder_open(dir, &(ortep_decoder_options){.ep = "cpu", .max_seq_len = 600}, &ref));
+  int32_t tokens[520];
+  for (int i = 0; i < 520; i++) tokens[i] = (int32_t)((i * 7 + 3) % 100);
+  int32_t a, b;
+  ck_assert_ok(ortep_decoder_prefill(d, tokens, 520, &a));
+  ck_assert_ok(ortep_decoder_prefill(ref, tokens, 520, &b));
+  ck_assert_int_eq(a, b);
+  size_t V = ortep_decoder_vocab_size(d);
+  float *x = malloc(V * sizeof *x), *y = malloc(V * sizeof *y);
+  ck_assert_ok(ortep_decoder_logits(d, x, V));
+  ck_assert_ok(ortep_decoder_logits(ref, y, V));
+  ck_assert_msg(!memcmp(x, y, V * sizeof *x), "the logits at position 519 differ");
+  free(x), free(y);
+  ortep_decoder_close(ref);
+  ortep_decoder_close(d);
+  test_model_dir_remove(dir);
+}
+END_TEST
+
 /* ortep.weights = read: the same tokens as the mapped default, and the
  * decoder keeps working after the file is truncated under it (a mapped
  * decoder would take SIGBUS); the copy is charged to the budget. */
@@ -1195,6 +1239,7 @@ int main(void) {
   tcase_add_test(tc, blocked_weights_are_held_once);
   tcase_add_test(tc, blocked_weights_take_only_what_fits);
   tcase_add_test(tc, an_oversized_decoder_is_refused_before_touching_memory);
+  tcase_add_test(tc, a_long_context_commits_what_is_used);
   tcase_add_test(tc, generate_in_chunks_emits_the_tokens_of_one_call);
   tcase_add_test(tc, logits_need_a_successful_step_and_prefill_bounds_cannot_wrap);
   tcase_add_test(tc, two_threads_on_one_decoder_are_refused_not_corrupted);
