@@ -5,7 +5,7 @@
 # are built too. --ci adds what CI's extra jobs use: clang and its libFuzzer
 # runtime, and valgrind.
 set -euo pipefail
-packages=(build-essential cmake pkg-config git libmimalloc-dev check libcjson-dev libopenblas-dev libpcre2-dev libutf8proc-dev libsimde-dev)
+packages=(build-essential cmake pkg-config git libmimalloc-dev check libcjson-dev libopenblas-dev libpcre2-dev libutf8proc-dev libsimde-dev libxxhash-dev)
 if [ "${1:-}" = "--ci" ]; then packages+=(clang libclang-rt-dev valgrind); fi
 missing=()
 for p in "${packages[@]}"; do

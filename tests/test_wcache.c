@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "llm/internal.h" /* the cache's own open, for two EPs whose keys differ */
 #include "testutil.h"
 
@@ -78,6 +80,17 @@ static void flip(const char *path, off_t off) {
   close(fd);
 }
 
+/* Flips the lowest bit of the byte at off (a weight's: a small change). */
+static void nudge(const char *path, off_t off) {
+  int fd = open(path, O_RDWR);
+  ck_assert_int_ge(fd, 0);
+  unsigned char b;
+  ck_assert_int_eq(pread(fd, &b, 1, off), 1);
+  b ^= 1;
+  ck_assert_int_eq(pwrite(fd, &b, 1, off), 1);
+  close(fd);
+}
+
 /* Sets byte off of dir/name to v. */
 static void flip_to(const char *dir, const char *name, off_t off, unsigned char v) {
   char path[256];
@@ -86,6 +99,21 @@ static void flip_to(const char *dir, const char *name, off_t off, unsigned char 
   ck_assert_int_ge(fd, 0);
   ck_assert_int_eq(pwrite(fd, &v, 1, off), 1);
   close(fd);
+}
+
+/* Recomputes the checksum of the file's data in its header (at 88), as
+ * something that edits it on purpose would: the edit is then for the EP's
+ * own checks to find. */
+static void reseal(const char *path) {
+  off_t n = file_size(path) - 4096;
+  uint8_t *blob = malloc((size_t)n);
+  int fd = open(path, O_RDWR);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(pread(fd, blob, (size_t)n, 4096), (ssize_t)n);
+  uint64_t sum = XXH3_64bits(blob, (size_t)n);
+  ck_assert_int_eq(pwrite(fd, &sum, 8, 88), 8);
+  close(fd);
+  free(blob);
 }
 
 static void assert_rebuilt(const run *r, const char *why) {
@@ -146,6 +174,19 @@ START_TEST(a_bad_file_is_refused_and_rebuilt) {
   ck_assert(!memcmp(a->logits, b->logits, sizeof a->logits));
   open_run(dir, cache, "q8_0", b);
   ck_assert_int_eq(b->info.state, ORTEP_WEIGHTS_CACHE_HIT);
+  /* stale: a weight changed in place, its size and time put back as they
+   * were (it was served from the old file); the change time says so */
+  struct stat before;
+  ck_assert_int_eq(stat(model, &before), 0);
+  nudge(model, before.st_size - 4);
+  struct timespec back[2] = {before.st_atim, before.st_mtim};
+  ck_assert_int_eq(utimensat(AT_FDCWD, model, back, 0), 0);
+  open_run(dir, cache, "q8_0", b);
+  assert_rebuilt(b, "stale: the model file changed");
+  nudge(model, before.st_size - 4);
+  open_run(dir, cache, "q8_0", b);
+  assert_rebuilt(b, "stale: the model file changed");
+  ck_assert(!memcmp(a->logits, b->logits, sizeof a->logits));
   /* truncated */
   ck_assert_int_eq(truncate(path, file_size(path) - 100), 0);
   open_run(dir, cache, "q8_0", b);
@@ -154,12 +195,30 @@ START_TEST(a_bad_file_is_refused_and_rebuilt) {
   ck_assert_int_eq(truncate(path, 100), 0);
   open_run(dir, cache, "q8_0", b);
   assert_rebuilt(b, "shorter than its header");
-  /* the EP's table damaged (a byte of the first entry) */
+  /* a data byte flipped, or zeroed, deep in the weights: the checksum
+   * (they decoded differently, silently) */
+  off_t deep = file_size(path) - 5000;
+  flip(path, deep);
+  open_run(dir, cache, "q8_0", b);
+  assert_rebuilt(b, "does not match its checksum");
+  ck_assert(!memcmp(a->logits, b->logits, sizeof a->logits));
+  unsigned char was;
+  int fd = open(path, O_RDONLY);
+  ck_assert_int_eq(pread(fd, &was, 1, deep), 1);
+  close(fd);
+  flip(path, deep);
+  if (was == 0xff) flip(path, deep - 1); /* the complement of 0xff is the zero: a byte that was not zero */
+  open_run(dir, cache, "q8_0", b);
+  assert_rebuilt(b, "does not match its checksum");
+  ck_assert(!memcmp(a->logits, b->logits, sizeof a->logits));
+  /* the EP's table damaged (a byte of the first entry), its checksum made to match */
   flip(path, 4096 + 64 + 200);
+  reseal(path);
   open_run(dir, cache, "q8_0", b);
   assert_rebuilt(b, "cpu_ep context");
   /* the EP's keys: made by another build */
   flip(path, 4096 + 64 + 2);
+  reseal(path);
   open_run(dir, cache, "q8_0", b);
   assert_rebuilt(b, "made for another EP");
   /* not a cache at all */
@@ -254,6 +313,7 @@ static void reshape_entry(const char *path, const char *name) {
   ck_assert_int_eq(pwrite(fd, &hash, 8, 4096 + 48), 8);
   close(fd);
   free(keys), free(t);
+  reseal(path);
 }
 
 /* A cache file edited so that a prepared tensor has another shape of the
@@ -365,6 +425,7 @@ START_TEST(another_build_replaces_the_file_in_place) {
    * header): refused and rewritten at the same path, one file in the
    * directory */
   flip(a->info.path, 4096 + 64 + 2);
+  reseal(a->info.path);
   open_run(dir, cache, "q8_0", b);
   assert_rebuilt(b, "made for another EP");
   ck_assert_str_eq(b->info.path, a->info.path);

@@ -144,12 +144,13 @@ ORTEP_API void ortep_decoder_kv_stats(const ortep_decoder *decoder, ortep_kv_sta
  * ortep.weights_cache_max bytes, default 32G, or unlimited): when the CPU
  * EP runs the step, the weights it prepares (blocked, quantized:
  * ortep.weights_layout, ortep.weights_dtype) are written through its
- * save_context to a file keyed by the model file (its path, size, mtime and
- * a hash of its header), the options and the EP's context keys; the next
- * open maps that file and the EP serves every weight from it (load_context):
- * no quantization, no repack, no copy, nothing charged to the budget. A
- * stale (the model changed), truncated or foreign file is refused with the
- * reason and rebuilt; a file that cannot be written leaves the decoder as
+ * save_context to a file keyed by the model file (its path, size, mtime,
+ * ctime, inode, device and a hash of its header), the options and the EP's
+ * context keys; the next open maps that file and the EP serves every weight
+ * from it (load_context): no quantization, no repack, no copy, nothing
+ * charged to the budget. A stale (the model changed), truncated, corrupt
+ * (its data's checksum) or foreign file is refused with the reason and
+ * rebuilt (docs/models.md: what the cache trusts); a file that cannot be written leaves the decoder as
  * it is (FAILED, with the reason). Writing or hitting a file tidies the
  * directory (ortep_weights_cache_info.removed). */
 typedef enum ortep_weights_cache_state {
