@@ -583,8 +583,8 @@ static int run_command(int argc, char **argv) {
   }
   if (!strcmp(cmd, "--version")) {
     char blas[128], cpu[600];
-    printf("ortep %s (%s), %s, %s\n", ortep_version(), ortep_git_revision(), cpu_label(cpu, sizeof cpu),
-           tool_blas_label(blas, sizeof blas));
+    printf("ortep %s (%s), %s, Unicode %s, %s\n", ortep_version(), ortep_git_revision(), cpu_label(cpu, sizeof cpu),
+           ortep_tokenizer_unicode_version(), tool_blas_label(blas, sizeof blas));
     return 0;
   }
   if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);

@@ -93,6 +93,10 @@ START_TEST(version_names_the_cpu_eps_dot_products) {
   ortep_ep_destroy(ep);
   ck_assert_int_eq(ortep("--version", NULL), 0);
   ck_assert_msg(strstr(g_out, want), "wanted '%s' in: %s", want, g_out);
+  /* and the Unicode version of the tokenizer's classes (utf8proc's) */
+  char uni[64];
+  snprintf(uni, sizeof uni, ", Unicode %s, ", ortep_tokenizer_unicode_version());
+  ck_assert_msg(strstr(g_out, uni), "wanted '%s' in: %s", uni, g_out);
   char simd[64] = "";
   if (getenv("ORTEP_CPU_HIDE")) snprintf(hide, sizeof hide, "%s", getenv("ORTEP_CPU_HIDE"));
   if (getenv("ORTEP_CPU_SIMD")) snprintf(simd, sizeof simd, "%s", getenv("ORTEP_CPU_SIMD"));
@@ -121,6 +125,10 @@ START_TEST(version_names_the_openblas_kernels_and_a_restart_keeps_stdin) {
            suggested ? " (OPENBLAS_CORETYPE)" : "");
   ck_assert_int_eq(ortep("--version", NULL), 0);
   ck_assert_msg(strstr(g_out, want), "wanted '%s' in: %s", want, g_out);
+  /* and the Unicode version of the tokenizer's classes (utf8proc's) */
+  char uni[64];
+  snprintf(uni, sizeof uni, ", Unicode %s, ", ortep_tokenizer_unicode_version());
+  ck_assert_msg(strstr(g_out, uni), "wanted '%s' in: %s", uni, g_out);
   ck_assert_msg(!strstr(g_err, "OPENBLAS_CORETYPE"), "%s", g_err);
   /* the text on stdin, read after any restart */
   ck_assert_int_eq(ortep("tokenize --preset tiny --tokens", "Hi"), 0);

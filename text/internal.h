@@ -22,4 +22,9 @@ typedef struct ortep__merge {
 ortep_status ortep__tokenizer_from_doc(const cJSON *root, const char *name, const ortep__merge *merges, size_t n_merges,
                                        ortep_tokenizer **out);
 
+/* pattern with its Unicode general-category classes (\p{..}, \P{..}) and
+ * \s, \S, \d, \D written out as code-point ranges from utf8proc's tables
+ * (uniclass.c), for PCRE2 to compile; *out is the caller's (ortep__free). */
+ortep_status ortep__regex_with_tables(const char *pattern, char **out);
+
 #endif

@@ -185,12 +185,25 @@ static bool bool_of(const cJSON *o, const char *key, bool def) {
 }
 
 static ortep_status compile(const char *path, const char *pattern, pcre2_code **out) {
+  char *expanded; /* the Unicode classes from utf8proc's tables, not PCRE2's (uniclass.c) */
+  ortep_status st = ortep__regex_with_tables(pattern, &expanded);
+  if (st != ORTEP_OK) return st;
   int err;
   PCRE2_SIZE at;
-  *out = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
-  if (!*out) {
+  *out = pcre2_compile((PCRE2_SPTR)expanded, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
+  ortep__free(expanded);
+  if (!*out) { /* the error where the file wrote it: the pattern as written */
+    pcre2_code *plain =
+        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
     PCRE2_UCHAR msg[160];
     pcre2_get_error_message(err, msg, sizeof msg);
+    if (plain) {
+      pcre2_code_free(plain);
+      return ortep__fail(ORTEP_E_FORMAT,
+                         "%s: the split regex does not compile once its Unicode classes are written "
+                         "out as ranges: %s",
+                         path, (const char *)msg);
+    }
     return ortep__fail(ORTEP_E_FORMAT, "%s: the split regex does not compile at offset %zu: %s", path, (size_t)at,
                        (const char *)msg);
   }

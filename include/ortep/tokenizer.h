@@ -53,15 +53,21 @@ ORTEP_API ortep_status ortep_tokenizer_open_json(const char *json, size_t len, o
 /* A GGUF file's tokenizer: its tokenizer.ggml.* metadata (byte-level BPE:
  * tokenizer.ggml.model "gpt2", pre-tokenizer qwen2, llama-bpe or gpt2) as
  * the tokenizer.json Hugging Face has for it, read by the same code, so the
- * ids are the same. (ortep_tokenizer_open on a .gguf uses a tokenizer.json
- * beside the file when there is one.) SentencePiece vocabularies ("llama")
- * are refused: give them their tokenizer.json. */
+ * ids are the same; SentencePiece vocabularies ("llama": pieces and scores)
+ * as Hugging Face's LlamaConverter makes them (docs/text.md). A vocabulary
+ * whose derived merges would exceed a stated bound is refused naming it.
+ * (ortep_tokenizer_open on a .gguf uses a tokenizer.json beside the file
+ * when there is one.) */
 ORTEP_API ortep_status ortep_tokenizer_open_gguf(const char *path, ortep_tokenizer **out);
 /* A tokenizer.json (len bytes) as tokenizer.ggml.* metadata into a GGUF
  * writer, as llama.cpp's converter writes it (byte-level BPE only:
  * ORTEP_E_NOT_SUPPORTED otherwise). */
 ORTEP_API ortep_status ortep_tokenizer_add_to_gguf(ortep_gguf_writer *w, const char *json, size_t len);
 ORTEP_API void ortep_tokenizer_close(ortep_tokenizer *tokenizer);
+/* The Unicode version of the character classes every split regex uses
+ * (\p{L}, \p{N}, \s, ...: utf8proc's tables, whatever PCRE2 was built with),
+ * e.g. "15.0.0". */
+ORTEP_API const char *ortep_tokenizer_unicode_version(void);
 
 /* Ids run from 0 to vocab_size - 1 (the model's vocabulary and the added
  * tokens together; a padded model vocabulary beyond them is not counted). */
