@@ -249,6 +249,7 @@ static int by_begin(const void *a, const void *b) {
 }
 
 static ortep_status parse(ortep_gguf *g) {
+  if (!g->len) return BAD("the file is empty (a GGUF file starts with its magic, version and counts)");
   cursor c = {g->base, g->base + g->len};
   uint32_t magic;
   uint64_t nt, nkv;

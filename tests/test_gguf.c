@@ -184,6 +184,13 @@ START_TEST(bad_files_are_refused_naming_the_problem) {
   b[16] = 0xff, b[17] = 0xff; /* a huge metadata count */
   expect_refused(b, len, "cannot fit");
   free(b);
+  /* an empty file (mapped as nothing: its parse began at a null pointer) */
+  ck_assert_int_eq(truncate(g_path, 0), 0);
+  ortep_gguf *empty = NULL;
+  ck_assert_status(ortep_gguf_open(g_path, &empty), ORTEP_E_FORMAT);
+  ck_assert_ptr_null(empty);
+  ck_assert_msg(strstr(ortep_last_error(), "the file is empty") && strstr(ortep_last_error(), g_path), "%s",
+                ortep_last_error());
   craft c;
   /* metadata */
   c_head(&c, 0, 2), c_str(&c, "k"), c_u32(&c, ORTEP_GGUF_U32), c_u32(&c, 1), c_str(&c, "k"), c_u32(&c, ORTEP_GGUF_U32),
