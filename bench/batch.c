@@ -331,6 +331,145 @@ static int system_prompt(const batch_opts *o, ortep_config *cfg, size_t vocab, c
   return 0;
 }
 
+/* Two flops per weight of every projection and the lm_head, per token (attention apart). */
+static double flops_per_token(const ortep_model_config *mc) {
+  double H = (double)mc->hidden_size, I = (double)mc->intermediate_size, HD = (double)mc->head_dim;
+  double q = (double)mc->num_attention_heads * HD, kvw = (double)mc->num_key_value_heads * HD;
+  return 2.0 * ((double)mc->num_hidden_layers * (H * (q + 2 * kvw) + q * H + 3 * H * I) + (double)mc->vocab_size * H);
+}
+
+/* The weights one decode step reads, as the session holds them (quantized at open too). */
+static uint64_t step_weight_bytes(const batch_opts *o) {
+  ortep_model *mdl;
+  size_t per_step = 0;
+  if (ortep_model_open(o->m.dir, &mdl) != ORTEP_OK) return 0;
+  bench_held_weight_bytes(&o->m, mdl, &per_step);
+  ortep_model_close(mdl);
+  return per_step;
+}
+
+/* The medians over the rounds of batch size i's figures. */
+static figures medians(const batch_opts *o, figures res[MAX_B][MAX_ROUND], size_t i) {
+  double v[MAX_ROUND];
+  figures m = {0};
+#define MED(field)                                             \
+  do {                                                         \
+    for (long r = 0; r < o->runs; r++) v[r] = res[i][r].field; \
+    m.field = bench_median(v, (size_t)o->runs);                \
+  } while (0)
+  MED(agg);
+  MED(per_seq);
+  MED(p50_ms);
+  MED(p99_ms);
+  MED(ttft_ms);
+  MED(step_ms);
+  MED(allocs_per_step);
+#undef MED
+  return m;
+}
+
+/* What a table row needs besides its figures. */
+typedef struct bounds {
+  double flops_per_token, read_bw, gemm_peak;
+  uint64_t weight_bytes;
+} bounds;
+
+/* One row per batch size, printed and into arr. */
+static void report_rows(const batch_opts *o, figures res[MAX_B][MAX_ROUND], const bounds *bd, cJSON *arr) {
+  printf("\n  %4s %12s %10s %9s %9s %9s %9s %10s %9s %10s %8s %8s\n", "B", "aggregate", "per seq", "vs B=1", "p50 ms",
+         "p99 ms", "ttft ms", "read GB/s", "of bound", "GFLOP/s", "of gemm", "allocs");
+  double base = 0;
+  for (size_t i = 0; i < o->n_batches; i++) {
+    figures m = medians(o, res, i);
+    if (o->batches[i] == 1) base = m.agg;
+    double rd = m.step_ms > 0 ? (double)bd->weight_bytes / (m.step_ms / 1e3) / 1e9 : 0;
+    double gf = m.agg * bd->flops_per_token / 1e9;
+    printf("  %4ld %12.1f %10.1f %8.2fx %9.2f %9.2f %9.1f %10.1f %8.0f%% %10.1f %7.0f%% %8.2f\n", o->batches[i], m.agg,
+           m.per_seq, base > 0 ? m.agg / base : 0, m.p50_ms, m.p99_ms, m.ttft_ms, rd,
+           bd->read_bw > 0 ? 100.0 * rd * 1e9 / bd->read_bw : 0, gf, bd->gemm_peak > 0 ? 100.0 * gf / bd->gemm_peak : 0,
+           m.allocs_per_step);
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "sequences", (double)o->batches[i]);
+    cJSON_AddNumberToObject(e, "aggregate_tokens_per_s", m.agg);
+    cJSON_AddNumberToObject(e, "per_sequence_tokens_per_s", m.per_seq);
+    cJSON_AddNumberToObject(e, "p50_ms", m.p50_ms);
+    cJSON_AddNumberToObject(e, "p99_ms", m.p99_ms);
+    cJSON_AddNumberToObject(e, "time_to_first_token_ms", m.ttft_ms);
+    cJSON_AddNumberToObject(e, "step_ms", m.step_ms);
+    cJSON_AddNumberToObject(e, "weight_read_bytes_per_s", rd * 1e9);
+    cJSON_AddNumberToObject(e, "gflops", gf);
+    if (bd->gemm_peak > 0) cJSON_AddNumberToObject(e, "fraction_of_gemm", gf / bd->gemm_peak);
+    cJSON_AddNumberToObject(e, "allocations_per_step", m.allocs_per_step);
+    cJSON_AddItemToArray(arr, e);
+  }
+}
+
+/* The bounds the table is read against, printed and into root. */
+static void report_bounds(const ortep_model_config *mc, const bounds *bd, size_t threads, ortep_dtype mdt,
+                          uint64_t captures, cJSON *root) {
+  double sg = bench_sgemm_gflops(16, (size_t)mc->hidden_size, (size_t)mc->intermediate_size, threads ? threads : 1);
+  printf(
+      "  read bound %.1f GB/s (%zu threads, median of the rounds); sgemm [16 x %lld] x [%lld x %lld] %.1f "
+      "GFLOP/s; %.1f MiB of weights read per step; graphs captured %llu (buckets and prompt chunks)\n",
+      bd->read_bw / 1e9, threads, (long long)mc->hidden_size, (long long)mc->hidden_size,
+      (long long)mc->intermediate_size, sg, (double)bd->weight_bytes / 1048576.0, (unsigned long long)captures);
+  if (bd->gemm_peak > 0)
+    printf(
+        "  of gemm: the EP Linear [256 x %lld] x [%lld x %lld] of %s weights, %.1f GFLOP/s (a batch keeps f32 "
+        "activations)\n",
+        (long long)mc->hidden_size, (long long)mc->hidden_size, (long long)mc->intermediate_size, ortep_dtype_name(mdt),
+        bd->gemm_peak);
+  cJSON_AddNumberToObject(root, "read_bound_bytes_per_s", bd->read_bw);
+  cJSON_AddNumberToObject(root, "sgemm16_gflops", sg);
+  if (bd->gemm_peak > 0) cJSON_AddNumberToObject(root, "gemm_peak_gflops", bd->gemm_peak);
+  cJSON_AddNumberToObject(root, "weight_bytes", (double)bd->weight_bytes);
+}
+
+/* The interleaved rounds: every batch size once per round, a read bound after each. */
+static int rounds(const batch_opts *o, ortep_batch *b, size_t vocab, size_t threads, figures res[MAX_B][MAX_ROUND],
+                  double *bw) {
+  int rc = 0;
+  read_bench *rb = read_new(threads ? threads : 1);
+  for (long r = 0; !rc && r < o->runs; r++) {
+    for (size_t i = 0; !rc && i < o->n_batches; i++) rc = run_one(o, b, (size_t)o->batches[i], vocab, &res[i][r]);
+    if (rb) bw[r] = read_rate(rb, (size_t)512 << 20);
+  }
+  read_delete(rb);
+  return rc;
+}
+
+/* The table, its bounds, then the mixed and system-prompt passes. */
+static int measure(const batch_opts *o, ortep_batch *b, ortep_config *cfg, const ortep_model_config *mc, size_t maxb,
+                   cJSON *root) {
+  figures res[MAX_B][MAX_ROUND] = {{{0}}};
+  double bw[MAX_ROUND] = {0};
+  size_t vocab = (size_t)mc->vocab_size;
+  size_t threads = (size_t)(o->m.threads ? o->m.threads : sysconf(_SC_NPROCESSORS_ONLN));
+  bench_print_header("batch");
+  printf("model %s, %zu slots, %ld-token prompts, %ld tokens per sequence, %ld interleaved rounds\n",
+         o->m.model ? o->m.model : o->m.preset, maxb, o->plen, o->tokens, o->runs);
+  figures warm;
+  int rc = run_one(o, b, maxb, vocab, &warm); /* captures every bucket */
+  if (!rc) rc = rounds(o, b, vocab, threads, res, bw);
+  if (rc) return rc;
+  ortep_batch_stats ss = {0}; /* its captures: every graph of the batch's session (buckets, prompt chunks) */
+  ortep_batch_get_stats(b, &ss);
+  bounds bd = {flops_per_token(mc), bench_median(bw, (size_t)o->runs), 0, step_weight_bytes(o)};
+  /* the GEMM peak: the EP's Linear [256 x hidden] x [hidden x intermediate] of the model's
+   * weights (bf16 products where cpu.products allows; q8_0 / q4_0: the integer rows), in this run */
+  ortep_dtype mdt = ORTEP_DTYPE_COUNT;
+  if (ortep_dtype_parse(o->m.dtype, &mdt) == ORTEP_OK)
+    bd.gemm_peak =
+        bench_linear_gflops(ortep_batch_ep(b), mdt, 256, (size_t)mc->hidden_size, (size_t)mc->intermediate_size);
+  report_rows(o, res, &bd, cJSON_AddArrayToObject(root, "batches"));
+  report_bounds(mc, &bd, threads, mdt, ss.captures, root);
+  rc = mixed(o, b, vocab, root);
+  if (!rc) rc = system_prompt(o, cfg, vocab, root);
+  ortep_batch_get_stats(b, &ss);
+  cJSON_AddNumberToObject(root, "captures", (double)ss.captures);
+  return rc;
+}
+
 int bench_batch_main(int argc, char **argv) {
   batch_opts o;
   int rc = parse(argc, argv, &o);
@@ -358,109 +497,7 @@ int bench_batch_main(int argc, char **argv) {
   cJSON_AddItemToObject(root, "machine", bench_machine_json());
   cJSON_AddItemToObject(root, "build", bench_build_json());
   cJSON_AddStringToObject(root, "model", o.m.model ? o.m.model : o.m.preset);
-  figures res[MAX_B][MAX_ROUND] = {{{0}}};
-  double bw[MAX_ROUND] = {0};
-  size_t vocab = (size_t)mc.vocab_size, threads = 0;
-  ortep_batch_stats ss = {0}; /* its captures: every graph of the batch's session (buckets, prompt chunks) */
-  if (!rc) {
-    bench_print_header("batch");
-    threads = (size_t)(o.m.threads ? o.m.threads : sysconf(_SC_NPROCESSORS_ONLN));
-    printf("model %s, %zu slots, %ld-token prompts, %ld tokens per sequence, %ld interleaved rounds\n",
-           o.m.model ? o.m.model : o.m.preset, maxb, o.plen, o.tokens, o.runs);
-    figures warm;
-    rc = run_one(&o, b, maxb, vocab, &warm); /* captures every bucket */
-  }
-  read_bench *rb = rc ? NULL : read_new(threads ? threads : 1);
-  for (long r = 0; !rc && r < o.runs; r++) {
-    for (size_t i = 0; !rc && i < o.n_batches; i++) rc = run_one(&o, b, (size_t)o.batches[i], vocab, &res[i][r]);
-    if (rb) bw[r] = read_rate(rb, (size_t)512 << 20);
-  }
-  read_delete(rb);
-  uint64_t weight_bytes = 0;
-  if (!rc) { /* the weights one decode step reads, as the session holds them (quantized at open too) */
-    ortep_model *mdl;
-    size_t per_step = 0;
-    if (ortep_model_open(o.m.dir, &mdl) == ORTEP_OK) {
-      bench_held_weight_bytes(&o.m, mdl, &per_step);
-      weight_bytes = per_step;
-      ortep_model_close(mdl);
-    }
-    ortep_batch_get_stats(b, &ss);
-  }
-  double bwm = bench_median(bw, (size_t)o.runs);
-  /* two flops per weight of every projection and the lm_head, per token (attention apart) */
-  double H = (double)mc.hidden_size, I = (double)mc.intermediate_size, HD = (double)mc.head_dim;
-  double q = (double)mc.num_attention_heads * HD, kvw = (double)mc.num_key_value_heads * HD;
-  double flops_per_token =
-      2.0 * ((double)mc.num_hidden_layers * (H * (q + 2 * kvw) + q * H + 3 * H * I) + (double)mc.vocab_size * H);
-  cJSON *arr = cJSON_AddArrayToObject(root, "batches");
-  /* the GEMM peak: the EP's Linear [256 x hidden] x [hidden x intermediate] of the model's
-   * weights (bf16 products where cpu.products allows; q8_0 / q4_0: the integer rows), in this run */
-  ortep_dtype mdt = ORTEP_DTYPE_COUNT;
-  double peak = 0;
-  if (!rc && ortep_dtype_parse(o.m.dtype, &mdt) == ORTEP_OK)
-    peak = bench_linear_gflops(ortep_batch_ep(b), mdt, 256, (size_t)mc.hidden_size, (size_t)mc.intermediate_size);
-  if (!rc) {
-    printf("\n  %4s %12s %10s %9s %9s %9s %9s %10s %9s %10s %8s %8s\n", "B", "aggregate", "per seq", "vs B=1", "p50 ms",
-           "p99 ms", "ttft ms", "read GB/s", "of bound", "GFLOP/s", "of gemm", "allocs");
-    double base = 0;
-    for (size_t i = 0; i < o.n_batches; i++) {
-      double v[MAX_ROUND];
-      figures m = {0};
-#define MED(field)                                            \
-  do {                                                        \
-    for (long r = 0; r < o.runs; r++) v[r] = res[i][r].field; \
-    m.field = bench_median(v, (size_t)o.runs);                \
-  } while (0)
-      MED(agg);
-      MED(per_seq);
-      MED(p50_ms);
-      MED(p99_ms);
-      MED(ttft_ms);
-      MED(step_ms);
-      MED(allocs_per_step);
-#undef MED
-      if (o.batches[i] == 1) base = m.agg;
-      double rd = m.step_ms > 0 ? (double)weight_bytes / (m.step_ms / 1e3) / 1e9 : 0;
-      double gf = m.agg * flops_per_token / 1e9;
-      printf("  %4ld %12.1f %10.1f %8.2fx %9.2f %9.2f %9.1f %10.1f %8.0f%% %10.1f %7.0f%% %8.2f\n", o.batches[i], m.agg,
-             m.per_seq, base > 0 ? m.agg / base : 0, m.p50_ms, m.p99_ms, m.ttft_ms, rd,
-             bwm > 0 ? 100.0 * rd * 1e9 / bwm : 0, gf, peak > 0 ? 100.0 * gf / peak : 0, m.allocs_per_step);
-      cJSON *e = cJSON_CreateObject();
-      cJSON_AddNumberToObject(e, "sequences", (double)o.batches[i]);
-      cJSON_AddNumberToObject(e, "aggregate_tokens_per_s", m.agg);
-      cJSON_AddNumberToObject(e, "per_sequence_tokens_per_s", m.per_seq);
-      cJSON_AddNumberToObject(e, "p50_ms", m.p50_ms);
-      cJSON_AddNumberToObject(e, "p99_ms", m.p99_ms);
-      cJSON_AddNumberToObject(e, "time_to_first_token_ms", m.ttft_ms);
-      cJSON_AddNumberToObject(e, "step_ms", m.step_ms);
-      cJSON_AddNumberToObject(e, "weight_read_bytes_per_s", rd * 1e9);
-      cJSON_AddNumberToObject(e, "gflops", gf);
-      if (peak > 0) cJSON_AddNumberToObject(e, "fraction_of_gemm", gf / peak);
-      cJSON_AddNumberToObject(e, "allocations_per_step", m.allocs_per_step);
-      cJSON_AddItemToArray(arr, e);
-    }
-    double sg = bench_sgemm_gflops(16, (size_t)mc.hidden_size, (size_t)mc.intermediate_size, threads ? threads : 1);
-    printf(
-        "  read bound %.1f GB/s (%zu threads, median of the rounds); sgemm [16 x %lld] x [%lld x %lld] %.1f "
-        "GFLOP/s; %.1f MiB of weights read per step; graphs captured %llu (buckets and prompt chunks)\n",
-        bwm / 1e9, threads, (long long)mc.hidden_size, (long long)mc.hidden_size, (long long)mc.intermediate_size, sg,
-        (double)weight_bytes / 1048576.0, (unsigned long long)ss.captures);
-    if (peak > 0)
-      printf(
-          "  of gemm: the EP Linear [256 x %lld] x [%lld x %lld] of %s weights, %.1f GFLOP/s (a batch keeps f32 "
-          "activations)\n",
-          (long long)mc.hidden_size, (long long)mc.hidden_size, (long long)mc.intermediate_size, ortep_dtype_name(mdt),
-          peak);
-    cJSON_AddNumberToObject(root, "read_bound_bytes_per_s", bwm);
-    cJSON_AddNumberToObject(root, "sgemm16_gflops", sg);
-    if (peak > 0) cJSON_AddNumberToObject(root, "gemm_peak_gflops", peak);
-    cJSON_AddNumberToObject(root, "weight_bytes", (double)weight_bytes);
-    rc = mixed(&o, b, vocab, root);
-    if (!rc) rc = system_prompt(&o, cfg, vocab, root);
-    ortep_batch_get_stats(b, &ss);
-    cJSON_AddNumberToObject(root, "captures", (double)ss.captures);
-  }
+  if (!rc) rc = measure(&o, b, cfg, &mc, maxb, root);
   ortep_batch_close(b);
   ortep_config_destroy(cfg);
   if (json) {

@@ -237,6 +237,125 @@ static void print_profile(const cJSON *prof, long tokens) {
  * first time), so that every run is set against the read rate of its own
  * moment: this VM's read rate drifts by a third within seconds, and a best
  * pass taken elsewhere sets a long run's average against a short burst. */
+/* The samples of a mode's timed runs. */
+typedef struct samples {
+  double *lat;  /* per token, microseconds: tokens x runs */
+  double *tps;  /* per run */
+  double *ttft; /* per run, milliseconds */
+  double *rd;   /* per run: the read bound before it; then the fraction of it */
+} samples;
+
+/* Run `run` of a mode: a reset, the prompt (its time to first token), then
+ * `tokens` timed steps (run 0 records the tokens). */
+static int timed_run(ortep_decoder *d, const mode_def *m, const int32_t *prompt, size_t plen, long tokens, long run,
+                     long runs, bool progress, samples *sm, mode_result *r, double *cpu_total) {
+  int32_t next;
+  double p0 = 0;
+  if (ortep_decoder_reset(d) || (p0 = bench_now_ns(), ortep_decoder_prefill(d, prompt, plen, &next))) {
+    fprintf(stderr, "ortep-bench decode: %s mode: %s\n", m->name, ortep_last_error());
+    return 1;
+  }
+  sm->ttft[run] = (bench_now_ns() - p0) / 1e6; /* the prefill ends with the first token known */
+  uint64_t a0 = 0, f0 = 0, a1 = 0, f1 = 0;
+  ortep_ep_allocation_counts(ortep_decoder_ep(d), &a0, &f0);
+  uint64_t l0 = ortep_decoder_launch_ns(d);
+  int32_t pos = (int32_t)plen;
+  double c0 = cpu_now_ns(), t_run = bench_now_ns();
+  for (long t = 0; t < tokens; t++, pos++) {
+    if (run == 0) r->tokens[t] = next;
+    double t0 = bench_now_ns();
+    if (ortep_decoder_step(d, next, pos, &next) != ORTEP_OK) {
+      fprintf(stderr, "ortep-bench decode: %s mode, token %ld: %s\n", m->name, t, ortep_last_error());
+      return 1;
+    }
+    sm->lat[run * tokens + t] = (bench_now_ns() - t0) / 1e3;
+    if (progress && (t % 8 == 7 || t + 1 == tokens))
+      fprintf(stderr, "\r  %-9s run %ld/%ld  token %ld/%ld  %8.1f tok/s   ", m->name, run + 1, runs, t + 1, tokens,
+              (double)(t + 1) / ((bench_now_ns() - t_run) / 1e9));
+  }
+  sm->tps[run] = (double)tokens / ((bench_now_ns() - t_run) / 1e9);
+  *cpu_total += cpu_now_ns() - c0;
+  r->launch_us += (double)(ortep_decoder_launch_ns(d) - l0) / 1e3;
+  ortep_ep_allocation_counts(ortep_decoder_ep(d), &a1, &f1);
+  r->allocs_per_step += (double)(a1 - a0 + f1 - f0);
+  return 0;
+}
+
+/* What the session and the caches say after the runs, its seams' reasons,
+ * and the plan (--explain). */
+static void record_session(ortep_decoder *d, const mode_def *m, bool explain, mode_result *r) {
+  ortep_session *s = ortep_decoder_session(d);
+  ortep_session_stats st;
+  ortep_session_get_stats(s, &st);
+  r->kernels = st.kernels_per_step, r->segments = st.segments, r->seams = st.seams;
+  r->graph_kernels = st.graph_kernel_nodes;
+  r->planned = st.planned_bytes, r->lower_bound = st.lower_bound_bytes, r->naive = st.naive_bytes;
+  ortep_kv_stats kv;
+  ortep_decoder_kv_stats(d, &kv);
+  r->kv_bytes = kv.reserved_bytes, r->kv_committed = kv.committed_bytes;
+  r->nseams = ortep_session_seam_count(s);
+  r->seam_text = calloc(r->nseams + 1, sizeof *r->seam_text);
+  if (!r->seam_text) r->nseams = 0;
+  for (size_t i = 0; i < r->nseams; i++) {
+    const char *node, *op, *reason;
+    ortep_session_seam(s, i, &node, &op, &reason);
+    size_t len = strlen(node) + strlen(op) + strlen(reason) + 8;
+    if ((r->seam_text[i] = malloc(len)))
+      snprintf(r->seam_text[i], len, "%s (%s): %s", node, op, reason);
+    else
+      r->nseams = i; /* keep what fitted: the report lists fewer reasons */
+  }
+  if (explain) {
+    char *plan;
+    if (ortep_session_format_plan(s, &plan) == ORTEP_OK) {
+      printf("\n[%s] %s", m->name, plan);
+      free(plan);
+    }
+  }
+}
+
+/* The medians and percentiles of the runs' samples (pair: a read bound was
+ * taken before each run). */
+static void summarize(samples *sm, long tokens, long runs, bool pair, size_t read_per_token, double cpu_total,
+                      mode_result *r) {
+  size_t total = (size_t)(tokens * runs);
+  qsort(sm->lat, total, sizeof *sm->lat, cmp_d);
+  r->ran = true;
+  if (pair) {
+    double *frac = sm->rd + runs;
+    for (long i = 0; i < runs; i++) frac[i] = sm->tps[i] * (double)read_per_token / sm->rd[i];
+    r->frac = bench_median(frac, (size_t)runs);
+    r->read_bw = bench_median(sm->rd, (size_t)runs);
+  }
+  r->tok_s = bench_median(sm->tps, (size_t)runs);
+  r->ttft_ms = bench_median(sm->ttft, (size_t)runs);
+  r->p50 = pct(sm->lat, total, 0.50), r->p90 = pct(sm->lat, total, 0.90), r->p99 = pct(sm->lat, total, 0.99);
+  r->max_us = sm->lat[total - 1];
+  r->cpu_us = cpu_total / (double)total / 1e3;
+  r->allocs_per_step /= (double)total;
+  r->launch_us /= (double)total;
+}
+
+/* Opens the decoder for a mode and says what it runs on. */
+static int open_mode(const char *dir, const mode_def *m, const ortep_decoder_options *o, ortep_decoder **d,
+                     mode_result *r) {
+  double o0 = bench_now_ns();
+  ortep_status ost = ortep_decoder_open(dir, o, d);
+  r->open_s = (bench_now_ns() - o0) / 1e9;
+  if (ost == ORTEP_E_INVALID_ARGUMENT) /* e.g. a --seam that names nothing in the graph */
+    return bench_usage_error("decode", "%s", ortep_last_error());
+  if (ost != ORTEP_OK) {
+    fprintf(stderr, "ortep-bench decode: %s mode: %s\n", m->name, ortep_last_error());
+    return 1;
+  }
+  ortep_weights_cache_info wc;
+  ortep_decoder_weights_cache(*d, &wc);
+  r->weights_cache = (int)wc.state;
+  if (wc.state == ORTEP_WEIGHTS_CACHE_REBUILT || wc.state == ORTEP_WEIGHTS_CACHE_FAILED)
+    fprintf(stderr, "ortep-bench decode: weights cache %s: %s\n", wc.path, wc.reason);
+  return 0;
+}
+
 static int run_mode(const char *dir, const mode_def *m, const char *ep, const char *seams, const ortep_config *config,
                     const int32_t *prompt, size_t plen, long tokens, long warmup, long runs, bool explain,
                     bool progress, read_bench **before, size_t read_per_token, mode_result *r, char *ep_used,
@@ -247,25 +366,12 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
                              .forced_seams = m->seams ? seams : NULL,
                              .config = config};
   ortep_decoder *d;
-  double o0 = bench_now_ns();
-  ortep_status ost = ortep_decoder_open(dir, &o, &d);
-  r->open_s = (bench_now_ns() - o0) / 1e9;
-  if (ost == ORTEP_E_INVALID_ARGUMENT) /* e.g. a --seam that names nothing in the graph */
-    return bench_usage_error("decode", "%s", ortep_last_error());
-  if (ost != ORTEP_OK) {
-    fprintf(stderr, "ortep-bench decode: %s mode: %s\n", m->name, ortep_last_error());
-    return 1;
-  }
+  int rc = open_mode(dir, m, &o, &d, r);
+  if (rc) return rc;
   snprintf(ep_used, ep_used_len, "%s", ortep_ep_name(ortep_decoder_ep(d)));
-  ortep_weights_cache_info wc;
-  ortep_decoder_weights_cache(d, &wc);
-  r->weights_cache = (int)wc.state;
-  if (wc.state == ORTEP_WEIGHTS_CACHE_REBUILT || wc.state == ORTEP_WEIGHTS_CACHE_FAILED)
-    fprintf(stderr, "ortep-bench decode: weights cache %s: %s\n", wc.path, wc.reason);
   *threads_used = ortep_cpu_ep_threads(ortep_decoder_ep(d));
   *simd_used = ortep_cpu_ep_simd(ortep_decoder_ep(d));
   *blocked = ortep_decoder_blocked_weights(d) > 0;
-  int rc = 0;
   /* warm-up: captures the graph, touches the weights */
   if (ortep_decoder_prefill(d, prompt, plen, NULL) || ortep_decoder_generate(d, (size_t)warmup + 1, NULL, NULL, NULL)) {
     fprintf(stderr, "ortep-bench decode: %s mode warm-up: %s\n", m->name, ortep_last_error());
@@ -273,12 +379,12 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
     return 1;
   }
   size_t total = (size_t)(tokens * runs);
-  double *lat = malloc(total * sizeof *lat), *tps = malloc((size_t)runs * sizeof *tps);
-  double *ttft = malloc((size_t)runs * sizeof *ttft), *rd = malloc(2 * (size_t)runs * sizeof *rd);
+  samples sm = {malloc(total * sizeof *sm.lat), malloc((size_t)runs * sizeof *sm.tps),
+                malloc((size_t)runs * sizeof *sm.ttft), malloc(2 * (size_t)runs * sizeof *sm.rd)};
   r->tokens = malloc((size_t)tokens * sizeof *r->tokens);
-  if (!lat || !tps || !ttft || !rd || !r->tokens) {
+  if (!sm.lat || !sm.tps || !sm.ttft || !sm.rd || !r->tokens) {
     fprintf(stderr, "ortep-bench decode: no memory for %zu latency samples (--tokens x --runs); lower them\n", total);
-    free(lat), free(tps), free(ttft), free(rd), free(r->tokens);
+    free(sm.lat), free(sm.tps), free(sm.ttft), free(sm.rd), free(r->tokens);
     r->tokens = NULL;
     ortep_decoder_close(d);
     return 1;
@@ -290,87 +396,16 @@ static int run_mode(const char *dir, const mode_def *m, const char *ep, const ch
     pair = false;
   }
   double cpu_total = 0;
-  uint64_t a0 = 0, f0 = 0, a1 = 0, f1 = 0;
   for (long run = 0; run < runs && !rc; run++) {
-    int32_t next;
-    double p0 = 0;
-    if (pair) rd[run] = read_rate(*before, (size_t)tokens * read_per_token);
-    if (ortep_decoder_reset(d) || (p0 = bench_now_ns(), ortep_decoder_prefill(d, prompt, plen, &next))) {
-      fprintf(stderr, "ortep-bench decode: %s mode: %s\n", m->name, ortep_last_error());
-      rc = 1;
-      break;
-    }
-    ttft[run] = (bench_now_ns() - p0) / 1e6; /* the prefill ends with the first token known */
-    ortep_ep_allocation_counts(ortep_decoder_ep(d), &a0, &f0);
-    uint64_t l0 = ortep_decoder_launch_ns(d);
-    int32_t pos = (int32_t)plen;
-    double c0 = cpu_now_ns(), t_run = bench_now_ns();
-    for (long t = 0; t < tokens; t++, pos++) {
-      if (run == 0) r->tokens[t] = next;
-      double t0 = bench_now_ns();
-      if (ortep_decoder_step(d, next, pos, &next) != ORTEP_OK) {
-        fprintf(stderr, "ortep-bench decode: %s mode, token %ld: %s\n", m->name, t, ortep_last_error());
-        rc = 1;
-        break;
-      }
-      lat[run * tokens + t] = (bench_now_ns() - t0) / 1e3;
-      if (progress && (t % 8 == 7 || t + 1 == tokens))
-        fprintf(stderr, "\r  %-9s run %ld/%ld  token %ld/%ld  %8.1f tok/s   ", m->name, run + 1, runs, t + 1, tokens,
-                (double)(t + 1) / ((bench_now_ns() - t_run) / 1e9));
-    }
-    tps[run] = (double)tokens / ((bench_now_ns() - t_run) / 1e9);
-    cpu_total += cpu_now_ns() - c0;
-    r->launch_us += (double)(ortep_decoder_launch_ns(d) - l0) / 1e3;
-    ortep_ep_allocation_counts(ortep_decoder_ep(d), &a1, &f1);
-    r->allocs_per_step += (double)(a1 - a0 + f1 - f0);
+    if (pair) sm.rd[run] = read_rate(*before, (size_t)tokens * read_per_token);
+    rc = timed_run(d, m, prompt, plen, tokens, run, runs, progress, &sm, r, &cpu_total);
   }
   if (progress) fprintf(stderr, "\r%70s\r", "");
   if (!rc) {
-    qsort(lat, total, sizeof *lat, cmp_d);
-    r->ran = true;
-    if (pair) {
-      double *frac = rd + runs;
-      for (long i = 0; i < runs; i++) frac[i] = tps[i] * (double)read_per_token / rd[i];
-      r->frac = bench_median(frac, (size_t)runs);
-      r->read_bw = bench_median(rd, (size_t)runs);
-    }
-    r->tok_s = bench_median(tps, (size_t)runs);
-    r->ttft_ms = bench_median(ttft, (size_t)runs);
-    r->p50 = pct(lat, total, 0.50), r->p90 = pct(lat, total, 0.90), r->p99 = pct(lat, total, 0.99);
-    r->max_us = lat[total - 1];
-    r->cpu_us = cpu_total / (double)total / 1e3;
-    r->allocs_per_step /= (double)total;
-    r->launch_us /= (double)total;
-    ortep_session *s = ortep_decoder_session(d);
-    ortep_session_stats st;
-    ortep_session_get_stats(s, &st);
-    r->kernels = st.kernels_per_step, r->segments = st.segments, r->seams = st.seams;
-    r->graph_kernels = st.graph_kernel_nodes;
-    r->planned = st.planned_bytes, r->lower_bound = st.lower_bound_bytes, r->naive = st.naive_bytes;
-    ortep_kv_stats kv;
-    ortep_decoder_kv_stats(d, &kv);
-    r->kv_bytes = kv.reserved_bytes, r->kv_committed = kv.committed_bytes;
-    r->nseams = ortep_session_seam_count(s);
-    r->seam_text = calloc(r->nseams + 1, sizeof *r->seam_text);
-    if (!r->seam_text) r->nseams = 0;
-    for (size_t i = 0; i < r->nseams; i++) {
-      const char *node, *op, *reason;
-      ortep_session_seam(s, i, &node, &op, &reason);
-      size_t len = strlen(node) + strlen(op) + strlen(reason) + 8;
-      if ((r->seam_text[i] = malloc(len)))
-        snprintf(r->seam_text[i], len, "%s (%s): %s", node, op, reason);
-      else
-        r->nseams = i; /* keep what fitted: the report lists fewer reasons */
-    }
-    if (explain) {
-      char *plan;
-      if (ortep_session_format_plan(s, &plan) == ORTEP_OK) {
-        printf("\n[%s] %s", m->name, plan);
-        free(plan);
-      }
-    }
+    summarize(&sm, tokens, runs, pair, read_per_token, cpu_total, r);
+    record_session(d, m, explain, r);
   }
-  free(lat), free(tps), free(ttft), free(rd);
+  free(sm.lat), free(sm.tps), free(sm.ttft), free(sm.rd);
   ortep_decoder_close(d);
   return rc;
 }

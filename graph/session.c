@@ -513,13 +513,13 @@ static ortep_status share_io(ortep_session *s, uint32_t gi, const char *v, uint3
   return ORTEP_OK;
 }
 
-static ortep_status build_steps(ortep_session *s, uint32_t gi, const ortep_node_id *order, size_t n,
+/* Graph gi's inputs: each lives on the EP of its first consumer, a
+ * persistent slot (shared between graphs where share_io allows). */
+static ortep_status input_slots(ortep_session *s, uint32_t gi, const ortep_node_id *order, size_t n,
                                 const uint32_t *where) {
   variant *var = &s->graphs[gi];
   const ortep_graph *g = var->graph;
   ortep_status st;
-  var->first_step = s->n_steps;
-  /* graph inputs live on the EP of their first consumer */
   for (size_t i = 0; i < ortep_graph_input_count(g); i++) {
     const char *v = ortep_graph_input(g, i);
     uint32_t e = 0;
@@ -549,57 +549,80 @@ static ortep_status build_steps(ortep_session *s, uint32_t gi, const ortep_node_
     }
     if (!ortep__strmap_put(&var->home, s->slots[sl].name, sl)) return oom("the value index");
   }
-  for (size_t k = 0; k < n; k++) {
-    const ortep_node *node = ortep_graph_node(g, order[k]);
-    uint32_t e = where[order[k]];
-    size_t nin = ortep_node_input_count(node), nout = ortep_node_output_count(node);
-    uint32_t *in = ortep__malloc((nin + nout + 1) * sizeof *in);
-    if (!in) return oom("a step");
-    for (size_t j = 0; j < nin; j++) {
-      const char *v = ortep_node_input(node, j);
-      in[j] = NONE;
-      if (*v && (st = slot_for(s, gi, v, e, &in[j])) != ORTEP_OK) {
-        ortep__free(in);
-        return st;
-      }
+  return ORTEP_OK;
+}
+
+/* The slots of a step's outputs (here: the step's index), a graph output's
+ * persistent. */
+static ortep_status output_slots(ortep_session *s, uint32_t gi, const ortep_node *node, uint32_t e, uint32_t here) {
+  variant *var = &s->graphs[gi];
+  const ortep_graph *g = var->graph;
+  ortep_status st;
+  for (size_t j = 0; j < ortep_node_output_count(node); j++) {
+    const char *v = ortep_node_output(node, j);
+    s->steps[here].out[j] = NONE;
+    if (!*v) continue;
+    ortep_dtype dt;
+    ortep_shape sh;
+    size_t bytes;
+    ortep_graph_value_info(g, v, &dt, &sh);
+    if ((st = ortep_shape_bytes(&sh, dt, &bytes)) != ORTEP_OK) return ortep__wrap(st, "value '%s'", v);
+    uint32_t sl = NONE;
+    bool out_io = is_graph_output(g, v), shared = false;
+    if (out_io && (st = share_io(s, gi, v, e, dt, bytes, &shared, &sl)) != ORTEP_OK) return st;
+    if (!shared) {
+      if ((st = add_slot(s, gi, v, e, dt, bytes, here, &sl)) != ORTEP_OK) return st;
+      s->slots[sl].persistent = out_io;
+      if (out_io && !ortep__strmap_put(&s->io, s->slots[sl].name, sl)) return oom("the value index");
     }
-    step *sp = new_step(s);
-    if (!sp) {
+    s->steps[here].out[j] = sl;
+    if (!ortep__strmap_put(&var->home, s->slots[sl].name, sl)) return oom("the value index");
+  }
+  return ORTEP_OK;
+}
+
+/* A node's step on EP e: its inputs' slots (their last use moved here),
+ * then its outputs'. */
+static ortep_status node_step(ortep_session *s, uint32_t gi, const ortep_node *node, uint32_t e) {
+  ortep_status st;
+  size_t nin = ortep_node_input_count(node), nout = ortep_node_output_count(node);
+  uint32_t *in = ortep__malloc((nin + nout + 1) * sizeof *in);
+  if (!in) return oom("a step");
+  for (size_t j = 0; j < nin; j++) {
+    const char *v = ortep_node_input(node, j);
+    in[j] = NONE;
+    if (*v && (st = slot_for(s, gi, v, e, &in[j])) != ORTEP_OK) {
       ortep__free(in);
-      return oom("a step");
-    }
-    sp->kind = STEP_NODE;
-    sp->ep = e;
-    sp->node = node;
-    snprintf(sp->label, sizeof sp->label, "%s %s", ortep_node_op_type(node), ortep_node_name(node));
-    sp->in = in;
-    sp->n_in = nin;
-    sp->out = in + nin;
-    sp->n_out = nout;
-    uint32_t here = (uint32_t)(s->n_steps - 1);
-    for (size_t j = 0; j < nin; j++)
-      if (in[j] != NONE && s->slots[in[j]].last < here) s->slots[in[j]].last = here;
-    for (size_t j = 0; j < nout; j++) {
-      const char *v = ortep_node_output(node, j);
-      sp->out[j] = NONE;
-      if (!*v) continue;
-      ortep_dtype dt;
-      ortep_shape sh;
-      size_t bytes;
-      ortep_graph_value_info(g, v, &dt, &sh);
-      if ((st = ortep_shape_bytes(&sh, dt, &bytes)) != ORTEP_OK) return ortep__wrap(st, "value '%s'", v);
-      uint32_t sl = NONE;
-      bool out_io = is_graph_output(g, v), shared = false;
-      if (out_io && (st = share_io(s, gi, v, e, dt, bytes, &shared, &sl)) != ORTEP_OK) return st;
-      if (!shared) {
-        if ((st = add_slot(s, gi, v, e, dt, bytes, here, &sl)) != ORTEP_OK) return st;
-        s->slots[sl].persistent = out_io;
-        if (out_io && !ortep__strmap_put(&s->io, s->slots[sl].name, sl)) return oom("the value index");
-      }
-      s->steps[s->n_steps - 1].out[j] = sl;
-      if (!ortep__strmap_put(&var->home, s->slots[sl].name, sl)) return oom("the value index");
+      return st;
     }
   }
+  step *sp = new_step(s);
+  if (!sp) {
+    ortep__free(in);
+    return oom("a step");
+  }
+  sp->kind = STEP_NODE;
+  sp->ep = e;
+  sp->node = node;
+  snprintf(sp->label, sizeof sp->label, "%s %s", ortep_node_op_type(node), ortep_node_name(node));
+  sp->in = in;
+  sp->n_in = nin;
+  sp->out = in + nin;
+  sp->n_out = nout;
+  uint32_t here = (uint32_t)(s->n_steps - 1);
+  for (size_t j = 0; j < nin; j++)
+    if (in[j] != NONE && s->slots[in[j]].last < here) s->slots[in[j]].last = here;
+  return output_slots(s, gi, node, e, here);
+}
+
+static ortep_status build_steps(ortep_session *s, uint32_t gi, const ortep_node_id *order, size_t n,
+                                const uint32_t *where) {
+  variant *var = &s->graphs[gi];
+  var->first_step = s->n_steps;
+  ortep_status st = input_slots(s, gi, order, n, where);
+  for (size_t k = 0; st == ORTEP_OK && k < n; k++)
+    st = node_step(s, gi, ortep_graph_node(var->graph, order[k]), where[order[k]]);
+  if (st != ORTEP_OK) return st;
   var->n_steps = s->n_steps - var->first_step;
   return ORTEP_OK;
 }

@@ -19,6 +19,9 @@ ortep_status ortep__model_check_sizes(const ortep_model_config *c, const char *w
 typedef struct ortep_gguf ortep_gguf;
 ortep_status ortep__gguf_config(const ortep_gguf *g, ortep_model_config *c);
 ortep_status ortep__gguf_entries(const ortep_gguf *g, ortep_safetensors_entry **entries, size_t *n, char **names);
+/* A Hugging Face tensor name's llama.cpp name into out (len bytes); false:
+ * not a tensor a GGUF file holds. */
+bool ortep__gguf_name(const char *hf, char *out, size_t len);
 /* The file the model's weights come from (model.safetensors, or the .gguf). */
 const char *ortep__model_file(const ortep_model *model);
 

@@ -274,9 +274,122 @@ const char *ortep_decoder_kv_name(size_t layer, bool value, char *buf, size_t le
   return buf;
 }
 
+/* What every layer of a step reads: the step's inputs by name, the caches'
+ * shape and dtype, the weights' dtypes. */
+typedef struct layer_io {
+  const char *pos_in, *slot_in;
+  size_t slots;
+  ortep_shape cache;
+  const ortep__llama_dtypes *dt;
+} layer_io;
+
+/* Layer l: h (its input's name) becomes the layer's output's. */
+static void add_layer(builder *b, int64_t l, const layer_io *io, char h[64]) {
+  const ortep_model_config *c = ortep_model_get_config(b->m);
+  int64_t H = c->hidden_size, I = c->intermediate_size, NH = c->num_attention_heads, KV = c->num_key_value_heads;
+  int64_t HD = c->head_dim;
+  float eps = (float)c->rms_norm_eps;
+  const ortep__llama_dtypes *dt = io->dt;
+  char n[11][96], w[12][128], nm[9][96];
+#define NAME(i, fmt) snprintf(n[i], sizeof n[i], "layers.%lld." fmt, (long long)l)
+#define W(i, fmt)    snprintf(w[i], sizeof w[i], "model.layers.%lld." fmt, (long long)l)
+#define NODE(i, fmt) snprintf(nm[i], sizeof nm[i], "layers.%lld." fmt, (long long)l)
+  NAME(0, "x"), NAME(1, "q"), NAME(2, "k"), NAME(3, "v"), NAME(4, "q_rot"), NAME(5, "k_rot");
+  NAME(6, "attn"), NAME(7, "o"), NAME(8, "y"), NAME(9, "h_mid"), NAME(10, "mlp");
+  W(0, "input_layernorm.weight"), W(1, "self_attn.q_proj.weight"), W(2, "self_attn.k_proj.weight");
+  W(3, "self_attn.v_proj.weight"), W(4, "self_attn.o_proj.weight"), W(5, "post_attention_layernorm.weight");
+  W(6, "mlp.gate_proj.weight"), W(7, "mlp.up_proj.weight"), W(8, "mlp.down_proj.weight");
+  W(9, "self_attn.q_proj.bias"), W(10, "self_attn.k_proj.bias"), W(11, "self_attn.v_proj.bias");
+  NODE(0, "input_norm"), NODE(1, "qkv_proj"), NODE(2, "q_rotary"), NODE(3, "k_rotary"), NODE(4, "attention");
+  NODE(5, "o_proj"), NODE(6, "post_norm"), NODE(7, "gate_up_proj"), NODE(8, "down_proj");
+#undef NAME
+#undef W
+#undef NODE
+  char ck[64], cv[64], hn[64];
+  ortep_decoder_kv_name((size_t)l, false, ck, sizeof ck);
+  ortep_decoder_kv_name((size_t)l, true, cv, sizeof cv);
+  snprintf(hn, sizeof hn, "h.%lld", (long long)l + 1);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_input(b->g, ck, dt->kv, &io->cache);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_input(b->g, cv, dt->kv, &io->cache);
+  bool bias = c->attention_bias;
+  value(b, n[0], 1, 1, H);
+  weight(b, w[0]);
+  ortep_node_id id =
+      node(b, "SimplifiedLayerNormalization", "", nm[0], (const char *[]){h, w[0]}, 2, (const char *[]){n[0]}, 1);
+  attr_f(b, id, "epsilon", eps);
+  if (b->st == ORTEP_OK && bias) /* the biases first: only the projections' weights are quantized */
+    weight(b, w[9]), weight(b, w[10]), weight(b, w[11]);
+  b->prefer = dt->projections;
+  linear(b, nm[1], n[0], (const char *[]){w[1], w[2], w[3]}, bias ? (const char *[]){w[9], w[10], w[11]} : NULL, 3,
+         (const char *[]){n[1], n[2], n[3]}, (int64_t[]){NH * HD, KV * HD, KV * HD}, false, NULL);
+  for (int r = 0; r < 2; r++) {
+    value(b, n[4 + r], 1, 1, (r ? KV : NH) * HD);
+    id = node(b, "RotaryEmbedding", ORTEP_DOMAIN_MS, nm[2 + r],
+              (const char *[]){n[1 + r], io->pos_in, "rope.cos", "rope.sin"}, 4, (const char *[]){n[4 + r]}, 1);
+    attr_i(b, id, "num_heads", r ? KV : NH);
+    if (c->rope_interleaved) attr_i(b, id, "interleaved", 1); /* a llama GGUF's q/k row order */
+  }
+  value(b, n[6], 1, 1, NH * HD);
+  id = node(b, "GroupQueryAttention", ORTEP_DOMAIN_MS, nm[4],
+            (const char *[]){n[4], n[5], n[3], ck, cv, io->pos_in, io->slot_in}, io->slots ? 7 : 6,
+            (const char *[]){n[6]}, 1);
+  if (io->slots) attr_i(b, id, "slots", 1);
+  attr_i(b, id, "num_heads", NH);
+  attr_i(b, id, "kv_num_heads", KV);
+  /* where a chunk's projections round their activations to bf16 (bf16
+   * weights, as stored), its attention may too, whatever the caches' dtype */
+  const ortep_safetensors_entry *wo = ortep_model_tensor(b->m, w[4]);
+  if (dt->projections == ORTEP_DTYPE_COUNT && wo && wo->dtype == ORTEP_DTYPE_BF16) attr_i(b, id, "bf16_products", 1);
+  linear(b, nm[5], n[6], (const char *[]){w[4]}, NULL, 1, (const char *[]){n[7]}, (int64_t[]){H}, false, NULL);
+  b->prefer = ORTEP_DTYPE_COUNT;
+  value(b, n[8], 1, 1, H);
+  value(b, n[9], 1, 1, H);
+  weight(b, w[5]);
+  id = node(b, "SkipSimplifiedLayerNormalization", ORTEP_DOMAIN_MS, nm[6], (const char *[]){n[7], h, w[5]}, 3,
+            (const char *[]){n[8], "", "", n[9]}, 4);
+  attr_f(b, id, "epsilon", eps);
+  b->prefer = dt->projections;
+  linear(b, nm[7], n[8], (const char *[]){w[6], w[7]}, NULL, 2, (const char *[]){n[10]}, (int64_t[]){I}, true, NULL);
+  linear(b, nm[8], n[10], (const char *[]){w[8]}, NULL, 1, (const char *[]){hn}, (int64_t[]){H}, false, n[9]);
+  b->prefer = ORTEP_DTYPE_COUNT;
+  snprintf(h, 64, "%s", hn);
+}
+
+/* After the layers (h: the last one's output): the last position's row
+ * (a chunk's), the final norm, the lm_head, the token's selection and, for
+ * a single sequence's decode step, the feed of the next step. */
+static void add_head(builder *b, const ortep__llama_step *step, const ortep__llama_names *io, size_t max_seq,
+                     const ortep__llama_dtypes *dt, char h[64]) {
+  const ortep_model_config *c = ortep_model_get_config(b->m);
+  size_t tokens = step->tokens, slots = step->slots;
+  bool seq_rows = slots && step->each_row_a_sequence;
+  int64_t H = c->hidden_size, V = c->vocab_size;
+  if (tokens > 1 && !seq_rows) { /* the logits of the last position only */
+    last_row_index(b);
+    b->tokens = 1;
+    value(b, "h.last", 1, 1, H);
+    ortep_node_id g =
+        node(b, "Gather", "", "last_row", (const char *[]){h, "last_row"}, 2, (const char *[]){"h.last"}, 1);
+    attr_i(b, g, "axis", 1);
+    snprintf(h, 64, "h.last");
+  }
+  value(b, "final", 1, 1, H);
+  weight(b, "model.norm.weight");
+  ortep_node_id id = node(b, "SimplifiedLayerNormalization", "", "final_norm", (const char *[]){h, "model.norm.weight"},
+                          2, (const char *[]){"final"}, 1);
+  attr_f(b, id, "epsilon", (float)c->rms_norm_eps);
+  b->prefer = dt->embedding; /* a tied table was added (and asked for) above */
+  linear(b, "lm_head", "final",
+         (const char *[]){c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}, NULL, 1,
+         (const char *[]){io->logits}, (int64_t[]){V}, false, NULL);
+  b->prefer = ORTEP_DTYPE_COUNT;
+  select_token(b, io->logits, io->tokens, io->positions, max_seq, io->slots, slots, seq_rows ? tokens : 1, io->result);
+  if (tokens == 1 && !slots) feed_token(b, io->result, io->tokens, io->positions, V);
+  if (b->st == ORTEP_OK) b->st = ortep_graph_add_output(b->g, io->logits);
+}
+
 ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max_seq, const ortep__llama_step *step,
                                 const ortep__llama_dtypes *dt, ortep_tensor *const rope[2], ortep_graph **out) {
-  ortep_dtype kv_dtype = dt->kv;
   const ortep_model_config *c = ortep_model_get_config(m);
   size_t tokens = step->tokens, slots = step->slots;
   bool seq_rows = slots && step->each_row_a_sequence; /* every row its own sequence: logits for all */
@@ -285,118 +398,31 @@ ortep_status ortep__llama_build(const ortep_model *m, ortep_ep *host, size_t max
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "a step of %zu tokens: use 1 to %s (%zu)", tokens,
                        seq_rows ? "the slots" : "max_seq_len", seq_rows ? slots : max_seq);
   builder b = {NULL, m, host, (int64_t)tokens, ORTEP_OK, ORTEP_DTYPE_COUNT, seq_rows};
-  *out = NULL;
   if ((b.st = ortep_graph_create(&b.g)) != ORTEP_OK) return b.st;
-  int64_t H = c->hidden_size, I = c->intermediate_size, NH = c->num_attention_heads, KV = c->num_key_value_heads;
-  int64_t HD = c->head_dim, V = c->vocab_size, S = (int64_t)max_seq;
+  int64_t KV = c->num_key_value_heads, HD = c->head_dim, S = (int64_t)max_seq;
   ortep_graph_set_opset(b.g, "", 17);
   ortep_graph_set_opset(b.g, ORTEP_DOMAIN_MS, 1);
   ortep_graph_set_opset(b.g, ORTEP_DOMAIN_ORTEP, 1);
-  ortep_shape ids = {2, {1, (int64_t)tokens}}, cache = {3, {S, KV, HD}}, smap = {1, {(int64_t)tokens}};
-  if (slots) cache = (ortep_shape){4, {(int64_t)slots, S, KV, HD}};
   ortep__llama_names nm_io;
   ortep__llama_names_of(step, &nm_io);
-  const char *tok_in = nm_io.tokens, *pos_in = nm_io.positions, *slot_in = nm_io.slots;
-  b.st = ortep_graph_add_input(b.g, tok_in, ORTEP_DTYPE_I32, &ids);
-  if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, pos_in, ORTEP_DTYPE_I32, &ids);
-  if (b.st == ORTEP_OK && slots) b.st = ortep_graph_add_input(b.g, slot_in, ORTEP_DTYPE_I32, &smap);
+  layer_io io = {nm_io.positions, nm_io.slots, slots, {3, {S, KV, HD}}, dt};
+  if (slots) io.cache = (ortep_shape){4, {(int64_t)slots, S, KV, HD}};
+  ortep_shape ids = {2, {1, (int64_t)tokens}}, smap = {1, {(int64_t)tokens}};
+  b.st = ortep_graph_add_input(b.g, nm_io.tokens, ORTEP_DTYPE_I32, &ids);
+  if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, nm_io.positions, ORTEP_DTYPE_I32, &ids);
+  if (b.st == ORTEP_OK && slots) b.st = ortep_graph_add_input(b.g, nm_io.slots, ORTEP_DTYPE_I32, &smap);
   rope_tables(&b, rope);
   char h[64] = "h.0";
-  value(&b, h, 1, 1, H);
+  value(&b, h, 1, 1, c->hidden_size);
   b.prefer = dt->embedding;
   weight(&b, "model.embed_tokens.weight");
   b.prefer = ORTEP_DTYPE_COUNT;
   /* ortep:Embedding reads the table row-major or in the CPU EP's blocked
    * layout, so a tied table the EP blocks for the lm_head is held once */
-  node(&b, "Embedding", ORTEP_DOMAIN_ORTEP, "embed", (const char *[]){"model.embed_tokens.weight", tok_in}, 2,
+  node(&b, "Embedding", ORTEP_DOMAIN_ORTEP, "embed", (const char *[]){"model.embed_tokens.weight", nm_io.tokens}, 2,
        (const char *[]){h}, 1);
-  float eps = (float)c->rms_norm_eps;
-  for (int64_t l = 0; l < c->num_hidden_layers && !b.st; l++) {
-    char n[11][96], w[12][128], nm[9][96];
-#define NAME(i, fmt) snprintf(n[i], sizeof n[i], "layers.%lld." fmt, (long long)l)
-#define W(i, fmt)    snprintf(w[i], sizeof w[i], "model.layers.%lld." fmt, (long long)l)
-#define NODE(i, fmt) snprintf(nm[i], sizeof nm[i], "layers.%lld." fmt, (long long)l)
-    NAME(0, "x"), NAME(1, "q"), NAME(2, "k"), NAME(3, "v"), NAME(4, "q_rot"), NAME(5, "k_rot");
-    NAME(6, "attn"), NAME(7, "o"), NAME(8, "y"), NAME(9, "h_mid"), NAME(10, "mlp");
-    W(0, "input_layernorm.weight"), W(1, "self_attn.q_proj.weight"), W(2, "self_attn.k_proj.weight");
-    W(3, "self_attn.v_proj.weight"), W(4, "self_attn.o_proj.weight"), W(5, "post_attention_layernorm.weight");
-    W(6, "mlp.gate_proj.weight"), W(7, "mlp.up_proj.weight"), W(8, "mlp.down_proj.weight");
-    W(9, "self_attn.q_proj.bias"), W(10, "self_attn.k_proj.bias"), W(11, "self_attn.v_proj.bias");
-    NODE(0, "input_norm"), NODE(1, "qkv_proj"), NODE(2, "q_rotary"), NODE(3, "k_rotary"), NODE(4, "attention");
-    NODE(5, "o_proj"), NODE(6, "post_norm"), NODE(7, "gate_up_proj"), NODE(8, "down_proj");
-    char ck[64], cv[64], hn[64];
-    ortep_decoder_kv_name((size_t)l, false, ck, sizeof ck);
-    ortep_decoder_kv_name((size_t)l, true, cv, sizeof cv);
-    snprintf(hn, sizeof hn, "h.%lld", (long long)l + 1);
-    if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, ck, kv_dtype, &cache);
-    if (b.st == ORTEP_OK) b.st = ortep_graph_add_input(b.g, cv, kv_dtype, &cache);
-    bool bias = c->attention_bias;
-    value(&b, n[0], 1, 1, H);
-    weight(&b, w[0]);
-    ortep_node_id id =
-        node(&b, "SimplifiedLayerNormalization", "", nm[0], (const char *[]){h, w[0]}, 2, (const char *[]){n[0]}, 1);
-    attr_f(&b, id, "epsilon", eps);
-    if (b.st == ORTEP_OK && bias) /* the biases first: only the projections' weights are quantized */
-      weight(&b, w[9]), weight(&b, w[10]), weight(&b, w[11]);
-    b.prefer = dt->projections;
-    linear(&b, nm[1], n[0], (const char *[]){w[1], w[2], w[3]}, bias ? (const char *[]){w[9], w[10], w[11]} : NULL, 3,
-           (const char *[]){n[1], n[2], n[3]}, (int64_t[]){NH * HD, KV * HD, KV * HD}, false, NULL);
-    for (int r = 0; r < 2; r++) {
-      value(&b, n[4 + r], 1, 1, (r ? KV : NH) * HD);
-      id = node(&b, "RotaryEmbedding", ORTEP_DOMAIN_MS, nm[2 + r],
-                (const char *[]){n[1 + r], pos_in, "rope.cos", "rope.sin"}, 4, (const char *[]){n[4 + r]}, 1);
-      attr_i(&b, id, "num_heads", r ? KV : NH);
-      if (c->rope_interleaved) attr_i(&b, id, "interleaved", 1); /* a llama GGUF's q/k row order */
-    }
-    value(&b, n[6], 1, 1, NH * HD);
-    id = node(&b, "GroupQueryAttention", ORTEP_DOMAIN_MS, nm[4],
-              (const char *[]){n[4], n[5], n[3], ck, cv, pos_in, slot_in}, slots ? 7 : 6, (const char *[]){n[6]}, 1);
-    if (slots) attr_i(&b, id, "slots", 1);
-    attr_i(&b, id, "num_heads", NH);
-    attr_i(&b, id, "kv_num_heads", KV);
-    /* where a chunk's projections round their activations to bf16 (bf16
-     * weights, as stored), its attention may too, whatever the caches' dtype */
-    const ortep_safetensors_entry *wo = ortep_model_tensor(b.m, w[4]);
-    if (dt->projections == ORTEP_DTYPE_COUNT && wo && wo->dtype == ORTEP_DTYPE_BF16) attr_i(&b, id, "bf16_products", 1);
-    linear(&b, nm[5], n[6], (const char *[]){w[4]}, NULL, 1, (const char *[]){n[7]}, (int64_t[]){H}, false, NULL);
-    b.prefer = ORTEP_DTYPE_COUNT;
-    value(&b, n[8], 1, 1, H);
-    value(&b, n[9], 1, 1, H);
-    weight(&b, w[5]);
-    id = node(&b, "SkipSimplifiedLayerNormalization", ORTEP_DOMAIN_MS, nm[6], (const char *[]){n[7], h, w[5]}, 3,
-              (const char *[]){n[8], "", "", n[9]}, 4);
-    attr_f(&b, id, "epsilon", eps);
-    b.prefer = dt->projections;
-    linear(&b, nm[7], n[8], (const char *[]){w[6], w[7]}, NULL, 2, (const char *[]){n[10]}, (int64_t[]){I}, true, NULL);
-    linear(&b, nm[8], n[10], (const char *[]){w[8]}, NULL, 1, (const char *[]){hn}, (int64_t[]){H}, false, n[9]);
-    b.prefer = ORTEP_DTYPE_COUNT;
-    snprintf(h, sizeof h, "%s", hn);
-#undef NAME
-#undef W
-#undef NODE
-  }
-  if (tokens > 1 && !seq_rows) { /* the logits of the last position only */
-    last_row_index(&b);
-    b.tokens = 1;
-    value(&b, "h.last", 1, 1, H);
-    ortep_node_id g =
-        node(&b, "Gather", "", "last_row", (const char *[]){h, "last_row"}, 2, (const char *[]){"h.last"}, 1);
-    attr_i(&b, g, "axis", 1);
-    snprintf(h, sizeof h, "h.last");
-  }
-  value(&b, "final", 1, 1, H);
-  weight(&b, "model.norm.weight");
-  ortep_node_id id = node(&b, "SimplifiedLayerNormalization", "", "final_norm",
-                          (const char *[]){h, "model.norm.weight"}, 2, (const char *[]){"final"}, 1);
-  attr_f(&b, id, "epsilon", eps);
-  b.prefer = dt->embedding; /* a tied table was added (and asked for) above */
-  linear(&b, "lm_head", "final",
-         (const char *[]){c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}, NULL, 1,
-         (const char *[]){nm_io.logits}, (int64_t[]){V}, false, NULL);
-  b.prefer = ORTEP_DTYPE_COUNT;
-  select_token(&b, nm_io.logits, tok_in, pos_in, (size_t)S, slot_in, slots, seq_rows ? tokens : 1, nm_io.result);
-  if (tokens == 1 && !slots) feed_token(&b, nm_io.result, tok_in, pos_in, V);
-  if (b.st == ORTEP_OK) b.st = ortep_graph_add_output(b.g, nm_io.logits);
+  for (int64_t l = 0; l < c->num_hidden_layers && !b.st; l++) add_layer(&b, l, &io, h);
+  add_head(&b, step, &nm_io, max_seq, dt, h);
   if (b.st != ORTEP_OK) {
     ortep_graph_destroy(b.g);
     return ortep__wrap(b.st, tokens == 1 ? "building the decode graph" : "building the prefill graph of %zu tokens",

@@ -528,6 +528,91 @@ static ortep_status add_spm(ortep_gguf_writer *w, const char *const *tok, size_t
   return st;
 }
 
+/* A tokenizer.json's ids as GGUF writes them: tok[id] (the vocabulary's
+ * strings, the added tokens' contents, "[PAD<id>]" for a hole: pads owns
+ * those), type[id] (1 normal, 3 control, 4 user-defined, 5 unused), and its
+ * merges as "a b" strings (mbuf owns those made from pairs). */
+typedef struct json_vocab {
+  size_t n, n_merges;
+  const char **tok, **mrg;
+  char **pads, **mbuf;
+  int32_t *type;
+} json_vocab;
+
+static void json_vocab_free(json_vocab *v) {
+  for (size_t i = 0; v->pads && i < v->n; i++) ortep__free(v->pads[i]);
+  for (size_t i = 0; v->mbuf && i < v->n_merges; i++) ortep__free(v->mbuf[i]);
+  ortep__free(v->tok), ortep__free(v->pads), ortep__free(v->type), ortep__free(v->mrg), ortep__free(v->mbuf);
+}
+
+/* One past the largest id of the vocabulary and the added tokens. */
+static size_t count_ids(const cJSON *vocab, const cJSON *added) {
+  size_t n = 0;
+  for (const cJSON *c = vocab->child; c; c = c->next)
+    if (cJSON_IsNumber(c) && c->valuedouble >= 0 && c->valuedouble + 1 > (double)n) n = (size_t)c->valuedouble + 1;
+  for (const cJSON *c = cJSON_IsArray(added) ? added->child : NULL; c; c = c->next) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+    if (cJSON_IsNumber(id) && id->valuedouble >= 0 && id->valuedouble + 1 > (double)n) n = (size_t)id->valuedouble + 1;
+  }
+  return n;
+}
+
+static ortep_status json_tokens(const cJSON *vocab, const cJSON *added, json_vocab *v) {
+  for (const cJSON *c = vocab->child; c; c = c->next)
+    if (cJSON_IsNumber(c) && c->valuedouble >= 0)
+      v->tok[(size_t)c->valuedouble] = c->string, v->type[(size_t)c->valuedouble] = 1;
+  for (const cJSON *c = cJSON_IsArray(added) ? added->child : NULL; c; c = c->next) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+    const char *content = str_of(c, "content");
+    if (!cJSON_IsNumber(id) || id->valuedouble < 0 || !content) continue;
+    v->tok[(size_t)id->valuedouble] = content;
+    v->type[(size_t)id->valuedouble] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "special")) ? 3 : 4;
+  }
+  for (size_t i = 0; i < v->n; i++)
+    if (!v->tok[i]) {
+      char b[32];
+      snprintf(b, sizeof b, "[PAD%zu]", i);
+      if (!(v->pads[i] = ortep__strdup(b))) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "tokenizer to gguf: no memory");
+      v->tok[i] = v->pads[i], v->type[i] = 5; /* UNUSED */
+    }
+  return ORTEP_OK;
+}
+
+static ortep_status json_merges(const cJSON *merges, json_vocab *v) {
+  size_t k = 0;
+  for (const cJSON *c = merges->child; c; c = c->next, k++) {
+    if (cJSON_IsString(c)) {
+      v->mrg[k] = c->valuestring;
+    } else if (cJSON_IsArray(c) && cJSON_GetArraySize(c) == 2 && cJSON_IsString(c->child) &&
+               cJSON_IsString(c->child->next)) {
+      size_t a = strlen(c->child->valuestring), b = strlen(c->child->next->valuestring);
+      if (!(v->mbuf[k] = ortep__malloc(a + b + 2)))
+        return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "tokenizer to gguf: no memory");
+      memcpy(v->mbuf[k], c->child->valuestring, a), v->mbuf[k][a] = ' ';
+      memcpy(v->mbuf[k] + a + 1, c->child->next->valuestring, b + 1);
+      v->mrg[k] = v->mbuf[k];
+    } else {
+      return ortep__fail(ORTEP_E_FORMAT, "tokenizer.json: merge %zu is neither \"a b\" nor [\"a\", \"b\"]", k);
+    }
+  }
+  return ORTEP_OK;
+}
+
+/* The leading BOS the post_processor adds, as bos_token_id and add_bos_token. */
+static ortep_status add_bos(ortep_gguf_writer *w, const cJSON *root, const json_vocab *v) {
+  const cJSON *pp = cJSON_GetObjectItemCaseSensitive(root, "post_processor");
+  const cJSON *single = cJSON_GetObjectItemCaseSensitive(pp, "single");
+  const char *bos = cJSON_IsArray(single) && single->child
+                        ? str_of(cJSON_GetObjectItemCaseSensitive(single->child, "SpecialToken"), "id")
+                        : NULL;
+  for (size_t i = 0; bos && i < v->n; i++)
+    if (!strcmp(v->tok[i], bos)) {
+      ortep_status st = ortep_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)i);
+      return st == ORTEP_OK ? ortep_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true) : st;
+    }
+  return ORTEP_OK;
+}
+
 ortep_status ortep_tokenizer_add_to_gguf(ortep_gguf_writer *w, const char *json, size_t len) {
   if (!w || !json) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_add_to_gguf: NULL argument");
   cJSON *root = NULL;
@@ -536,89 +621,33 @@ ortep_status ortep_tokenizer_add_to_gguf(ortep_gguf_writer *w, const char *json,
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
   const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+  const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
   const char *pre = pre_name(root);
   bool prefix, spm = spm_json(root, model, &prefix);
+  json_vocab v = {0};
   if (!str_of(model, "type") || strcmp(str_of(model, "type"), "BPE") || !cJSON_IsObject(vocab) ||
-      !cJSON_IsArray(merges) || (!pre && !spm)) {
-    cJSON_Delete(root);
-    return ortep__fail(ORTEP_E_NOT_SUPPORTED,
-                       "tokenizer.json: only byte-level BPE with the qwen2, llama-bpe or gpt2 pre-tokenizer and "
-                       "SentencePiece-style BPE (byte fallback, \"\u2581\" for spaces) are written as GGUF metadata");
+      !cJSON_IsArray(merges) || (!pre && !spm))
+    st = ortep__fail(ORTEP_E_NOT_SUPPORTED,
+                     "tokenizer.json: only byte-level BPE with the qwen2, llama-bpe or gpt2 pre-tokenizer and "
+                     "SentencePiece-style BPE (byte fallback, \"\u2581\" for spaces) are written as GGUF metadata");
+  if (st == ORTEP_OK && ((v.n = count_ids(vocab, added)) == 0 || v.n > (1u << 24)))
+    st = ortep__fail(ORTEP_E_FORMAT, "tokenizer.json: %zu token ids", v.n);
+  if (st == ORTEP_OK) {
+    v.n_merges = (size_t)cJSON_GetArraySize(merges);
+    v.tok = ortep__calloc(v.n, sizeof *v.tok), v.pads = ortep__calloc(v.n, sizeof *v.pads);
+    v.type = ortep__calloc(v.n, sizeof *v.type);
+    v.mrg = ortep__calloc(v.n_merges + 1, sizeof *v.mrg), v.mbuf = ortep__calloc(v.n_merges + 1, sizeof *v.mbuf);
+    if (!v.tok || !v.pads || !v.type || !v.mrg || !v.mbuf)
+      st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "tokenizer to gguf: no memory");
   }
-  /* ids: the vocabulary's and the added tokens' */
-  size_t n = 0;
-  for (const cJSON *c = vocab->child; c; c = c->next)
-    if (cJSON_IsNumber(c) && c->valuedouble >= 0 && c->valuedouble + 1 > (double)n) n = (size_t)c->valuedouble + 1;
-  const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-  for (const cJSON *c = cJSON_IsArray(added) ? added->child : NULL; c; c = c->next) {
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
-    if (cJSON_IsNumber(id) && id->valuedouble >= 0 && id->valuedouble + 1 > (double)n) n = (size_t)id->valuedouble + 1;
-  }
-  if (n == 0 || n > (1u << 24)) {
-    cJSON_Delete(root);
-    return ortep__fail(ORTEP_E_FORMAT, "tokenizer.json: %zu token ids", n);
-  }
-  const char **tok = ortep__calloc(n, sizeof *tok);
-  char **pads = ortep__calloc(n, sizeof *pads);
-  int32_t *type = ortep__calloc(n, sizeof *type);
-  size_t n_merges = (size_t)cJSON_GetArraySize(merges);
-  const char **mrg = ortep__calloc(n_merges + 1, sizeof *mrg);
-  char **mbuf = ortep__calloc(n_merges + 1, sizeof *mbuf);
-  if (!tok || !pads || !type || !mrg || !mbuf) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "tokenizer to gguf: no memory");
-  for (const cJSON *c = vocab->child; st == ORTEP_OK && c; c = c->next)
-    if (cJSON_IsNumber(c) && c->valuedouble >= 0)
-      tok[(size_t)c->valuedouble] = c->string, type[(size_t)c->valuedouble] = 1;
-  for (const cJSON *c = cJSON_IsArray(added) ? added->child : NULL; st == ORTEP_OK && c; c = c->next) {
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
-    const char *content = str_of(c, "content");
-    if (!cJSON_IsNumber(id) || id->valuedouble < 0 || !content) continue;
-    tok[(size_t)id->valuedouble] = content;
-    type[(size_t)id->valuedouble] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "special")) ? 3 : 4;
-  }
-  for (size_t i = 0; st == ORTEP_OK && i < n; i++)
-    if (!tok[i]) {
-      char b[32];
-      snprintf(b, sizeof b, "[PAD%zu]", i);
-      if (!(pads[i] = ortep__strdup(b))) st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "tokenizer to gguf: no memory");
-      tok[i] = pads[i], type[i] = 5; /* UNUSED */
-    }
-  size_t k = 0;
-  for (const cJSON *c = merges->child; st == ORTEP_OK && c; c = c->next, k++) {
-    if (cJSON_IsString(c)) {
-      mrg[k] = c->valuestring;
-    } else if (cJSON_IsArray(c) && cJSON_GetArraySize(c) == 2 && cJSON_IsString(c->child) &&
-               cJSON_IsString(c->child->next)) {
-      size_t a = strlen(c->child->valuestring), b = strlen(c->child->next->valuestring);
-      if (!(mbuf[k] = ortep__malloc(a + b + 2))) {
-        st = ortep__fail(ORTEP_E_OUT_OF_MEMORY, "tokenizer to gguf: no memory");
-        break;
-      }
-      memcpy(mbuf[k], c->child->valuestring, a), mbuf[k][a] = ' ';
-      memcpy(mbuf[k] + a + 1, c->child->next->valuestring, b + 1);
-      mrg[k] = mbuf[k];
-    } else {
-      st = ortep__fail(ORTEP_E_FORMAT, "tokenizer.json: merge %zu is neither \"a b\" nor [\"a\", \"b\"]", k);
-    }
-  }
-  /* a leading BOS the post_processor adds */
-  const cJSON *pp = cJSON_GetObjectItemCaseSensitive(root, "post_processor");
-  const cJSON *single = cJSON_GetObjectItemCaseSensitive(pp, "single");
-  const char *bos = cJSON_IsArray(single) && single->child
-                        ? str_of(cJSON_GetObjectItemCaseSensitive(single->child, "SpecialToken"), "id")
-                        : NULL;
+  if (st == ORTEP_OK) st = json_tokens(vocab, added, &v);
+  if (st == ORTEP_OK) st = json_merges(merges, &v);
   if (st == ORTEP_OK && spm)
-    st = add_spm(w, tok, n, mrg, n_merges, type, str_of(model, "unk_token"), prefix);
+    st = add_spm(w, v.tok, v.n, v.mrg, v.n_merges, v.type, str_of(model, "unk_token"), prefix);
   else if (st == ORTEP_OK)
-    st = add_bpe(w, tok, n, mrg, n_merges, type, pre);
-  for (size_t i = 0; st == ORTEP_OK && bos && i < n; i++)
-    if (!strcmp(tok[i], bos)) {
-      st = ortep_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)i);
-      if (st == ORTEP_OK) st = ortep_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true);
-      break;
-    }
-  for (size_t i = 0; pads && i < n; i++) ortep__free(pads[i]);
-  for (size_t i = 0; mbuf && i < n_merges; i++) ortep__free(mbuf[i]);
-  ortep__free(tok), ortep__free(pads), ortep__free(type), ortep__free(mrg), ortep__free(mbuf);
+    st = add_bpe(w, v.tok, v.n, v.mrg, v.n_merges, v.type, pre);
+  if (st == ORTEP_OK) st = add_bos(w, root, &v);
+  json_vocab_free(&v);
   cJSON_Delete(root);
   return st;
 }

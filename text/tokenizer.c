@@ -21,8 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <utf8proc.h>
 
 #include "runtime/internal.h"
@@ -30,14 +28,13 @@
 #include "ortep/tokenizer.h"
 #include "text/internal.h"
 
-#define TOKENIZER_LIMIT ((size_t)256 << 20)
-#define FLAG_ADDED      1u
-#define FLAG_SPECIAL    2u
-#define FLAG_LSTRIP     4u  /* an added token that takes the whitespace before it */
-#define FLAG_RSTRIP     8u  /* ... after it */
-#define FLAG_SINGLE     16u /* matched only as a whole word */
-#define MAX_STEPS       8
-#define EMPTY           UINT32_MAX
+#define FLAG_ADDED   1u
+#define FLAG_SPECIAL 2u
+#define FLAG_LSTRIP  4u  /* an added token that takes the whitespace before it */
+#define FLAG_RSTRIP  8u  /* ... after it */
+#define FLAG_SINGLE  16u /* matched only as a whole word */
+#define MAX_STEPS    8
+#define EMPTY        UINT32_MAX
 
 typedef enum norm_kind { NORM_UNICODE, NORM_PREPEND, NORM_REPLACE } norm_kind;
 typedef struct norm_step {
@@ -626,7 +623,7 @@ ortep_status ortep__tokenizer_from_doc(const cJSON *root, const char *name, cons
   return ORTEP_OK;
 }
 
-static ortep_status from_json(const char *text, size_t len, const char *name, ortep_tokenizer **out) {
+ortep_status ortep__tokenizer_from_json(const char *text, size_t len, const char *name, ortep_tokenizer **out) {
   cJSON *root = NULL;
   ortep_status st = ortep__json_parse(text, len, name, &root);
   if (st != ORTEP_OK) return st;
@@ -635,54 +632,8 @@ static ortep_status from_json(const char *text, size_t len, const char *name, or
   return st;
 }
 
-ortep_status ortep_tokenizer_open(const char *path, ortep_tokenizer **out) {
-  return ortep_tokenizer_open_for_vocab(path, 0, out);
-}
-
-/* Whether path is a GGUF file (its magic). */
-static bool is_gguf(const char *path) {
-  FILE *f = fopen(path, "rb");
-  char m[4] = {0};
-  bool yes = f && fread(m, 1, 4, f) == 4 && !memcmp(m, "GGUF", 4);
-  if (f) fclose(f);
-  return yes;
-}
-
-static ortep_status check_vocab(ortep_tokenizer *t, const char *file, size_t model_vocab, ortep_tokenizer **out);
-
-ortep_status ortep_tokenizer_open_for_vocab(const char *path, size_t model_vocab, ortep_tokenizer **out) {
-  if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_open: out is NULL");
-  *out = NULL;
-  if (!path) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_open: the path is NULL");
-  char file[4096];
-  struct stat sb;
-  bool dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-  int w = dir ? snprintf(file, sizeof file, "%s/tokenizer.json", path) : snprintf(file, sizeof file, "%s", path);
-  if (!dir && is_gguf(path) && (size_t)w < sizeof file) {
-    /* a .gguf: the tokenizer.json beside it wins, else its metadata */
-    char *slash = strrchr(file, '/');
-    size_t at = slash ? (size_t)(slash - file) + 1 : 0;
-    if (at + sizeof "tokenizer.json" <= sizeof file) snprintf(file + at, sizeof file - at, "tokenizer.json");
-    if (access(file, F_OK) != 0) {
-      ortep_status gst = ortep_tokenizer_open_gguf(path, out);
-      return gst == ORTEP_OK ? check_vocab(*out, path, model_vocab, out) : gst;
-    }
-  }
-  if (w < 0 || (size_t)w >= sizeof file)
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_open: the path is longer than %zu bytes",
-                       sizeof file - 1);
-  char *text = NULL;
-  size_t len = 0;
-  ortep_status st = ortep__read_file(file, TOKENIZER_LIMIT, "a tokenizer.json", &text, &len);
-  if (st != ORTEP_OK) return ortep__wrap(st, "opening the tokenizer (a model directory needs a tokenizer.json)");
-  st = from_json(text, len, file, out);
-  ortep__free(text);
-  return st == ORTEP_OK ? check_vocab(*out, file, model_vocab, out) : st;
-}
-
-/* A tokenizer with more ids than the model's vocabulary belongs to another
- * model (refused, *out NULL); the model's vocabulary bounds what decodes. */
-static ortep_status check_vocab(ortep_tokenizer *t, const char *file, size_t model_vocab, ortep_tokenizer **out) {
+ortep_status ortep__tokenizer_fit_vocab(ortep_tokenizer *t, const char *file, size_t model_vocab,
+                                        ortep_tokenizer **out) {
   if (!model_vocab) return ORTEP_OK;
   if (t->n > model_vocab) {
     ortep_status st =
@@ -702,7 +653,7 @@ ortep_status ortep_tokenizer_open_json(const char *json, size_t len, ortep_token
   if (!out) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_open_json: out is NULL");
   *out = NULL;
   if (!json && len) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_tokenizer_open_json: json is NULL");
-  return from_json(json ? json : "", len, "tokenizer.json", out);
+  return ortep__tokenizer_from_json(json ? json : "", len, "tokenizer.json", out);
 }
 
 size_t ortep_tokenizer_vocab_size(const ortep_tokenizer *t) { return t ? t->n : 0; }

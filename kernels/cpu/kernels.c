@@ -413,19 +413,10 @@ static void cpu_destroy(ortep_kernel *self) {
 
 static const ortep_kernel_vtable cpu_kernel_vtable = {cpu_run, cpu_destroy, cpu_record};
 
-ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *shapes, const ortep_dtype *dtypes,
-                                    size_t n, int64_t opset, ortep__cpu_pool *pool, bool bf16_products,
-                                    ortep_kernel **out) {
-  /* the dot products are chosen once, here, before any kernel can run */
-  ortep_status st = ortep__cpu_simd_check();
-  if (st != ORTEP_OK) return st;
-  cpu_kernel *k = ortep__calloc(1, sizeof *k);
-  if (!k) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel", CPU_EP_NAME);
-  ortep_kernel_match m;
-  if (!ortep__op_check(CPU_EP_NAME, node, opset, shapes, dtypes, n, &m, &k->op)) {
-    ortep__free(k);
-    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", m.reason);
-  }
+/* Which path a kernel takes (the op is checked): a prefill chunk's Linear
+ * over bf16 or quantized blocked weights, a chunk's attention in bf16, the
+ * attention's work split. */
+static void choose_paths(cpu_kernel *k, const ortep__cpu_pool *pool, bool bf16_products) {
   /* a prefill chunk's Linear of bf16 blocked weights, where cpu.products
    * allows: x rounded to bf16 in the pool's shared area (simd_rows.h) */
   const __typeof__(k->op.p.lin) *lin = &k->op.p.lin;
@@ -452,54 +443,72 @@ ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *s
   if (k->op.kind == ORTEP__OP_GQA)
     k->gqa_per =
         ortep__cpu_gqa_per_item(k->op.p.gqa.tokens, k->op.p.gqa.heads, k->op.p.gqa.kv, ortep__cpu_pool_threads(pool));
-  if ((k->bf16_rows && (st = ortep__cpu_pool_reserve_shared(pool, lin->m * lin->k * sizeof(uint16_t))) != ORTEP_OK) ||
-      (k->quant_rows && (st = ortep__cpu_pool_reserve_shared(
-                             pool, quant_rows_head(lin->m) + lin->m * quant_row_bytes(lin->k))) != ORTEP_OK)) {
-    ortep__free(k);
-    return st;
-  }
-  /* per-worker scratch, reserved now (never while a step runs): a row of
-   * attention scores, or a block of widened weights for a prefill GEMM */
+}
+
+/* The pool's shared area and per-worker scratch the kernel's path needs,
+ * reserved now (never while a step runs): a chunk's rows in bf16 or
+ * quantized, a row of attention scores, a block of widened weights for a
+ * prefill GEMM. */
+static ortep_status reserve_scratch(const cpu_kernel *k, ortep__cpu_pool *pool) {
+  const __typeof__(k->op.p.lin) *lin = &k->op.p.lin;
+  ortep_status st = ORTEP_OK;
+  if (k->bf16_rows) st = ortep__cpu_pool_reserve_shared(pool, lin->m * lin->k * sizeof(uint16_t));
+  if (st == ORTEP_OK && k->quant_rows)
+    st = ortep__cpu_pool_reserve_shared(pool, quant_rows_head(lin->m) + lin->m * quant_row_bytes(lin->k));
   size_t scratch = 0;
   if (k->op.kind == ORTEP__OP_GQA)
     scratch = ortep__cpu_gqa_scratch(k->op.p.gqa.tokens, k->op.p.gqa.heads, k->op.p.gqa.kv, k->op.p.gqa.hd,
                                      k->op.p.gqa.cap, k->op.p.gqa.kvdt, k->bf16_attn) *
               sizeof(float);
-  if (k->op.kind == ORTEP__OP_LINEAR && k->op.p.lin.m > 1 && !k->op.p.lin.exact_rows && !k->bf16_rows && !k->quant_rows)
-    scratch = ortep__cpu_linear_scratch(k->op.p.lin.k, k->op.p.lin.quant != ORTEP_DTYPE_COUNT);
-  st = scratch ? ortep__cpu_pool_reserve(pool, scratch) : ORTEP_OK;
-  if (st != ORTEP_OK) {
-    ortep__free(k);
-    return st;
-  }
-  /* a blocked bf16 Linear over one row: the buffer for x as its kernel reads it */
+  if (k->op.kind == ORTEP__OP_LINEAR && lin->m > 1 && !lin->exact_rows && !k->bf16_rows && !k->quant_rows)
+    scratch = ortep__cpu_linear_scratch(lin->k, lin->quant != ORTEP_DTYPE_COUNT);
+  if (st == ORTEP_OK && scratch) st = ortep__cpu_pool_reserve(pool, scratch);
+  return st;
+}
+
+/* The kernel's own buffers: x as a blocked bf16 Linear over one row reads
+ * it, x quantized for a quantized one, the sampler's scratch. */
+static ortep_status own_buffers(cpu_kernel *k) {
+  const __typeof__(k->op.p.lin) *lin = &k->op.p.lin;
   bool bf16 = false, alone = k->op.kind == ORTEP__OP_LINEAR && (lin->m == 1 || lin->exact_rows);
   if (alone && lin->blocked)
     for (size_t g = 0; g < lin->groups; g++) bf16 = bf16 || lin->wdt[g] == ORTEP_DTYPE_BF16;
-  const size_t lm = lin->m, lk = lin->k; /* lin lies in k: its sizes outlive it for the messages below */
-  if (bf16 && !(k->xperm = ortep__malloc(lm * lk * sizeof *k->xperm))) {
-    ortep__free(k);
-    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu x %zu activations", CPU_EP_NAME, lm,
-                       lk);
-  }
+  if (bf16 && !(k->xperm = ortep__malloc(lin->m * lin->k * sizeof *k->xperm)))
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu x %zu activations", CPU_EP_NAME, lin->m,
+                       lin->k);
   if (alone && lin->quant != ORTEP_DTYPE_COUNT) {
     size_t per = (ortep__cpu_qx_bytes(lin->k) + 63) / 64 * 64;
     k->xq = ortep__calloc(lin->m, sizeof *k->xq);
     k->xq_mem = ortep__malloc(lin->m * per);
-    if (!k->xq || !k->xq_mem) {
-      ortep__free(k->xq), ortep__free(k->xq_mem), ortep__free(k->xperm);
-      ortep__free(k);
+    if (!k->xq || !k->xq_mem)
       return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel's %zu x %zu quantized activations",
-                         CPU_EP_NAME, lm, lk);
-    }
+                         CPU_EP_NAME, lin->m, lin->k);
     for (size_t r = 0; r < lin->m; r++) ortep__cpu_qx_init((char *)k->xq_mem + r * per, lin->k, &k->xq[r]);
   }
   if (k->op.kind == ORTEP__OP_SELECT &&
-      !(k->sample_scratch = ortep__malloc(ORTEP__SAMPLE_SCRATCH_BYTES(k->op.p.sel.n)))) {
-    size_t logits = k->op.p.sel.n;
-    ortep__free(k);
+      !(k->sample_scratch = ortep__malloc(ORTEP__SAMPLE_SCRATCH_BYTES(k->op.p.sel.n))))
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for the sampler's scratch (%zu logits)", CPU_EP_NAME,
-                       logits);
+                       k->op.p.sel.n);
+  return ORTEP_OK;
+}
+
+ortep_status ortep__cpu_make_kernel(const ortep_node *node, const ortep_shape *shapes, const ortep_dtype *dtypes,
+                                    size_t n, int64_t opset, ortep__cpu_pool *pool, bool bf16_products,
+                                    ortep_kernel **out) {
+  /* the dot products are chosen once, here, before any kernel can run */
+  ortep_status st = ortep__cpu_simd_check();
+  if (st != ORTEP_OK) return st;
+  cpu_kernel *k = ortep__calloc(1, sizeof *k);
+  if (!k) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "%s: no memory for a kernel", CPU_EP_NAME);
+  ortep_kernel_match m;
+  if (!ortep__op_check(CPU_EP_NAME, node, opset, shapes, dtypes, n, &m, &k->op)) {
+    ortep__free(k);
+    return ortep__fail(ORTEP_E_NOT_SUPPORTED, "%s", m.reason);
+  }
+  choose_paths(k, pool, bf16_products);
+  if ((st = reserve_scratch(k, pool)) != ORTEP_OK || (st = own_buffers(k)) != ORTEP_OK) {
+    cpu_destroy(&k->base);
+    return st;
   }
   k->pool = pool;
   snprintf(k->name, sizeof k->name, "cpu.%s", ortep_node_op_type(node));

@@ -144,26 +144,38 @@ static ortep_status need_init(const cuda_ep *e, const char *what) {
 static void release_all(cuda_ep *e);
 static void init_loops(cuda_ep *e);
 
+/* The EP's options: cuda.device_id, cuda.workspace_bytes, cuda.pdl. */
+static ortep_status cuda_options(const ortep_config *config, long *dev, long *ws, bool *pdl_off) {
+  *dev = 0, *ws = 32l << 20;
+  const char *v = ortep_config_get(config, "cuda.device_id");
+  if (v) {
+    char *end;
+    *dev = strtol(v, &end, 10);
+    if (*end || end == v || *dev < 0 || *dev > 1024)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cuda.device_id = '%s': use a device index (0, 1, ...)", v);
+  }
+  if ((v = ortep_config_get(config, "cuda.workspace_bytes"))) {
+    char *end;
+    *ws = strtol(v, &end, 10);
+    if (*end || end == v || *ws < 0)
+      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cuda.workspace_bytes = '%s': use a byte count", v);
+  }
+  const char *pdl = ortep_config_get(config, "cuda.pdl");
+  if (pdl && strcmp(pdl, "auto") && strcmp(pdl, "off"))
+    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cuda.pdl = '%s': use auto (the default) or off", pdl);
+  *pdl_off = pdl && !strcmp(pdl, "off");
+  return ORTEP_OK;
+}
+
 static ortep_status cuda_initialize(ortep_ep *ep, const ortep_config *config) {
   cuda_ep *e = self_of(ep);
   static const char *const known[] = {"cuda.device_id", "cuda.workspace_bytes", "cuda.pdl"};
   ortep_status st = ortep_config_check_namespace(config, "cuda", known, 3);
   if (st != ORTEP_OK) return st;
   if (e->initialized) return ORTEP_OK;
-  long dev = 0, ws = 32l << 20;
-  const char *v = ortep_config_get(config, "cuda.device_id");
-  if (v) {
-    char *end;
-    dev = strtol(v, &end, 10);
-    if (*end || end == v || dev < 0 || dev > 1024)
-      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cuda.device_id = '%s': use a device index (0, 1, ...)", v);
-  }
-  if ((v = ortep_config_get(config, "cuda.workspace_bytes"))) {
-    char *end;
-    ws = strtol(v, &end, 10);
-    if (*end || end == v || ws < 0)
-      return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cuda.workspace_bytes = '%s': use a byte count", v);
-  }
+  long dev, ws;
+  bool pdl_off;
+  if ((st = cuda_options(config, &dev, &ws, &pdl_off)) != ORTEP_OK) return st;
   int count = 0;
   cudaError_t ce = cudaGetDeviceCount(&count);
   if (ce != cudaSuccess) {
@@ -173,10 +185,7 @@ static ortep_status cuda_initialize(ortep_ep *ep, const ortep_config *config) {
   }
   if (dev >= count)
     return ortep__fail(ORTEP_E_NO_DEVICE, "%s: cuda.device_id %ld but %d device(s) present", CUDA_EP_NAME, dev, count);
-  const char *pdl = ortep_config_get(config, "cuda.pdl");
-  if (pdl && strcmp(pdl, "auto") && strcmp(pdl, "off"))
-    return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "cuda.pdl = '%s': use auto (the default) or off", pdl);
-  e->pdl_off = pdl && !strcmp(pdl, "off");
+  e->pdl_off = pdl_off;
   e->device = (int)dev;
   e->base.device = ortep_device_cuda((uint32_t)dev);
   CU(cudaSetDevice(e->device), "cudaSetDevice");
