@@ -3,9 +3,9 @@
  * into something that runs one step (e.g. one decoded token) as fast as the
  * hardware allows:
  *
- *   1. place: claim_nodes first, then the cheapest EP whose supports_op
- *      accepts the node (a node no EP supports is an error naming it, its op
- *      and every EP's reason); copies are inserted where a value crosses EPs;
+ *   1. place: each node on the EP whose supports_op accepts it at the lowest
+ *      cost (a node no EP supports is an error naming it, its op and every
+ *      EP's reason); copies are inserted where a value crosses EPs;
  *   2. kernels are created, specialised to the graph's static shapes;
  *   3. memory: every activation, graph input and graph output gets a fixed
  *      offset in one planned arena block per EP (graph inputs and outputs,
