@@ -9,9 +9,8 @@
  * Large blocks (weights read into memory, planned arenas, KV caches) are
  * advised onto transparent huge pages: a decode step streams every weight
  * once, and with 4 KiB pages each 4 KiB costs a TLB miss, a page walk (a
- * nested one in a VM) and a restart of the hardware prefetcher. On the build
- * VM a 2-thread read of 512 MiB ran ~12% faster on huge pages and the bf16
- * and f16 dot products ~15% faster (docs/benchmarks.md).
+ * nested one in a VM) and a restart of the hardware prefetcher (what huge
+ * pages gain: docs/benchmarks.md).
  */
 #include <stdlib.h>
 #if defined(__linux__)

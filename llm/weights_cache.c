@@ -19,8 +19,8 @@
  * hashed: that would read every byte of it at each open, where a hit
  * reads none of the weights it replaces.
  * Corrupt: the blob's checksum, verified at every load before the EP sees
- * it (5.4 GB/s on the build VM: 63 ms for the 0.5B shape's 338 MB q4_0
- * file; the first step reads those pages anyway).
+ * it: one pass of XXH3 over pages the first step reads anyway (what it
+ * costs: docs/models.md).
  * The name: FNV-1a of the model file's real path and the decoder's options
  * (not the EP's keys), so one file per model and configuration, replaced
  * when it goes stale or another ortep build made it: an upgrade rewrites
@@ -234,8 +234,8 @@ static void try_load(ortep__wcache *w, ortep_ep *cpu) {
  * shorter): the page cache then holds it in 2 MiB folios, which the next
  * open maps with huge pages where the filesystem takes them. Written in
  * pieces of each tensor's size, its pages were a mix of small and large
- * folios (149 of 338 MB huge on the build VM), and reading 4 KiB-mapped
- * weights cost ~8% of a q4_0 decode step. */
+ * folios, and reading 4 KiB-mapped weights slowed a decode step
+ * (docs/models.md). */
 #define WRITE_PIECE ((size_t)2 << 20)
 
 typedef struct writer {

@@ -454,12 +454,10 @@ static bool takes_blocked(const ortep_initializer_use *u, ortep_dtype prefer, bo
  * (ortep__cpu_quantize_row: ortep_quantize's rounding, llama.cpp's), a
  * tile's rows go to the worker's scratch and are repacked from there, so
  * the copy is written once; a 16-bit or already quantized weight is
- * repacked tile by tile. On one thread with the scalar quantizer a 0.5B
- * model's projections took ~3 s of its first open (docs/models.md). The
- * source goes in pieces of READ_PIECE bytes, each told to read_done when
- * done: the 0.5B q4_0 model's first tensor, its 272 MB bf16 embedding
- * quantized to 145 MB of q8_0, held both whole at once, and the first
- * open peaked at 1.20x the prepared weights' bytes. */
+ * repacked tile by tile, on every worker (what preparing costs:
+ * docs/models.md). The source goes in pieces of READ_PIECE bytes, each
+ * told to read_done when done, so a large tensor's source pages go as its
+ * copy grows instead of both being held whole at once. */
 typedef struct prepare_job {
   ortep_dtype to, from;
   bool quantize, blocked;

@@ -527,9 +527,8 @@ const char *ortep_cpu_blas_core(void) {
 
 /* A DYNAMIC_ARCH OpenBLAS picks its kernels by CPU model when it is loaded,
  * and one older than the CPU (0.3.21, Debian 12's, on a family 6 model 207
- * Xeon) takes its SSE3 "Prescott" set: on 2 cores of that Xeon its sgemm
- * then ran a 512-token f32 prefill of the 0.5B shape in 8.3 s, where
- * OPENBLAS_CORETYPE=Cooperlake ran it in 1.9 s. The set to name is the
+ * Xeon) takes its SSE3 "Prescott" set, several times slower there than the
+ * set the CPU runs (docs/build.md). The set to name is the
  * widest this CPU and its OS run (isa.h; none in the emulated test build,
  * whose sets are not the CPU's); OpenBLAS 0.3.21 knows all three by these
  * names. */
@@ -658,7 +657,7 @@ static void quad_rows(const float *x, const float *xb, size_t k, size_t r0, size
 
 /* A gate_up node's quads GATE_RUN at a time: every row's gate and up sums
  * of the run, then SiLU(gate) x up over the run's outputs in one call (the
- * exponentials of four values a quad cost ~5% of a bf16 decode step). The
+ * exponentials of four values at a time cost a visible share of a step). The
  * operations of store_quads', so the same bits. */
 #define GATE_RUN 16
 static void gate_up_rows(const float *x, const float *xb, size_t rows, size_t k, const cpu_weights *w,
@@ -1007,7 +1006,7 @@ static void scale_by(const float *v, float inv, cpu_weights scale, size_t h, flo
 /* The sum of squares in NORM_LANES lanes (lane l: the elements j = l mod
  * NORM_LANES in order), the lanes added pairwise (l + l + 8, then + 4, + 2,
  * + 1): a fixed order, which the compiler can run as vector adds, instead of
- * one chain of h dependent adds (~2 us for h = 896). */
+ * one chain of h dependent adds. */
 #define NORM_LANES 16
 void ortep__cpu_rmsnorm(const float *x, const float *skip, cpu_weights bias, bool has_bias, cpu_weights scale,
                         size_t rows, size_t h, float eps, float *y, float *sum) {

@@ -9,12 +9,11 @@
  * never less than MIN_CHUNK_WORK multiply-adds, so its chunks follow one
  * another in memory: one run through the weights per thread and node, with
  * its prefetches and the hardware's running on across chunks (a chunk taken
- * from anywhere else starts a new stream: when chunks came from one shared
- * cursor, the small projections of a q4_0 decode step ran 10-17% longer). A
- * thread whose share is done takes half of what is left of another's from
- * its back, so a thread that runs slower (this VM's cores do not stream at
- * one rate) leaves little for the others to wait on, where fixed halves
- * left one core idle ~10% of a decode step. Which thread computes an item
+ * from anywhere else starts a new stream, which the small projections of a
+ * decode step feel most). A thread whose share is done takes half of what
+ * is left of another's from its back, so a thread that runs slower (a VM's
+ * cores do not always stream at one rate) leaves little for the others to
+ * wait on, where fixed halves left a core idle. Which thread computes an item
  * does not change it: every output row is computed whole by one thread in a
  * fixed order, so results are bitwise the same for any thread count and any
  * schedule.
@@ -38,7 +37,7 @@
 
 #define SPIN_NS        50000 /* polling before sleeping: consecutive nodes of a step arrive microseconds apart */
 #define SPIN_CHECK     64    /* pauses between a yield and a look at the clock */
-#define MIN_CHUNK_WORK ((size_t)1 << 14) /* multiply-adds: ~4 us of streaming 16-bit weights on one core */
+#define MIN_CHUNK_WORK ((size_t)1 << 14) /* multiply-adds: a few microseconds of streaming 16-bit weights */
 
 /* A thread's share of the job, [lo, hi) as lo | hi << 32 in one word: its
  * owner takes from the front and others from the back, agreeing by
@@ -95,9 +94,8 @@ static inline void relax(void) {
  * when two threads of the pool share one CPU (more threads than cores,
  * another busy process, or the scheduler placing a woken worker next to
  * its waker) the one polling would otherwise hold the CPU for its whole
- * time slice while the one it waits for cannot run; without the yield a
- * 16-token prefill of the tiny model took ~9 ms instead of ~0.3 ms with
- * both threads on one CPU. */
+ * time slice while the one it waits for cannot run (a prefill then took
+ * tens of times longer). */
 typedef struct spinner {
   unsigned n;
   uint64_t until;

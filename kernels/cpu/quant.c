@@ -17,10 +17,8 @@
  * one 64-byte group (kernels/opset.h): a vector instruction's 32-bit lane r
  * sums row r's products with x's four values at that place (broadcast to
  * every lane), so a block of sixteen rows takes eight vpdpbusd, then one
- * conversion and one FMA for all sixteen (until 2026-12-07 four rows took
- * eight lanes each, and every block two conversions and two FMAs per four
- * rows: twice the arithmetic per weight, which held q4_0 to ~77% of the
- * read on the AMD build VM; docs/benchmarks.md).
+ * conversion and one FMA for all sixteen: half the arithmetic per weight of
+ * four rows of eight lanes each, which held q4_0 below the read bound.
  *
  * The unsigned x signed byte products the instructions take: q4_0's nibbles
  * q (0..15) times x_q, with -8 x (the block's sum of x_q) added; q8_0's
@@ -52,9 +50,7 @@ static inline int32_t x4_at(const int8_t *p) {
 /* --- the blocked layout ------------------------------------------------------ */
 /* A tile's blocks come in runs of QRUN (kernels/opset.h): the run's scales,
  * then its quants, so a kernel reads the tile as one stream (all scales
- * ahead of all quants, the 0.5B down projection, k = 4864, took 51 us of a
- * q4_0 step instead of 47.5 by a per-node timer in a local build; one
- * thread over cold copies of it read 26-28 GB/s instead of 28-32). */
+ * ahead of all quants read measurably slower). */
 #define QRUN ORTEP__QUANT_RUN
 
 /* The run of a tile (nb blocks of bb bytes a row) starting at block g0, a
@@ -212,20 +208,13 @@ typedef void (*quantize_fn)(const float *, size_t, const ortep__cpu_qx *);
 #if defined(__x86_64__)
 
 /* How far ahead of the block being read its run is prefetched, where a
- * kernel prefetches: AVX2's dot16 (with ORTEP_CPU_SIMD=avx2 a q8_0 gate_up
- * took 167-212 us with it, 220-271 without; other nodes even), the VNNI
- * pair of a gate_up node, and the VNNI kernel that reads one tile at a time
- * on an Intel CPU (vnni_prefetches). On the AMD EPYC build VM that kernel leaves it to
- * the hardware: prefetching there made a q8_0 step's down projection
- * 109 -> 134 us and its lm_head 2.8 -> 3.1 ms, where the pair's two streams
- * gained (gate_up 205-287 -> 190-270 us; per-node timer, 3 rounds; 8 KiB
- * no better). On Intel (Xeon, family 6 model 207, 2 cores of a VM) the same
- * kernel with the prefetch took a 0.5B q4_0 step's qkv 40.0 -> 28.6 us, o
- * 30.9 -> 22.1, down 149 -> 113 and the q8_0 lm_head 6.8 -> 5.1 ms (the
- * Linear nodes alone over 24 copies each, prefetch on and off in alternate
- * passes of one process, 10 passes each; 2 KiB ahead gained a little less,
- * 8 KiB the same). Those figures are of the four-row quads before the
- * sixteen-row tiles (2026-12-07). */
+ * kernel prefetches: AVX2's dot16, the VNNI pair of a gate_up node (two
+ * streams, which the hardware prefetcher follows less well), and the VNNI
+ * kernel that reads one tile at a time on an Intel CPU (vnni_prefetches),
+ * where each was measured faster with it; an AMD CPU's prefetcher keeps up
+ * with the single stream alone, and prefetching there was slower (the
+ * figures, by node: docs/benchmarks.md). Less ahead gained less; more, no
+ * more. */
 #define PREFETCH 4096
 
 /* quantize_x_portable's operations, eight lanes at a time: the maximum is
@@ -280,12 +269,9 @@ static inline __attribute__((always_inline)) void prefetch_block(const char *ahe
  * two reads of one x block the tile's other blocks stream through L1: from
  * a row of ~3,500 values a q4_0 tile (16 rows of 32 KiB and more) outgrows
  * a 32 KiB L1, x's lines were gone by the next tile, and the kernel waited
- * on L2 for them. On one core of the AMD VM, q4_0 nodes of K = 3584 and
- * 4864 (the 0.5B model's down projection) streamed 21-24 GB/s against
- * 25-29 for K = 896-2688, and prefetched 25-28; K = 4096 and 11008 (a 7B
- * model's shapes) 25-26 and 18-23 GB/s, prefetched 30. Not in the kernel
- * of R rows (a prefill chunk's), where R times the prefetches made a
- * 512-token q4_0 prefill 3-10% slower. */
+ * on L2 for them: the long rows streamed slower than the short ones until
+ * x was prefetched. Not in the kernel of R rows (a prefill chunk's), where
+ * R times the prefetches made a prefill slower. */
 static inline __attribute__((always_inline)) void prefetch_x_run(const ortep__cpu_qx *x, size_t g, size_t nb, bool q8) {
   if (g >= nb) g = 0;
   for (size_t o = 0; o < QRUN * QK; o += 64) __builtin_prefetch(x->q + g * QK + o, 0, 3);
@@ -442,19 +428,15 @@ ORTEP_SIMD_VNNI static void dot16_vnni_prefetch(ortep_dtype dt, const void *w, s
 /* Whether the VNNI kernels of one row of x (one tile at a time, and the
  * gate_up pair) prefetch their weights (PREFETCH ahead): on Intel CPUs
  * (CPUID vendor GenuineIntel), where it was measured faster, not elsewhere
- * (AMD, where it was measured slower: for the pair, 2026-12-07, whole 0.5B
- * steps with and without it in alternate rounds of one process, q4_0
- * 64.7 / 70.3 tokens/s on one thread and a paired median of 0.93 on two,
- * q8_0 0.90 and 0.96). */
+ * (AMD, where whole steps with it were measured slower). */
 static bool vnni_prefetches(void) { return ortep__cpu_is_intel(); }
 
 /* Tile `tile` of two weights of one shape side by side (a gate_up node's
  * gate and up), each with its own accumulator through vnni_tile_block, as
  * dot16_vnni_of, so bitwise its results (x's block read once). Block by
- * block, not one tile after the other (with four-row quads a gate_up step's
- * Linear took 172-219 us instead of 232-290, q8_0, 0.5B, 2 threads). With
- * `prefetch` (vnni_prefetches) each of the two streams is prefetched
- * PREFETCH ahead (gate_up a further 4-8% faster where that was measured). */
+ * block, not one tile after the other (x's block is read once for both,
+ * which was measurably faster). With `prefetch` (vnni_prefetches) each of
+ * the two streams is prefetched PREFETCH ahead. */
 ORTEP_SIMD_VNNI static inline __attribute__((always_inline)) void dot16_vnni_pair_of(bool q8, bool prefetch,
                                                                                      const uint8_t *ta,
                                                                                      const uint8_t *tb, size_t k,
@@ -727,7 +709,8 @@ float ortep__cpu_quant_dot(ortep_dtype dt, const void *w, bool blocked, size_t r
  * the rows of x run over a run's weights QROWS at a time (hot in the cache
  * after the first group; dot16_rows), and a gate_up node's SiLU(gate) x up
  * is applied to the run's outputs in one call per row, not a few at a time
- * (the exponentials of four values cost ~6% of a q4_0 decode step). The
+ * (the exponentials of four values at a time cost a visible share of a
+ * step). The
  * epilogue is elementwise, so the outputs are those of one item and one
  * row at a time. */
 #define QUANT_RUN      4

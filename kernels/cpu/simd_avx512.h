@@ -115,11 +115,8 @@ ORTEP_SIMD_AVX512 static inline __m512 avx512_hsum16(const __m512 *v) {
  * independent FMA chains where one head has four). Both take the rows
  * ORTEP_HEAD_TILE at a time for all the heads (simd_avx2.h), the values
  * storing their sums between tiles and carrying on from them: the same
- * operations in the same order. Against one head at a time with a per-row
- * dot (a microbenchmark on this project's 2-core AVX-512 VM, 14 heads over 2
- * KV heads of 64, one thread, f32 cache): 8.1-8.4 -> 5.1-5.2 us a layer at
- * 100 positions in cache, and from a cold cache 139-140 -> 90-99 us at 1000
- * positions and 335-359 -> 191-236 at 2000 (docs/api.md). */
+ * operations in the same order, faster than one head at a time with a
+ * per-row dot (the figures: docs/api.md). */
 #define ORTEP_HEAD_AVX512(type, T)                                                                                     \
   ORTEP_SIMD_AVX512 static void head_scores_##type##_avx512(const float *q, size_t heads, const T *k, size_t row,      \
                                                             size_t n, size_t hd, float scale, float *sc,               \
