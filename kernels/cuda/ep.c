@@ -146,7 +146,7 @@ static void init_loops(cuda_ep *e);
 
 /* The EP's options: cuda.device_id, cuda.workspace_bytes, cuda.pdl. */
 static ortep_status cuda_options(const ortep_config *config, long *dev, long *ws, bool *pdl_off) {
-  *dev = 0, *ws = 32l << 20;
+  *dev = 0, *ws = 32l << 20, *pdl_off = false;
   const char *v = ortep_config_get(config, "cuda.device_id");
   if (v) {
     char *end;
