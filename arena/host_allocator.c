@@ -10,7 +10,7 @@
  * advised onto transparent huge pages: a decode step streams every weight
  * once, and with 4 KiB pages each 4 KiB costs a TLB miss, a page walk (a
  * nested one in a VM) and a restart of the hardware prefetcher (what huge
- * pages gain: docs/benchmarks.md).
+ * pages gain: docs/api.md, the CPU EP).
  */
 #include <stdlib.h>
 #if defined(__linux__)

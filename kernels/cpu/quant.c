@@ -213,7 +213,7 @@ typedef void (*quantize_fn)(const float *, size_t, const ortep__cpu_qx *);
  * kernel that reads one tile at a time on an Intel CPU (vnni_prefetches),
  * where each was measured faster with it; an AMD CPU's prefetcher keeps up
  * with the single stream alone, and prefetching there was slower (the
- * figures, by node: docs/benchmarks.md). Less ahead gained less; more, no
+ * figures, by node: docs/api.md, "Quantized weights"). Less ahead gained less; more, no
  * more. */
 #define PREFETCH 4096
 
