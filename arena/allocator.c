@@ -2,8 +2,7 @@
  * allocator.c: dispatch for the allocator contract (allocator.h). Every entry
  * point validates the request once, here, so implementations see only
  * well-formed calls, and optional vtable entries left NULL get the contract's
- * defaults: release forwards to deallocate_with_unmapped, which forwards to
- * deallocate; an eager allocator reports no capability and no on-demand
+ * defaults: release forwards to deallocate; an eager allocator reports no capability and no on-demand
  * commits.
  */
 #include <string.h>
@@ -26,13 +25,6 @@ void ortep_allocator_deallocate(ortep_allocator *a, void *ptr, size_t bytes, siz
   a->vtable->deallocate(a, ptr, bytes, align);
 }
 
-uint64_t ortep_allocator_deallocate_with_unmapped(ortep_allocator *a, void *ptr, size_t bytes, size_t align) {
-  if (!a || !ptr) return 0;
-  if (a->vtable->deallocate_with_unmapped) return a->vtable->deallocate_with_unmapped(a, ptr, bytes, align);
-  a->vtable->deallocate(a, ptr, bytes, align);
-  return 0;
-}
-
 ortep_release_outcome ortep_allocator_release(ortep_allocator *a, void *ptr, size_t bytes, size_t align) {
   if (!a || !ptr) {
     ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_allocator_release: %s is NULL; nothing was released",
@@ -40,8 +32,8 @@ ortep_release_outcome ortep_allocator_release(ortep_allocator *a, void *ptr, siz
     return (ortep_release_outcome){ORTEP_RELEASE_FAILED, bytes, 0, 0};
   }
   if (a->vtable->release) return a->vtable->release(a, ptr, bytes, align);
-  uint64_t unmapped = ortep_allocator_deallocate_with_unmapped(a, ptr, bytes, align);
-  return (ortep_release_outcome){ORTEP_RELEASE_COMPLETE, bytes, unmapped, 0};
+  a->vtable->deallocate(a, ptr, bytes, align);
+  return (ortep_release_outcome){ORTEP_RELEASE_COMPLETE, bytes, 0, 0};
 }
 
 ortep_device_key ortep_allocator_device(const ortep_allocator *a) { return a->vtable->device(a); }

@@ -51,14 +51,15 @@ static int cmp_event(const void *a, const void *b) {
   return x->time < y->time ? -1 : x->time > y->time;
 }
 
-ortep_status ortep_plan_bounds(const ortep_plan_tensor *t, size_t n, ortep_plan_summary *summary) {
-  if (!summary) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_plan_bounds: summary is NULL");
+/* The lower bound and naive sum alone (total left 0). */
+static ortep_status plan_bounds(const ortep_plan_tensor *t, size_t n, ortep_plan_summary *summary) {
+  if (!summary) return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_plan_memory: summary is NULL");
   *summary = (ortep_plan_summary){0};
-  ortep_status st = check_input("ortep_plan_bounds", t, n);
+  ortep_status st = check_input("ortep_plan_memory", t, n);
   if (st != ORTEP_OK) return st;
   if (n == 0) return ORTEP_OK;
   event *ev = ortep__malloc(2 * n * sizeof *ev);
-  if (!ev) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_plan_bounds: no memory for %zu events", 2 * n);
+  if (!ev) return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "ortep_plan_memory: no memory for %zu events", 2 * n);
   size_t naive = 0;
   for (size_t i = 0; i < n; i++) {
     /* Ends sort before starts at the same step: a tensor whose last use is
@@ -160,7 +161,7 @@ static size_t place_all(const ortep_plan_tensor *t, size_t n, const size_t *orde
 ortep_status ortep_plan_memory(const ortep_plan_tensor *t, size_t n, size_t *offsets, ortep_plan_summary *summary) {
   if (!summary || (n && !offsets))
     return ortep__fail(ORTEP_E_INVALID_ARGUMENT, "ortep_plan_memory: %s is NULL", summary ? "offsets" : "summary");
-  ortep_status st = ortep_plan_bounds(t, n, summary);
+  ortep_status st = plan_bounds(t, n, summary);
   if (st != ORTEP_OK) return st;
   if (n == 0) return ORTEP_OK;
   size_t *order = ortep__malloc(n * sizeof *order);
@@ -183,7 +184,7 @@ ortep_status ortep_plan_memory(const ortep_plan_tensor *t, size_t n, size_t *off
   }
   ortep__free(order), ortep__free(placed), ortep__free(trial);
   summary->total = best_total;
-  ortep__assert(best_total >= summary->lower_bound); /* no plan beats the bound (ortep_plan_bounds) */
+  ortep__assert(best_total >= summary->lower_bound); /* no plan beats the bound (plan_bounds) */
   ortep__assert_expensive(ortep_plan_verify(t, n, offsets, best_total) == ORTEP_OK);
   return ORTEP_OK;
 }

@@ -657,8 +657,4 @@ void ortep_batch_get_stats(const ortep_batch *b, ortep_batch_stats *out) {
   ortep_decoder_kv_stats(b->d, &out->kv);
 }
 
-ortep_session *ortep_batch_session(ortep_batch *b) { return b ? b->p.session : NULL; }
-size_t ortep_batch_graph_rows(const ortep_batch *b, size_t graph) {
-  return b && graph < b->p.n_seq_graphs ? b->p.tokens[graph] : 0;
-}
 ortep_ep *ortep_batch_ep(ortep_batch *b) { return b ? b->p.ep : NULL; }

@@ -517,8 +517,6 @@ static const attr *find_attr(const ortep_node *n, const char *name) {
   return NULL;
 }
 
-bool ortep_node_has_attr(const ortep_node *n, const char *name) { return find_attr(n, name) != NULL; }
-
 static const char *type_name(ortep_attr_type t) {
   static const char *const names[] = {"int", "float", "ints", "floats", "string"};
   return names[t];
@@ -552,12 +550,6 @@ ortep_status ortep_node_attr_ints(const ortep_node *n, const char *name, const i
   const attr *a;
   ortep_status st = get_attr(n, name, ORTEP_ATTR_INTS, &a);
   if (st == ORTEP_OK) *v = a->ints, *cnt = a->n;
-  return st;
-}
-ortep_status ortep_node_attr_floats(const ortep_node *n, const char *name, const float **v, size_t *cnt) {
-  const attr *a;
-  ortep_status st = get_attr(n, name, ORTEP_ATTR_FLOATS, &a);
-  if (st == ORTEP_OK) *v = a->floats, *cnt = a->n;
   return st;
 }
 ortep_status ortep_node_attr_string(const ortep_node *n, const char *name, const char **out) {

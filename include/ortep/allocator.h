@@ -8,8 +8,7 @@
  * other entry may be NULL and then gets the contract's default through the
  * ortep_allocator_* dispatch functions below:
  *
- *   release                  -> deallocate_with_unmapped, reported COMPLETE
- *   deallocate_with_unmapped -> deallocate, 0 bytes unmapped
+ *   release                  -> deallocate, reported COMPLETE, 0 bytes unmapped
  *   commits_on_demand        -> false (the safe answer)
  *   virtual_backing          -> none
  *   shared_mapping           -> none
@@ -121,7 +120,6 @@ typedef struct ortep_shared_commit_info {
 /* --- dispatch (validation + the contract's defaults) ----------------------- */
 ORTEP_API ortep_status ortep_allocator_allocate(ortep_allocator *a, size_t bytes, size_t align, void **out);
 ORTEP_API void ortep_allocator_deallocate(ortep_allocator *a, void *ptr, size_t bytes, size_t align);
-ORTEP_API uint64_t ortep_allocator_deallocate_with_unmapped(ortep_allocator *a, void *ptr, size_t bytes, size_t align);
 ORTEP_API ortep_release_outcome ortep_allocator_release(ortep_allocator *a, void *ptr, size_t bytes, size_t align);
 ORTEP_API ortep_device_key ortep_allocator_device(const ortep_allocator *a);
 ORTEP_API const char *ortep_allocator_name(const ortep_allocator *a);

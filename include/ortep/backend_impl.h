@@ -17,6 +17,58 @@
 
 ORTEP_BEGIN_DECLS
 
+/* --- what the executor calls (dispatch, checked as ep.h's) ---------------- */
+ORTEP_API bool ortep_kernel_is_capturable(const ortep_kernel *kernel);
+ORTEP_API ortep_ep_capabilities ortep_ep_get_capabilities(const ortep_ep *ep);
+/* n_inputs entries each. */
+ORTEP_API void ortep_ep_supports_op(const ortep_ep *ep, const ortep_node *node, int64_t opset,
+                                    const ortep_shape *shapes, const ortep_dtype *dtypes, size_t n_inputs,
+                                    ortep_kernel_match *out);
+ORTEP_API ortep_status ortep_ep_get_kernel(ortep_ep *ep, const ortep_node *node, const ortep_shape *shapes,
+                                           const ortep_dtype *dtypes, size_t n_inputs, int64_t opset,
+                                           ortep_kernel **out);
+ORTEP_API ortep_status ortep_ep_copy_async(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size,
+                                           ortep_fence *out);
+ORTEP_API ortep_status ortep_ep_fence_wait(ortep_ep *ep, ortep_fence *fence);
+/* Allocation-free argmax over elements f32 or f16 logits at a device pointer:
+ * the first maximum wins, NaN is skipped. result (>= 8 bytes, on this EP)
+ * receives two native-endian u32: the token id, then the error word. */
+ORTEP_API ortep_status ortep_ep_device_argmax(ortep_ep *ep, const void *logits, size_t elements, ortep_dtype dtype,
+                                              ortep_buffer *result);
+/* Allocation-free sampling (after the EP's first call) over f32 or f16
+ * logits with the parameters at params (an ortep_sample_params in this EP's
+ * memory) and, for the repetition penalty, params->n_history ids at history;
+ * result as for argmax: the token id, then the error word (a NaN or infinite
+ * logit sets ARGMAX_NOT_FINITE). Not supported by EPs without a sampler. */
+ORTEP_API ortep_status ortep_ep_device_sample(ortep_ep *ep, const void *logits, size_t elements, ortep_dtype dtype,
+                                              const void *params, const int32_t *history, ortep_buffer *result);
+
+/* Opens a device-graph capture: kernels run on the EP until end_capture are
+ * recorded into one segment (a non-capturable kernel is refused by its run,
+ * so the executor runs it as a seam instead). */
+ORTEP_API ortep_status ortep_ep_begin_capture(ortep_ep *ep);
+ORTEP_API ortep_status ortep_ep_end_capture(ortep_ep *ep);
+ORTEP_API ortep_status ortep_ep_abort_capture(ortep_ep *ep);
+ORTEP_API ortep_status ortep_ep_replay(ortep_ep *ep);
+ORTEP_API ortep_status ortep_ep_replay_segment(ortep_ep *ep, size_t index);
+/* Replays segment `index` at least once and again while the i32 at `flag`
+ * (the EP's memory, written by a kernel of the segment) is non-zero after a
+ * replay, at most max_iterations times (>= 1), with no host round trip
+ * between replays (the CPU EP: a loop over its recorded plan; the CUDA EP:
+ * the segment inside a conditional WHILE node of one graph launch).
+ * Asynchronous like a replay: the flag and whatever the segment wrote are
+ * read after the EP's next sync. ORTEP_E_NOT_SUPPORTED when the EP finds it
+ * cannot loop this segment after all, before anything ran (its capabilities
+ * then say so). */
+ORTEP_API ortep_status ortep_ep_replay_segment_while(ortep_ep *ep, size_t index, const int32_t *flag,
+                                                     size_t max_iterations);
+ORTEP_API ortep_status ortep_ep_reset_graph(ortep_ep *ep, bool *had_graph);
+ORTEP_API size_t ortep_ep_segment_count(const ortep_ep *ep);
+ORTEP_API bool ortep_ep_capture_active(const ortep_ep *ep);
+/* Segments instantiated and updated in place (0 and 0 by default). */
+ORTEP_API void ortep_ep_graph_counts(const ortep_ep *ep, uint64_t *instantiations, uint64_t *updates);
+ORTEP_API size_t ortep_ep_graph_kernel_nodes(const ortep_ep *ep);
+
 /* --- kernels --------------------------------------------------------------- */
 /* What a kernel runs on: the raw data pointers of its inputs (NULL for an
  * absent optional input) and outputs on the EP's device, the EP's error word
@@ -209,7 +261,6 @@ typedef struct ortep_allocator_vtable {
   /* Required. */
   ortep_device_key (*device)(const ortep_allocator *self);
   /* Optional (see the defaults above). */
-  uint64_t (*deallocate_with_unmapped)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
   ortep_release_outcome (*release)(ortep_allocator *self, void *ptr, size_t bytes, size_t align);
   bool (*commits_on_demand)(const ortep_allocator *self);
   /* The seeds' lazy virtual backing and shared mappings (NULL: none): the

@@ -164,10 +164,6 @@ typedef struct ortep_batch_stats {
   ortep_kv_stats kv;      /* every slot's caches together */
 } ortep_batch_stats;
 ORTEP_API void ortep_batch_get_stats(const ortep_batch *batch, ortep_batch_stats *out);
-/* The session (plans, per-graph stats: graph g < ortep_batch_graph_rows's
- * range), and the rows (B) of decode-step graph g (0 past the last). */
-ORTEP_API ortep_session *ortep_batch_session(ortep_batch *batch);
-ORTEP_API size_t ortep_batch_graph_rows(const ortep_batch *batch, size_t graph);
 ORTEP_API ortep_ep *ortep_batch_ep(ortep_batch *batch);
 
 ORTEP_END_DECLS

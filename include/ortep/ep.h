@@ -1,8 +1,11 @@
 /*
  * ep.h: execution providers as their users see them: opaque ortep_ep and
- * ortep_kernel handles, the dispatch functions, configuration, and the
- * registry. Implementing an EP (its vtable, the kernel vtable, what a kernel
- * runs on) is ortep/backend_impl.h's business, installed beside this one.
+ * ortep_kernel handles, the dispatch functions a program calls,
+ * configuration, and the registry. What only the executor and backends call
+ * (placement, kernels, capture and replay, asynchronous copies, the device
+ * argmax and sampler) and implementing an EP (its vtable, the kernel vtable,
+ * what a kernel runs on) are ortep/backend_impl.h's, installed beside this
+ * one.
  *
  * Every call goes through a dispatch function, which checks the arguments
  * (the one place that does: no EP repeats a check) and gives the contract's
@@ -71,7 +74,6 @@ typedef struct ortep_kernel_match {
 } ortep_kernel_match;
 
 ORTEP_API const char *ortep_kernel_name(const ortep_kernel *kernel);
-ORTEP_API bool ortep_kernel_is_capturable(const ortep_kernel *kernel);
 ORTEP_API void ortep_kernel_destroy(ortep_kernel *kernel);
 
 /* --- fences ---------------------------------------------------------------- */
@@ -108,28 +110,16 @@ typedef struct ortep_ep_capabilities {
 ORTEP_API const char *ortep_ep_name(const ortep_ep *ep);
 ORTEP_API ortep_device ortep_ep_device(const ortep_ep *ep);
 ORTEP_API uint32_t ortep_ep_id(const ortep_ep *ep);
-ORTEP_API ortep_ep_capabilities ortep_ep_get_capabilities(const ortep_ep *ep);
 ORTEP_API ortep_status ortep_ep_initialize(ortep_ep *ep, const ortep_config *config);
 ORTEP_API ortep_status ortep_ep_shutdown(ortep_ep *ep);
 /* Shuts down (if needed) and frees the EP. NULL is a no-op. */
 ORTEP_API void ortep_ep_destroy(ortep_ep *ep);
-
-/* n_inputs entries each. */
-ORTEP_API void ortep_ep_supports_op(const ortep_ep *ep, const ortep_node *node, int64_t opset,
-                                    const ortep_shape *shapes, const ortep_dtype *dtypes, size_t n_inputs,
-                                    ortep_kernel_match *out);
-ORTEP_API ortep_status ortep_ep_get_kernel(ortep_ep *ep, const ortep_node *node, const ortep_shape *shapes,
-                                           const ortep_dtype *dtypes, size_t n_inputs, int64_t opset,
-                                           ortep_kernel **out);
 
 ORTEP_API ortep_status ortep_ep_allocate(ortep_ep *ep, size_t size, size_t align, ortep_buffer *out);
 /* Frees an OWNED buffer of this EP and zeroes the handle; a borrowed buffer is
  * a no-op free; a buffer of another device is refused (ORTEP_E_WRONG_DEVICE). */
 ORTEP_API ortep_status ortep_ep_deallocate(ortep_ep *ep, ortep_buffer *buffer);
 ORTEP_API ortep_status ortep_ep_copy(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size);
-ORTEP_API ortep_status ortep_ep_copy_async(ortep_ep *ep, const ortep_buffer *src, ortep_buffer *dst, size_t size,
-                                           ortep_fence *out);
-ORTEP_API ortep_status ortep_ep_fence_wait(ortep_ep *ep, ortep_fence *fence);
 ORTEP_API ortep_status ortep_ep_copy_from_host(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst);
 ORTEP_API ortep_status ortep_ep_copy_from_host_at(ortep_ep *ep, const void *src, size_t len, ortep_buffer *dst,
                                                   size_t offset);
@@ -138,41 +128,6 @@ ORTEP_API ortep_status ortep_ep_copy_to_host_at(ortep_ep *ep, const ortep_buffer
                                                 size_t len);
 ORTEP_API ortep_status ortep_ep_sync(ortep_ep *ep);
 
-/* Allocation-free argmax over elements f32 or f16 logits at a device pointer:
- * the first maximum wins, NaN is skipped. result (>= 8 bytes, on this EP)
- * receives two native-endian u32: the token id, then the error word. */
-ORTEP_API ortep_status ortep_ep_device_argmax(ortep_ep *ep, const void *logits, size_t elements, ortep_dtype dtype,
-                                              ortep_buffer *result);
-/* Allocation-free sampling (after the EP's first call) over f32 or f16
- * logits with the parameters at params (an ortep_sample_params in this EP's
- * memory) and, for the repetition penalty, params->n_history ids at history;
- * result as for argmax: the token id, then the error word (a NaN or infinite
- * logit sets ARGMAX_NOT_FINITE). Not supported by EPs without a sampler. */
-ORTEP_API ortep_status ortep_ep_device_sample(ortep_ep *ep, const void *logits, size_t elements, ortep_dtype dtype,
-                                              const void *params, const int32_t *history, ortep_buffer *result);
-
-/* Opens a device-graph capture: kernels run on the EP until end_capture are
- * recorded into one segment (a non-capturable kernel is refused by its run,
- * so the executor runs it as a seam instead). */
-ORTEP_API ortep_status ortep_ep_begin_capture(ortep_ep *ep);
-ORTEP_API ortep_status ortep_ep_end_capture(ortep_ep *ep);
-ORTEP_API ortep_status ortep_ep_abort_capture(ortep_ep *ep);
-ORTEP_API ortep_status ortep_ep_replay(ortep_ep *ep);
-ORTEP_API ortep_status ortep_ep_replay_segment(ortep_ep *ep, size_t index);
-/* Replays segment `index` at least once and again while the i32 at `flag`
- * (the EP's memory, written by a kernel of the segment) is non-zero after a
- * replay, at most max_iterations times (>= 1), with no host round trip
- * between replays (the CPU EP: a loop over its recorded plan; the CUDA EP:
- * the segment inside a conditional WHILE node of one graph launch).
- * Asynchronous like a replay: the flag and whatever the segment wrote are
- * read after the EP's next sync. ORTEP_E_NOT_SUPPORTED when the EP finds it
- * cannot loop this segment after all, before anything ran (its capabilities
- * then say so). */
-ORTEP_API ortep_status ortep_ep_replay_segment_while(ortep_ep *ep, size_t index, const int32_t *flag,
-                                                     size_t max_iterations);
-ORTEP_API ortep_status ortep_ep_reset_graph(ortep_ep *ep, bool *had_graph);
-ORTEP_API size_t ortep_ep_segment_count(const ortep_ep *ep);
-ORTEP_API bool ortep_ep_capture_active(const ortep_ep *ep);
 /* Reads (without clearing) the latched error word. */
 ORTEP_API ortep_status ortep_ep_check_error_word(ortep_ep *ep, uint32_t *bits);
 ORTEP_API ortep_status ortep_ep_reset_error_word(ortep_ep *ep);
@@ -180,9 +135,6 @@ ORTEP_API ortep_status ortep_ep_reset_error_word(ortep_ep *ep);
 ORTEP_API uint32_t *ortep_ep_error_word_ptr(ortep_ep *ep);
 /* false when the EP keeps no counters. */
 ORTEP_API bool ortep_ep_allocation_counts(const ortep_ep *ep, uint64_t *allocations, uint64_t *frees);
-/* Segments instantiated and updated in place (0 and 0 by default). */
-ORTEP_API void ortep_ep_graph_counts(const ortep_ep *ep, uint64_t *instantiations, uint64_t *updates);
-ORTEP_API size_t ortep_ep_graph_kernel_nodes(const ortep_ep *ep);
 ORTEP_API size_t ortep_ep_context_source_keys(const ortep_ep *ep, const char **out, size_t cap);
 /* The EP-context contract (backend_impl.h): save_context streams the blob
  * through write (NULL: only its size into *len); load_context needs the

@@ -111,13 +111,11 @@ ORTEP_API const char *ortep_node_input(const ortep_node *node, size_t i);
 ORTEP_API size_t ortep_node_output_count(const ortep_node *node);
 ORTEP_API const char *ortep_node_output(const ortep_node *node, size_t i);
 
-ORTEP_API bool ortep_node_has_attr(const ortep_node *node, const char *attr);
 /* Required attributes: a missing one (or one of another type) is
  * ORTEP_E_INVALID_ARGUMENT naming the node, its op and the attribute. */
 ORTEP_API ortep_status ortep_node_attr_int(const ortep_node *node, const char *attr, int64_t *out);
 ORTEP_API ortep_status ortep_node_attr_float(const ortep_node *node, const char *attr, float *out);
 ORTEP_API ortep_status ortep_node_attr_ints(const ortep_node *node, const char *attr, const int64_t **v, size_t *n);
-ORTEP_API ortep_status ortep_node_attr_floats(const ortep_node *node, const char *attr, const float **v, size_t *n);
 ORTEP_API ortep_status ortep_node_attr_string(const ortep_node *node, const char *attr, const char **out);
 /* Optional attributes with a default. */
 ORTEP_API int64_t ortep_node_attr_int_or(const ortep_node *node, const char *attr, int64_t fallback);

@@ -29,8 +29,6 @@ typedef struct ortep_plan_summary {
 /* Fills offsets[n] and *summary. Deterministic. O(n^2) in the worst case. */
 ORTEP_API ortep_status ortep_plan_memory(const ortep_plan_tensor *tensors, size_t n, size_t *offsets,
                                          ortep_plan_summary *summary);
-/* The lower bound and naive sum alone (total left 0). */
-ORTEP_API ortep_status ortep_plan_bounds(const ortep_plan_tensor *tensors, size_t n, ortep_plan_summary *summary);
 /* ORTEP_OK when every offset is aligned, every tensor fits in total, and no
  * two tensors with overlapping lifetimes overlap in memory; otherwise
  * ORTEP_E_INVALID_ARGUMENT naming the first offending tensor(s). */
