@@ -30,6 +30,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -67,9 +68,12 @@ struct ortep__cpu_pool {
   size_t base, min_chunk; /* items are base + the slots' ranges */
   void *slots_raw;
   share_slot *slots; /* threads of them, 64-byte aligned */
-  /* per-worker scratch: threads blocks of `stride` bytes from `scratch` */
-  void *raw, *scratch;
-  size_t stride;
+  /* per-worker scratch: threads blocks of `stride` bytes from `scratch`, a
+   * mapping of raw_bytes reserved, not committed (MAP_NORESERVE): a row of
+   * attention scores is sized by the cache's capacity, which a long context
+   * makes gigabytes, while a step touches the positions it reaches */
+  void *scratch;
+  size_t stride, raw_bytes;
   /* one area every worker reads, written by the caller before a parallel-for */
   void *shared_raw, *shared;
   size_t shared_bytes;
@@ -207,7 +211,7 @@ void ortep__cpu_pool_destroy(ortep__cpu_pool *p) {
   for (size_t i = 0; i < p->started; i++) pthread_join(p->workers[i].thread, NULL);
   ortep__free(p->workers);
   ortep__free(p->slots_raw);
-  ortep__free(p->raw);
+  if (p->scratch) munmap(p->scratch, p->raw_bytes);
   ortep__free(p->shared_raw);
   ortep__free(p);
 }
@@ -219,13 +223,15 @@ ortep_status ortep__cpu_pool_reserve(ortep__cpu_pool *p, size_t bytes) {
   if (stride <= p->stride) return ORTEP_OK;
   if (stride > (SIZE_MAX - 64) / p->threads)
     return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "cpu_ep: %zu bytes of scratch per worker is too much", bytes);
-  void *raw = ortep__malloc(stride * p->threads + 64);
-  if (!raw)
-    return ortep__fail(ORTEP_E_OUT_OF_MEMORY, "cpu_ep: no memory for %zu bytes of scratch for each of %zu workers",
-                       stride, p->threads);
-  ortep__free(p->raw);
-  p->raw = raw;
-  p->scratch = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+  size_t total = stride * p->threads;
+  void *raw = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED)
+    return ortep__fail(ORTEP_E_OUT_OF_MEMORY,
+                       "cpu_ep: no memory for %zu bytes of scratch for each of %zu workers (%s); a shorter "
+                       "max_seq_len needs less",
+                       stride, p->threads, strerror(errno));
+  if (p->scratch) munmap(p->scratch, p->raw_bytes);
+  p->scratch = raw, p->raw_bytes = total; /* page-aligned */
   p->stride = stride;
   return ORTEP_OK;
 }
