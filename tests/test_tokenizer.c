@@ -9,7 +9,11 @@
  * streaming detokenization holding a character cut across tokens, U+FFFD
  * for bytes that never form one, and the errors (invalid UTF-8, unknown ids
  * and tokens, unsupported tokenizer.json contents). */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include "testutil.h"
+#include "text/internal.h" /* the split regexes' Unicode classes */
 
 #ifndef ORTEP_TEST_DATA
 #error "ORTEP_TEST_DATA (the tests/data folder) must be defined"
@@ -352,6 +356,78 @@ END_TEST
 /* 20,000 added tokens that share their first byte ("a0" .. "a19999"): the
  * longest one at each position wins, whatever their number (a trie walk, not
  * a scan of the list); ortep-bench tokenizer times it. */
+/* Whether the pattern, its Unicode classes rewritten as the tokenizer
+ * rewrites them, matches the whole of code point cp. */
+static bool class_matches(const char *pattern, uint32_t cp) {
+  char *re;
+  ck_assert_ok(ortep__regex_with_tables(pattern, &re));
+  int err;
+  PCRE2_SIZE at;
+  pcre2_code *c = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED,
+                                PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED | PCRE2_ENDANCHORED, &err, &at, NULL);
+  ck_assert_msg(c != NULL, "'%s' (from '%s') does not compile", re, pattern);
+  free(re);
+  uint8_t u8[4];
+  size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+  if (n == 1) u8[0] = (uint8_t)cp;
+  if (n == 2) u8[0] = (uint8_t)(0xc0 | cp >> 6), u8[1] = (uint8_t)(0x80 | (cp & 63));
+  if (n == 3)
+    u8[0] = (uint8_t)(0xe0 | cp >> 12), u8[1] = (uint8_t)(0x80 | (cp >> 6 & 63)), u8[2] = (uint8_t)(0x80 | (cp & 63));
+  if (n == 4)
+    u8[0] = (uint8_t)(0xf0 | cp >> 18), u8[1] = (uint8_t)(0x80 | (cp >> 12 & 63)),
+    u8[2] = (uint8_t)(0x80 | (cp >> 6 & 63)), u8[3] = (uint8_t)(0x80 | (cp & 63));
+  pcre2_match_data *md = pcre2_match_data_create_from_pattern(c, NULL);
+  int rc = pcre2_match(c, u8, n, 0, 0, md, NULL);
+  pcre2_match_data_free(md);
+  pcre2_code_free(c);
+  return rc > 0;
+}
+
+/* The classes the split regexes use hold utf8proc's code points in every
+ * form they are written in, whether the rewrite patches PCRE2's class or
+ * writes it out whole: a Kawi digit (U+11F50, Unicode 15) is \p{N}, not
+ * \p{L}; U+180E (Cf since Unicode 6.3) is not \s, as in Oniguruma, where
+ * PCRE2's own \s has it; U+0085 is \s; surrogates never appear. */
+START_TEST(unicode_classes_are_utf8procs_in_every_form) {
+  struct {
+    const char *pattern;
+    uint32_t cp;
+    bool in;
+  } cases[] = {
+      {"\\p{N}", 0x11F50, true},
+      {"[\\p{N}]", 0x11F50, true},
+      {"\\P{N}", 0x11F50, false},
+      {"[^\\p{N}]", 0x11F50, false},
+      {"[\\P{N}]", 0x11F50, false},
+      {"[x\\P{N}]", 'x', true},
+      {"\\p{L}", 0x11F50, false},
+      {"\\p{L}", 0x31350, true},
+      {"[^\\s\\p{L}\\p{N}]", 0x11F50, false},
+      {"\\pN", 0x0663, true},
+      {"\\d", 0x11F50, true},
+      {"\\D", 0x11F50, false},
+      {"\\s", 0x180E, false},
+      {"[\\s]", 0x180E, false},
+      {"\\S", 0x180E, true},
+      {"[\\S]", 0x180E, true},
+      {"[^\\S]", 0x180E, false},
+      {"\\s", 0x85, true},
+      {"[\\S]", 0x85, false},
+      {"[^\\S]", 0x85, true},
+      {"\\s", 0x3000, true},
+      {"\\p{^L}", 'a', false},
+      {"\\p{L&}", 'a', true},
+      {"\\p{Lo}", 0x31350, true},
+      {"\\Q\\p{L}\\E", 'a', false},
+      {"[[:alpha:]\\p{N}]", 0x11F50, true},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    ck_assert_msg(class_matches(cases[i].pattern, cases[i].cp) == cases[i].in, "'%s' %s U+%04X", cases[i].pattern,
+                  cases[i].in ? "misses" : "matches", cases[i].cp);
+  ck_assert_int_ge(atoi(ortep_tokenizer_unicode_version()), 15); /* the cases above are Unicode 15's */
+}
+END_TEST
+
 START_TEST(many_added_tokens_match_longest_first) {
   enum { N = 20000 };
   size_t cap = 64 + (size_t)N * 40;
@@ -389,6 +465,7 @@ int main(void) {
   Suite *s = suite_create("tokenizer");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, byte_level_bpe_matches_hugging_face);
+  tcase_add_test(tc, unicode_classes_are_utf8procs_in_every_form);
   tcase_add_test(tc, sentencepiece_bpe_matches_hugging_face);
   tcase_add_test(tc, added_token_flags_match_hugging_face);
   tcase_add_test(tc, streaming_emits_whole_characters_only);
