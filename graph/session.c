@@ -513,6 +513,14 @@ static ortep_status share_io(ortep_session *s, uint32_t gi, const char *v, uint3
   return ORTEP_OK;
 }
 
+/* Value v's dtype and size (what: "graph input" or "value", for messages). */
+static ortep_status value_bytes(const ortep_graph *g, const char *v, const char *what, ortep_dtype *dt, size_t *bytes) {
+  ortep_shape sh;
+  ortep_graph_value_info(g, v, dt, &sh);
+  ortep_status st = ortep_shape_bytes(&sh, *dt, bytes);
+  return st == ORTEP_OK ? st : ortep__wrap(st, "%s '%s'", what, v);
+}
+
 /* Graph gi's inputs: each lives on the EP of its first consumer, a
  * persistent slot (shared between graphs where share_io allows). */
 static ortep_status input_slots(ortep_session *s, uint32_t gi, const ortep_node_id *order, size_t n,
@@ -533,10 +541,8 @@ static ortep_status input_slots(ortep_session *s, uint32_t gi, const ortep_node_
         }
     }
     ortep_dtype dt;
-    ortep_shape sh;
     size_t bytes;
-    ortep_graph_value_info(g, v, &dt, &sh);
-    if ((st = ortep_shape_bytes(&sh, dt, &bytes)) != ORTEP_OK) return ortep__wrap(st, "graph input '%s'", v);
+    if ((st = value_bytes(g, v, "graph input", &dt, &bytes)) != ORTEP_OK) return st;
     uint32_t sl = NONE;
     bool shared;
     if ((st = share_io(s, gi, v, e, dt, bytes, &shared, &sl)) != ORTEP_OK) return st;
@@ -563,10 +569,8 @@ static ortep_status output_slots(ortep_session *s, uint32_t gi, const ortep_node
     s->steps[here].out[j] = NONE;
     if (!*v) continue;
     ortep_dtype dt;
-    ortep_shape sh;
     size_t bytes;
-    ortep_graph_value_info(g, v, &dt, &sh);
-    if ((st = ortep_shape_bytes(&sh, dt, &bytes)) != ORTEP_OK) return ortep__wrap(st, "value '%s'", v);
+    if ((st = value_bytes(g, v, "value", &dt, &bytes)) != ORTEP_OK) return st;
     uint32_t sl = NONE;
     bool out_io = is_graph_output(g, v), shared = false;
     if (out_io && (st = share_io(s, gi, v, e, dt, bytes, &shared, &sl)) != ORTEP_OK) return st;

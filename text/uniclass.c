@@ -341,20 +341,20 @@ static void put_whole(text *t, const cls *c, bool complement) {
   ortep__free(r);
 }
 
-/* Whether some code point of the differences enters (utf8proc puts it in
- * the class, PCRE2 not: into) or leaves (the other way) the class. */
+/* Whether difference i enters the class (utf8proc puts it in, PCRE2 not:
+ * into) or leaves it (the other way). */
+static bool moved(const cls *c, size_t i, bool into) {
+  bool ours = c->mask & (1u << g.diffs[i].ours), pcre = c->mask & (1u << g.diffs[i].pcre);
+  return into ? ours && !pcre : pcre && !ours;
+}
 static bool moves(const cls *c, bool into) {
-  for (size_t i = 0; i < g.n_diffs; i++) {
-    bool ours = c->mask & (1u << g.diffs[i].ours), pcre = c->mask & (1u << g.diffs[i].pcre);
-    if (into ? ours && !pcre : pcre && !ours) return true;
-  }
+  for (size_t i = 0; i < g.n_diffs; i++)
+    if (moved(c, i, into)) return true;
   return false;
 }
 static void put_moved(text *t, const cls *c, bool into) {
-  for (size_t i = 0; i < g.n_diffs; i++) {
-    bool ours = c->mask & (1u << g.diffs[i].ours), pcre = c->mask & (1u << g.diffs[i].pcre);
-    if (into ? ours && !pcre : pcre && !ours) put_range(t, g.diffs[i].lo, g.diffs[i].hi);
-  }
+  for (size_t i = 0; i < g.n_diffs; i++)
+    if (moved(c, i, into)) put_range(t, g.diffs[i].lo, g.diffs[i].hi);
 }
 
 /* The class c as PCRE2 is to read it, inside a character class or as one. */
