@@ -787,6 +787,66 @@ extern "C" int ortep__cu_noop(void *stream) {
 __device__ float z_load(const void *x, int f16, size_t i) {
   return f16 ? __half2float(((const __half *)x)[i]) : ((const float *)x)[i];
 }
+/* A step that cannot draw: thread 0 latches bit and writes (0, word). */
+__device__ void sample_fail(uint32_t bit, uint32_t *result, uint32_t *err) {
+  if (threadIdx.x == 0) {
+    atomicOr(err, bit);
+    result[0] = 0;
+    result[1] = *err;
+  }
+}
+
+/* The largest key t (ortep__float_key) such that the values of z at or
+ * above it, counted (weigh 0) or summed (weigh 1), reach want: top-k's and
+ * top-p's cut. Every thread of the block calls it. */
+__device__ uint32_t largest_key(const float *z, size_t n, int weigh, float want) {
+  uint32_t lo = 0, hi = 0xFFFFFFFFu;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2 + 1;
+    float m = 0.0f;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+      m += ortep__float_key(z[i]) >= mid ? (weigh ? z[i] : 1.0f) : 0.0f;
+    if (block_sum(m) >= want)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+/* The draw over z (mass > 0): contiguous ranges, their sums scanned, then
+ * one range walked by thread 0, which writes (token, word). */
+__device__ void sample_draw(const float *z, size_t n, float mass, const ortep__sample_params *p, float *range_sum,
+                            uint32_t *result, const uint32_t *err) {
+  size_t per = (n + blockDim.x - 1) / blockDim.x, b = threadIdx.x * per, e = b + per < n ? b + per : n;
+  float own = 0.0f;
+  for (size_t i = b; i < e; i++) own += z[i];
+  range_sum[threadIdx.x] = own;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  float target = ortep__sample_uniform(p) * mass, cum = 0.0f;
+  unsigned r = 0, last_r = 0;
+  for (; r < blockDim.x; r++) {
+    if (range_sum[r] > 0.0f) last_r = r;
+    if (cum + range_sum[r] > target && range_sum[r] > 0.0f) break;
+    cum += range_sum[r];
+  }
+  if (r == blockDim.x) r = last_r, cum -= range_sum[last_r];
+  size_t rb = r * per, re = rb + per < n ? rb + per : n, pick = rb, last = rb;
+  for (size_t i = rb; i < re; i++) {
+    if (z[i] <= 0.0f) continue;
+    last = i;
+    cum += z[i];
+    if (cum > target) {
+      pick = i;
+      break;
+    }
+    pick = last;
+  }
+  result[0] = (uint32_t)pick;
+  result[1] = *err;
+}
+
 /* The sampler in one block of SAMPLE_THREADS (every thread calls it), with
  * its parameters p already in registers; result[0..1] = (token, word). */
 __device__ void sample_block(const void *logits, int f16, size_t n, const ortep__sample_params p,
@@ -800,14 +860,7 @@ __device__ void sample_block(const void *logits, int f16, size_t n, const ortep_
     if (!isfinite(v)) bad = 1.0f;
     zd[i] = v;
   }
-  if (block_max(bad) > 0.0f) { /* block_max's barriers order the writes above too */
-    if (threadIdx.x == 0) {
-      atomicOr(err, BIT_ARGMAX);
-      result[0] = 0;
-      result[1] = *err;
-    }
-    return;
-  }
+  if (block_max(bad) > 0.0f) return sample_fail(BIT_ARGMAX, result, err); /* its barriers order the writes above */
   if (p.repetition_penalty != 1.0f && history)
     for (uint32_t h = threadIdx.x; h < p.n_history; h += blockDim.x) {
       int32_t id = history[h];
@@ -823,20 +876,8 @@ __device__ void sample_block(const void *logits, int f16, size_t n, const ortep_
   mxd = block_max_d(mxd);
   for (size_t i = threadIdx.x; i < n; i += blockDim.x) z[i] = (float)exp(zd[i] - mxd);
   __syncthreads();
-  float zk = -INFINITY;
-  if (p.top_k > 0 && p.top_k < n) { /* the largest key with at least k values at or above it */
-    uint32_t lo = 0, hi = 0xFFFFFFFFu;
-    while (lo < hi) {
-      uint32_t mid = lo + (hi - lo) / 2 + 1;
-      float c = 0.0f;
-      for (size_t i = threadIdx.x; i < n; i += blockDim.x) c += ortep__float_key(z[i]) >= mid ? 1.0f : 0.0f;
-      if (block_sum(c) >= (float)p.top_k)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    zk = ortep__key_float(lo);
-  }
+  /* top-k: the largest key with at least k values at or above it */
+  float zk = p.top_k > 0 && p.top_k < n ? ortep__key_float(largest_key(z, n, 0, (float)p.top_k)) : -INFINITY;
   float mass = 0.0f;
   for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
     float q = z[i] >= zk ? z[i] : 0.0f;
@@ -845,18 +886,7 @@ __device__ void sample_block(const void *logits, int f16, size_t n, const ortep_
   }
   mass = block_sum(mass);
   if (p.top_p < 1.0f) { /* the largest t whose mass at or above it reaches top_p x mass */
-    float want = p.top_p * mass;
-    uint32_t lo = 0, hi = 0xFFFFFFFFu;
-    while (lo < hi) {
-      uint32_t mid = lo + (hi - lo) / 2 + 1;
-      float m = 0.0f;
-      for (size_t i = threadIdx.x; i < n; i += blockDim.x) m += ortep__float_key(z[i]) >= mid ? z[i] : 0.0f;
-      if (block_sum(m) >= want)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    float t = ortep__key_float(lo);
+    float t = ortep__key_float(largest_key(z, n, 1, p.top_p * mass));
     mass = 0.0f;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
       if (z[i] < t) z[i] = 0.0f;
@@ -864,43 +894,8 @@ __device__ void sample_block(const void *logits, int f16, size_t n, const ortep_
     }
     mass = block_sum(mass);
   }
-  if (!(mass > 0.0f) || !isfinite(mass)) { /* cannot happen (sampling.h); guarded all the same */
-    if (threadIdx.x == 0) {
-      atomicOr(err, BIT_SAMPLE);
-      result[0] = 0;
-      result[1] = *err;
-    }
-    return;
-  }
-  /* the draw: contiguous ranges, their sums scanned, then one range walked */
-  size_t per = (n + blockDim.x - 1) / blockDim.x, b = threadIdx.x * per, e = b + per < n ? b + per : n;
-  float own = 0.0f;
-  for (size_t i = b; i < e; i++) own += z[i];
-  range_sum[threadIdx.x] = own;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float target = ortep__sample_uniform(&p) * mass, cum = 0.0f;
-    unsigned r = 0, last_r = 0;
-    for (; r < blockDim.x; r++) {
-      if (range_sum[r] > 0.0f) last_r = r;
-      if (cum + range_sum[r] > target && range_sum[r] > 0.0f) break;
-      cum += range_sum[r];
-    }
-    if (r == blockDim.x) r = last_r, cum -= range_sum[last_r];
-    size_t rb = r * per, re = rb + per < n ? rb + per : n, pick = rb, last = rb;
-    for (size_t i = rb; i < re; i++) {
-      if (z[i] <= 0.0f) continue;
-      last = i;
-      cum += z[i];
-      if (cum > target) {
-        pick = i;
-        break;
-      }
-      pick = last;
-    }
-    result[0] = (uint32_t)pick;
-    result[1] = *err;
-  }
+  if (!(mass > 0.0f) || !isfinite(mass)) return sample_fail(BIT_SAMPLE, result, err); /* cannot happen (sampling.h) */
+  sample_draw(z, n, mass, &p, range_sum, result, err);
 }
 
 __global__ void k_sample(const void *logits, int f16, size_t n, const ortep__sample_params *pp, const int32_t *history,
